@@ -1,0 +1,292 @@
+#pragma once
+// Tensor: a cheap, copyable handle to a view of shared storage. Methods check shapes, dtypes and
+// devices, then hand the work to the storage's backend.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include "wick/device.h"
+#include "wick/dtype.h"
+#include "wick/error.h"
+#include "wick/layout.h"
+#include "wick/shape.h"
+
+namespace wick {
+
+struct TensorImpl;
+class GradStore;
+
+class Tensor {
+ public:
+  /// An empty handle; every op on it throws wick::Error.
+  Tensor() = default;
+
+  // ---- creation ----
+  static Tensor zeros(const Shape& shape, DType dtype, const Device& device);
+  static Tensor ones(const Shape& shape, DType dtype, const Device& device);
+  /// Every element equal to `value`.
+  template <class T>
+  static Tensor full(T value, const Shape& shape, const Device& device) {
+    return full_bytes(&value, dtype_of<T>(), shape, device);
+  }
+  /// [start, end) in steps of 1.
+  template <class T>
+  static Tensor arange(T start, T end, const Device& device) {
+    return arange_step<T>(start, end, T(1), device);
+  }
+  /// [start, end) in steps of `step` (may be negative; not zero).
+  template <class T>
+  static Tensor arange_step(T start, T end, T step, const Device& device) {
+    return arange_impl(static_cast<double>(start), static_cast<double>(end),
+                       static_cast<double>(step), dtype_of<T>(), device);
+  }
+  /// Takes `data` in row-major order; its size must equal shape.elem_count().
+  template <class T>
+  static Tensor from_vec(const std::vector<T>& data, const Shape& shape, const Device& device) {
+    return from_bytes(data.data(), data.size(), dtype_of<T>(), shape, device);
+  }
+  /// A rank-0 tensor.
+  template <class T>
+  static Tensor scalar(T value, const Device& device) {
+    return from_bytes(&value, 1, dtype_of<T>(), Shape{}, device);
+  }
+  /// Normal samples (float dtypes), from the device's generator (Device::set_seed).
+  template <class T>
+  static Tensor randn(T mean, T std, const Shape& shape, const Device& device) {
+    return random_impl(true, static_cast<double>(mean), static_cast<double>(std), dtype_of<T>(),
+                       shape, device);
+  }
+  /// Uniform samples in [lo, hi) (float dtypes).
+  template <class T>
+  static Tensor rand(T lo, T hi, const Shape& shape, const Device& device) {
+    return random_impl(false, static_cast<double>(lo), static_cast<double>(hi), dtype_of<T>(),
+                       shape, device);
+  }
+
+  // ---- inspection ----
+  const Shape& shape() const;
+  const std::vector<size_t>& dims() const { return shape().dims(); }
+  size_t dim(size_t i) const;
+  size_t rank() const { return shape().rank(); }
+  size_t elem_count() const { return shape().elem_count(); }
+  DType dtype() const;
+  Device device() const;
+  const Layout& layout() const;
+  bool is_contiguous() const { return layout().is_contiguous(); }
+  /// Unique per tensor (views get their own id).
+  uint64_t id() const;
+  bool defined() const { return impl_ != nullptr; }
+  /// True when the two handles share one storage buffer.
+  bool same_storage(const Tensor& other) const;
+
+  // ---- read-back (waits for the device; copies only the view's bytes) ----
+  template <class T>
+  std::vector<T> to_vec1() const {
+    std::vector<T> out(checked_read_size(dtype_of<T>(), 1, "to_vec1"));
+    read_into(out.data());
+    return out;
+  }
+  template <class T>
+  std::vector<std::vector<T>> to_vec2() const {
+    checked_read_size(dtype_of<T>(), 2, "to_vec2");
+    std::vector<T> flat(elem_count());
+    read_into(flat.data());
+    std::vector<std::vector<T>> out(dims()[0]);
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].assign(flat.begin() + i * dims()[1], flat.begin() + (i + 1) * dims()[1]);
+    }
+    return out;
+  }
+  template <class T>
+  std::vector<std::vector<std::vector<T>>> to_vec3() const {
+    checked_read_size(dtype_of<T>(), 3, "to_vec3");
+    std::vector<T> flat(elem_count());
+    read_into(flat.data());
+    size_t d0 = dims()[0], d1 = dims()[1], d2 = dims()[2];
+    std::vector<std::vector<std::vector<T>>> out(d0, std::vector<std::vector<T>>(d1));
+    for (size_t i = 0; i < d0; ++i)
+      for (size_t j = 0; j < d1; ++j)
+        out[i][j].assign(flat.begin() + (i * d1 + j) * d2, flat.begin() + (i * d1 + j + 1) * d2);
+    return out;
+  }
+  /// The single element of a rank-0 tensor or of any tensor with one element.
+  template <class T>
+  T to_scalar() const {
+    checked_read_size(dtype_of<T>(), -1, "to_scalar");
+    T value;
+    read_into(&value);
+    return value;
+  }
+  /// All elements in row-major order, converted to double (any dtype).
+  std::vector<double> to_vec_f64() const;
+
+  // ---- views (no copy) ----
+  /// A view when the layout allows it, otherwise a contiguous copy; element counts must match.
+  Tensor reshape(const Shape& shape) const;
+  Tensor transpose(size_t dim1, size_t dim2) const;
+  /// Swaps the last two dims.
+  Tensor t() const;
+  Tensor permute(const std::vector<size_t>& order) const;
+  /// Elements [start, start + len) of `dim`.
+  Tensor narrow(size_t dim, size_t start, size_t len) const;
+  /// Index `i` of dim 0, dropping that dim.
+  Tensor get(size_t i) const;
+  /// Removes `dim`, which must have size 1.
+  Tensor squeeze(size_t dim) const;
+  /// Inserts a dim of size 1 at `dim` (0..rank).
+  Tensor unsqueeze(size_t dim) const;
+  /// Numpy-style broadcast to `shape` (stride 0 for the broadcast dims).
+  Tensor broadcast_as(const Shape& shape) const;
+  /// Prepends the dims of `left`.
+  Tensor broadcast_left(const Shape& left) const;
+  Tensor flatten_all() const;
+  /// Same storage, not tracked by autograd.
+  Tensor detach() const;
+
+  // ---- copies ----
+  /// A row-major copy, or the same tensor when it already is row-major.
+  Tensor contiguous() const;
+  /// Always a fresh row-major copy.
+  Tensor copy() const;
+  Tensor to_device(const Device& device) const;
+  Tensor to_dtype(DType dtype) const;
+  /// Concatenates along `dim`; all inputs share dtype, device, rank and the other dims.
+  static Tensor cat(const std::vector<Tensor>& tensors, size_t dim);
+  /// Stacks along a new dim `dim`; all inputs share shape, dtype and device.
+  static Tensor stack(const std::vector<Tensor>& tensors, size_t dim);
+
+  // ---- matmul ----
+  /// (..., m, k) x (..., k, n) -> (..., m, n); equal ranks >= 2 and equal batch dims.
+  Tensor matmul(const Tensor& rhs) const;
+  /// Like matmul, with numpy-style broadcasting of the batch dims (no copies).
+  Tensor broadcast_matmul(const Tensor& rhs) const;
+
+  // ---- element-wise binary (equal shapes) ----
+  Tensor add(const Tensor& rhs) const;
+  Tensor sub(const Tensor& rhs) const;
+  Tensor mul(const Tensor& rhs) const;
+  Tensor div(const Tensor& rhs) const;
+  Tensor maximum(const Tensor& rhs) const;
+  Tensor minimum(const Tensor& rhs) const;
+  // ---- broadcasting binary ----
+  Tensor broadcast_add(const Tensor& rhs) const;
+  Tensor broadcast_sub(const Tensor& rhs) const;
+  Tensor broadcast_mul(const Tensor& rhs) const;
+  Tensor broadcast_div(const Tensor& rhs) const;
+  Tensor broadcast_maximum(const Tensor& rhs) const;
+  Tensor broadcast_minimum(const Tensor& rhs) const;
+
+  // ---- element-wise unary (float dtypes unless noted) ----
+  Tensor neg() const;   // float and i64
+  Tensor abs() const;   // every dtype
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor sqr() const;   // every dtype
+  Tensor recip() const;
+  Tensor tanh() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor relu() const;  // every dtype
+  Tensor silu() const;
+  Tensor sigmoid() const;
+  /// tanh approximation, as Candle's gelu.
+  Tensor gelu() const;
+  /// Exact gelu with erf.
+  Tensor gelu_erf() const;
+  /// x * mul + add.
+  Tensor affine(double mul, double add) const;
+  /// x ^ e.
+  Tensor powf(double e) const;
+  /// min(max(x, lo), hi); every dtype.
+  Tensor clamp(double lo, double hi) const;
+
+  // ---- comparisons (broadcasting; result U8 with 0/1) ----
+  Tensor eq(const Tensor& rhs) const;
+  Tensor ne(const Tensor& rhs) const;
+  Tensor lt(const Tensor& rhs) const;
+  Tensor le(const Tensor& rhs) const;
+  Tensor gt(const Tensor& rhs) const;
+  Tensor ge(const Tensor& rhs) const;
+  /// this (U8, broadcast) selects on_true where nonzero, on_false elsewhere.
+  Tensor where_cond(const Tensor& on_true, const Tensor& on_false) const;
+
+  // ---- reductions ----
+  Tensor sum(const std::vector<size_t>& dims) const;
+  Tensor sum_keepdim(const std::vector<size_t>& dims) const;
+  Tensor mean(const std::vector<size_t>& dims) const;
+  Tensor mean_keepdim(const std::vector<size_t>& dims) const;
+  Tensor sum_all() const;
+  Tensor mean_all() const;
+  Tensor max(size_t dim) const;
+  Tensor max_keepdim(size_t dim) const;
+  Tensor min(size_t dim) const;
+  Tensor min_keepdim(size_t dim) const;
+  /// Index (U32) of the first maximum along `dim`.
+  Tensor argmax(size_t dim) const;
+  Tensor argmax_keepdim(size_t dim) const;
+  Tensor argmin(size_t dim) const;
+  Tensor argmin_keepdim(size_t dim) const;
+  Tensor softmax(size_t dim) const;
+
+  // ---- indexing (ids U32 or I64) ----
+  /// Rows `ids` (rank 1) of `dim`.
+  Tensor index_select(const Tensor& ids, size_t dim) const;
+  /// out[i][j][k] = self[i][ids[i][j][k]][k] for dim 1; ids has this tensor's rank.
+  Tensor gather(const Tensor& ids, size_t dim) const;
+  /// Rows of this (vocab, hidden) table: ids shape + [hidden].
+  Tensor embedding(const Tensor& ids) const;
+  /// Adds `src` into a copy of this at the rows `ids` (rank 1) of `dim` (index_select's adjoint).
+  Tensor index_add(const Tensor& ids, const Tensor& src, size_t dim) const;
+  /// Adds `src` into a copy of this at positions `ids` along `dim` (gather's adjoint).
+  Tensor scatter_add(const Tensor& ids, const Tensor& src, size_t dim) const;
+
+  // ---- autograd ----
+  /// A tracked leaf sharing this tensor's storage.
+  Tensor requires_grad() const;
+  bool is_tracked() const;
+  /// Gradients of this one-element tensor with respect to every tracked tensor it depends on.
+  GradStore backward() const;
+  /// Copies `value` (same shape, dtype, device) into this tensor's elements in place.
+  void assign(const Tensor& value) const;
+
+  // Internal: used by the library's own sources.
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
+
+ private:
+  static Tensor full_bytes(const void* value, DType dtype, const Shape& shape, const Device& dev);
+  static Tensor arange_impl(double start, double end, double step, DType dtype, const Device& dev);
+  static Tensor from_bytes(const void* data, size_t count, DType dtype, const Shape& shape,
+                           const Device& device);
+  static Tensor random_impl(bool normal, double a, double b, DType dtype, const Shape& shape,
+                            const Device& device);
+  // Checks dtype and rank (-1: one element) and returns the element count.
+  size_t checked_read_size(DType requested, int rank, const char* op) const;
+  void read_into(void* dst) const;
+
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Operators broadcast numpy-style; a scalar operand is promoted to the tensor's dtype and device.
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+
+/// Prints up to 6 values per dim, then the shape and dtype.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+}  // namespace wick

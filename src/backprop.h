@@ -1,0 +1,48 @@
+#pragma once
+// The record an op leaves on its output when an input is tracked.
+
+#include <vector>
+
+#include "ops.h"
+#include "wick/shape.h"
+#include "wick/tensor.h"
+
+namespace wick {
+
+enum class OpKind : uint8_t {
+  Unary,        // unary
+  Binary,       // binary; inputs (lhs, rhs) of equal shape
+  Sum,          // dims (keepdim result)
+  Max,          // dims = {dim} (keepdim result)
+  Min,          // dims = {dim} (keepdim result)
+  Softmax,      // over the last dim
+  Matmul,       // inputs (lhs, rhs), batch dims equal
+  Reshape,      // any view that only changes dims (reshape, squeeze, unsqueeze, flatten)
+  Permute,      // dims = the permutation
+  Narrow,       // dim, start
+  BroadcastAs,  // output shape from the result
+  Copy,         // identity (contiguous, copy)
+  ToDType,
+  ToDevice,
+  Cat,          // dim; any number of inputs
+  WhereCond,    // inputs (cond, on_true, on_false), all of one shape
+  IndexSelect,  // inputs (self, ids), dim
+  Gather,       // inputs (self, ids), dim
+  IndexAdd,     // inputs (self, ids, src), dim
+  ScatterAdd,   // inputs (self, ids, src), dim
+};
+
+struct BackpropOp {
+  OpKind kind;
+  std::vector<Tensor> inputs;
+  UnaryOp unary{UnaryKind::Neg};
+  BinaryKind binary = BinaryKind::Add;
+  std::vector<size_t> dims;
+  size_t dim = 0;
+  size_t start = 0;
+};
+
+/// Attaches `op` to `out` when recording is on and an input is tracked; returns `out`.
+Tensor record(Tensor out, BackpropOp op);
+
+}  // namespace wick

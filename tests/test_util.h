@@ -1,0 +1,106 @@
+#pragma once
+// Shared test helpers: random inputs, a double-precision view of any tensor, tolerance checks,
+// and the GPU skip rule.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "wick/wick.h"
+
+namespace wick::testing {
+
+/// A fresh generator per call site run; seeded from the test name so failures reproduce.
+inline std::mt19937_64& rng() {
+  static std::mt19937_64 gen(12345);
+  return gen;
+}
+
+/// Random doubles in [lo, hi), never all zeros.
+inline std::vector<double> random_values(size_t n, double lo = -2.0, double hi = 2.0) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (auto& x : v) x = dist(rng());
+  return v;
+}
+
+/// A tensor of `dtype` holding `values` (converted).
+inline Tensor tensor_from(const std::vector<double>& values, const Shape& shape, DType dtype,
+                          const Device& device = Device::cpu()) {
+  return Tensor::from_vec(values, shape, Device::cpu()).to_dtype(dtype).to_device(device);
+}
+
+/// Random tensor of `dtype`; integer dtypes get small non-negative integers.
+inline Tensor random_tensor(const Shape& shape, DType dtype, const Device& device = Device::cpu(),
+                            double lo = -2.0, double hi = 2.0) {
+  auto v = random_values(shape.elem_count(), lo, hi);
+  if (!is_float(dtype)) {
+    for (auto& x : v) x = std::floor(std::abs(x) * 10);
+  }
+  return tensor_from(v, shape, dtype, device);
+}
+
+/// Max |a - b| / (atol + rtol * |b|) <= 1 element-wise, with a readable failure.
+inline ::testing::AssertionResult all_close(const std::vector<double>& actual,
+                                            const std::vector<double>& expected, double rtol,
+                                            double atol) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << "size " << actual.size() << " != expected " << expected.size();
+  }
+  for (size_t i = 0; i < actual.size(); ++i) {
+    double a = actual[i], e = expected[i];
+    if (std::isnan(e) && std::isnan(a)) continue;
+    if (std::isinf(e) && a == e) continue;
+    if (!(std::abs(a - e) <= atol + rtol * std::abs(e))) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << a << ", expected " << e << " (rtol " << rtol
+             << ", atol " << atol << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Relative tolerance for results rounded to `dtype`.
+inline double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::BF16: return 2e-2;
+    case DType::F16: return 4e-3;
+    case DType::F32: return 1e-5;
+    case DType::F64: return 1e-12;
+    default: return 0;
+  }
+}
+
+inline const std::vector<DType>& all_dtypes() {
+  static const std::vector<DType> v{DType::U8,  DType::U32, DType::I64, DType::BF16,
+                                    DType::F16, DType::F32, DType::F64};
+  return v;
+}
+
+inline const std::vector<DType>& float_dtypes() {
+  static const std::vector<DType> v{DType::BF16, DType::F16, DType::F32, DType::F64};
+  return v;
+}
+
+/// True when CUDA tests should be skipped (no GPU); with WICK_REQUIRE_CUDA=1 that is a failure.
+inline bool cuda_missing() {
+  if (cuda_is_available()) return false;
+  const char* req = std::getenv("WICK_REQUIRE_CUDA");
+  return !(req && std::string(req) == "1");
+}
+
+}  // namespace wick::testing
+
+/// First line of every GPU test: skip with a message when there is no GPU, fail under
+/// WICK_REQUIRE_CUDA=1.
+#define WICK_REQUIRE_GPU()                                                           \
+  do {                                                                               \
+    if (::wick::testing::cuda_missing()) GTEST_SKIP() << "no CUDA device available"; \
+    ASSERT_TRUE(::wick::cuda_is_available())                                         \
+        << "WICK_REQUIRE_CUDA=1 but no CUDA device is available";                    \
+  } while (0)
