@@ -1,0 +1,36 @@
+#pragma once
+// Every CUDA, cuBLAS and cuBLASLt call goes through these: a failure throws BackendError with
+// the call's text and status.
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "wick/error.h"
+
+namespace wick::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
+                                     int line);
+
+}  // namespace wick::cuda
+
+#define WICK_CUDA_CHECK(call)                                                                 \
+  do {                                                                                        \
+    cudaError_t wick_status_ = (call);                                                        \
+    if (wick_status_ != cudaSuccess)                                                          \
+      ::wick::cuda::throw_cuda_error(wick_status_, #call, __FILE__, __LINE__);                \
+  } while (0)
+
+#define WICK_CUBLAS_CHECK(call)                                                               \
+  do {                                                                                        \
+    cublasStatus_t wick_status_ = (call);                                                     \
+    if (wick_status_ != CUBLAS_STATUS_SUCCESS)                                                \
+      ::wick::cuda::throw_cublas_error(wick_status_, #call, __FILE__, __LINE__);              \
+  } while (0)
+
+/// After a kernel launch: a bad launch configuration shows up here, at once.
+#define WICK_CUDA_CHECK_LAUNCH() WICK_CUDA_CHECK(cudaGetLastError())
