@@ -33,6 +33,7 @@ enum class OpKind : uint8_t {
 };
 
 struct BackpropOp {
+  BackpropOp(OpKind kind, std::vector<Tensor> inputs) : kind(kind), inputs(std::move(inputs)) {}
   OpKind kind;
   std::vector<Tensor> inputs;
   UnaryOp unary{UnaryKind::Neg};

@@ -10,6 +10,8 @@ BackendDevice& device(int ordinal) {
                      std::to_string(ordinal) + " requested)");
 }
 
-int device_count() { return 0; }
+int device_count() {
+  return 0;
+}
 
 }  // namespace wick::cuda

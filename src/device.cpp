@@ -19,9 +19,13 @@ Device Device::parse(const std::string& name) {
   throw Error(str("device: unknown device '", name, "' (expected cpu, cuda or cuda:N)"));
 }
 
-void Device::synchronize() const { backend_device(*this).synchronize(); }
+void Device::synchronize() const {
+  backend_device(*this).synchronize();
+}
 
-void Device::set_seed(uint64_t seed) const { backend_device(*this).set_seed(seed); }
+void Device::set_seed(uint64_t seed) const {
+  backend_device(*this).set_seed(seed);
+}
 
 std::string Device::to_string() const {
   return is_cpu() ? "cpu" : "cuda:" + std::to_string(ordinal_);
@@ -31,9 +35,13 @@ std::ostream& operator<<(std::ostream& os, const Device& device) {
   return os << device.to_string();
 }
 
-bool cuda_is_available() { return cuda::device_count() > 0; }
+bool cuda_is_available() {
+  return cuda::device_count() > 0;
+}
 
-int cuda_device_count() { return cuda::device_count(); }
+int cuda_device_count() {
+  return cuda::device_count();
+}
 
 BackendDevice& backend_device(const Device& device) {
   if (device.is_cpu()) return cpu::device();

@@ -10,13 +10,20 @@ namespace wick {
 template <class F>
 decltype(auto) dispatch(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::U8: return f.template operator()<uint8_t>();
-    case DType::U32: return f.template operator()<uint32_t>();
-    case DType::I64: return f.template operator()<int64_t>();
-    case DType::BF16: return f.template operator()<bf16>();
-    case DType::F16: return f.template operator()<f16>();
-    case DType::F32: return f.template operator()<float>();
-    case DType::F64: return f.template operator()<double>();
+    case DType::U8:
+      return f.template operator()<uint8_t>();
+    case DType::U32:
+      return f.template operator()<uint32_t>();
+    case DType::I64:
+      return f.template operator()<int64_t>();
+    case DType::BF16:
+      return f.template operator()<bf16>();
+    case DType::F16:
+      return f.template operator()<f16>();
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::F64:
+      return f.template operator()<double>();
   }
   throw Error("dispatch: invalid dtype");
 }
@@ -25,10 +32,14 @@ decltype(auto) dispatch(DType dtype, F&& f) {
 template <class F>
 decltype(auto) dispatch_float(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::BF16: return f.template operator()<bf16>();
-    case DType::F16: return f.template operator()<f16>();
-    case DType::F32: return f.template operator()<float>();
-    case DType::F64: return f.template operator()<double>();
+    case DType::BF16:
+      return f.template operator()<bf16>();
+    case DType::F16:
+      return f.template operator()<f16>();
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::F64:
+      return f.template operator()<double>();
     default:
       throw UnsupportedDType(std::string(op) + ": unsupported dtype " + dtype_name(dtype) +
                              " (float dtypes only)");

@@ -9,7 +9,21 @@
 namespace wick {
 
 enum class UnaryKind : uint8_t {
-  Neg, Abs, Exp, Log, Sqrt, Sqr, Recip, Tanh, Sin, Cos, Relu, Silu, Sigmoid, Gelu, GeluErf,
+  Neg,
+  Abs,
+  Exp,
+  Log,
+  Sqrt,
+  Sqr,
+  Recip,
+  Tanh,
+  Sin,
+  Cos,
+  Relu,
+  Silu,
+  Sigmoid,
+  Gelu,
+  GeluErf,
   Affine,  // x * p0 + p1
   Powf,    // x ^ p0
   Clamp,   // min(max(x, p0), p1)

@@ -28,6 +28,8 @@ std::string Shape::to_string() const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Shape& shape) { return os << shape.to_string(); }
+std::ostream& operator<<(std::ostream& os, const Shape& shape) {
+  return os << shape.to_string();
+}
 
 }  // namespace wick

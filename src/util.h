@@ -17,6 +17,8 @@ std::string str(const Args&... args) {
   return os.str();
 }
 
-inline std::string vec_str(const std::vector<size_t>& v) { return Shape(v).to_string(); }
+inline std::string vec_str(const std::vector<size_t>& v) {
+  return Shape(v).to_string();
+}
 
 }  // namespace wick

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ostream>
+#include <type_traits>
 
 #if defined(__F16C__) && !defined(__CUDACC__)
 #include <immintrin.h>
@@ -67,12 +68,15 @@ inline float half_bits_to_float(uint16_t h) {
 
 inline uint16_t float_to_bf16_bits(float f) {
   uint32_t x = float_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet nan
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet nan
   x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);
 }
 
-inline float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+inline float bf16_bits_to_float(uint16_t b) {
+  return bits_float(static_cast<uint32_t>(b) << 16);
+}
 
 }  // namespace detail
 
@@ -81,7 +85,9 @@ struct f16 {
   uint16_t bits = 0;
   f16() = default;
   explicit f16(float f) : bits(detail::float_to_half_bits(f)) {}
-  explicit f16(double d) : f16(static_cast<float>(d)) {}
+  /// From any arithmetic value, through float.
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, float>>>
+  explicit f16(T v) : f16(static_cast<float>(v)) {}
   static f16 from_bits(uint16_t b) {
     f16 h;
     h.bits = b;
@@ -95,7 +101,8 @@ struct bf16 {
   uint16_t bits = 0;
   bf16() = default;
   explicit bf16(float f) : bits(detail::float_to_bf16_bits(f)) {}
-  explicit bf16(double d) : bf16(static_cast<float>(d)) {}
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, float>>>
+  explicit bf16(T v) : bf16(static_cast<float>(v)) {}
   static bf16 from_bits(uint16_t b) {
     bf16 h;
     h.bits = b;
@@ -104,7 +111,11 @@ struct bf16 {
   operator float() const { return detail::bf16_bits_to_float(bits); }
 };
 
-inline std::ostream& operator<<(std::ostream& os, f16 h) { return os << static_cast<float>(h); }
-inline std::ostream& operator<<(std::ostream& os, bf16 h) { return os << static_cast<float>(h); }
+inline std::ostream& operator<<(std::ostream& os, f16 h) {
+  return os << static_cast<float>(h);
+}
+inline std::ostream& operator<<(std::ostream& os, bf16 h) {
+  return os << static_cast<float>(h);
+}
 
 }  // namespace wick

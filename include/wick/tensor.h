@@ -180,12 +180,12 @@ class Tensor {
   Tensor broadcast_minimum(const Tensor& rhs) const;
 
   // ---- element-wise unary (float dtypes unless noted) ----
-  Tensor neg() const;   // float and i64
-  Tensor abs() const;   // every dtype
+  Tensor neg() const;  // float and i64
+  Tensor abs() const;  // every dtype
   Tensor exp() const;
   Tensor log() const;
   Tensor sqrt() const;
-  Tensor sqr() const;   // every dtype
+  Tensor sqr() const;  // every dtype
   Tensor recip() const;
   Tensor tanh() const;
   Tensor sin() const;

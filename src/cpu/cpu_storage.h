@@ -43,16 +43,16 @@ class CpuStorage final : public BackendStorage {
   StoragePtr reduce(ReduceKind op, const Layout& layout,
                     const std::vector<size_t>& dims) const override;
   StoragePtr softmax_last_dim(const Layout& layout) const override;
-  StoragePtr index_select(const Layout& layout, const BackendStorage& ids,
-                          const Layout& ids_layout, size_t dim) const override;
+  StoragePtr index_select(const Layout& layout, const BackendStorage& ids, const Layout& ids_layout,
+                          size_t dim) const override;
   StoragePtr gather(const Layout& layout, const BackendStorage& ids, const Layout& ids_layout,
                     size_t dim) const override;
   StoragePtr index_add(const Layout& layout, const BackendStorage& ids, const Layout& ids_layout,
                        const BackendStorage& src, const Layout& src_layout,
                        size_t dim) const override;
-  StoragePtr scatter_add(const Layout& layout, const BackendStorage& ids,
-                         const Layout& ids_layout, const BackendStorage& src,
-                         const Layout& src_layout, size_t dim) const override;
+  StoragePtr scatter_add(const Layout& layout, const BackendStorage& ids, const Layout& ids_layout,
+                         const BackendStorage& src, const Layout& src_layout,
+                         size_t dim) const override;
   StoragePtr matmul(const BackendStorage& rhs, MatmulDims dims, const Layout& lhs_layout,
                     const Layout& rhs_layout) const override;
 
@@ -66,8 +66,12 @@ class CpuStorage final : public BackendStorage {
 };
 
 /// The downcast every CPU op does on its operands (validated above, so never fails).
-inline const CpuStorage& as_cpu(const BackendStorage& s) { return static_cast<const CpuStorage&>(s); }
-inline CpuStorage& as_cpu(BackendStorage& s) { return static_cast<CpuStorage&>(s); }
+inline const CpuStorage& as_cpu(const BackendStorage& s) {
+  return static_cast<const CpuStorage&>(s);
+}
+inline CpuStorage& as_cpu(BackendStorage& s) {
+  return static_cast<CpuStorage&>(s);
+}
 
 class CpuDevice final : public BackendDevice {
  public:

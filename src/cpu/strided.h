@@ -13,7 +13,9 @@ namespace wick::cpu {
 class StridedIndex {
  public:
   explicit StridedIndex(const Layout& layout, size_t first_element = 0)
-      : dims_(layout.dims()), strides_(layout.strides()), index_(dims_.size(), 0),
+      : dims_(layout.dims()),
+        strides_(layout.strides()),
+        index_(dims_.size(), 0),
         offset_(layout.start_offset()) {
     // Start at element `first_element` (for splitting work between threads).
     size_t rem = first_element;

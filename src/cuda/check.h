@@ -12,24 +12,25 @@
 
 namespace wick::cuda {
 
-[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
+                                   int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
 
 }  // namespace wick::cuda
 
-#define WICK_CUDA_CHECK(call)                                                                 \
-  do {                                                                                        \
-    cudaError_t wick_status_ = (call);                                                        \
-    if (wick_status_ != cudaSuccess)                                                          \
-      ::wick::cuda::throw_cuda_error(wick_status_, #call, __FILE__, __LINE__);                \
+#define WICK_CUDA_CHECK(call)                                                  \
+  do {                                                                         \
+    cudaError_t wick_status_ = (call);                                         \
+    if (wick_status_ != cudaSuccess)                                           \
+      ::wick::cuda::throw_cuda_error(wick_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define WICK_CUBLAS_CHECK(call)                                                               \
-  do {                                                                                        \
-    cublasStatus_t wick_status_ = (call);                                                     \
-    if (wick_status_ != CUBLAS_STATUS_SUCCESS)                                                \
-      ::wick::cuda::throw_cublas_error(wick_status_, #call, __FILE__, __LINE__);              \
+#define WICK_CUBLAS_CHECK(call)                                                  \
+  do {                                                                           \
+    cublasStatus_t wick_status_ = (call);                                        \
+    if (wick_status_ != CUBLAS_STATUS_SUCCESS)                                   \
+      ::wick::cuda::throw_cublas_error(wick_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 /// After a kernel launch: a bad launch configuration shows up here, at once.

@@ -51,8 +51,8 @@ void launch_cmp(CmpKind op, DType dtype, const void* lhs, const StridedView& lhs
                 const void* rhs, const StridedView& rhs_view, void* dst, size_t count,
                 cudaStream_t s);
 void launch_where(const void* cond, const StridedView& cond_view, DType dtype, const void* on_true,
-                  const StridedView& true_view, const void* on_false,
-                  const StridedView& false_view, void* dst, size_t count, cudaStream_t s);
+                  const StridedView& true_view, const void* on_false, const StridedView& false_view,
+                  void* dst, size_t count, cudaStream_t s);
 /// See BackendStorage::reduce. dst is contiguous with the kept dims.
 void launch_reduce(ReduceKind op, DType dtype, const void* src, const Layout& layout,
                    const std::vector<size_t>& dims, void* dst, const TempAlloc& temp,

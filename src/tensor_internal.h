@@ -1,0 +1,36 @@
+#pragma once
+// Helpers shared by the Tensor front-end sources (tensor.cpp, tensor_ops.cpp).
+
+#include <string>
+#include <vector>
+
+#include "tensor_impl.h"
+#include "util.h"
+
+namespace wick::detail {
+
+/// Throws wick::Error when `t` is an empty handle.
+const TensorImpl& impl_of(const Tensor& t, const char* op);
+
+/// A fresh tensor owning `storage`, row-major with `shape`.
+Tensor from_storage(StoragePtr storage, const Shape& shape);
+
+/// A view of `t`'s storage with another layout (no recording).
+Tensor view_of(const Tensor& t, Layout layout);
+
+/// The backend storage of a tensor.
+inline BackendStorage& backend_of(const Tensor& t) {
+  return t.impl()->storage->backend();
+}
+
+/// Shared read locks on the storages of `tensors`, each locked once.
+ReadLocks read_locks(std::initializer_list<const Tensor*> tensors);
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
+/// Throws IndexOutOfRange unless dim < rank.
+void check_dim(const char* op, const Tensor& t, size_t dim);
+/// numpy-style broadcast of two shapes; ShapeMismatch naming `op` when impossible.
+Shape broadcast_shape(const char* op, const Shape& lhs, const Shape& rhs);
+
+}  // namespace wick::detail
