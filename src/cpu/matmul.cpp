@@ -1,1 +1,407 @@
-// placeholder
+// CpuStorage::matmul: OpenBLAS gemm/gemv reading the operands through their own strides whenever
+// BLAS can (transposes, padded rows, collapsible or broadcast batches), one packed copy when it
+// cannot. f16/bf16 are widened to f32, multiplied by sgemm and rounded once at the end.
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "cpu/cpu_storage.h"
+#include "cpu/parallel.h"
+#include "dispatch.h"
+#include "util.h"
+
+namespace wick::cpu {
+namespace {
+
+// ---- BLAS threads ----
+
+// OpenBLAS's thread count is process-global (0.3.21 has no per-call or thread-local setting).
+// Batch-parallel regions need it at 1 so that each worker's call runs single-threaded; the
+// count of such regions in flight decides the setting, changed only under one lock, so two
+// regions never undo each other. A large threaded call made by another thread while a region
+// runs gets one BLAS thread: slower, never wrong.
+class BlasThreads {
+ public:
+  static BlasThreads& instance() {
+    static BlasThreads t;
+    return t;
+  }
+  int threads() const { return threads_; }
+
+  void enter_single() {
+    std::lock_guard lock(mutex_);
+    if (single_users_++ == 0) openblas_set_num_threads(1);
+  }
+  void leave_single() {
+    std::lock_guard lock(mutex_);
+    if (--single_users_ == 0) openblas_set_num_threads(threads_);
+  }
+
+ private:
+  BlasThreads() {
+    // OpenBLAS's own default unless WICK_NUM_THREADS asks for a count.
+    if (const char* env = std::getenv("WICK_NUM_THREADS"); env != nullptr && *env != '\0') {
+      openblas_set_num_threads(static_cast<int>(num_threads()));
+    }
+    threads_ = openblas_get_num_threads();
+  }
+  std::mutex mutex_;
+  int single_users_ = 0;
+  int threads_ = 1;
+};
+
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas() { BlasThreads::instance().enter_single(); }
+  ~SingleThreadedBlas() { BlasThreads::instance().leave_single(); }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+};
+
+// ---- layouts as BLAS sees them ----
+
+constexpr size_t kBlasMax = INT_MAX;
+
+// One (rows x cols) matrix for BLAS: row-major (no transpose) or column-major (transposed), with
+// leading dimension ld.
+struct MatrixView {
+  bool trans;
+  size_t ld;
+};
+
+// The view BLAS can read for element strides rs (rows) and cs (cols), if any. Dims of size 1
+// take any stride; a leading dimension must cover the other dim (no overlapping rows).
+std::optional<MatrixView> blas_view(size_t rows, size_t cols, size_t rs, size_t cs) {
+  if ((cols <= 1 || cs == 1) && (rows <= 1 || (rs >= cols && rs >= 1))) {
+    size_t ld = rows <= 1 ? std::max<size_t>(cols, 1) : rs;
+    if (ld <= kBlasMax) return MatrixView{false, ld};
+  }
+  if ((rows <= 1 || rs == 1) && (cols <= 1 || (cs >= rows && cs >= 1))) {
+    size_t ld = cols <= 1 ? std::max<size_t>(rows, 1) : cs;
+    if (ld <= kBlasMax) return MatrixView{true, ld};
+  }
+  return std::nullopt;
+}
+
+// The one stride that walks the batch dims (all but the last two) in row-major order, if they
+// collapse to one: 0 for a broadcast batch, and any stride when there is at most one batch.
+std::optional<size_t> batch_stride(const Layout& layout) {
+  const auto& dims = layout.dims();
+  const auto& strides = layout.strides();
+  std::optional<size_t> stride;
+  size_t expect = 0;
+  for (size_t i = layout.rank() - 2; i-- > 0;) {
+    if (dims[i] == 1) continue;
+    if (!stride) {
+      stride = strides[i];
+    } else if (strides[i] != expect) {
+      return std::nullopt;
+    }
+    expect = strides[i] * dims[i];
+  }
+  return stride.value_or(0);
+}
+
+// Offset of batch i's matrix for batch dims that do not collapse (a permuted batch, or a mix of
+// broadcast and real batch dims): no copy is needed, only this arithmetic per batch.
+size_t batch_offset(const Layout& layout, size_t i) {
+  const auto& dims = layout.dims();
+  const auto& strides = layout.strides();
+  size_t off = 0;
+  for (size_t d = layout.rank() - 2; d-- > 0;) {
+    off += (i % dims[d]) * strides[d];
+    i /= dims[d];
+  }
+  return off;
+}
+
+// One operand as the BLAS calls see it: batch i's matrix starts at at(i).
+template <class C>
+struct Operand {
+  const C* base = nullptr;
+  size_t rs = 0, cs = 0;  // element strides of the matrix dims
+  MatrixView view{};
+  std::optional<size_t> bstride;   // set when the batch dims collapse
+  const Layout* layout = nullptr;  // the batch dims otherwise
+  std::unique_ptr<C[]> packed;     // owns base when the operand was copied
+
+  const C* at(size_t i) const { return base + (bstride ? i * *bstride : batch_offset(*layout, i)); }
+  // Every batch reads the same matrix.
+  bool shared(size_t b) const { return b == 1 || (bstride && *bstride == 0); }
+};
+
+// ---- conversions ----
+
+// dst[i] = C(src[i * step]) for i < n.
+template <class T, class C>
+void convert_line(const T* src, size_t step, size_t n, C* dst) {
+  if (step == 1) {
+    if constexpr (std::is_same_v<T, C>) {
+      std::memcpy(dst, src, n * sizeof(C));
+      return;
+    }
+#if defined(__F16C__)
+    if constexpr (std::is_same_v<T, f16> && std::is_same_v<C, float>) {
+      size_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+      }
+      for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+      return;
+    }
+#endif
+    if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float>) {
+      // The bits of a bf16 are the top half of the float: a shift the compiler vectorises.
+      const uint16_t* bits = reinterpret_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t u = static_cast<uint32_t>(bits[i]) << 16;
+        std::memcpy(dst + i, &u, 4);
+      }
+      return;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, C>) {
+      dst[i] = src[i * step];
+    } else {
+      dst[i] = static_cast<float>(src[i * step]);
+    }
+  }
+}
+
+// Rounds n floats to T (f16/bf16) once.
+template <class T>
+void round_floats(const float* src, size_t n, T* dst) {
+  parallel_for(n, 1 << 15, [&](size_t begin, size_t end) {
+    size_t i = begin;
+#if defined(__F16C__)
+    if constexpr (std::is_same_v<T, f16>) {
+      for (; i + 8 <= end; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+      }
+    }
+#endif
+    for (; i < end; ++i) dst[i] = T(src[i]);
+  });
+}
+
+// Copies the operand's matrices into a dense buffer of C, row-major, or column-major when the
+// source is column-major (so both sides of the copy run sequentially). A shared (broadcast)
+// operand is copied once.
+template <class T, class C>
+void pack(Operand<C>& op, const T* data, const Layout& layout, size_t b, size_t rows, size_t cols,
+          bool col_major) {
+  size_t rs = layout.strides()[layout.rank() - 2];
+  size_t cs = layout.strides()[layout.rank() - 1];
+  auto bstride = batch_stride(layout);
+  bool shared = b == 1 || (bstride && *bstride == 0);
+  size_t count = shared ? 1 : b;
+  const T* base = data + layout.start_offset();
+
+  auto buf = std::make_unique_for_overwrite<C[]>(count * rows * cols);
+  size_t lines = col_major ? cols : rows;
+  size_t len = col_major ? rows : cols;
+  size_t line_step = col_major ? cs : rs;
+  size_t elem_step = col_major ? rs : cs;
+  size_t grain = std::max<size_t>(1, (size_t{1} << 14) / len);
+  C* dst = buf.get();
+  parallel_for(count * lines, grain, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t) {
+      size_t bi = t / lines, line = t % lines;
+      const T* src = base + (bstride ? bi * *bstride : batch_offset(layout, bi));
+      convert_line<T, C>(src + line * line_step, elem_step, len, dst + t * len);
+    }
+  });
+
+  op.base = buf.get();
+  op.rs = col_major ? 1 : cols;
+  op.cs = col_major ? rows : 1;
+  op.view = *blas_view(rows, cols, op.rs, op.cs);
+  op.bstride = shared ? 0 : rows * cols;
+  op.layout = nullptr;
+  op.packed = std::move(buf);
+}
+
+// The operand for the (batch..., rows, cols) `layout` of `data`: read in place when BLAS can
+// (C == T and the strides fit), packed otherwise.
+template <class T, class C>
+Operand<C> make_operand(const T* data, const Layout& layout, size_t b, size_t rows, size_t cols) {
+  Operand<C> op;
+  size_t rs = layout.strides()[layout.rank() - 2];
+  size_t cs = layout.strides()[layout.rank() - 1];
+  auto view = blas_view(rows, cols, rs, cs);
+  if constexpr (std::is_same_v<T, C>) {
+    if (view) {
+      op.base = data + layout.start_offset();
+      op.rs = rs;
+      op.cs = cs;
+      op.view = *view;
+      op.bstride = batch_stride(layout);
+      op.layout = &layout;
+      return op;
+    }
+  }
+  pack<T, C>(op, data, layout, b, rows, cols, view && view->trans);
+  return op;
+}
+
+// ---- BLAS calls ----
+
+int blas_int(size_t v) {
+  return static_cast<int>(v);
+}
+
+CBLAS_TRANSPOSE trans_flag(bool t) {
+  return t ? CblasTrans : CblasNoTrans;
+}
+
+// y = op(A) x with A a row-major (rows x cols) matrix.
+template <class C>
+void gemv(bool trans, size_t rows, size_t cols, const C* a, size_t lda, const C* x, size_t incx,
+          C* y) {
+  if constexpr (std::is_same_v<C, float>) {
+    cblas_sgemv(CblasRowMajor, trans_flag(trans), blas_int(rows), blas_int(cols), 1.0f, a,
+                blas_int(lda), x, blas_int(incx), 0.0f, y, 1);
+  } else {
+    cblas_dgemv(CblasRowMajor, trans_flag(trans), blas_int(rows), blas_int(cols), 1.0, a,
+                blas_int(lda), x, blas_int(incx), 0.0, y, 1);
+  }
+}
+
+// One (m x k) * (k x n) product into the dense row-major c. m == 1 or n == 1 is a gemv, which
+// OpenBLAS runs about 2.3x faster than the same shape through its sgemm.
+template <class C>
+void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b, MatrixView bv,
+             C* c) {
+  if (m == 1) {
+    // c = B^T a: a's elements are ld apart when it is stored column-major.
+    size_t inca = av.trans ? av.ld : 1;
+    if (bv.trans) {
+      gemv<C>(false, n, k, b, bv.ld, a, inca, c);
+    } else {
+      gemv<C>(true, k, n, b, bv.ld, a, inca, c);
+    }
+    return;
+  }
+  if (n == 1) {
+    size_t incb = bv.trans ? 1 : bv.ld;
+    if (av.trans) {
+      gemv<C>(true, k, m, a, av.ld, b, incb, c);
+    } else {
+      gemv<C>(false, m, k, a, av.ld, b, incb, c);
+    }
+    return;
+  }
+  if constexpr (std::is_same_v<C, float>) {
+    cblas_sgemm(CblasRowMajor, trans_flag(av.trans), trans_flag(bv.trans), blas_int(m), blas_int(n),
+                blas_int(k), 1.0f, a, blas_int(av.ld), b, blas_int(bv.ld), 0.0f, c, blas_int(n));
+  } else {
+    cblas_dgemm(CblasRowMajor, trans_flag(av.trans), trans_flag(bv.trans), blas_int(m), blas_int(n),
+                blas_int(k), 1.0, a, blas_int(av.ld), b, blas_int(bv.ld), 0.0, c, blas_int(n));
+  }
+}
+
+// Below this many multiply-adds per batch, one threaded BLAS call per batch spends more time
+// handing work to its threads than computing; the batches go to the workers instead.
+constexpr size_t kSmallBatchFlops = size_t{1} << 24;
+
+// All b products into out (b * m * n, row-major).
+template <class C>
+void run(size_t b, size_t m, size_t n, size_t k, const Operand<C>& lhs, const Operand<C>& rhs,
+         C* out) {
+  if (b > 1 && rhs.shared(b) && lhs.bstride) {
+    // One rhs for every batch and lhs rows evenly spaced across batches: a single
+    // (b*m x k) * (k x n) product, whose result is exactly the (b, m, n) output.
+    size_t bs = *lhs.bstride;
+    std::optional<size_t> rs;
+    if (m == 1) {
+      rs = bs;
+    } else if (bs == m * lhs.rs) {
+      rs = lhs.rs;
+    }
+    if (rs && b * m <= kBlasMax) {
+      if (auto view = blas_view(b * m, k, *rs, lhs.cs)) {
+        product<C>(b * m, n, k, lhs.base, *view, rhs.base, rhs.view, out);
+        return;
+      }
+    }
+  }
+  size_t mn = m * n;
+  auto one = [&](size_t i) {
+    product<C>(m, n, k, lhs.at(i), lhs.view, rhs.at(i), rhs.view, out + i * mn);
+  };
+  if (b == 1) {
+    one(0);
+    return;
+  }
+  if (lhs.shared(b) && rhs.shared(b)) {
+    // Every batch is the same product: compute it once.
+    one(0);
+    for (size_t i = 1; i < b; ++i) std::memcpy(out + i * mn, out, mn * sizeof(C));
+    return;
+  }
+  size_t workers = num_threads();
+  bool batch_parallel = workers > 1 && BlasThreads::instance().threads() > 1 &&
+                        (m * n * k <= kSmallBatchFlops || b % workers == 0);
+  if (!batch_parallel) {
+    for (size_t i = 0; i < b; ++i) one(i);
+    return;
+  }
+  SingleThreadedBlas single;
+  parallel_for(b, 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) one(i);
+  });
+}
+
+template <class T>
+StoragePtr matmul_typed(const CpuStorage& lhs, const CpuStorage& rhs, MatmulDims d,
+                        const Layout& lhs_layout, const Layout& rhs_layout) {
+  auto out = std::make_unique<CpuStorage>(d.b * d.m * d.n, dtype_of<T>());
+  if (d.b * d.m * d.n == 0) return out;
+  T* dst = out->template as<T>();
+  if (d.k == 0) {
+    std::fill(dst, dst + d.b * d.m * d.n, T(0.0f));
+    return out;
+  }
+  if (std::max({d.m, d.n, d.k}) > kBlasMax) {
+    throw BackendError(str("matmul: dims too large for BLAS, (b, m, n, k) = (", d.b, ", ", d.m,
+                           ", ", d.n, ", ", d.k, ")"));
+  }
+  BlasThreads::instance();  // applies WICK_NUM_THREADS before the first BLAS call
+  using C = compute_t<T>;
+  auto a = make_operand<T, C>(lhs.as<T>(), lhs_layout, d.b, d.m, d.k);
+  auto b = make_operand<T, C>(rhs.as<T>(), rhs_layout, d.b, d.k, d.n);
+  if constexpr (std::is_same_v<T, C>) {
+    run<C>(d.b, d.m, d.n, d.k, a, b, dst);
+  } else {
+    auto wide = std::make_unique_for_overwrite<float[]>(d.b * d.m * d.n);
+    run<C>(d.b, d.m, d.n, d.k, a, b, wide.get());
+    round_floats<T>(wide.get(), d.b * d.m * d.n, dst);
+  }
+  return out;
+}
+
+}  // namespace
+
+StoragePtr CpuStorage::matmul(const BackendStorage& rhs, MatmulDims dims, const Layout& lhs_layout,
+                              const Layout& rhs_layout) const {
+  return dispatch_float(dtype_, "matmul", [&]<class T>() -> StoragePtr {
+    return matmul_typed<T>(*this, as_cpu(rhs), dims, lhs_layout, rhs_layout);
+  });
+}
+
+}  // namespace wick::cpu
