@@ -1,0 +1,390 @@
+#pragma once
+// Shared by wick's .cu files: device element types (f16/bf16 compute in float), conversions, the
+// N-d strided indexer over a by-value StridedView, 16-byte vector access, warp reductions, the
+// generic element-wise map kernels and launch-size helpers.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+#include "wick/dtype.h"
+#include "wick/error.h"
+
+namespace wick::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// Element types
+
+template <class T>
+inline constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+template <class T>
+inline constexpr bool is_float_v = is_half_v<T> || std::is_floating_point_v<T>;
+
+/// Calls f.template operator()<T>() with T the device element type of `dtype`.
+template <class F>
+decltype(auto) dispatch_dev(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::U8:
+      return f.template operator()<uint8_t>();
+    case DType::U32:
+      return f.template operator()<uint32_t>();
+    case DType::I64:
+      return f.template operator()<int64_t>();
+    case DType::BF16:
+      return f.template operator()<__nv_bfloat16>();
+    case DType::F16:
+      return f.template operator()<__half>();
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::F64:
+      return f.template operator()<double>();
+  }
+  throw Error("cuda: invalid dtype");
+}
+
+/// Float dtypes only; others throw UnsupportedDType naming `op`.
+template <class F>
+decltype(auto) dispatch_dev_float(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::BF16:
+      return f.template operator()<__nv_bfloat16>();
+    case DType::F16:
+      return f.template operator()<__half>();
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::F64:
+      return f.template operator()<double>();
+    default:
+      throw UnsupportedDType(std::string(op) + ": unsupported dtype " + dtype_name(dtype) +
+                             " on cuda (float dtypes only)");
+  }
+}
+
+/// Unsigned integer of the same size: kernels that only move bits are instantiated per size.
+template <size_t Bytes>
+struct bits_type;
+template <>
+struct bits_type<1> {
+  using type = uint8_t;
+};
+template <>
+struct bits_type<2> {
+  using type = uint16_t;
+};
+template <>
+struct bits_type<4> {
+  using type = uint32_t;
+};
+template <>
+struct bits_type<8> {
+  using type = unsigned long long;
+};
+
+template <class F>
+decltype(auto) dispatch_size(size_t bytes, F&& f) {
+  switch (bytes) {
+    case 1:
+      return f.template operator()<uint8_t>();
+    case 2:
+      return f.template operator()<uint16_t>();
+    case 4:
+      return f.template operator()<uint32_t>();
+    default:
+      return f.template operator()<unsigned long long>();
+  }
+}
+
+/// The type arithmetic runs in: float for f16/bf16, the type itself otherwise.
+template <class T>
+struct compute_type {
+  using type = T;
+};
+template <>
+struct compute_type<__half> {
+  using type = float;
+};
+template <>
+struct compute_type<__nv_bfloat16> {
+  using type = float;
+};
+template <class T>
+using compute_t = typename compute_type<T>::type;
+
+/// Float to integer as the CPU backend (and Rust's `as`): truncation, NaN gives 0, values out
+/// of range saturate.
+template <class To>
+__device__ __forceinline__ To float_to_int(double d) {
+  if (d != d) return To(0);
+  constexpr double lo = std::is_signed_v<To> ? -9223372036854775808.0 : 0.0;
+  constexpr double hi_excl =
+      static_cast<double>(uint64_t{1} << (sizeof(To) * 8 - (std::is_signed_v<To> ? 1 : 0)));
+  d = trunc(d);
+  if (d <= lo) return std::is_signed_v<To> ? static_cast<To>(INT64_MIN) : To(0);
+  if (d >= hi_excl) return static_cast<To>(std::is_signed_v<To> ? INT64_MAX : ~To(0));
+  return static_cast<To>(d);
+}
+
+/// Value conversion between any two element types, with the CPU backend's rules: into f16/bf16
+/// rounded to nearest even from the exact value, integers to integers modular.
+template <class To, class From>
+__device__ __forceinline__ To convert(From x) {
+  if constexpr (std::is_same_v<To, From>) {
+    return x;
+  } else if constexpr (std::is_same_v<From, __half>) {
+    return convert<To>(__half2float(x));
+  } else if constexpr (std::is_same_v<From, __nv_bfloat16>) {
+    return convert<To>(__bfloat162float(x));
+  } else if constexpr (std::is_same_v<To, __half>) {
+    if constexpr (std::is_same_v<From, float>)
+      return __float2half_rn(x);
+    else
+      return __double2half(static_cast<double>(x));
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    if constexpr (std::is_same_v<From, float>)
+      return __float2bfloat16_rn(x);
+    else
+      return __double2bfloat16(static_cast<double>(x));
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    return float_to_int<To>(static_cast<double>(x));
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ compute_t<T> to_compute(T x) {
+  return convert<compute_t<T>>(x);
+}
+
+/// Largest and smallest values of a compute type (infinities for floats).
+template <class C>
+__device__ __forceinline__ C highest() {
+  if constexpr (std::is_same_v<C, float>)
+    return __int_as_float(0x7f800000);
+  else if constexpr (std::is_same_v<C, double>)
+    return __longlong_as_double(0x7ff0000000000000ll);
+  else if constexpr (std::is_same_v<C, int64_t>)
+    return INT64_MAX;
+  else
+    return static_cast<C>(~C(0));  // unsigned
+}
+template <class C>
+__device__ __forceinline__ C lowest() {
+  if constexpr (std::is_same_v<C, float>)
+    return __int_as_float(static_cast<int>(0xff800000u));
+  else if constexpr (std::is_same_v<C, double>)
+    return __longlong_as_double(~0x000fffffffffffffll);
+  else if constexpr (std::is_same_v<C, int64_t>)
+    return INT64_MIN;
+  else
+    return C(0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layouts
+
+/// Collapses (dims, strides) into `view`: size-1 dims dropped, mergeable neighbours joined.
+/// Returns false when more than kMaxDims dims remain.
+bool collapse_into(const size_t* dims, const size_t* strides, size_t rank, size_t offset,
+                   StridedView& view);
+
+/// Storage offset of element `i` (row-major) of `v`. Divisions run in 32 bits when they fit.
+__device__ __forceinline__ int64_t view_offset(const StridedView& v, uint64_t i) {
+  if (v.contiguous) return v.offset + static_cast<int64_t>(i);
+  int64_t off = v.offset;
+  uint64_t r = i;
+  // Fully unrolled with constant indices so the view stays in the parameter bank.
+#pragma unroll
+  for (int d = kMaxDims - 1; d > 0; --d) {
+    if (d < v.rank) {
+      uint64_t n = static_cast<uint64_t>(v.dims[d]);
+      uint64_t q;
+      if (((r | n) >> 32) == 0) {
+        q = static_cast<uint32_t>(r) / static_cast<uint32_t>(n);
+      } else {
+        q = r / n;
+      }
+      off += static_cast<int64_t>(r - q * n) * v.strides[d];
+      r = q;
+    }
+  }
+  if (v.rank > 0) off += static_cast<int64_t>(r) * v.strides[0];
+  return off;
+}
+
+/// A contiguous view of `count` elements from offset 0.
+inline StridedView contiguous_view(size_t count) {
+  StridedView v;
+  v.rank = 1;
+  v.dims[0] = static_cast<int64_t>(count);
+  v.strides[0] = 1;
+  return v;
+}
+
+inline bool aligned16(const void* base, int64_t offset_elems, size_t elem_size) {
+  auto addr = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(offset_elems) * elem_size;
+  return addr % 16 == 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launch sizes
+
+constexpr int kBlock = 256;
+/// Grid-stride loops cover the rest above this many blocks.
+constexpr uint64_t kMaxGrid = 1u << 22;
+
+inline unsigned grid_for(uint64_t items, uint64_t per_block = kBlock) {
+  uint64_t g = (items + per_block - 1) / per_block;
+  if (g == 0) g = 1;
+  return static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid);
+}
+
+__device__ __forceinline__ uint64_t global_tid() {
+  return static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ uint64_t grid_stride() {
+  return static_cast<uint64_t>(gridDim.x) * blockDim.x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vectors and warps
+
+/// N elements loaded or stored as one (up to 16-byte) access.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <class T>
+__device__ __forceinline__ T shfl_xor(T x, int mask) {
+  return static_cast<T>(__shfl_xor_sync(0xffffffffu, x, mask));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise map kernels: contiguous 16-byte vector path, or the strided indexer per element.
+// dst is contiguous from element 0.
+
+/// Elements per vector access: 16 bytes of the widest operand.
+template <class... Ts>
+inline constexpr int vec_width = static_cast<int>(16 / std::max({sizeof(Ts)...}));
+
+template <class Out, class A, class F>
+__global__ void __launch_bounds__(kBlock)
+    map1_kernel(const A* __restrict__ a, StridedView av, Out* __restrict__ dst, uint64_t n, F f,
+                bool vec) {
+  uint64_t tid = global_tid(), stride = grid_stride();
+  if (vec) {
+    constexpr int N = vec_width<Out, A>;
+    const A* pa = a + av.offset;
+    uint64_t nv = n / N;
+    for (uint64_t v = tid; v < nv; v += stride) {
+      Vec<A, N> x = reinterpret_cast<const Vec<A, N>*>(pa)[v];
+      Vec<Out, N> y;
+#pragma unroll
+      for (int j = 0; j < N; ++j) y.v[j] = f(x.v[j]);
+      reinterpret_cast<Vec<Out, N>*>(dst)[v] = y;
+    }
+    for (uint64_t i = nv * N + tid; i < n; i += stride) dst[i] = f(pa[i]);
+  } else {
+    for (uint64_t i = tid; i < n; i += stride) dst[i] = f(a[view_offset(av, i)]);
+  }
+}
+
+template <class Out, class A, class B, class F>
+__global__ void __launch_bounds__(kBlock)
+    map2_kernel(const A* __restrict__ a, StridedView av, const B* __restrict__ b, StridedView bv,
+                Out* __restrict__ dst, uint64_t n, F f, bool vec) {
+  uint64_t tid = global_tid(), stride = grid_stride();
+  if (vec) {
+    constexpr int N = vec_width<Out, A, B>;
+    const A* pa = a + av.offset;
+    const B* pb = b + bv.offset;
+    uint64_t nv = n / N;
+    for (uint64_t v = tid; v < nv; v += stride) {
+      Vec<A, N> x = reinterpret_cast<const Vec<A, N>*>(pa)[v];
+      Vec<B, N> y = reinterpret_cast<const Vec<B, N>*>(pb)[v];
+      Vec<Out, N> z;
+#pragma unroll
+      for (int j = 0; j < N; ++j) z.v[j] = f(x.v[j], y.v[j]);
+      reinterpret_cast<Vec<Out, N>*>(dst)[v] = z;
+    }
+    for (uint64_t i = nv * N + tid; i < n; i += stride) dst[i] = f(pa[i], pb[i]);
+  } else {
+    for (uint64_t i = tid; i < n; i += stride) {
+      dst[i] = f(a[view_offset(av, i)], b[view_offset(bv, i)]);
+    }
+  }
+}
+
+template <class Out, class A, class B, class C, class F>
+__global__ void __launch_bounds__(kBlock)
+    map3_kernel(const A* __restrict__ a, StridedView av, const B* __restrict__ b, StridedView bv,
+                const C* __restrict__ c, StridedView cv, Out* __restrict__ dst, uint64_t n, F f,
+                bool vec) {
+  uint64_t tid = global_tid(), stride = grid_stride();
+  if (vec) {
+    constexpr int N = vec_width<Out, A, B, C>;
+    const A* pa = a + av.offset;
+    const B* pb = b + bv.offset;
+    const C* pc = c + cv.offset;
+    uint64_t nv = n / N;
+    for (uint64_t v = tid; v < nv; v += stride) {
+      Vec<A, N> x = reinterpret_cast<const Vec<A, N>*>(pa)[v];
+      Vec<B, N> y = reinterpret_cast<const Vec<B, N>*>(pb)[v];
+      Vec<C, N> z = reinterpret_cast<const Vec<C, N>*>(pc)[v];
+      Vec<Out, N> w;
+#pragma unroll
+      for (int j = 0; j < N; ++j) w.v[j] = f(x.v[j], y.v[j], z.v[j]);
+      reinterpret_cast<Vec<Out, N>*>(dst)[v] = w;
+    }
+    for (uint64_t i = nv * N + tid; i < n; i += stride) dst[i] = f(pa[i], pb[i], pc[i]);
+  } else {
+    for (uint64_t i = tid; i < n; i += stride) {
+      dst[i] = f(a[view_offset(av, i)], b[view_offset(bv, i)], c[view_offset(cv, i)]);
+    }
+  }
+}
+
+/// The vector path needs every operand contiguous and 16-byte aligned at its first element.
+template <class T>
+bool vec_ok(const T* p, const StridedView& v) {
+  return v.contiguous && aligned16(p, v.offset, sizeof(T));
+}
+
+template <class Out, class A, class F>
+void launch_map1(const A* a, const StridedView& av, Out* dst, size_t n, F f, cudaStream_t s) {
+  if (n == 0) return;
+  bool vec = vec_ok(a, av) && aligned16(dst, 0, sizeof(Out));
+  uint64_t items = vec ? n / vec_width<Out, A> : n;
+  map1_kernel<<<grid_for(items), kBlock, 0, s>>>(a, av, dst, n, f, vec);
+  WICK_CUDA_CHECK_LAUNCH();
+}
+
+template <class Out, class A, class B, class F>
+void launch_map2(const A* a, const StridedView& av, const B* b, const StridedView& bv, Out* dst,
+                 size_t n, F f, cudaStream_t s) {
+  if (n == 0) return;
+  bool vec = vec_ok(a, av) && vec_ok(b, bv) && aligned16(dst, 0, sizeof(Out));
+  uint64_t items = vec ? n / vec_width<Out, A, B> : n;
+  map2_kernel<<<grid_for(items), kBlock, 0, s>>>(a, av, b, bv, dst, n, f, vec);
+  WICK_CUDA_CHECK_LAUNCH();
+}
+
+template <class Out, class A, class B, class C, class F>
+void launch_map3(const A* a, const StridedView& av, const B* b, const StridedView& bv, const C* c,
+                 const StridedView& cv, Out* dst, size_t n, F f, cudaStream_t s) {
+  if (n == 0) return;
+  bool vec = vec_ok(a, av) && vec_ok(b, bv) && vec_ok(c, cv) && aligned16(dst, 0, sizeof(Out));
+  uint64_t items = vec ? n / vec_width<Out, A, B, C> : n;
+  map3_kernel<<<grid_for(items), kBlock, 0, s>>>(a, av, b, bv, c, cv, dst, n, f, vec);
+  WICK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace wick::cuda
