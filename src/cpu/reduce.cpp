@@ -1,1 +1,554 @@
-// placeholder
+// CPU reductions (sum, max, min, argmax, argmin over any dims of any strided layout) and the
+// last-dim softmax.
+//
+// A reduction is planned once: size-1 dims are dropped, the kept dims (output order) and the
+// reduced dims are each merged where their strides allow, and the reduced dims of order-free ops
+// are sorted by stride so that e.g. the sum of a transposed tensor walks memory in order. Then one
+// of two loops runs:
+// - inner: each output reduces a run of the input (rows when the innermost reduced dim is
+//   unit-stride); threads split the outputs, or split the run when there are few outputs;
+// - outer: the innermost kept dim is the one that moves fastest in memory, so whole rows of
+//   outputs are accumulated together (column sums of a row-major matrix).
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "cpu/cpu_storage.h"
+#include "cpu/parallel.h"
+#include "cpu/strided.h"
+#include "dispatch.h"
+
+namespace wick::cpu {
+namespace {
+
+// Elements of work below which a loop stays on the calling thread.
+constexpr size_t kParallelWork = size_t{1} << 15;
+// Outputs per task in the outer loop (its accumulators stay in L1).
+constexpr size_t kColumnChunk = 512;
+// Rows summed plainly before being folded into the compensated total (outer loop).
+constexpr size_t kSumBlock = 64;
+
+// ---- element types ----
+
+// Sums accumulate in float for f16/bf16/f32, double for f64, and wrap in uint64 for integers
+// (cast back at the end, which wraps in the element's own dtype).
+template <class T>
+using sum_acc_t = std::conditional_t<std::is_integral_v<T>, uint64_t, compute_t<T>>;
+
+template <class A, class T>
+inline A to_acc(T x) {
+  if constexpr (std::is_integral_v<A>) {
+    return static_cast<A>(x);
+  } else {
+    return static_cast<A>(static_cast<compute_t<T>>(x));
+  }
+}
+
+template <class T, class A>
+inline T from_acc(A x) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(x);
+  } else {
+    return T(x);
+  }
+}
+
+// Adds v to sum with a Neumaier compensation term (floats); integers add plainly.
+template <class A>
+inline void compensated_add(A& sum, A& comp, A v) {
+  if constexpr (std::is_floating_point_v<A>) {
+    A t = sum + v;
+    if (std::abs(sum) >= std::abs(v)) {
+      comp += (sum - t) + v;
+    } else {
+      comp += (v - t) + sum;
+    }
+    sum = t;
+  } else {
+    sum += v;
+  }
+}
+
+template <class A>
+inline A compensated_result(A sum, A comp) {
+  if constexpr (std::is_floating_point_v<A>) {
+    // Once the sum is inf or nan the compensation is meaningless (inf - inf).
+    return std::isfinite(sum) ? sum + comp : sum;
+  } else {
+    return sum;
+  }
+}
+
+// Pairwise sum of p[0], p[s], ... p[(n-1)s]: error grows with log(n), not n. The leaves keep
+// eight independent accumulators so the compiler can vectorise them.
+template <class A, bool Unit, class T>
+A pairwise_sum(const T* p, size_t n, size_t s) {
+  constexpr size_t kLeaf = 256;
+  if (n <= kLeaf) {
+    A lanes[8] = {};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      for (size_t k = 0; k < 8; ++k) lanes[k] += to_acc<A>(p[Unit ? i + k : (i + k) * s]);
+    }
+    A r = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    for (; i < n; ++i) r += to_acc<A>(p[Unit ? i : i * s]);
+    return r;
+  }
+  size_t half = (n / 2) & ~size_t{7};
+  return pairwise_sum<A, Unit>(p, half, s) + pairwise_sum<A, Unit>(p + half * s, n - half, s);
+}
+
+// ---- accumulators of the inner loop: row() folds in a run, merge() a later partial ----
+
+template <class T>
+struct SumAcc {
+  using A = sum_acc_t<T>;
+  using Out = T;
+  A sum = 0, comp = 0;
+  void row(const T* p, size_t n, size_t s, size_t) {
+    compensated_add(sum, comp,
+                    s == 1 ? pairwise_sum<A, true>(p, n, 1) : pairwise_sum<A, false>(p, n, s));
+  }
+  void merge(const SumAcc& o) {
+    compensated_add(sum, comp, o.sum);
+    comp += o.comp;
+  }
+  Out result() const { return from_acc<T>(compensated_result(sum, comp)); }
+};
+
+// Max/Min propagate nan: once a nan is seen it stays.
+template <class C, bool Max>
+inline bool takes(C x, C best) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return (Max ? x > best : x < best) || x != x;
+  } else {
+    return Max ? x > best : x < best;
+  }
+}
+
+template <class C, bool Max>
+constexpr C identity() {
+  if constexpr (std::is_floating_point_v<C>) {
+    return Max ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
+  } else {
+    return Max ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+  }
+}
+
+template <class T, bool Max>
+struct MinMaxAcc {
+  using C = compute_t<T>;
+  using Out = T;
+  C best = identity<C, Max>();
+  void row(const T* p, size_t n, size_t s, size_t) {
+    if (s == 1) {
+      C lanes[8];
+      for (auto& l : lanes) l = best;
+      size_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        for (size_t k = 0; k < 8; ++k) {
+          C x = static_cast<C>(p[i + k]);
+          lanes[k] = takes<C, Max>(x, lanes[k]) ? x : lanes[k];
+        }
+      }
+      for (C l : lanes) best = takes<C, Max>(l, best) ? l : best;
+      for (; i < n; ++i) take(static_cast<C>(p[i]));
+    } else {
+      for (size_t i = 0; i < n; ++i) take(static_cast<C>(p[i * s]));
+    }
+  }
+  void take(C x) { best = takes<C, Max>(x, best) ? x : best; }
+  void merge(const MinMaxAcc& o) { take(o.best); }
+  Out result() const { return from_acc<T>(best); }
+};
+
+// Arg: strictly better wins, so the first index wins ties; the first nan wins over numbers.
+template <class C, bool Max>
+inline bool better(C x, C best) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return (Max ? x > best : x < best) || (x != x && best == best);
+  } else {
+    return Max ? x > best : x < best;
+  }
+}
+
+template <class T, bool Max>
+struct ArgAcc {
+  using C = compute_t<T>;
+  using Out = uint32_t;
+  static constexpr size_t kNone = ~size_t{0};
+  C best{};
+  size_t idx = kNone;
+  void row(const T* p, size_t n, size_t s, size_t idx0) {
+    size_t i = 0;
+    if (idx == kNone && n > 0) {
+      best = static_cast<C>(p[0]);
+      idx = idx0;
+      i = 1;
+    }
+    for (; i < n; ++i) {
+      C x = static_cast<C>(p[i * s]);
+      if (better<C, Max>(x, best)) {
+        best = x;
+        idx = idx0 + i;
+      }
+    }
+  }
+  void merge(const ArgAcc& o) {
+    if (o.idx != kNone && (idx == kNone || better<C, Max>(o.best, best))) *this = o;
+  }
+  Out result() const { return static_cast<Out>(idx == kNone ? 0 : idx); }
+};
+
+// ---- planning ----
+
+struct Dims {
+  std::vector<size_t> sizes, strides;
+  size_t count() const {
+    size_t n = 1;
+    for (size_t s : sizes) n *= s;
+    return n;
+  }
+  bool empty() const { return sizes.empty(); }
+  // Merges neighbours where the outer one steps exactly over the inner one.
+  void coalesce() {
+    std::vector<size_t> s, st;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (!s.empty() && st.back() == strides[i] * sizes[i]) {
+        s.back() *= sizes[i];
+        st.back() = strides[i];
+      } else {
+        s.push_back(sizes[i]);
+        st.push_back(strides[i]);
+      }
+    }
+    sizes = std::move(s);
+    strides = std::move(st);
+  }
+  // Storage offsets (relative) of every element, in row-major order.
+  std::vector<size_t> offsets() const {
+    std::vector<size_t> out(count());
+    for_each_offset(Layout(Shape(sizes), strides, 0), 0, out.size(),
+                    [&](size_t i, size_t off) { out[i] = off; });
+    return out;
+  }
+};
+
+struct Plan {
+  Dims kept, red;
+  size_t start = 0;
+  bool empty_output = false;
+  bool empty_reduction = false;
+};
+
+Plan make_plan(const Layout& layout, const std::vector<size_t>& dims, bool order_free) {
+  Plan p;
+  p.start = layout.start_offset();
+  size_t next = 0;
+  for (size_t i = 0; i < layout.rank(); ++i) {
+    bool reduced = next < dims.size() && dims[next] == i;
+    if (reduced) ++next;
+    size_t size = layout.dims()[i];
+    if (size == 0) (reduced ? p.empty_reduction : p.empty_output) = true;
+    if (size == 1) continue;
+    Dims& d = reduced ? p.red : p.kept;
+    d.sizes.push_back(size);
+    d.strides.push_back(layout.strides()[i]);
+  }
+  if (order_free && p.red.sizes.size() > 1) {
+    // Largest stride outermost; broadcast (stride 0) dims outermost of all.
+    std::vector<size_t> order(p.red.sizes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    auto key = [&](size_t i) {
+      size_t s = p.red.strides[i];
+      return s == 0 ? std::numeric_limits<size_t>::max() : s;
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return key(a) > key(b); });
+    Dims sorted;
+    for (size_t i : order) {
+      sorted.sizes.push_back(p.red.sizes[i]);
+      sorted.strides.push_back(p.red.strides[i]);
+    }
+    p.red = std::move(sorted);
+  }
+  p.kept.coalesce();
+  if (order_free) p.red.coalesce();
+  return p;
+}
+
+// ---- the inner loop ----
+
+template <class Acc, class T>
+void inner_reduce(const T* x, typename Acc::Out* out, const Plan& plan) {
+  // The reduced elements of one output: rows of `len` elements `step` apart, at `row_off`.
+  size_t len = 1, step = 0;
+  Dims outer_red;
+  if (!plan.red.empty()) {
+    len = plan.red.sizes.back();
+    step = plan.red.strides.back();
+    outer_red.sizes.assign(plan.red.sizes.begin(), plan.red.sizes.end() - 1);
+    outer_red.strides.assign(plan.red.strides.begin(), plan.red.strides.end() - 1);
+  }
+  std::vector<size_t> row_off = outer_red.offsets();
+  size_t seq = len * row_off.size();
+  // Elements [b, e) of one output's run, starting at storage offset `base`.
+  auto reduce_range = [&](size_t base, size_t b, size_t e, Acc& acc) {
+    size_t r = b / len, c = b % len;
+    while (b < e) {
+      size_t n = std::min(len - c, e - b);
+      acc.row(x + base + row_off[r] + c * step, n, step, c);
+      b += n;
+      ++r;
+      c = 0;
+    }
+  };
+  Layout kept(Shape(plan.kept.sizes), plan.kept.strides, plan.start);
+  size_t n_out = kept.elem_count();
+  size_t threads = num_threads();
+  if (n_out >= threads || seq < 2 * kParallelWork || threads == 1) {
+    size_t grain = std::max<size_t>(1, kParallelWork / std::max<size_t>(seq, 1));
+    parallel_for(n_out, grain, [&](size_t b, size_t e) {
+      StridedIndex it(kept, b);
+      for (size_t o = b; o < e; ++o, it.next()) {
+        Acc acc;
+        reduce_range(it.offset(), 0, seq, acc);
+        out[o] = acc.result();
+      }
+    });
+    return;
+  }
+  // Few long runs: split each run between the threads and merge the partials in order.
+  size_t chunks = std::min(threads, seq / kParallelWork);
+  StridedIndex it(kept);
+  for (size_t o = 0; o < n_out; ++o, it.next()) {
+    std::vector<Acc> parts(chunks);
+    size_t base = it.offset();
+    parallel_for(chunks, 1, [&](size_t cb, size_t ce) {
+      for (size_t c = cb; c < ce; ++c) {
+        reduce_range(base, c * seq / chunks, (c + 1) * seq / chunks, parts[c]);
+      }
+    });
+    for (size_t c = 1; c < chunks; ++c) parts[0].merge(parts[c]);
+    out[o] = parts[0].result();
+  }
+}
+
+// ---- the outer loop: out[j] for j in a chunk of the innermost kept dim ----
+
+template <class T, bool Unit>
+void outer_sum(const T* x, size_t sk, size_t m, const std::vector<size_t>& red_off, T* out) {
+  using A = sum_acc_t<T>;
+  A sum[kColumnChunk], comp[kColumnChunk], block[kColumnChunk];
+  std::fill_n(sum, m, A(0));
+  std::fill_n(comp, m, A(0));
+  for (size_t r0 = 0; r0 < red_off.size(); r0 += kSumBlock) {
+    std::fill_n(block, m, A(0));
+    size_t r1 = std::min(red_off.size(), r0 + kSumBlock);
+    for (size_t r = r0; r < r1; ++r) {
+      const T* p = x + red_off[r];
+      for (size_t j = 0; j < m; ++j) block[j] += to_acc<A>(p[Unit ? j : j * sk]);
+    }
+    for (size_t j = 0; j < m; ++j) compensated_add(sum[j], comp[j], block[j]);
+  }
+  for (size_t j = 0; j < m; ++j) out[j] = from_acc<T>(compensated_result(sum[j], comp[j]));
+}
+
+template <class T, bool Max, bool Unit>
+void outer_minmax(const T* x, size_t sk, size_t m, const std::vector<size_t>& red_off, T* out) {
+  using C = compute_t<T>;
+  C best[kColumnChunk];
+  std::fill_n(best, m, identity<C, Max>());
+  for (size_t off : red_off) {
+    const T* p = x + off;
+    for (size_t j = 0; j < m; ++j) {
+      C v = static_cast<C>(p[Unit ? j : j * sk]);
+      best[j] = takes<C, Max>(v, best[j]) ? v : best[j];
+    }
+  }
+  for (size_t j = 0; j < m; ++j) out[j] = from_acc<T>(best[j]);
+}
+
+template <class T, bool Max, bool Unit>
+void outer_arg(const T* x, size_t sk, size_t m, const std::vector<size_t>& red_off, uint32_t* out) {
+  using C = compute_t<T>;
+  C best[kColumnChunk];
+  for (size_t j = 0; j < m; ++j) {
+    best[j] = static_cast<C>(x[red_off[0] + (Unit ? j : j * sk)]);
+    out[j] = 0;
+  }
+  for (size_t r = 1; r < red_off.size(); ++r) {
+    const T* p = x + red_off[r];
+    for (size_t j = 0; j < m; ++j) {
+      C v = static_cast<C>(p[Unit ? j : j * sk]);
+      if (better<C, Max>(v, best[j])) {
+        best[j] = v;
+        out[j] = static_cast<uint32_t>(r);
+      }
+    }
+  }
+}
+
+template <class T, class Out, class Kernel>
+void outer_reduce(const T* x, Out* out, const Plan& plan, Kernel&& kernel) {
+  size_t m = plan.kept.sizes.back(), sk = plan.kept.strides.back();
+  Dims outer_kept;
+  outer_kept.sizes.assign(plan.kept.sizes.begin(), plan.kept.sizes.end() - 1);
+  outer_kept.strides.assign(plan.kept.strides.begin(), plan.kept.strides.end() - 1);
+  std::vector<size_t> kept_off = outer_kept.offsets();
+  std::vector<size_t> red_off = plan.red.offsets();
+  size_t col_chunks = (m + kColumnChunk - 1) / kColumnChunk;
+  size_t tasks = kept_off.size() * col_chunks;
+  size_t work = red_off.size() * std::min(m, kColumnChunk);
+  parallel_for(tasks, std::max<size_t>(1, kParallelWork / work), [&](size_t b, size_t e) {
+    for (size_t t = b; t < e; ++t) {
+      size_t o = t / col_chunks, j0 = (t % col_chunks) * kColumnChunk;
+      size_t cm = std::min(kColumnChunk, m - j0);
+      const T* base = x + plan.start + kept_off[o] + j0 * sk;
+      Out* dst = out + o * m + j0;
+      if (sk == 1) {
+        kernel(std::true_type{}, base, sk, cm, red_off, dst);
+      } else {
+        kernel(std::false_type{}, base, sk, cm, red_off, dst);
+      }
+    }
+  });
+}
+
+template <class T>
+StoragePtr reduce_typed(const CpuStorage& in, ReduceKind op, const Layout& layout,
+                        const std::vector<size_t>& dims) {
+  bool arg = op == ReduceKind::ArgMax || op == ReduceKind::ArgMin;
+  Plan plan = make_plan(layout, dims, !arg);
+  size_t n_out = plan.kept.count();
+  auto result =
+      std::make_unique<CpuStorage>(plan.empty_output ? 0 : n_out, arg ? DType::U32 : in.dtype());
+  if (plan.empty_output) return result;
+  const T* x = in.as<T>();
+
+  if (plan.empty_reduction) {
+    // Only sum reaches here from the front end; the others get their identities.
+    if (arg) {
+      std::fill_n(result->as<uint32_t>(), n_out, 0u);
+    } else {
+      using C = compute_t<T>;
+      T v = op == ReduceKind::Sum   ? from_acc<T>(C(0))
+            : op == ReduceKind::Max ? from_acc<T>(identity<C, true>())
+                                    : from_acc<T>(identity<C, false>());
+      std::fill_n(result->as<T>(), n_out, v);
+    }
+    return result;
+  }
+
+  // The outer loop pays when the innermost kept dim moves through memory faster than any
+  // reduced dim.
+  bool outer = false;
+  if (!plan.kept.empty() && !plan.red.empty()) {
+    size_t sk = plan.kept.strides.back();
+    size_t sr = plan.red.strides.back();  // the smallest nonzero one, after sorting
+    outer = sk != 0 && (sr == 0 || sk < sr);
+  }
+
+  if (outer) {
+    switch (op) {
+      case ReduceKind::Sum:
+        outer_reduce(x, result->as<T>(), plan, [](auto unit, auto&&... a) {
+          outer_sum<T, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
+        });
+        break;
+      case ReduceKind::Max:
+        outer_reduce(x, result->as<T>(), plan, [](auto unit, auto&&... a) {
+          outer_minmax<T, true, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
+        });
+        break;
+      case ReduceKind::Min:
+        outer_reduce(x, result->as<T>(), plan, [](auto unit, auto&&... a) {
+          outer_minmax<T, false, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
+        });
+        break;
+      case ReduceKind::ArgMax:
+        outer_reduce(x, result->as<uint32_t>(), plan, [](auto unit, auto&&... a) {
+          outer_arg<T, true, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
+        });
+        break;
+      case ReduceKind::ArgMin:
+        outer_reduce(x, result->as<uint32_t>(), plan, [](auto unit, auto&&... a) {
+          outer_arg<T, false, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
+        });
+        break;
+    }
+    return result;
+  }
+
+  switch (op) {
+    case ReduceKind::Sum:
+      inner_reduce<SumAcc<T>>(x, result->as<T>(), plan);
+      break;
+    case ReduceKind::Max:
+      inner_reduce<MinMaxAcc<T, true>>(x, result->as<T>(), plan);
+      break;
+    case ReduceKind::Min:
+      inner_reduce<MinMaxAcc<T, false>>(x, result->as<T>(), plan);
+      break;
+    case ReduceKind::ArgMax:
+      inner_reduce<ArgAcc<T, true>>(x, result->as<uint32_t>(), plan);
+      break;
+    case ReduceKind::ArgMin:
+      inner_reduce<ArgAcc<T, false>>(x, result->as<uint32_t>(), plan);
+      break;
+  }
+  return result;
+}
+
+}  // namespace
+
+StoragePtr CpuStorage::reduce(ReduceKind op, const Layout& layout,
+                              const std::vector<size_t>& dims) const {
+  return dispatch(dtype_, [&]<class T>() { return reduce_typed<T>(*this, op, layout, dims); });
+}
+
+StoragePtr CpuStorage::softmax_last_dim(const Layout& layout) const {
+  if (!layout.is_contiguous()) {
+    // The contract promises a contiguous input; stay correct if a caller forgets.
+    auto tmp = std::make_unique<CpuStorage>(layout.elem_count(), dtype_);
+    copy_to_host(layout, tmp->data());
+    return tmp->softmax_last_dim(Layout::contiguous(layout.shape()));
+  }
+  size_t n = layout.elem_count();
+  auto result = std::make_unique<CpuStorage>(n, dtype_);
+  if (n == 0) return result;
+  size_t len = layout.rank() == 0 ? 1 : layout.dims().back();
+  size_t rows = n / len;
+  dispatch_float(dtype_, "softmax", [&]<class T>() {
+    using C = compute_t<T>;
+    const T* x = as<T>() + layout.start_offset();
+    T* y = result->as<T>();
+    parallel_for(rows, std::max<size_t>(1, kParallelWork / len), [&](size_t b, size_t e) {
+      // f16/bf16 keep the exponentials in f32 and round once.
+      std::vector<C> tmp(std::is_same_v<C, T> ? 0 : len);
+      for (size_t r = b; r < e; ++r) {
+        const T* xr = x + r * len;
+        T* yr = y + r * len;
+        C* buf;
+        if constexpr (std::is_same_v<C, T>) {
+          buf = yr;
+        } else {
+          buf = tmp.data();
+        }
+        C mx = -std::numeric_limits<C>::infinity();
+        for (size_t i = 0; i < len; ++i) mx = std::max(mx, static_cast<C>(xr[i]));
+        for (size_t i = 0; i < len; ++i) buf[i] = std::exp(static_cast<C>(xr[i]) - mx);
+        C inv = C(1) / pairwise_sum<C, true>(buf, len, 1);
+        for (size_t i = 0; i < len; ++i) yr[i] = T(buf[i] * inv);
+      }
+    });
+  });
+  return result;
+}
+
+}  // namespace wick::cpu
