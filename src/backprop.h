@@ -34,6 +34,13 @@ enum class OpKind : uint8_t {
 
 struct BackpropOp {
   BackpropOp(OpKind kind, std::vector<Tensor> inputs) : kind(kind), inputs(std::move(inputs)) {}
+  BackpropOp(const BackpropOp&) = default;
+  BackpropOp(BackpropOp&&) = default;
+  BackpropOp& operator=(const BackpropOp&) = default;
+  BackpropOp& operator=(BackpropOp&&) = default;
+  /// Frees the chain of ops only this one keeps alive iteratively: a 100,000-op graph must not
+  /// recurse once per op while it is destroyed.
+  ~BackpropOp();
   OpKind kind;
   std::vector<Tensor> inputs;
   UnaryOp unary{UnaryKind::Neg};
