@@ -11,11 +11,17 @@ namespace {
 thread_local bool t_grad_enabled = true;
 }  // namespace
 
-bool grad_enabled() { return t_grad_enabled; }
+bool grad_enabled() {
+  return t_grad_enabled;
+}
 
-NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) {
+  t_grad_enabled = false;
+}
 
-NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+NoGradGuard::~NoGradGuard() {
+  t_grad_enabled = previous_;
+}
 
 std::optional<Tensor> GradStore::get(const Tensor& t) const {
   auto it = grads_.find(t.id());
