@@ -1,0 +1,276 @@
+#pragma once
+// Walking several same-shape operands together for element-wise kernels. Dims are coalesced and
+// the innermost dim is handed to a kernel as segments (pointers, length, strides) so that
+// contiguous rows run a vectorised loop; operands read across the innermost dim (transposed views)
+// are gathered tile by tile into a small buffer first, so the kernel still reads them with stride
+// 1; work is split between threads above a size threshold.
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/parallel.h"
+#include "wick/half.h"
+#include "wick/layout.h"
+
+namespace wick::cpu {
+
+/// Element count below which element-wise kernels stay on the calling thread.
+inline constexpr size_t kElementwiseGrain = 32768;
+/// Side of the square tiles used when an operand's fastest dim is not the innermost one.
+inline constexpr size_t kTile = 32;
+
+/// One operand of a walk: its layout, its storage (element 0) and its element size in bytes.
+struct Operand {
+  const Layout* layout;
+  const void* data;
+  size_t elem;
+};
+
+/// N operands of one shape (operand 0 is the output): coalesced dims, each operand's strides (in
+/// elements) and the address of its first element.
+template <size_t N>
+struct Walk {
+  std::vector<size_t> dims;  // rank >= 1, no dim of size 1 unless the shape has one element
+  std::array<std::vector<size_t>, N> strides;
+  std::array<char*, N> base{};
+  std::array<size_t, N> elem{};
+};
+
+/// Builds the walk of `ops` (all with the same dims). Adjacent dims merge when every operand can
+/// step over both with one stride; dims of size 1 are dropped.
+template <size_t N>
+Walk<N> make_walk(const std::array<Operand, N>& ops) {
+  Walk<N> w;
+  const auto& dims = ops[0].layout->dims();
+  for (size_t k = 0; k < N; ++k) {
+    w.elem[k] = ops[k].elem;
+    // Inputs are only read; one pointer type keeps the segment interface uniform.
+    w.base[k] = const_cast<char*>(static_cast<const char*>(ops[k].data)) +
+                ops[k].layout->start_offset() * ops[k].elem;
+  }
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 1) continue;
+    bool merge = !w.dims.empty();
+    for (size_t k = 0; k < N && merge; ++k) {
+      merge = w.strides[k].back() == ops[k].layout->strides()[d] * dims[d];
+    }
+    if (merge) {
+      w.dims.back() *= dims[d];
+      for (size_t k = 0; k < N; ++k) w.strides[k].back() = ops[k].layout->strides()[d];
+    } else {
+      w.dims.push_back(dims[d]);
+      for (size_t k = 0; k < N; ++k) w.strides[k].push_back(ops[k].layout->strides()[d]);
+    }
+  }
+  if (w.dims.empty()) {  // one element
+    w.dims.push_back(1);
+    for (size_t k = 0; k < N; ++k) w.strides[k].push_back(0);
+  }
+  return w;
+}
+
+namespace detail {
+
+// Element offsets of outer index `index` over dims [0, rank).
+template <size_t N>
+std::array<size_t, N> outer_offsets(const Walk<N>& w, size_t rank, size_t index) {
+  std::array<size_t, N> offs{};
+  for (size_t d = rank; d-- > 0;) {
+    size_t i = index % w.dims[d];
+    index /= w.dims[d];
+    for (size_t k = 0; k < N; ++k) offs[k] += i * w.strides[k][d];
+  }
+  return offs;
+}
+
+template <class U>
+void gather_tile(const char* src, size_t si, size_t sj, size_t rows, size_t cols, char* buf) {
+  const U* s = reinterpret_cast<const U*>(src);
+  U* b = reinterpret_cast<U*>(buf);
+  // Along i the source is (nearly) contiguous: read it that way, write the buffer transposed.
+  for (size_t j = 0; j < cols; ++j)
+    for (size_t i = 0; i < rows; ++i) b[i * kTile + j] = s[i * si + j * sj];
+}
+
+// Copies the rows x cols tile at `src` (strides si, sj in elements) into buf, row-major with row
+// length kTile.
+inline void gather_tile(const char* src, size_t elem, size_t si, size_t sj, size_t rows,
+                        size_t cols, char* buf) {
+  switch (elem) {
+    case 1:
+      return gather_tile<uint8_t>(src, si, sj, rows, cols, buf);
+    case 2:
+      return gather_tile<uint16_t>(src, si, sj, rows, cols, buf);
+    case 4:
+      return gather_tile<uint32_t>(src, si, sj, rows, cols, buf);
+    default:
+      return gather_tile<uint64_t>(src, si, sj, rows, cols, buf);
+  }
+}
+
+}  // namespace detail
+
+/// Calls fn(ptrs, len, strides) on segments covering every element of the walk exactly once (in
+/// any order, possibly from several threads): ptrs[k] points at operand k's first element of the
+/// segment and strides[k] is its step in elements. The total element count must be > 0.
+template <size_t N, class F>
+void for_each_segment(const Walk<N>& w, F&& fn) {
+  const size_t r = w.dims.size();
+  const size_t inner = w.dims[r - 1];
+  std::array<size_t, N> is;
+  for (size_t k = 0; k < N; ++k) is[k] = w.strides[k][r - 1];
+  auto at = [&](size_t k, size_t off) { return w.base[k] + off * w.elem[k]; };
+
+  if (r == 1) {
+    parallel_for(inner, kElementwiseGrain, [&](size_t b, size_t e) {
+      std::array<char*, N> p;
+      for (size_t k = 0; k < N; ++k) p[k] = at(k, b * is[k]);
+      fn(p, e - b, is);
+    });
+    return;
+  }
+
+  // Inputs that step faster along the second-to-last dim than along the last one (transposed
+  // views): walking them row by row would touch a new cache line for every element.
+  std::array<bool, N> gather{};
+  bool tile = false;
+  if (inner >= 8 && w.dims[r - 2] >= 8) {
+    for (size_t k = 1; k < N; ++k) {
+      // (Not when that stride is 0: a broadcast row is read from cache anyway.)
+      gather[k] = w.strides[k][r - 2] != 0 && w.strides[k][r - 2] < is[k];
+      tile |= gather[k];
+    }
+  }
+
+  if (!tile) {
+    size_t rows = 1;
+    for (size_t d = 0; d + 1 < r; ++d) rows *= w.dims[d];
+    size_t grain = std::max<size_t>(1, kElementwiseGrain / inner);
+    parallel_for(rows, grain, [&](size_t b, size_t e) {
+      std::vector<size_t> idx(r - 1);
+      size_t rem = b;
+      for (size_t d = r - 1; d-- > 0;) {
+        idx[d] = rem % w.dims[d];
+        rem /= w.dims[d];
+      }
+      std::array<size_t, N> offs = detail::outer_offsets(w, r - 1, b);
+      std::array<char*, N> p;
+      for (size_t row = b; row < e; ++row) {
+        for (size_t k = 0; k < N; ++k) p[k] = at(k, offs[k]);
+        fn(p, inner, is);
+        for (size_t d = r - 1; d-- > 0;) {  // odometer step over the outer dims
+          if (++idx[d] < w.dims[d]) {
+            for (size_t k = 0; k < N; ++k) offs[k] += w.strides[k][d];
+            break;
+          }
+          for (size_t k = 0; k < N; ++k) offs[k] -= (w.dims[d] - 1) * w.strides[k][d];
+          idx[d] = 0;
+        }
+      }
+    });
+    return;
+  }
+
+  // Tiles of kTile x kTile over the last two dims; gathered operands are read from their buffer.
+  const size_t d2 = w.dims[r - 2];
+  const size_t row_blocks = (d2 + kTile - 1) / kTile;
+  size_t outer = 1;
+  for (size_t d = 0; d + 2 < r; ++d) outer *= w.dims[d];
+  std::array<size_t, N> ts = is;  // strides handed to fn
+  for (size_t k = 0; k < N; ++k)
+    if (gather[k]) ts[k] = 1;
+  size_t grain = std::max<size_t>(1, kElementwiseGrain / (kTile * inner));
+  parallel_for(outer * row_blocks, grain, [&](size_t b, size_t e) {
+    std::array<std::vector<char>, N> bufs;
+    for (size_t k = 0; k < N; ++k)
+      if (gather[k]) bufs[k].resize(kTile * kTile * w.elem[k]);
+    for (size_t item = b; item < e; ++item) {
+      std::array<size_t, N> o = detail::outer_offsets(w, r - 2, item / row_blocks);
+      size_t i0 = (item % row_blocks) * kTile, rows = std::min(kTile, d2 - i0);
+      for (size_t j0 = 0; j0 < inner; j0 += kTile) {
+        size_t len = std::min(kTile, inner - j0);
+        std::array<char*, N> p;
+        for (size_t k = 0; k < N; ++k) {
+          char* corner = at(k, o[k] + i0 * w.strides[k][r - 2] + j0 * is[k]);
+          if (gather[k]) {
+            detail::gather_tile(corner, w.elem[k], w.strides[k][r - 2], is[k], rows, len,
+                                bufs[k].data());
+            p[k] = bufs[k].data();
+          } else {
+            p[k] = corner;
+          }
+        }
+        for (size_t i = 0; i < rows; ++i) {
+          fn(p, len, ts);
+          for (size_t k = 0; k < N; ++k) {
+            p[k] += (gather[k] ? kTile : w.strides[k][r - 2]) * w.elem[k];
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+constexpr bool is_half_v = std::is_same_v<T, f16> || std::is_same_v<T, bf16>;
+
+// double -> float rounding to odd (truncate, then set the last bit when inexact). Rounding that
+// float to f16/bf16 to nearest even then gives the correctly rounded result of the double, which
+// going through a nearest-even float would not (double rounding).
+inline float round_to_odd_float(double d) {
+  float f = static_cast<float>(d);
+  if (std::isnan(d) || static_cast<double>(f) == d) return f;
+  if (std::abs(static_cast<double>(f)) > std::abs(d)) f = std::nextafter(f, 0.0f);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 1u);
+}
+
+// Float to integer: truncation toward zero like static_cast, but defined everywhere: NaN gives 0
+// and values outside the integer's range saturate (as Rust's `as`, so Candle-compatible).
+template <class To>
+inline To float_to_int(double d) {
+  if (std::isnan(d)) return To(0);
+  constexpr double lo = static_cast<double>(std::numeric_limits<To>::min());
+  // One past the largest value: 2^digits, exactly representable.
+  constexpr double hi_excl = static_cast<double>(uint64_t{1} << std::numeric_limits<To>::digits);
+  d = std::trunc(d);
+  if (d <= lo) return std::numeric_limits<To>::min();
+  if (d >= hi_excl) return std::numeric_limits<To>::max();
+  return static_cast<To>(d);
+}
+
+/// exp for float, written branch-free so that loops calling it vectorise (libm's expf does not).
+/// Within 2 ulp of the exact result over the whole range, with IEEE results at the edges: inf
+/// above ~88.72, 0 below ~-103.97 (subnormals in between), NaN for NaN.
+inline float vec_expf(float x) {
+  // x = n ln2 + r with |r| <= ln2/2; e^x = 2^n e^r. The clamp keeps n in [-150, 128].
+  x = x < -104.0f ? -104.0f : x;  // NaN fails both tests and passes through
+  x = x > 89.0f ? 89.0f : x;
+  constexpr float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  float t = x * 1.44269504088896341f + magic;
+  float n = t - magic;
+  int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(magic));
+  float r = x - n * 0.693359375f;  // ln2 split in two (Cody-Waite) so n * hi is exact
+  r = r + n * 2.12194440e-4f;
+  // Cephes' minimax polynomial for e^r on [-ln2/2, ln2/2].
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  // 2^n as two factors so that neither overflows nor goes subnormal on its own.
+  int32_t n1 = ni / 2, n2 = ni - n1;
+  float s1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
+  float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
+  return p * s1 * s2;
+}
+
+}  // namespace wick::cpu
