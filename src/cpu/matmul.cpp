@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -361,9 +362,12 @@ void run(size_t b, size_t m, size_t n, size_t k, const Operand<C>& lhs, const Op
     for (size_t i = 0; i < b; ++i) one(i);
     return;
   }
+  // Each participant claims batches one at a time, so a worker that wakes late costs only the
+  // batches it did not get to, not half of them.
   SingleThreadedBlas single;
-  parallel_for(b, 1, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) one(i);
+  std::atomic<size_t> next{0};
+  parallel_for(std::min(workers, b), 1, [&](size_t, size_t) {
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < b;) one(i);
   });
 }
 
