@@ -5,14 +5,17 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -128,6 +131,71 @@ size_t batch_offset(const Layout& layout, size_t i) {
   return off;
 }
 
+// ---- scratch memory ----
+
+// Packed operands and widened f16/bf16 results live in per-thread buffers kept between calls: a
+// fresh multi-megabyte allocation per call comes back from the kernel as new pages, about one
+// page fault per 4 KiB (some 2,000 for a 1024x1024 f16 product). Up to three buffers of at most
+// kScratchKeep bytes stay cached per calling thread; larger ones are freed after the call.
+constexpr size_t kScratchKeep = size_t{16} << 20;
+
+struct ScratchSlot {
+  std::unique_ptr<std::byte[]> data;
+  size_t bytes = 0;
+  bool in_use = false;
+};
+
+thread_local std::array<ScratchSlot, 3> t_scratch;
+
+template <class C>
+class Scratch {
+ public:
+  Scratch() = default;
+  explicit Scratch(size_t count) {
+    size_t bytes = std::max<size_t>(count, 1) * sizeof(C);
+    if (bytes <= kScratchKeep) {
+      for (auto& s : t_scratch) {
+        if (s.in_use) continue;
+        if (s.bytes < bytes) {
+          s.data.reset();
+          s.data = std::make_unique_for_overwrite<std::byte[]>(bytes);
+          s.bytes = bytes;
+        }
+        s.in_use = true;
+        slot_ = &s;
+        ptr_ = reinterpret_cast<C*>(s.data.get());
+        return;
+      }
+    }
+    owned_ = std::make_unique_for_overwrite<C[]>(std::max<size_t>(count, 1));
+    ptr_ = owned_.get();
+  }
+  Scratch(Scratch&& other) noexcept
+      : slot_(std::exchange(other.slot_, nullptr)),
+        owned_(std::move(other.owned_)),
+        ptr_(std::exchange(other.ptr_, nullptr)) {}
+  Scratch& operator=(Scratch&& other) noexcept {
+    if (this != &other) {
+      release();
+      slot_ = std::exchange(other.slot_, nullptr);
+      owned_ = std::move(other.owned_);
+      ptr_ = std::exchange(other.ptr_, nullptr);
+    }
+    return *this;
+  }
+  ~Scratch() { release(); }
+  C* get() const { return ptr_; }
+
+ private:
+  void release() {
+    if (slot_) slot_->in_use = false;
+    slot_ = nullptr;
+  }
+  ScratchSlot* slot_ = nullptr;
+  std::unique_ptr<C[]> owned_;
+  C* ptr_ = nullptr;
+};
+
 // One operand as the BLAS calls see it: batch i's matrix starts at at(i).
 template <class C>
 struct Operand {
@@ -136,7 +204,7 @@ struct Operand {
   MatrixView view{};
   std::optional<size_t> bstride;   // set when the batch dims collapse
   const Layout* layout = nullptr;  // the batch dims otherwise
-  std::unique_ptr<C[]> packed;     // owns base when the operand was copied
+  Scratch<C> packed;               // holds base when the operand was copied
 
   const C* at(size_t i) const { return base + (bstride ? i * *bstride : batch_offset(*layout, i)); }
   // Every batch reads the same matrix.
@@ -213,7 +281,7 @@ void pack(Operand<C>& op, const T* data, const Layout& layout, size_t b, size_t 
   size_t count = shared ? 1 : b;
   const T* base = data + layout.start_offset();
 
-  auto buf = std::make_unique_for_overwrite<C[]>(count * rows * cols);
+  Scratch<C> buf(count * rows * cols);
   size_t lines = col_major ? cols : rows;
   size_t len = col_major ? rows : cols;
   size_t line_step = col_major ? cs : rs;
@@ -392,7 +460,7 @@ StoragePtr matmul_typed(const CpuStorage& lhs, const CpuStorage& rhs, MatmulDims
   if constexpr (std::is_same_v<T, C>) {
     run<C>(d.b, d.m, d.n, d.k, a, b, dst);
   } else {
-    auto wide = std::make_unique_for_overwrite<float[]>(d.b * d.m * d.n);
+    Scratch<float> wide(d.b * d.m * d.n);
     run<C>(d.b, d.m, d.n, d.k, a, b, wide.get());
     round_floats<T>(wide.get(), d.b * d.m * d.n, dst);
   }
