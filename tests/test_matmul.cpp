@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -295,6 +296,33 @@ TEST(Matmul, ConcurrentCallers) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+}
+
+// OpenBLAS's own thread count (linked through wick).
+extern "C" int openblas_get_num_threads(void);
+
+TEST(Matmul, BlasThreadsRestored) {
+  // A batch-parallel product sets OpenBLAS to one thread while it runs and back afterwards.
+  auto a = rnd({12, 128, 64}, DType::F32), b = rnd({12, 64, 128}, DType::F32);
+  auto c = a.matmul(b);
+  int threads = openblas_get_num_threads();
+  auto d = a.matmul(b);
+  EXPECT_EQ(openblas_get_num_threads(), threads);
+  EXPECT_TRUE(matches(d, a, b));
+}
+
+TEST(MatmulDeathTest, WickNumThreadsSetsBlasThreads) {
+  // Run in a fresh process (threadsafe style re-executes the test binary), so that the thread
+  // count is read from this environment.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("WICK_NUM_THREADS", "1", 1);
+        auto a = rnd({4, 4}, DType::F32);
+        auto c = a.matmul(a);
+        std::exit(openblas_get_num_threads() == 1 && c.elem_count() == 16 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(Matmul, Tracked) {

@@ -387,6 +387,8 @@ void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b
 // Below this many multiply-adds per batch, one threaded BLAS call per batch spends more time
 // handing work to its threads than computing; the batches go to the workers instead.
 constexpr size_t kSmallBatchFlops = size_t{1} << 24;
+// Below this many multiply-adds in all, waking the workers costs more than the products.
+constexpr size_t kParallelMinFlops = size_t{1} << 18;
 
 // All b products into out (b * m * n, row-major).
 template <class C>
@@ -424,8 +426,10 @@ void run(size_t b, size_t m, size_t n, size_t k, const Operand<C>& lhs, const Op
     return;
   }
   size_t workers = num_threads();
+  size_t per_batch = m * n * k;
   bool batch_parallel = workers > 1 && BlasThreads::instance().threads() > 1 &&
-                        (m * n * k <= kSmallBatchFlops || b % workers == 0);
+                        b * per_batch >= kParallelMinFlops &&
+                        (per_batch <= kSmallBatchFlops || b % workers == 0);
   if (!batch_parallel) {
     for (size_t i = 0; i < b; ++i) one(i);
     return;
