@@ -1,6 +1,7 @@
 // Built when WICK_CUDA is OFF: the CUDA entry points answer "built without CUDA".
 
 #include "backend.h"
+#include "wick/cuda.h"
 #include "wick/error.h"
 
 namespace wick::cuda {
@@ -15,3 +16,39 @@ int device_count() {
 }
 
 }  // namespace wick::cuda
+
+namespace wick {
+
+namespace {
+bool g_allow_tf32 = false;
+CudaMatmulPath g_path = CudaMatmulPath::Auto;
+}  // namespace
+
+void cuda_allow_tf32(bool allow) {
+  g_allow_tf32 = allow;
+}
+bool cuda_tf32_allowed() {
+  return g_allow_tf32;
+}
+void cuda_set_matmul_path(CudaMatmulPath path) {
+  g_path = path;
+}
+CudaMatmulPath cuda_matmul_path() {
+  return g_path;
+}
+
+CudaMemoryStats cuda_memory_stats(int ordinal) {
+  cuda::device(ordinal);  // throws: built without CUDA
+  return {};
+}
+
+void cuda_empty_cache(int ordinal) {
+  cuda::device(ordinal);
+}
+
+CudaQueueStats cuda_queue_stats(int ordinal) {
+  cuda::device(ordinal);
+  return {};
+}
+
+}  // namespace wick

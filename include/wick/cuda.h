@@ -1,0 +1,43 @@
+#pragma once
+// CUDA-specific settings and statistics. Available in every build; without CUDA the setters are
+// remembered and the queries throw BackendError.
+
+#include <cstddef>
+
+namespace wick {
+
+/// Lets f32 matmuls on CUDA use TF32 tensor cores (10-bit mantissa products, fp32 accumulation).
+/// Off by default: f32 matmuls are true fp32 unless this is called or WICK_ALLOW_TF32=1 is set.
+void cuda_allow_tf32(bool allow);
+/// Whether f32 matmuls on CUDA may use TF32.
+bool cuda_tf32_allowed();
+
+/// Which GEMM runs CUDA matmuls. Auto: wick's own kernel until cuBLASLt has warmed up (on a
+/// background thread from device creation), cuBLASLt after. Cublas waits for the warm-up; Wick
+/// always uses wick's kernel. For tests and benchmarks; WICK_CUDA_MATMUL=auto|cublas|wick sets it.
+enum class CudaMatmulPath { Auto, Cublas, Wick };
+void cuda_set_matmul_path(CudaMatmulPath path);
+CudaMatmulPath cuda_matmul_path();
+
+/// The caching allocator of one GPU, in bytes.
+struct CudaMemoryStats {
+  size_t in_use = 0;  // held by live buffers
+  size_t cached = 0;  // freed buffers kept for reuse
+  size_t peak = 0;    // the highest in_use so far
+};
+/// Throws BackendError without that GPU.
+CudaMemoryStats cuda_memory_stats(int ordinal = 0);
+/// Waits for the GPU and returns every cached buffer to the driver.
+void cuda_empty_cache(int ordinal = 0);
+
+/// The device queue of one GPU: ops are grouped into batches of ops_per_batch
+/// (WICK_CUDA_OPS_PER_BATCH, default 50), closed at that count, at read-back and at synchronize.
+struct CudaQueueStats {
+  size_t open_batch_ops = 0;  // ops in the batch still open
+  size_t closed_batches = 0;  // batches closed since the device was created
+  int ops_per_batch = 0;
+};
+/// Throws BackendError without that GPU.
+CudaQueueStats cuda_queue_stats(int ordinal = 0);
+
+}  // namespace wick

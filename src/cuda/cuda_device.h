@@ -1,0 +1,197 @@
+#pragma once
+// One CudaDevice per GPU: the stream that is the device's queue, the caching allocator, pinned
+// staging memory, the out-of-range flags of index kernels, the random generator state and the
+// matmul engine (cuBLASLt, warmed up on a background thread).
+//
+// The queue: every op is an asynchronous launch on the stream. Ops are counted into batches of
+// WICK_CUDA_OPS_PER_BATCH (default 50, the seeds' compute_per_buffer); a batch is closed at that
+// count, at read-back, at synchronize() and when the process ends. A closed batch records an event
+// and keeps alive what its work uses until the event has passed, so that a later version can
+// launch batches as CUDA graphs. Errors of asynchronous work are rethrown at the next read-back
+// or synchronize, naming the ops that may have caused them.
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "backend.h"
+#include "cuda/allocator.h"
+#include "cuda/check.h"
+
+namespace wick::cuda {
+
+class CudaDevice;
+class MatmulEngine;
+struct MatmulEngineDeleter {
+  void operator()(MatmulEngine* engine) const;
+};
+/// Creates the device's matmul engine and starts its cuBLASLt warm-up thread (matmul.cpp).
+std::unique_ptr<MatmulEngine, MatmulEngineDeleter> make_matmul_engine(CudaDevice& device);
+/// Waits for the warm-up thread (at process end).
+void stop_matmul_engine(MatmulEngine& engine);
+/// Waits for every device's cuBLASLt warm-up thread. Runs when a thread that used a device ends,
+/// the main thread at exit() included (its thread_local destructors run before any static
+/// destructor), so that cuBLAS's static state is never torn down under the warm-up thread.
+void wait_for_warm_ups();
+/// Whether repeated identical matmuls (same shapes and buffers) are replayed as CUDA graphs
+/// (WICK_CUDA_MATMUL_GRAPHS=0 turns it off).
+bool matmul_graphs_enabled();
+void set_matmul_graphs(bool on);
+
+/// One device allocation, returned to the allocator's cache when the last owner lets go.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(CudaDevice& device, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  CudaDevice* device_;
+  void* ptr_;
+  size_t bytes_;
+};
+
+/// Makes GPU `ordinal` current on this thread (cheap when it already is).
+void make_current(int ordinal);
+
+/// "WICK_TRACE=1": library initialisations and first kernel uses, with times, on stderr.
+bool trace_enabled();
+/// Prints one trace line: "[wick] <kind> <name> <ms> ms".
+void trace_line(const char* kind, const std::string& name, double ms);
+/// Milliseconds on a steady clock.
+double now_ms();
+
+class CudaDevice final : public BackendDevice {
+ public:
+  explicit CudaDevice(int ordinal);
+  ~CudaDevice() override;
+  /// Closes the open batch, waits for the GPU and for the warm-up thread; errors are swallowed
+  /// (runs at process end).
+  void shutdown() noexcept;
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  Device device() const { return Device::cuda(ordinal_); }
+  cudaStream_t stream() const { return stream_; }
+  Allocator& allocator() { return allocator_; }
+  MatmulEngine& matmul_engine() { return *matmul_; }
+
+  // ---- BackendDevice ----
+  StoragePtr alloc(size_t count, DType dtype) override;
+  StoragePtr filled(size_t count, DType dtype, const void* value) override;
+  StoragePtr from_host(const void* data, size_t count, DType dtype) override;
+  StoragePtr rand_uniform(size_t count, DType dtype, double lo, double hi) override;
+  StoragePtr rand_normal(size_t count, DType dtype, double mean, double std) override;
+  void set_seed(uint64_t seed) override;
+  /// Closes the batch, waits for all work, rethrows deferred errors.
+  void synchronize() override;
+
+  // ---- the queue ----
+  /// Enqueues op `name` (dtype `dtype`): calls launch(stream) and counts the op into the batch.
+  /// With WICK_TRACE=1 the first launch of each (name, dtype) is timed and printed.
+  template <class F>
+  void enqueue(const char* name, DType dtype, F&& launch) {
+    std::lock_guard lock(mutex_);
+    make_current(ordinal_);
+    if (trace_ && first_use(name, dtype)) {
+      double t0 = begin_first_use();
+      launch(stream_);
+      end_first_use(name, dtype, t0);
+    } else {
+      launch(stream_);
+    }
+    count_op_locked(name);
+  }
+  /// Keeps `keep` alive until the current batch has run on the GPU.
+  void retain(std::shared_ptr<const void> keep);
+  /// A device int, zero until an index kernel of op `op` finds an id out of range; checked (and
+  /// rethrown as IndexOutOfRange naming `op`) at the next read-back or synchronize.
+  int* error_flag(const char* op);
+  /// Copies `bytes` of device memory at `src` to host `dst`: closes the batch, waits for the
+  /// copy (so for all earlier work of the stream) and rethrows deferred errors.
+  void read_back(const void* src, size_t bytes, void* dst);
+  /// Enqueues a copy of `bytes` host bytes to device memory `dst`; `src` may be reused at once.
+  void upload(const void* src, size_t bytes, void* dst);
+  /// Ops in the open batch, batches closed so far (for tests and traces).
+  size_t open_batch_ops() const;
+  size_t closed_batches() const;
+  int ops_per_batch() const { return ops_per_batch_; }
+
+ private:
+  struct Batch {
+    cudaEvent_t done = nullptr;
+    std::vector<const char*> ops;
+    std::vector<std::shared_ptr<const void>> retained;
+  };
+  struct FirstUseKey {
+    const char* name;
+    DType dtype;
+    bool operator==(const FirstUseKey&) const = default;
+  };
+  struct FirstUseHash {
+    size_t operator()(const FirstUseKey& k) const {
+      return std::hash<const void*>()(k.name) ^ static_cast<size_t>(k.dtype);
+    }
+  };
+
+  bool first_use(const char* name, DType dtype);
+  double begin_first_use();
+  void end_first_use(const char* name, DType dtype, double t0);
+  void count_op_locked(const char* name);
+  void close_batch_locked();
+  void reap_locked();
+  /// Waits for the stream; on failure throws naming the ops of the unfinished batches.
+  void wait_locked(const char* what);
+  void enqueue_flag_copy_locked();
+  void check_flags_locked();
+  void* pinned_staging_locked(size_t bytes);
+  std::shared_ptr<void> pinned_upload_chunk(size_t bytes);
+  std::unique_ptr<BackendStorage> random(bool normal, size_t count, DType dtype, double a,
+                                         double b);
+
+  int ordinal_;
+  double context_ms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  Allocator allocator_;
+  bool trace_;
+  int ops_per_batch_;
+
+  mutable std::recursive_mutex mutex_;
+  Batch open_;
+  std::deque<Batch> in_flight_;
+  std::vector<cudaEvent_t> free_events_;
+  size_t closed_batches_ = 0;
+  std::unordered_set<FirstUseKey, FirstUseHash> used_kernels_;
+
+  // Read-back staging (pinned; grows, never shrinks).
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+  // Upload chunks (pinned), by size class, reused once their batch has run.
+  std::mutex upload_mutex_;
+  std::vector<std::pair<size_t, void*>> upload_free_;
+
+  // Index-kernel error flags: one slot per op since the last check.
+  int* flags_dev_ = nullptr;
+  int* flags_host_ = nullptr;
+  std::vector<const char*> flag_ops_;
+
+  // Random generator: counter-based, (seed, offset) fully determine the values.
+  uint64_t seed_ = 299792458;
+  uint64_t rng_offset_ = 0;
+
+  std::unique_ptr<MatmulEngine, MatmulEngineDeleter> matmul_;
+};
+
+/// The device of `ordinal`, created on first use (BackendError without that GPU).
+CudaDevice& cuda_device(int ordinal);
+
+}  // namespace wick::cuda
