@@ -2,6 +2,7 @@
 // Everything public in wick.
 
 #include "wick/autograd.h"
+#include "wick/cuda.h"
 #include "wick/device.h"
 #include "wick/dtype.h"
 #include "wick/error.h"
