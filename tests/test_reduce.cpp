@@ -126,7 +126,8 @@ std::vector<Variant> variants(const Shape& s, DType dt) {
 }
 
 const std::vector<Shape>& shapes() {
-  static const std::vector<Shape> v{{5, 7, 9}, {3, 1, 4}, {4, 257, 130}};
+  // The last two are large enough for threads; {1, 2000, 40} splits the rows of its columns.
+  static const std::vector<Shape> v{{5, 7, 9}, {3, 1, 4}, {4, 257, 130}, {1, 2000, 40}};
   return v;
 }
 
@@ -356,6 +357,26 @@ TEST(MaxMin, NaNPropagates) {
   }
 }
 
+TEST(MaxMin, NaNInLargeThreadedReductions) {
+  for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
+    // Columns whose rows are split between threads, and one long row split between threads.
+    std::vector<double> v = random_values(2000 * 40);
+    v[1500 * 40 + 3] = kNaN;
+    v[1700 * 40 + 3] = kNaN;
+    Tensor cols = tensor_from(v, {2000, 40}, dt);
+    std::vector<double> mx = cols.max(0).to_vec_f64(), mn = cols.min(0).to_vec_f64();
+    EXPECT_TRUE(std::isnan(mx[3]) && std::isnan(mn[3])) << dtype_name(dt);
+    EXPECT_FALSE(std::isnan(mx[4]) || std::isnan(mn[2])) << dtype_name(dt);
+    EXPECT_EQ(cols.argmax(0).to_vec1<uint32_t>()[3], 1500u) << dtype_name(dt);
+    EXPECT_EQ(cols.argmin(0).to_vec1<uint32_t>()[3], 1500u) << dtype_name(dt);
+    Tensor row = cols.reshape({1, 2000 * 40});
+    EXPECT_TRUE(std::isnan(row.max(1).to_vec_f64()[0])) << dtype_name(dt);
+    EXPECT_TRUE(std::isnan(row.min(1).to_vec_f64()[0])) << dtype_name(dt);
+    EXPECT_EQ(row.argmax(1).to_vec1<uint32_t>()[0], 1500u * 40 + 3) << dtype_name(dt);
+    EXPECT_EQ(row.argmin(1).to_vec1<uint32_t>()[0], 1500u * 40 + 3) << dtype_name(dt);
+  }
+}
+
 TEST(Reduce, FrontEndErrors) {
   Tensor t = random_tensor({2, 3, 4}, DType::F32);
   EXPECT_THROW(t.sum({3}), IndexOutOfRange);
@@ -441,6 +462,26 @@ TEST(Softmax, StableForLargeInputsAndLongRows) {
   Tensor m = tensor_from(random_values(4096 * 64), {4096, 64}, DType::F32);
   EXPECT_TRUE(
       all_close(m.softmax(1).to_vec_f64(), softmax_ref(m.to_vec_f64(), {4096, 64}, 1), 1e-5, 1e-9));
+}
+
+TEST(Softmax, MasksAndNaN) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : testing::float_dtypes()) {
+    // -inf (a mask) gives exactly 0; x - max far below f32's exp range gives 0 too.
+    std::vector<double> v{-inf, 0.5, 1.0, -200.0, 0.0, -inf, 2.0, -90.0, kNaN, 1.0, 2.0, 3.0};
+    if (dt == DType::F16) v[3] = -60000.0;
+    Tensor t = tensor_from(v, {3, 4}, dt);
+    std::vector<double> out = t.softmax(1).to_vec_f64();
+    std::vector<double> ref = softmax_ref(t.to_vec_f64(), {3, 4}, 1);
+    EXPECT_EQ(out[0], 0.0) << dtype_name(dt);
+    if (dt != DType::F64) {
+      EXPECT_EQ(out[3], 0.0) << dtype_name(dt);
+    }
+    EXPECT_EQ(out[5], 0.0) << dtype_name(dt);
+    for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(out[i], ref[i], tolerance(dt)) << dtype_name(dt);
+    // A nan anywhere in a row makes the whole row nan; other rows are untouched.
+    for (size_t i = 8; i < 12; ++i) EXPECT_TRUE(std::isnan(out[i])) << dtype_name(dt) << " " << i;
+  }
 }
 
 TEST(Softmax, EmptyAndErrors) {

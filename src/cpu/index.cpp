@@ -97,6 +97,19 @@ Split split_at(const Layout& layout, size_t dim) {
   return sp;
 }
 
+// A layout walked as rows of its last dim: `outer` gives each row's start, `step` the stride
+// along the row (rank >= 1).
+struct Rows {
+  Layout outer;
+  size_t len, step, count;
+  explicit Rows(const Layout& l)
+      : outer(Shape(std::vector<size_t>(l.dims().begin(), l.dims().end() - 1)),
+              std::vector<size_t>(l.strides().begin(), l.strides().end() - 1), l.start_offset()),
+        len(l.dims().back()),
+        step(l.strides().back()),
+        count(outer.elem_count()) {}
+};
+
 // The result starts as a row-major copy of the input.
 std::unique_ptr<CpuStorage> copy_of(const CpuStorage& in, const Layout& layout) {
   auto out = std::make_unique<CpuStorage>(layout.elem_count(), in.dtype());
@@ -119,13 +132,20 @@ StoragePtr CpuStorage::index_select(const Layout& layout, const BackendStorage& 
     const T* x = as<T>() + layout.start_offset();
     T* y = result->as<T>();
     parallel_for(rows, std::max<size_t>(1, kParallelWork / q), [&](size_t b, size_t e) {
+      size_t pre = b / n, i = b % n;
       for (size_t r = b; r < e; ++r) {
-        const T* src = x + sp.pre[r / n] + id[r % n] * sp.dim_stride;
+        const T* src = x + sp.pre[pre] + id[i] * sp.dim_stride;
         T* dst = y + r * q;
-        if (sp.post_contiguous) {
+        if (q == 1) {
+          *dst = src[sp.post[0]];
+        } else if (sp.post_contiguous) {
           std::memcpy(dst, src, q * sizeof(T));
         } else {
           for (size_t j = 0; j < q; ++j) dst[j] = src[sp.post[j]];
+        }
+        if (++i == n) {
+          i = 0;
+          ++pre;
         }
       }
     });
@@ -142,17 +162,24 @@ StoragePtr CpuStorage::gather(const Layout& layout, const BackendStorage& ids,
   std::vector<size_t> view_strides = layout.strides();
   view_strides[dim] = 0;
   Layout view(ids_layout.shape(), view_strides, layout.start_offset());
+  Rows xr(view), ir(ids_layout);
   size_t size = layout.dims()[dim], stride = layout.strides()[dim];
   dispatch(dtype_, [&]<class T>() {
     const T* x = as<T>();
     T* y = result->as<T>();
     dispatch_ids(ids.dtype(), "gather", [&]<class Id>() {
       const Id* p = as_cpu(ids).as<Id>();
-      parallel_for(n, kParallelWork, [&](size_t b, size_t e) {
-        StridedIndex xi(view, b), ii(ids_layout, b);
-        for (size_t k = b; k < e; ++k, xi.next(), ii.next()) {
-          size_t id = checked_id(p[ii.offset()], size, "gather", dim);
-          y[k] = x[xi.offset() + id * stride];
+      size_t len = xr.len;
+      parallel_for(xr.count, std::max<size_t>(1, kParallelWork / len), [&](size_t b, size_t e) {
+        StridedIndex xi(xr.outer, b), ii(ir.outer, b);
+        for (size_t r = b; r < e; ++r, xi.next(), ii.next()) {
+          const T* xp = x + xi.offset();
+          const Id* ip = p + ii.offset();
+          T* yp = y + r * len;
+          for (size_t k = 0; k < len; ++k) {
+            size_t id = checked_id(ip[k * ir.step], size, "gather", dim);
+            yp[k] = xp[k * xr.step + id * stride];
+          }
         }
       });
     });
@@ -204,23 +231,31 @@ StoragePtr CpuStorage::scatter_add(const Layout& layout, const BackendStorage& i
   std::vector<size_t> view_strides = layout.shape().contiguous_strides();
   size_t size = layout.dims()[dim], stride = view_strides[dim];
   view_strides[dim] = 0;
-  Layout view(ids_layout.shape(), view_strides, 0);
-  // Different values of the dims before `dim` write disjoint parts of the result.
+  Rows yr(Layout(ids_layout.shape(), view_strides, 0)), ir(ids_layout), sr(src_layout);
+  // Different values of the dims before `dim` write disjoint parts of the result; each such
+  // value owns a whole number of rows.
   size_t pre = 1;
   for (size_t i = 0; i < dim; ++i) pre *= ids_layout.dims()[i];
-  size_t block = n / pre;
+  size_t rows_per_pre = yr.count / pre;
   dispatch(dtype_, [&]<class T>() {
     const T* s = as_cpu(src).as<T>();
     T* y = result->as<T>();
     dispatch_ids(ids.dtype(), "scatter_add", [&]<class Id>() {
       const Id* p = as_cpu(ids).as<Id>();
-      parallel_for(pre, std::max<size_t>(1, kParallelWork / block), [&](size_t pb, size_t pe) {
-        size_t b = pb * block, e = pe * block;
-        StridedIndex yi(view, b), ii(ids_layout, b), si(src_layout, b);
-        for (size_t k = b; k < e; ++k, yi.next(), ii.next(), si.next()) {
-          size_t id = checked_id(p[ii.offset()], size, "scatter_add", dim);
-          T& dst = y[yi.offset() + id * stride];
-          dst = add_elem(dst, s[si.offset()]);
+      size_t len = yr.len;
+      size_t grain = std::max<size_t>(1, kParallelWork / (rows_per_pre * len));
+      parallel_for(pre, grain, [&](size_t pb, size_t pe) {
+        size_t b = pb * rows_per_pre, e = pe * rows_per_pre;
+        StridedIndex yi(yr.outer, b), ii(ir.outer, b), si(sr.outer, b);
+        for (size_t r = b; r < e; ++r, yi.next(), ii.next(), si.next()) {
+          T* yp = y + yi.offset();
+          const Id* ip = p + ii.offset();
+          const T* sp = s + si.offset();
+          for (size_t k = 0; k < len; ++k) {
+            size_t id = checked_id(ip[k * ir.step], size, "scatter_add", dim);
+            T& dst = yp[k * yr.step + id * stride];
+            dst = add_elem(dst, sp[k * sr.step]);
+          }
         }
       });
     });

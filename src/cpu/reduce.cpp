@@ -11,6 +11,7 @@
 //   outputs are accumulated together (column sums of a row-major matrix).
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -27,8 +28,9 @@ namespace {
 
 // Elements of work below which a loop stays on the calling thread.
 constexpr size_t kParallelWork = size_t{1} << 15;
-// Outputs per task in the outer loop (its accumulators stay in L1).
-constexpr size_t kColumnChunk = 512;
+// Columns per task in the outer loop: rows are read this wide (whole pages), and the
+// accumulators still fit in L2.
+constexpr size_t kColumnChunk = 4096;
 // Rows summed plainly before being folded into the compensated total (outer loop).
 constexpr size_t kSumBlock = 64;
 
@@ -140,6 +142,103 @@ constexpr C identity() {
   }
 }
 
+// (Max ? x > l : x < l) ? x : l for floats as a bit-mask select: GCC will not if-convert float
+// selects under -ftrapping-math, masks it vectorises.
+template <class C, bool Max>
+inline C pick(C x, C l) {
+  if constexpr (std::is_floating_point_v<C>) {
+    using U = std::conditional_t<sizeof(C) == 4, uint32_t, uint64_t>;
+    U m = U(0) - static_cast<U>(Max ? x > l : x < l);
+    return std::bit_cast<C>((std::bit_cast<U>(x) & m) | (std::bit_cast<U>(l) & ~m));
+  } else {
+    return (Max ? x > l : x < l) ? x : l;
+  }
+}
+
+// Native vector width: AVX registers where the build has them, else 16 bytes (SSE, NEON).
+#if defined(__AVX__)
+constexpr size_t kVecBytes = 32;
+#else
+constexpr size_t kVecBytes = 16;
+#endif
+
+// The max (or min) of f32/f64 p[0..n) ignoring nan, and whether a nan was seen, with GCC/Clang
+// vector types (the compiler does not vectorise a float max reduction without fast-math).
+template <class C, bool Max>
+std::pair<C, bool> extreme_floats(const C* p, size_t n) {
+  using I = std::conditional_t<sizeof(C) == 4, int32_t, int64_t>;
+  typedef C V __attribute__((vector_size(kVecBytes)));
+  typedef I M __attribute__((vector_size(kVecBytes)));
+  constexpr size_t kW = kVecBytes / sizeof(C);
+  constexpr size_t kAcc = 4;  // independent accumulators hide the compare latency
+  V best[kAcc];
+  M nan[kAcc];
+  for (size_t a = 0; a < kAcc; ++a) {
+    for (size_t k = 0; k < kW; ++k) best[a][k] = identity<C, Max>();
+    nan[a] = M{};
+  }
+  size_t i = 0;
+  for (; i + kAcc * kW <= n; i += kAcc * kW) {
+    for (size_t a = 0; a < kAcc; ++a) {
+      V x;
+      std::memcpy(&x, p + i + a * kW, sizeof(V));
+      M m = Max ? x > best[a] : x < best[a];
+      best[a] =
+          reinterpret_cast<V>((reinterpret_cast<M>(x) & m) | (reinterpret_cast<M>(best[a]) & ~m));
+      nan[a] |= x != x;
+    }
+  }
+  C out = identity<C, Max>();
+  bool any_nan = false;
+  for (size_t a = 0; a < kAcc; ++a) {
+    for (size_t k = 0; k < kW; ++k) {
+      out = pick<C, Max>(best[a][k], out);
+      any_nan |= nan[a][k] != 0;
+    }
+  }
+  for (; i < n; ++i) {
+    out = pick<C, Max>(p[i], out);
+    any_nan |= p[i] != p[i];
+  }
+  return {out, any_nan};
+}
+
+// The max (or min) of p[0..n) ignoring nan, and whether a nan was seen.
+template <class T, bool Max>
+std::pair<compute_t<T>, bool> extreme_run(const T* p, size_t n) {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return extreme_floats<T, Max>(p, n);
+  } else if constexpr (std::is_floating_point_v<C>) {
+    // f16/bf16: widen a block at a time.
+    constexpr size_t kBlock = 256;
+    float buf[kBlock];
+    C best = identity<C, Max>();
+    bool any_nan = false;
+    for (size_t b = 0; b < n; b += kBlock) {
+      size_t len = std::min(kBlock, n - b);
+      for (size_t i = 0; i < len; ++i) buf[i] = static_cast<float>(p[b + i]);
+      auto [x, nan] = extreme_floats<float, Max>(buf, len);
+      best = pick<C, Max>(x, best);
+      any_nan |= nan;
+    }
+    return {best, any_nan};
+  } else {
+    C best = identity<C, Max>();
+    for (size_t i = 0; i < n; ++i) best = pick<C, Max>(p[i], best);
+    return {best, false};
+  }
+}
+
+template <class C>
+constexpr C nan_of() {
+  if constexpr (std::is_floating_point_v<C>) {
+    return std::numeric_limits<C>::quiet_NaN();
+  } else {
+    return C{};
+  }
+}
+
 template <class T, bool Max>
 struct MinMaxAcc {
   using C = compute_t<T>;
@@ -147,17 +246,8 @@ struct MinMaxAcc {
   C best = identity<C, Max>();
   void row(const T* p, size_t n, size_t s, size_t) {
     if (s == 1) {
-      C lanes[8];
-      for (auto& l : lanes) l = best;
-      size_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        for (size_t k = 0; k < 8; ++k) {
-          C x = static_cast<C>(p[i + k]);
-          lanes[k] = takes<C, Max>(x, lanes[k]) ? x : lanes[k];
-        }
-      }
-      for (C l : lanes) best = takes<C, Max>(l, best) ? l : best;
-      for (; i < n; ++i) take(static_cast<C>(p[i]));
+      auto [b, nan] = extreme_run<T, Max>(p, n);
+      take(nan ? nan_of<C>() : b);
     } else {
       for (size_t i = 0; i < n; ++i) take(static_cast<C>(p[i * s]));
     }
@@ -182,9 +272,34 @@ struct ArgAcc {
   using C = compute_t<T>;
   using Out = uint32_t;
   static constexpr size_t kNone = ~size_t{0};
+  // Contiguous runs go block by block: a vector pass finds the block's extreme, and only a block
+  // that beats the best so far is searched (in L1) for the first index holding it.
+  static constexpr size_t kBlock = 2048;
   C best{};
   size_t idx = kNone;
   void row(const T* p, size_t n, size_t s, size_t idx0) {
+    if (s == 1) {
+      for (size_t b0 = 0; b0 < n; b0 += kBlock) {
+        size_t len = std::min(kBlock, n - b0);
+        const T* q = p + b0;
+        auto [bx, nan] = extreme_run<T, Max>(q, len);
+        if (nan) bx = nan_of<C>();
+        if (idx != kNone && !better<C, Max>(bx, best)) continue;
+        size_t i = 0;
+        if constexpr (std::is_floating_point_v<C>) {
+          if (nan) {
+            while (!std::isnan(static_cast<C>(q[i]))) ++i;
+          } else {
+            while (static_cast<C>(q[i]) != bx) ++i;
+          }
+        } else {
+          while (static_cast<C>(q[i]) != bx) ++i;
+        }
+        best = bx;
+        idx = idx0 + b0 + i;
+      }
+      return;
+    }
     size_t i = 0;
     if (idx == kNone && n > 0) {
       best = static_cast<C>(p[0]);
@@ -339,85 +454,190 @@ void inner_reduce(const T* x, typename Acc::Out* out, const Plan& plan) {
   }
 }
 
-// ---- the outer loop: out[j] for j in a chunk of the innermost kept dim ----
+// ---- the outer loop: columns j of the innermost kept dim, rows r of the reduced dims ----
+//
+// A task owns a chunk of columns and a range of rows; rows are read whole (as wide as the chunk),
+// so memory streams in order. When there are fewer column tasks than threads the rows are split
+// too, and the partial states are merged in row order.
 
-template <class T, bool Unit>
-void outer_sum(const T* x, size_t sk, size_t m, const std::vector<size_t>& red_off, T* out) {
+// Branch-free a-or-b for the column loops (see pick).
+template <class C>
+inline C select(bool c, C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    using U = std::conditional_t<sizeof(C) == 4, uint32_t, uint64_t>;
+    U m = U(0) - static_cast<U>(c);
+    return std::bit_cast<C>((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & ~m));
+  } else {
+    return c ? a : b;
+  }
+}
+
+template <class T>
+struct SumCols {
   using A = sum_acc_t<T>;
-  A sum[kColumnChunk], comp[kColumnChunk], block[kColumnChunk];
-  std::fill_n(sum, m, A(0));
-  std::fill_n(comp, m, A(0));
-  for (size_t r0 = 0; r0 < red_off.size(); r0 += kSumBlock) {
-    std::fill_n(block, m, A(0));
-    size_t r1 = std::min(red_off.size(), r0 + kSumBlock);
-    for (size_t r = r0; r < r1; ++r) {
-      const T* p = x + red_off[r];
-      for (size_t j = 0; j < m; ++j) block[j] += to_acc<A>(p[Unit ? j : j * sk]);
-    }
-    for (size_t j = 0; j < m; ++j) compensated_add(sum[j], comp[j], block[j]);
-  }
-  for (size_t j = 0; j < m; ++j) out[j] = from_acc<T>(compensated_result(sum[j], comp[j]));
-}
-
-template <class T, bool Max, bool Unit>
-void outer_minmax(const T* x, size_t sk, size_t m, const std::vector<size_t>& red_off, T* out) {
-  using C = compute_t<T>;
-  C best[kColumnChunk];
-  std::fill_n(best, m, identity<C, Max>());
-  for (size_t off : red_off) {
-    const T* p = x + off;
-    for (size_t j = 0; j < m; ++j) {
-      C v = static_cast<C>(p[Unit ? j : j * sk]);
-      best[j] = takes<C, Max>(v, best[j]) ? v : best[j];
+  using Out = T;
+  std::vector<A> sum, comp, block;
+  explicit SumCols(size_t m) : sum(m), comp(m), block(m) {}
+  template <bool Unit>
+  void run(const T* x, size_t sk, const size_t* off, size_t r0, size_t r1) {
+    size_t m = sum.size();
+    A* bl = block.data();
+    // Plain sums over kSumBlock rows, folded into a compensated total (Neumaier, branch-free).
+    for (size_t b = r0; b < r1; b += kSumBlock) {
+      std::fill(block.begin(), block.end(), A(0));
+      for (size_t r = b; r < std::min(r1, b + kSumBlock); ++r) {
+        const T* p = x + off[r];
+        for (size_t j = 0; j < m; ++j) bl[j] += to_acc<A>(p[Unit ? j : j * sk]);
+      }
+      add_all(bl, 0);
     }
   }
-  for (size_t j = 0; j < m; ++j) out[j] = from_acc<T>(best[j]);
-}
-
-template <class T, bool Max, bool Unit>
-void outer_arg(const T* x, size_t sk, size_t m, const std::vector<size_t>& red_off, uint32_t* out) {
-  using C = compute_t<T>;
-  C best[kColumnChunk];
-  for (size_t j = 0; j < m; ++j) {
-    best[j] = static_cast<C>(x[red_off[0] + (Unit ? j : j * sk)]);
-    out[j] = 0;
-  }
-  for (size_t r = 1; r < red_off.size(); ++r) {
-    const T* p = x + red_off[r];
-    for (size_t j = 0; j < m; ++j) {
-      C v = static_cast<C>(p[Unit ? j : j * sk]);
-      if (better<C, Max>(v, best[j])) {
-        best[j] = v;
-        out[j] = static_cast<uint32_t>(r);
+  void add_all(const A* v, const A* c) {
+    A* s = sum.data();
+    A* k = comp.data();
+    for (size_t j = 0; j < sum.size(); ++j) {
+      if constexpr (std::is_floating_point_v<A>) {
+        A t = s[j] + v[j];
+        bool ge = std::abs(s[j]) >= std::abs(v[j]);
+        k[j] += (select(ge, s[j], v[j]) - t) + select(ge, v[j], s[j]);
+        if (c) k[j] += c[j];
+        s[j] = t;
+      } else {
+        s[j] += v[j];
       }
     }
   }
-}
+  void merge(const SumCols& later) { add_all(later.sum.data(), later.comp.data()); }
+  void write(Out* out) const {
+    for (size_t j = 0; j < sum.size(); ++j)
+      out[j] = from_acc<T>(compensated_result(sum[j], comp[j]));
+  }
+};
 
-template <class T, class Out, class Kernel>
-void outer_reduce(const T* x, Out* out, const Plan& plan, Kernel&& kernel) {
+template <class T, bool Max>
+struct MinMaxCols {
+  using C = compute_t<T>;
+  using Out = T;
+  std::vector<C> best;
+  std::vector<uint32_t> nan;
+  explicit MinMaxCols(size_t m) : best(m, identity<C, Max>()), nan(m, 0) {}
+  template <bool Unit>
+  void run(const T* x, size_t sk, const size_t* off, size_t r0, size_t r1) {
+    size_t m = best.size();
+    C* b = best.data();
+    uint32_t* n = nan.data();
+    for (size_t r = r0; r < r1; ++r) {
+      const T* p = x + off[r];
+      for (size_t j = 0; j < m; ++j) {
+        C v = static_cast<C>(p[Unit ? j : j * sk]);
+        b[j] = pick<C, Max>(v, b[j]);
+        if constexpr (std::is_floating_point_v<C>) n[j] |= v != v;
+      }
+    }
+  }
+  void merge(const MinMaxCols& later) {
+    for (size_t j = 0; j < best.size(); ++j) {
+      best[j] = pick<C, Max>(later.best[j], best[j]);
+      nan[j] |= later.nan[j];
+    }
+  }
+  void write(Out* out) const {
+    for (size_t j = 0; j < best.size(); ++j) out[j] = from_acc<T>(nan[j] ? nan_of<C>() : best[j]);
+  }
+};
+
+template <class T, bool Max>
+struct ArgCols {
+  using C = compute_t<T>;
+  using Out = uint32_t;
+  std::vector<C> best;
+  std::vector<uint32_t> idx;
+  bool empty = true;
+  explicit ArgCols(size_t m) : best(m), idx(m, 0) {}
+  template <bool Unit>
+  void run(const T* x, size_t sk, const size_t* off, size_t r0, size_t r1) {
+    if (r0 >= r1) return;
+    size_t m = best.size();
+    C* b = best.data();
+    uint32_t* ix = idx.data();
+    for (size_t j = 0; j < m; ++j) {
+      b[j] = static_cast<C>(x[off[r0] + (Unit ? j : j * sk)]);
+      ix[j] = static_cast<uint32_t>(r0);
+    }
+    empty = false;
+    for (size_t r = r0 + 1; r < r1; ++r) {
+      const T* p = x + off[r];
+      for (size_t j = 0; j < m; ++j) {
+        C v = static_cast<C>(p[Unit ? j : j * sk]);
+        bool take = better<C, Max>(v, b[j]);
+        b[j] = select(take, v, b[j]);
+        ix[j] = take ? static_cast<uint32_t>(r) : ix[j];
+      }
+    }
+  }
+  void merge(const ArgCols& later) {
+    if (later.empty) return;
+    for (size_t j = 0; j < best.size(); ++j) {
+      if (empty || better<C, Max>(later.best[j], best[j])) {
+        best[j] = later.best[j];
+        idx[j] = later.idx[j];
+      }
+    }
+    empty = false;
+  }
+  void write(Out* out) const { std::copy(idx.begin(), idx.end(), out); }
+};
+
+template <class Cols, class T>
+void outer_reduce(const T* x, typename Cols::Out* out, const Plan& plan) {
   size_t m = plan.kept.sizes.back(), sk = plan.kept.strides.back();
   Dims outer_kept;
   outer_kept.sizes.assign(plan.kept.sizes.begin(), plan.kept.sizes.end() - 1);
   outer_kept.strides.assign(plan.kept.strides.begin(), plan.kept.strides.end() - 1);
   std::vector<size_t> kept_off = outer_kept.offsets();
   std::vector<size_t> red_off = plan.red.offsets();
+  size_t nr = red_off.size();
   size_t col_chunks = (m + kColumnChunk - 1) / kColumnChunk;
-  size_t tasks = kept_off.size() * col_chunks;
-  size_t work = red_off.size() * std::min(m, kColumnChunk);
-  parallel_for(tasks, std::max<size_t>(1, kParallelWork / work), [&](size_t b, size_t e) {
-    for (size_t t = b; t < e; ++t) {
-      size_t o = t / col_chunks, j0 = (t % col_chunks) * kColumnChunk;
-      size_t cm = std::min(kColumnChunk, m - j0);
-      const T* base = x + plan.start + kept_off[o] + j0 * sk;
-      Out* dst = out + o * m + j0;
-      if (sk == 1) {
-        kernel(std::true_type{}, base, sk, cm, red_off, dst);
-      } else {
-        kernel(std::false_type{}, base, sk, cm, red_off, dst);
-      }
+  size_t col_tasks = kept_off.size() * col_chunks;
+  size_t threads = num_threads();
+  size_t row_parts = 1;
+  if (col_tasks < threads && nr * m >= 2 * kParallelWork) {
+    row_parts = std::min(threads, std::max<size_t>(1, nr / kSumBlock));
+  }
+  size_t work = nr / row_parts * std::min(m, kColumnChunk);
+  auto run_task = [&](size_t t, Cols& state, size_t part) {
+    size_t o = t / col_chunks, j0 = (t % col_chunks) * kColumnChunk;
+    const T* base = x + plan.start + kept_off[o] + j0 * sk;
+    size_t r0 = part * nr / row_parts, r1 = (part + 1) * nr / row_parts;
+    if (sk == 1) {
+      state.template run<true>(base, sk, red_off.data(), r0, r1);
+    } else {
+      state.template run<false>(base, sk, red_off.data(), r0, r1);
     }
-  });
+  };
+  auto chunk_width = [&](size_t t) {
+    size_t j0 = (t % col_chunks) * kColumnChunk;
+    return std::min(kColumnChunk, m - j0);
+  };
+  auto dst = [&](size_t t) { return out + (t / col_chunks) * m + (t % col_chunks) * kColumnChunk; };
+  if (row_parts == 1) {
+    parallel_for(col_tasks, std::max<size_t>(1, kParallelWork / work), [&](size_t b, size_t e) {
+      for (size_t t = b; t < e; ++t) {
+        Cols state(chunk_width(t));
+        run_task(t, state, 0);
+        state.write(dst(t));
+      }
+    });
+    return;
+  }
+  for (size_t t = 0; t < col_tasks; ++t) {
+    std::vector<Cols> parts(row_parts, Cols(chunk_width(t)));
+    parallel_for(row_parts, 1, [&](size_t b, size_t e) {
+      for (size_t part = b; part < e; ++part) run_task(t, parts[part], part);
+    });
+    for (size_t part = 1; part < row_parts; ++part) parts[0].merge(parts[part]);
+    parts[0].write(dst(t));
+  }
 }
 
 template <class T>
@@ -457,29 +677,19 @@ StoragePtr reduce_typed(const CpuStorage& in, ReduceKind op, const Layout& layou
   if (outer) {
     switch (op) {
       case ReduceKind::Sum:
-        outer_reduce(x, result->as<T>(), plan, [](auto unit, auto&&... a) {
-          outer_sum<T, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
-        });
+        outer_reduce<SumCols<T>>(x, result->as<T>(), plan);
         break;
       case ReduceKind::Max:
-        outer_reduce(x, result->as<T>(), plan, [](auto unit, auto&&... a) {
-          outer_minmax<T, true, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
-        });
+        outer_reduce<MinMaxCols<T, true>>(x, result->as<T>(), plan);
         break;
       case ReduceKind::Min:
-        outer_reduce(x, result->as<T>(), plan, [](auto unit, auto&&... a) {
-          outer_minmax<T, false, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
-        });
+        outer_reduce<MinMaxCols<T, false>>(x, result->as<T>(), plan);
         break;
       case ReduceKind::ArgMax:
-        outer_reduce(x, result->as<uint32_t>(), plan, [](auto unit, auto&&... a) {
-          outer_arg<T, true, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
-        });
+        outer_reduce<ArgCols<T, true>>(x, result->as<uint32_t>(), plan);
         break;
       case ReduceKind::ArgMin:
-        outer_reduce(x, result->as<uint32_t>(), plan, [](auto unit, auto&&... a) {
-          outer_arg<T, false, decltype(unit)::value>(std::forward<decltype(a)>(a)...);
-        });
+        outer_reduce<ArgCols<T, false>>(x, result->as<uint32_t>(), plan);
         break;
     }
     return result;
@@ -503,6 +713,40 @@ StoragePtr reduce_typed(const CpuStorage& in, ReduceKind op, const Layout& layou
       break;
   }
   return result;
+}
+
+// exp(x) for x <= 0 or nan (softmax after the max subtraction), in a form the compiler
+// vectorises: 2^n * p(r) with x = n ln2 + r, |r| <= ln2 / 2, and a degree-7 polynomial
+// (relative error ~1e-7). Below -87 (where exp underflows f32) it returns 0. The selects are
+// bit masks because GCC will not if-convert float selects under -ftrapping-math.
+inline float exp_nonpositive(float x) {
+  uint32_t small = 0u - static_cast<uint32_t>(x < -87.0f);  // all ones where x < -87
+  float xc = std::bit_cast<float>((std::bit_cast<uint32_t>(x) & ~small) |
+                                  (std::bit_cast<uint32_t>(-87.0f) & small));
+  // Round x / ln2 to an integer with the 1.5 * 2^23 trick; its low bits are n.
+  float t = xc * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  float r = xc - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // n + 127 is the biased exponent of 2^n (n >= -126 here).
+  float scale = std::bit_cast<float>((std::bit_cast<uint32_t>(t) - 0x4B400000u + 127u) << 23);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & ~small);
+}
+
+template <class C>
+inline C exp_softmax(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    return exp_nonpositive(x);
+  } else {
+    return std::exp(x);
+  }
 }
 
 }  // namespace
@@ -540,9 +784,12 @@ StoragePtr CpuStorage::softmax_last_dim(const Layout& layout) const {
         } else {
           buf = tmp.data();
         }
-        C mx = -std::numeric_limits<C>::infinity();
-        for (size_t i = 0; i < len; ++i) mx = std::max(mx, static_cast<C>(xr[i]));
-        for (size_t i = 0; i < len; ++i) buf[i] = std::exp(static_cast<C>(xr[i]) - mx);
+        auto [mx, nan] = extreme_run<T, true>(xr, len);
+        if (nan) {  // a nan anywhere makes the whole row nan
+          std::fill_n(yr, len, T(std::numeric_limits<C>::quiet_NaN()));
+          continue;
+        }
+        for (size_t i = 0; i < len; ++i) buf[i] = exp_softmax(static_cast<C>(xr[i]) - mx);
         C inv = C(1) / pairwise_sum<C, true>(buf, len, 1);
         for (size_t i = 0; i < len; ++i) yr[i] = T(buf[i] * inv);
       }
