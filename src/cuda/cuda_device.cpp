@@ -82,7 +82,10 @@ void trace_line(const char* kind, const std::string& name, double ms) {
 // ---- DeviceBuffer ----
 
 DeviceBuffer::DeviceBuffer(CudaDevice& device, size_t bytes)
-    : device_(&device), ptr_(device.allocator().alloc(bytes)), bytes_(bytes) {}
+    : device_(&device), ptr_(nullptr), bytes_(bytes) {
+  device.note_alloc(bytes);
+  ptr_ = device.allocator().alloc(bytes);
+}
 
 DeviceBuffer::~DeviceBuffer() {
   device_->allocator().free(ptr_, bytes_);
@@ -116,7 +119,8 @@ CudaDevice::CudaDevice(int ordinal)
       stream_(create_stream(ordinal, context_ms_)),
       allocator_(ordinal, stream_),
       trace_(trace_enabled()),
-      ops_per_batch_(env_int("WICK_CUDA_OPS_PER_BATCH", 50)) {
+      ops_per_batch_(env_int("WICK_CUDA_OPS_PER_BATCH", 50)),
+      graph_(ordinal, stream_, trace_) {
   double t0 = now_ms();
   WICK_CUDA_CHECK(cudaMalloc(&flags_dev_, kFlagSlots * sizeof(int)));
   WICK_CUDA_CHECK(cudaMemsetAsync(flags_dev_, 0, kFlagSlots * sizeof(int), stream_));
@@ -199,6 +203,7 @@ void CudaDevice::set_seed(uint64_t seed) {
 void CudaDevice::synchronize() {
   std::lock_guard lock(mutex_);
   make_current(ordinal_);
+  end_capture_locked();  // the flag copy below is not captured
   enqueue_flag_copy_locked();
   close_batch_locked();
   wait_locked("synchronize");
@@ -224,7 +229,55 @@ void CudaDevice::end_first_use(const char* name, DType dtype, double t0) {
 
 void CudaDevice::count_op_locked(const char* name) {
   open_.ops.push_back(name);
-  if (open_.ops.size() >= static_cast<size_t>(ops_per_batch_)) close_batch_locked();
+  if (open_.ops.size() >= static_cast<size_t>(ops_per_batch_) || graph_.must_close()) {
+    close_batch_locked();
+  }
+}
+
+bool CudaDevice::graph_admit_locked(double work) {
+  auto bytes = static_cast<double>(pending_bytes_.exchange(0, std::memory_order_relaxed));
+  if (graph_.admit(work + kWorkPerByte * bytes, open_.ops.size())) return true;
+  end_capture_locked();  // the batch so far runs first
+  graph_.count_direct();
+  return false;
+}
+
+void CudaDevice::graph_abort_locked(const char* name) {
+  graph_.abort(open_.ops, name);
+}
+
+void CudaDevice::end_capture_locked() {
+  if (graph_.capturing()) close_batch_locked();
+}
+
+void CudaDevice::set_graph_mode(bool on) {
+  std::lock_guard lock(mutex_);
+  make_current(ordinal_);
+  close_batch_locked();
+  graph_.set_enabled(on);
+  pending_bytes_.store(0, std::memory_order_relaxed);
+}
+
+bool CudaDevice::graph_capturing() const {
+  std::lock_guard lock(mutex_);
+  return graph_.capturing();
+}
+
+GraphStats CudaDevice::graph_stats() const {
+  std::lock_guard lock(mutex_);
+  return graph_.stats();
+}
+
+void CudaDevice::flush() {
+  std::lock_guard lock(mutex_);
+  make_current(ordinal_);
+  end_capture_locked();
+}
+
+void CudaDevice::note_alloc(size_t bytes) {
+  if (!graph_.enabled()) return;
+  pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (static_cast<double>(bytes) * kWorkPerByte >= graph_.work_limit()) flush();
 }
 
 void CudaDevice::retain(std::shared_ptr<const void> keep) {
@@ -233,6 +286,8 @@ void CudaDevice::retain(std::shared_ptr<const void> keep) {
 }
 
 void CudaDevice::close_batch_locked() {
+  graph_.commit(open_.ops);  // graph mode: ends the capture and launches the graph
+  graph_.reset_batch();
   if (open_.ops.empty() && open_.retained.empty()) return;
   cudaEvent_t ev;
   if (!free_events_.empty()) {
@@ -268,6 +323,7 @@ void CudaDevice::wait_locked(const char* what) {
   if (st == cudaSuccess) {
     for (auto& b : in_flight_) free_events_.push_back(b.done);
     in_flight_.clear();
+    graph_.rethrow_lost(what);  // a batch whose capture failed never ran
     return;
   }
   (void)cudaGetLastError();
@@ -332,6 +388,7 @@ void* CudaDevice::pinned_staging_locked(size_t bytes) {
 void CudaDevice::read_back(const void* src, size_t bytes, void* dst) {
   std::lock_guard lock(mutex_);
   make_current(ordinal_);
+  end_capture_locked();  // the captured ops run before the copy, which is not captured
   if (bytes <= kMaxStagingBytes) {
     void* staging = pinned_staging_locked(bytes);
     WICK_CUDA_CHECK(cudaMemcpyAsync(staging, src, bytes, cudaMemcpyDeviceToHost, stream_));
@@ -377,6 +434,7 @@ void CudaDevice::upload(const void* src, size_t bytes, void* dst) {
   if (bytes > kMaxUploadChunk) {
     // From pageable memory the driver copies synchronously, so `src` may be reused after this.
     std::lock_guard lock(mutex_);
+    end_capture_locked();  // pageable copies cannot be captured
     WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     count_op_locked("upload");
     return;
@@ -492,7 +550,9 @@ CudaMemoryStats cuda_memory_stats(int ordinal) {
 }
 
 void cuda_empty_cache(int ordinal) {
-  cuda::cuda_device(ordinal).allocator().release_cached();
+  cuda::CudaDevice& d = cuda::cuda_device(ordinal);
+  d.flush();  // the allocator waits on the stream, which a capture forbids
+  d.allocator().release_cached();
 }
 
 CudaQueueStats cuda_queue_stats(int ordinal) {

@@ -6,9 +6,10 @@
 // The queue: every op is an asynchronous launch on the stream. Ops are counted into batches of
 // WICK_CUDA_OPS_PER_BATCH (default 50, the seeds' compute_per_buffer); a batch is closed at that
 // count, at read-back, at synchronize() and when the process ends. A closed batch records an event
-// and keeps alive what its work uses until the event has passed, so that a later version can
-// launch batches as CUDA graphs. Errors of asynchronous work are rethrown at the next read-back
-// or synchronize, naming the ops that may have caused them.
+// and keeps alive what its work uses until the event has passed. In graph mode (graph.h,
+// WICK_CUDA_GRAPHS=1) a batch's ops are captured and run as one CUDA graph when it closes.
+// Errors of asynchronous work are rethrown at the next read-back or synchronize, naming the ops
+// that may have caused them.
 
 #include <atomic>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "backend.h"
 #include "cuda/allocator.h"
 #include "cuda/check.h"
+#include "cuda/graph.h"
 
 namespace wick::cuda {
 
@@ -97,15 +99,27 @@ class CudaDevice final : public BackendDevice {
 
   // ---- the queue ----
   /// Enqueues op `name` (dtype `dtype`): calls launch(stream) and counts the op into the batch.
-  /// With WICK_TRACE=1 the first launch of each (name, dtype) is timed and printed.
+  /// With WICK_TRACE=1 the first launch of each (name, dtype) is timed and printed. In graph
+  /// mode the launch is captured into the batch's graph, unless `work` (flop-equivalents, plus
+  /// the bytes allocated since the last op) is past the batch work limit: then the batch so far
+  /// is launched and this op starts at once.
   template <class F>
-  void enqueue(const char* name, DType dtype, F&& launch) {
+  void enqueue(const char* name, DType dtype, F&& launch, double work = 0) {
     std::lock_guard lock(mutex_);
     make_current(ordinal_);
     if (trace_ && first_use(name, dtype)) {
+      end_capture_locked();  // the timing waits on the stream, which a capture forbids
       double t0 = begin_first_use();
       launch(stream_);
       end_first_use(name, dtype, t0);
+    } else if (graph_.enabled() && graph_admit_locked(work)) {
+      try {
+        launch(stream_);
+      } catch (...) {
+        graph_abort_locked(name);  // the device stays usable; the batch is reported lost
+        throw;
+      }
+      graph_.note(name, dtype);
     } else {
       launch(stream_);
     }
@@ -125,6 +139,19 @@ class CudaDevice final : public BackendDevice {
   size_t open_batch_ops() const;
   size_t closed_batches() const;
   int ops_per_batch() const { return ops_per_batch_; }
+
+  // ---- graph mode (graph.h) ----
+  bool graph_mode() const { return graph_.enabled(); }
+  /// Switches between graph and stream mode; closes the open batch first.
+  void set_graph_mode(bool on);
+  bool graph_capturing() const;
+  GraphStats graph_stats() const;
+  /// Launches what the open batch has captured so far: for code that puts its own work on
+  /// stream() or waits on it while graph mode is on.
+  void flush();
+  /// DeviceBuffer: `bytes` allocated for the next op count into its work estimate; a big
+  /// allocation ends the capture first (the allocator's out-of-memory retry waits on the stream).
+  void note_alloc(size_t bytes);
 
  private:
   struct Batch {
@@ -147,6 +174,12 @@ class CudaDevice final : public BackendDevice {
   double begin_first_use();
   void end_first_use(const char* name, DType dtype, double t0);
   void count_op_locked(const char* name);
+  /// Graph mode: true when the next op is to be captured; false when it is big (the batch so
+  /// far has then been launched).
+  bool graph_admit_locked(double work);
+  void graph_abort_locked(const char* name);
+  /// Graph mode: closes the batch when a capture is open (before uncapturable work).
+  void end_capture_locked();
   void close_batch_locked();
   void reap_locked();
   /// Waits for the stream; on failure throws naming the ops of the unfinished batches.
@@ -164,6 +197,8 @@ class CudaDevice final : public BackendDevice {
   Allocator allocator_;
   bool trace_;
   int ops_per_batch_;
+  GraphQueue graph_;
+  std::atomic<size_t> pending_bytes_{0};  // allocated since the last op (graph mode)
 
   mutable std::recursive_mutex mutex_;
   Batch open_;

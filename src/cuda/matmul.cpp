@@ -218,7 +218,8 @@ class MatmulEngine {
     std::lock_guard lock(plans_mutex_);
     Plan* plan = plan_locked(key);
     if (!plan->ok) return false;
-    if (!matmul_graphs_enabled()) {
+    // In graph mode the whole batch is captured: no graph launch inside that capture.
+    if (!matmul_graphs_enabled() || dev_.graph_mode()) {
       call(*plan, key, a, b, c, s);
       return true;
     }
@@ -544,6 +545,9 @@ StoragePtr CudaStorage::matmul(const BackendStorage& rhs_storage, MatmulDims dim
   auto out = std::make_unique<CudaStorage>(dev, count, dtype());
   if (count == 0) return out;
 
+  // The work estimate that lets a big product start at once in graph mode.
+  double flops = 2.0 * static_cast<double>(dims.b) * static_cast<double>(dims.m) *
+                 static_cast<double>(dims.n) * static_cast<double>(dims.k);
   MatmulEngine& engine = dev.matmul_engine();
   CudaMatmulPath path = cuda_matmul_path();
   bool use_cublas =
@@ -573,8 +577,9 @@ StoragePtr CudaStorage::matmul(const BackendStorage& rhs_storage, MatmulDims dim
                 dims.b > 1 ? b.bs : 0};
     bool done = false;
     bool first = trace_enabled() && engine.first_cublas();
-    dev.enqueue("matmul", dtype(),
-                [&](cudaStream_t s) { done = engine.run(key, a.ptr, b.ptr, out->data(), s); });
+    dev.enqueue(
+        "matmul", dtype(),
+        [&](cudaStream_t s) { done = engine.run(key, a.ptr, b.ptr, out->data(), s); }, flops);
     if (first) {
       std::fprintf(stderr, "[wick] MATMUL cublasLt %s %zux%zux%zu b%zu (first cuBLASLt matmul)\n",
                    dtype_name(dtype()), dims.m, dims.n, dims.k, dims.b);
@@ -585,10 +590,13 @@ StoragePtr CudaStorage::matmul(const BackendStorage& rhs_storage, MatmulDims dim
                  dims.m, dims.n, dims.k, dims.b,
                  path == CudaMatmulPath::Wick ? "" : " (cuBLASLt warming up)");
   }
-  dev.enqueue("gemm", dtype(), [&](cudaStream_t s) {
-    launch_gemm(dtype(), dims.b, dims.m, dims.n, dims.k, GemmOperand{a.ptr, a.rs, a.cs, a.bs},
-                GemmOperand{b.ptr, b.rs, b.cs, b.bs}, out->data(), s);
-  });
+  dev.enqueue(
+      "gemm", dtype(),
+      [&](cudaStream_t s) {
+        launch_gemm(dtype(), dims.b, dims.m, dims.n, dims.k, GemmOperand{a.ptr, a.rs, a.cs, a.bs},
+                    GemmOperand{b.ptr, b.rs, b.cs, b.bs}, out->data(), s);
+      },
+      flops);
   return out;
 }
 
