@@ -10,7 +10,7 @@
 #                                      the GPU machine has no registry and may lack them)
 #
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
-# WICK_GPU_SKIP="tests bench torch wickmm sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
+# WICK_GPU_SKIP="tests bench graphs torch wickmm sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
 # after which no further sanitizer run starts). With $OUT set (the device tool), the logs are
 # packed into $OUT/gpu-check-logs.tgz.
 set -uo pipefail
@@ -89,6 +89,12 @@ if ! skip bench; then
   timeout 300 "$BUILD"/bench/cuda_bench_cuda 2>&1 | tee "$LOGS/bench.txt"
 fi
 
+if ! skip graphs; then
+  stage "graph-mode benchmark (with PyTorch eager)"
+  timeout 120 "$BUILD"/bench/cuda_bench_graphs 2>&1 | tee "$LOGS/graphs.txt"
+  PYTHONUNBUFFERED=1 timeout 120 python3 bench/cuda/torch_graphs.py 2>&1 | tee -a "$LOGS/graphs.txt"
+fi
+
 if ! skip torch; then
   stage "PyTorch comparison"
   PYTHONUNBUFFERED=1 timeout 300 python3 bench/cuda/torch_compare.py 2>&1 | tee "$LOGS/torch.txt"
@@ -125,7 +131,7 @@ if ! skip sanitizer; then
 fi
 
 stage "table (gpu-check took $(($(date +%s) - T0)) s)"
-cat "$LOGS"/bench.txt "$LOGS"/torch.txt 2>/dev/null | grep '^RESULT ' >"$LOGS/results.txt"
+cat "$LOGS"/bench.txt "$LOGS"/torch.txt "$LOGS"/graphs.txt 2>/dev/null | grep '^RESULT ' >"$LOGS/results.txt"
 BUILD_SUMMARY="$BUILD_SUMMARY" CTEST_SUMMARY="$CTEST_SUMMARY" SAN_SUMMARY="$SAN_SUMMARY" WICKMM="$LOGS/wickmm2.txt" \
   python3 - "$LOGS/results.txt" <<'EOF'
 import os, re, sys
@@ -169,6 +175,16 @@ row("add 64M f32 (GB/s)", "", f("add_gbs", "{:.0f}"), f("torch_add_gbs", "{:.0f}
 row("softmax 8192^2 f32 (GB/s)", "", f("softmax_gbs", "{:.0f}"), f("torch_softmax_gbs", "{:.0f}"),
     None)
 row("sum 64M f32 (GB/s)", "", f("sum_gbs", "{:.0f}"), f("torch_sum_gbs", "{:.0f}"), None)
+row("1000 dependent adds, graphs (us/op)", "<= 3", f("graphs_add_chain_graph_us", "{:.2f}"),
+    f("torch_graphs_add_chain_us", "{:.2f}"), lim("graphs_add_chain_graph_us", 3, lambda a, b: a <= b))
+row("  stream / raw launches (us/op)", "",
+    f("graphs_add_chain_stream_us", "{:.2f}") + " / " + f("graphs_add_chain_raw_us", "{:.2f}"), "-", None)
+mlp_ok = None
+if "graphs_mlp_graph_us" in r and "graphs_mlp_stream_us" in r:
+    mlp_ok = r["graphs_mlp_graph_us"] < r["graphs_mlp_stream_us"]
+row("MLP 12x256 b1, graphs / stream (us/op)", "graphs<stream",
+    f("graphs_mlp_graph_us", "{:.2f}") + " / " + f("graphs_mlp_stream_us", "{:.2f}"),
+    f("torch_graphs_mlp_us", "{:.2f}"), mlp_ok)
 fm = first_ms(os.environ["WICKMM"])
 row("first matmul 1024 f32, fresh process (ms)", "<= 25", "-" if fm is None else f"{fm:.2f}",
     f("torch_first_matmul_ms", "{:.1f}"), None if fm is None else fm <= 25)

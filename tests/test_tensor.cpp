@@ -226,7 +226,9 @@ TEST(Errors, BoundsAndRanks) {
   EXPECT_THROW(t.permute({0}), ShapeMismatch);
   EXPECT_THROW(Tensor::scalar(1.0f, cpu).t(), ShapeMismatch);
   EXPECT_THROW(Tensor().shape(), Error);
-  if (!cuda_is_available()) EXPECT_THROW(t.to_device(Device::cuda(0)), BackendError);
+  if (!cuda_is_available()) {
+    EXPECT_THROW(t.to_device(Device::cuda(0)), BackendError);
+  }
   EXPECT_THROW(t.to_device(Device::cuda(cuda_device_count())), BackendError);
   try {
     t.narrow(1, 2, 2);

@@ -122,6 +122,9 @@ int main() {
   Device gpu = Device::cuda(0);
   cuda::CudaDevice& dev = cuda::cuda_device(0);
   cudaStream_t stream = dev.stream();
+  // This program records its own events and cuBLAS calls on the device stream, which a graph
+  // capture would reject: it measures the stream queue (bench_graphs measures graph mode).
+  dev.set_graph_mode(false);
   // Benchmarks measure the steady state: wait for cuBLASLt's warm-up.
   cuda_set_matmul_path(CudaMatmulPath::Cublas);
   (void)Tensor::ones({2, 2}, DType::F32, gpu).matmul(Tensor::ones({2, 2}, DType::F32, gpu));
