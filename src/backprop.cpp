@@ -390,6 +390,17 @@ GradStore Tensor::backward() const {
   pending.stats().nodes = order.size();
   pending.add(*this, Tensor::ones(shape(), dtype(), device()));
 
+  // Handles the graph itself holds on each tensor: its entry in `order` and one per use as an op
+  // input. A tensor with more handles is held by the caller, who may ask for its gradient; the
+  // gradients of all other intermediates are released as soon as they are consumed.
+  std::unordered_map<const TensorImpl*, long> graph_handles;
+  for (const Tensor& t : order) {
+    ++graph_handles[t.impl().get()];
+    if (const auto& op = t.impl()->op) {
+      for (const Tensor& input : op->inputs) ++graph_handles[input.impl().get()];
+    }
+  }
+
   GradStore grads;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Tensor& node = *it;
@@ -404,6 +415,8 @@ GradStore Tensor::backward() const {
     if (impl.is_variable) {
       grads.insert(node, std::move(*grad));
       ++pending.stats().leaf_grads;
+    } else if (node.impl().use_count() > graph_handles[node.impl().get()]) {
+      grads.insert(node, std::move(*grad));
     }
   }
   t_last_stats = pending.stats();

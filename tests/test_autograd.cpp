@@ -593,12 +593,16 @@ TEST(AutogradBackward, LeafLossAndUnrelatedLeaves) {
   EXPECT_EQ(grads.size(), 1u);
 }
 
-TEST(AutogradBackward, GradStoreHoldsLeavesOnly) {
+TEST(AutogradBackward, GradStoreHoldsLeavesAndHeldIntermediates) {
   Tensor x = random_tensor({3}, DType::F64).requires_grad();
-  Tensor mid = x.sqr();
-  GradStore grads = mid.sum_all().backward();
-  EXPECT_TRUE(grads.get(x).has_value());
-  EXPECT_FALSE(grads.get(mid).has_value());  // intermediates are released during backward
+  Tensor mid = x.sqr();  // held here, so its gradient is kept
+  Tensor loss = mid.affine(3.0, 1.0).sum_all();
+  GradStore grads = loss.backward();
+  ASSERT_TRUE(grads.get(x).has_value());
+  ASSERT_TRUE(grads.get(mid).has_value());
+  EXPECT_EQ(grads.get(mid)->to_vec1<double>(), std::vector<double>(3, 3.0));
+  // x, mid and the loss: the affine result nobody holds is released during backward.
+  EXPECT_EQ(grads.size(), 3u);
   EXPECT_EQ(detail::last_backward_stats().leaf_grads, 1u);
 }
 

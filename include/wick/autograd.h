@@ -12,7 +12,9 @@ namespace wick {
 /// Gradients keyed by tensor id.
 class GradStore {
  public:
-  /// The gradient of `t` (same shape and dtype), if `t` took part in the graph.
+  /// The gradient of `t` (same shape and dtype), if `t` took part in the graph. Kept for every
+  /// tracked leaf and every intermediate the caller still held during backward; the gradients
+  /// of intermediates nobody can name any more are freed as soon as they are consumed.
   std::optional<Tensor> get(const Tensor& t) const;
   void insert(const Tensor& t, Tensor grad);
   std::optional<Tensor> remove(const Tensor& t);
