@@ -35,6 +35,14 @@ Tensor view_of(const Tensor& t, Layout layout) {
                                               src.dtype, src.device, nullptr, false}));
 }
 
+bool should_record(std::initializer_list<const Tensor*> inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor* t : inputs) {
+    if (t->is_tracked()) return true;
+  }
+  return false;
+}
+
 ReadLocks read_locks(std::initializer_list<const Tensor*> tensors) {
   std::vector<const Storage*> storages;
   for (const Tensor* t : tensors) storages.push_back(t->impl()->storage.get());

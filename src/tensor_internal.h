@@ -18,6 +18,10 @@ Tensor from_storage(StoragePtr storage, const Shape& shape);
 /// A view of `t`'s storage with another layout (no recording).
 Tensor view_of(const Tensor& t, Layout layout);
 
+/// True when an op on `inputs` must record itself: recording is on and an input is tracked.
+/// Hot ops test this first so that untracked ops build no BackpropOp.
+bool should_record(std::initializer_list<const Tensor*> inputs);
+
 /// The backend storage of a tensor.
 inline BackendStorage& backend_of(const Tensor& t) {
   return t.impl()->storage->backend();

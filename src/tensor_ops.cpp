@@ -37,7 +37,10 @@ Tensor matmul_impl(const char* op, const Tensor& lhs, const Tensor& rhs) {
   out_dims.push_back(n);
   Shape out_shape(out_dims);
   if (out_shape.elem_count() == 0 || k == 0) {
-    return Tensor::zeros(out_shape, lhs.dtype(), lhs.device());
+    // Recorded all the same, so that the operands get (zero) gradients.
+    Tensor zeros = Tensor::zeros(out_shape, lhs.dtype(), lhs.device());
+    if (!should_record({&lhs, &rhs})) return zeros;
+    return record(zeros, BackpropOp{OpKind::Matmul, {lhs, rhs}});
   }
   (void)op;
   StoragePtr out;
@@ -46,7 +49,9 @@ Tensor matmul_impl(const char* op, const Tensor& lhs, const Tensor& rhs) {
     out = lhs.impl()->storage->matmul(*rhs.impl()->storage, MatmulDims{b, m, n, k}, lhs.layout(),
                                       rhs.layout());
   }
-  return record(from_storage(std::move(out), out_shape), BackpropOp{OpKind::Matmul, {lhs, rhs}});
+  Tensor result = from_storage(std::move(out), out_shape);
+  if (!should_record({&lhs, &rhs})) return result;
+  return record(result, BackpropOp{OpKind::Matmul, {lhs, rhs}});
 }
 
 void check_matmul_operands(const char* op, const Tensor& lhs, const Tensor& rhs) {
@@ -114,9 +119,11 @@ Tensor binary_op(BinaryKind kind, const Tensor& lhs, const Tensor& rhs) {
     auto locks = read_locks({&lhs, &rhs});
     out = backend_of(lhs).binary(kind, lhs.layout(), backend_of(rhs), rhs.layout());
   }
+  Tensor result = from_storage(std::move(out), lhs.shape());
+  if (!should_record({&lhs, &rhs})) return result;
   BackpropOp rec{OpKind::Binary, {lhs, rhs}};
   rec.binary = kind;
-  return record(from_storage(std::move(out), lhs.shape()), std::move(rec));
+  return record(result, std::move(rec));
 }
 
 Tensor broadcast_binary_op(BinaryKind kind, const Tensor& lhs, const Tensor& rhs) {
@@ -138,9 +145,11 @@ Tensor unary_op(const UnaryOp& u, const Tensor& t) {
     auto locks = read_locks({&t});
     out = backend_of(t).unary(u, t.layout());
   }
+  Tensor result = from_storage(std::move(out), t.shape());
+  if (!should_record({&t})) return result;
   BackpropOp rec{OpKind::Unary, {t}};
   rec.unary = u;
-  return record(from_storage(std::move(out), t.shape()), std::move(rec));
+  return record(result, std::move(rec));
 }
 
 Tensor cmp_op(CmpKind kind, const Tensor& lhs, const Tensor& rhs) {

@@ -729,3 +729,21 @@ TEST(GradStoreTest, InsertChecksShapeDTypeAndHandle) {
 
 }  // namespace
 }  // namespace wick
+
+namespace wick {
+namespace {
+
+TEST(AutogradBackward, EmptyMatmulGivesZeroGradients) {
+  Tensor a = testing::random_tensor({3, 4}, DType::F64).requires_grad();
+  Tensor b = Tensor::zeros({4, 0}, DType::F64, Device::cpu()).requires_grad();
+  Tensor loss = a.matmul(b).sum_all();
+  GradStore grads = loss.backward();
+  ASSERT_TRUE(grads.get(a).has_value());
+  EXPECT_EQ(grads.get(a)->shape(), Shape({3, 4}));
+  EXPECT_EQ(grads.get(a)->to_vec_f64(), std::vector<double>(12, 0.0));
+  ASSERT_TRUE(grads.get(b).has_value());
+  EXPECT_EQ(grads.get(b)->shape(), Shape({4, 0}));
+}
+
+}  // namespace
+}  // namespace wick
