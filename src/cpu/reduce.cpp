@@ -489,7 +489,7 @@ struct SumCols {
         const T* p = x + off[r];
         for (size_t j = 0; j < m; ++j) bl[j] += to_acc<A>(p[Unit ? j : j * sk]);
       }
-      add_all(bl, 0);
+      add_all(bl, nullptr);
     }
   }
   void add_all(const A* v, const A* c) {
@@ -604,7 +604,7 @@ void outer_reduce(const T* x, typename Cols::Out* out, const Plan& plan) {
   if (col_tasks < threads && nr * m >= 2 * kParallelWork) {
     row_parts = std::min(threads, std::max<size_t>(1, nr / kSumBlock));
   }
-  size_t work = nr / row_parts * std::min(m, kColumnChunk);
+  size_t work = std::max<size_t>(1, nr / row_parts * std::min(m, kColumnChunk));
   auto run_task = [&](size_t t, Cols& state, size_t part) {
     size_t o = t / col_chunks, j0 = (t % col_chunks) * kColumnChunk;
     const T* base = x + plan.start + kept_off[o] + j0 * sk;
