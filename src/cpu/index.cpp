@@ -1,8 +1,9 @@
 // CPU index ops: index_select, gather and their adjoints index_add, scatter_add.
 //
-// A layout is split around the indexed dim into "pre" (the dims before it) and "post" (the dims
-// after it); each part's storage offsets are listed once, so the loops below work for any strides
-// and copy whole post rows with memcpy when they are contiguous.
+// index_select and index_add split a layout around the indexed dim into "pre" (the dims before
+// it) and "post" (the dims after it); each part's storage offsets are listed once, so the loops
+// work for any strides and copy whole post rows with memcpy when they are contiguous. gather and
+// scatter_add walk rows of the last dim, with the row starts from a strided walker.
 
 #include <algorithm>
 #include <cstring>
