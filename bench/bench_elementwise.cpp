@@ -121,8 +121,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
   void print_ratio(const char* op, const char* peer) const {
     auto a = gbps_.find(op), m = gbps_.find(peer);
     if (a == gbps_.end() || m == gbps_.end() || m->second <= 0) return;
-    std::printf("%s: %.2f GB/s, %s: %.2f GB/s, ratio %.0f%%\n", op, a->second, peer, m->second,
-                100.0 * a->second / m->second);
+    std::printf("%s: %.2f GB/s, %s: %.2f GB/s (1 GB = 1e9 bytes), ratio %.0f%%\n", op, a->second,
+                peer, m->second, 100.0 * a->second / m->second);
   }
 
  private:

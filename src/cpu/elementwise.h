@@ -15,6 +15,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__AVX__) || defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include "cpu/parallel.h"
 #include "wick/half.h"
 #include "wick/layout.h"
@@ -24,7 +28,7 @@ namespace wick::cpu {
 /// Element count below which element-wise kernels stay on the calling thread.
 inline constexpr size_t kElementwiseGrain = 32768;
 /// Side of the square tiles used when an operand's fastest dim is not the innermost one.
-inline constexpr size_t kTile = 32;
+inline constexpr size_t kTile = 64;
 
 /// One operand of a walk: its layout, its storage (element 0) and its element size in bytes.
 struct Operand {
@@ -90,13 +94,74 @@ std::array<size_t, N> outer_offsets(const Walk<N>& w, size_t rank, size_t index)
   return offs;
 }
 
+// In-register transposes of square blocks: dst[c * ld + r] = src[r * ls + c].
+#if defined(__AVX__)
+inline void transpose_block(const uint32_t* src, size_t ls, uint32_t* dst, size_t ld) {  // 8x8
+  const float* s = reinterpret_cast<const float*>(src);
+  float* d = reinterpret_cast<float*>(dst);
+  __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls), r2 = _mm256_loadu_ps(s + 2 * ls),
+         r3 = _mm256_loadu_ps(s + 3 * ls), r4 = _mm256_loadu_ps(s + 4 * ls),
+         r5 = _mm256_loadu_ps(s + 5 * ls), r6 = _mm256_loadu_ps(s + 6 * ls),
+         r7 = _mm256_loadu_ps(s + 7 * ls);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+inline constexpr size_t block_side(size_t elem) {
+  return elem == 4 ? 8 : elem == 8 ? 4 : 0;
+}
+
+inline void transpose_block(const uint64_t* src, size_t ls, uint64_t* dst, size_t ld) {  // 4x4
+  const double* s = reinterpret_cast<const double*>(src);
+  double* d = reinterpret_cast<double*>(dst);
+  __m256d r0 = _mm256_loadu_pd(s), r1 = _mm256_loadu_pd(s + ls), r2 = _mm256_loadu_pd(s + 2 * ls),
+          r3 = _mm256_loadu_pd(s + 3 * ls);
+  __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+  __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+  _mm256_storeu_pd(d, _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd(d + ld, _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd(d + 2 * ld, _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(d + 3 * ld, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#else
+inline constexpr size_t block_side(size_t) {
+  return 0;
+}
+#endif
+
 template <class U>
 void gather_tile(const char* src, size_t si, size_t sj, size_t rows, size_t cols, char* buf) {
   const U* s = reinterpret_cast<const U*>(src);
   U* b = reinterpret_cast<U*>(buf);
-  // Along i the source is (nearly) contiguous: read it that way, write the buffer transposed.
+  size_t rows_done = 0, cols_done = 0;
+  constexpr size_t B = block_side(sizeof(U));
+  if constexpr (B != 0) {
+    // A source contiguous along i: transpose B x B blocks in registers.
+    if (si == 1) {
+      rows_done = rows / B * B;
+      cols_done = cols / B * B;
+      for (size_t j = 0; j < cols_done; j += B)
+        for (size_t i = 0; i < rows_done; i += B)
+          transpose_block(s + i + j * sj, sj, b + i * kTile + j, kTile);
+    }
+  }
+  // The rest element by element; along i the source is (nearly) contiguous.
   for (size_t j = 0; j < cols; ++j)
-    for (size_t i = 0; i < rows; ++i) b[i * kTile + j] = s[i * si + j * sj];
+    for (size_t i = j < cols_done ? rows_done : 0; i < rows; ++i)
+      b[i * kTile + j] = s[i * si + j * sj];
 }
 
 // Copies the rows x cols tile at `src` (strides si, sj in elements) into buf, row-major with row
