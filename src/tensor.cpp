@@ -440,6 +440,13 @@ void Tensor::assign(const Tensor& value) const {
   }
   check_same_dtype("assign", *this, value);
   check_same_device("assign", *this, value);
+  for (size_t i = 0; i < rank(); ++i) {
+    // A broadcast target would have several values written to one element.
+    if (self.layout.strides()[i] == 0 && dims()[i] > 1) {
+      throw ShapeMismatch(
+          str("assign: the target ", shape(), " is a broadcast view (dim ", i, " has stride 0)"));
+    }
+  }
   // A value that shares this storage may overlap the target: copy it out first.
   Tensor src = same_storage(value) ? value.detach().copy() : value;
   std::lock_guard<std::shared_mutex> write(self.storage->mutex());

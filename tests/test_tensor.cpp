@@ -276,6 +276,19 @@ TEST(Printing, BoundedValuesShapeDType) {
   EXPECT_EQ(big.str(), "Tensor([0, 1, 2, ..., 97, 98, 99], shape=[100], dtype=i64, device=cpu)");
 }
 
+TEST(Assign, WritesThroughViewsAndRejectsBroadcastTargets) {
+  auto t = random_tensor({3, 4}, DType::F32);
+  auto row = random_tensor({4}, DType::F32);
+  t.get(1).assign(row);
+  EXPECT_EQ(t.to_vec2<float>()[1], row.to_vec1<float>());
+  auto col = random_tensor({3}, DType::F32);
+  t.t().get(2).assign(col);  // a strided target
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(t.to_vec2<float>()[i][2], col.to_vec1<float>()[i]);
+  EXPECT_THROW(row.broadcast_as({3, 4}).assign(t), ShapeMismatch);
+  EXPECT_THROW(t.assign(row), ShapeMismatch);
+  EXPECT_THROW(t.assign(t.to_dtype(DType::F64)), DTypeMismatch);
+}
+
 TEST(Ids, UniquePerHandle) {
   auto a = random_tensor({2, 2}, DType::F32);
   EXPECT_NE(a.id(), a.t().id());
