@@ -39,24 +39,6 @@ Tensor strided_ids(const std::vector<int64_t>& ids, DType dt) {
   return t;
 }
 
-struct Variant {
-  std::string name;
-  Tensor t;
-};
-
-// Rank-3 tensors of logical shape [a, b, c] laid out in different ways.
-std::vector<Variant> variants(const Shape& s, DType dt) {
-  size_t a = s[0], b = s[1], c = s[2];
-  std::vector<Variant> out;
-  out.push_back({"contiguous", random_tensor({a, b, c}, dt)});
-  out.push_back({"transposed", random_tensor({c, b, a}, dt).transpose(0, 2)});
-  out.push_back({"permuted", random_tensor({b, c, a}, dt).permute({2, 0, 1})});
-  out.push_back({"narrowed", random_tensor({a + 1, b, c + 3}, dt).narrow(0, 1, a).narrow(2, 2, c)});
-  out.push_back({"broadcast", random_tensor({a, 1, c}, dt).broadcast_as({a, b, c})});
-  for (auto& v : out) EXPECT_EQ(v.t.shape(), s) << v.name;
-  return out;
-}
-
 // Row-major multi-index helpers.
 std::vector<size_t> unravel(size_t flat, const std::vector<size_t>& dims) {
   std::vector<size_t> idx(dims.size());
@@ -179,7 +161,7 @@ void expect_bad_id(F&& fn, const std::vector<std::string>& parts) {
 TEST(IndexSelect, EveryDTypeLayoutAndDim) {
   const Shape s{4, 5, 6};
   for (DType dt : testing::all_dtypes()) {
-    for (auto& [name, t] : variants(s, dt)) {
+    for (auto& [name, t] : testing::layout_variants(s, dt, false)) {
       std::vector<double> in = t.to_vec_f64();
       for (size_t d = 0; d < 3; ++d) {
         for (DType id_dt : id_dtypes) {
@@ -279,7 +261,7 @@ TEST(Embedding, RowsOfTheTable) {
 TEST(Gather, EveryDTypeLayoutAndDim) {
   const Shape s{4, 5, 6};
   for (DType dt : testing::all_dtypes()) {
-    for (auto& [name, t] : variants(s, dt)) {
+    for (auto& [name, t] : testing::layout_variants(s, dt, false)) {
       std::vector<double> in = t.to_vec_f64();
       for (size_t d = 0; d < 3; ++d) {
         for (DType id_dt : id_dtypes) {
@@ -352,7 +334,7 @@ TEST(IndexAdd, EveryDTypeLayoutAndDim) {
   const Shape s{4, 5, 6};
   for (DType dt : testing::all_dtypes()) {
     double tol = is_float(dt) ? tolerance(dt) : 0.0;
-    for (auto& [name, t] : variants(s, dt)) {
+    for (auto& [name, t] : testing::layout_variants(s, dt, false)) {
       std::vector<double> in = t.to_vec_f64();
       for (size_t d = 0; d < 3; ++d) {
         for (DType id_dt : id_dtypes) {
@@ -427,7 +409,7 @@ TEST(ScatterAdd, EveryDTypeLayoutAndDim) {
   const Shape s{4, 5, 6};
   for (DType dt : testing::all_dtypes()) {
     double tol = is_float(dt) ? tolerance(dt) : 0.0;
-    for (auto& [name, t] : variants(s, dt)) {
+    for (auto& [name, t] : testing::layout_variants(s, dt, false)) {
       std::vector<double> in = t.to_vec_f64();
       for (size_t d = 0; d < 3; ++d) {
         for (DType id_dt : id_dtypes) {

@@ -106,25 +106,6 @@ Ref reference(const std::vector<double>& v, const std::vector<size_t>& dims,
   return ::testing::AssertionSuccess();
 }
 
-struct Variant {
-  std::string name;
-  Tensor t;
-};
-
-// Rank-3 tensors of logical shape [a, b, c] laid out in different ways.
-std::vector<Variant> variants(const Shape& s, DType dt) {
-  size_t a = s[0], b = s[1], c = s[2];
-  std::vector<Variant> out;
-  out.push_back({"contiguous", random_tensor({a, b, c}, dt)});
-  out.push_back({"transposed", random_tensor({c, b, a}, dt).transpose(0, 2)});
-  out.push_back({"permuted", random_tensor({b, c, a}, dt).permute({2, 0, 1})});
-  out.push_back({"narrowed", random_tensor({a + 1, b, c + 3}, dt).narrow(0, 1, a).narrow(2, 2, c)});
-  out.push_back({"broadcast", random_tensor({a, 1, c}, dt).broadcast_as({a, b, c})});
-  out.push_back({"broadcast_left", random_tensor({b, c}, dt).broadcast_left({a})});
-  for (auto& v : out) EXPECT_EQ(v.t.shape(), s) << v.name;
-  return out;
-}
-
 const std::vector<Shape>& shapes() {
   // The last two are large enough for threads; {1, 2000, 40} splits the rows of its columns.
   static const std::vector<Shape> v{{5, 7, 9}, {3, 1, 4}, {4, 257, 130}, {1, 2000, 40}};
@@ -150,7 +131,7 @@ double sum_tolerance(DType dt) {
 TEST(Sum, EveryDTypeLayoutAndDimSet) {
   for (DType dt : testing::all_dtypes()) {
     for (const Shape& s : shapes()) {
-      for (auto& [name, t] : variants(s, dt)) {
+      for (auto& [name, t] : testing::layout_variants(s, dt)) {
         std::vector<double> in = t.to_vec_f64();
         for (const auto& dims : dim_sets()) {
           Tensor out = t.sum_keepdim(dims);
@@ -241,7 +222,7 @@ TEST(Sum, EmptyTensors) {
 
 TEST(Mean, FloatDTypes) {
   for (DType dt : testing::float_dtypes()) {
-    for (auto& [name, t] : variants({4, 6, 5}, dt)) {
+    for (auto& [name, t] : testing::layout_variants({4, 6, 5}, dt)) {
       std::vector<double> in = t.to_vec_f64();
       for (const auto& dims : dim_sets()) {
         Ref ref = reference(in, {4, 6, 5}, dims, Kind::Sum, dt);
@@ -264,7 +245,7 @@ TEST(Mean, FloatDTypes) {
 TEST(MaxMin, EveryDTypeLayoutAndDim) {
   for (DType dt : testing::all_dtypes()) {
     for (const Shape& s : shapes()) {
-      for (auto& [name, t] : variants(s, dt)) {
+      for (auto& [name, t] : testing::layout_variants(s, dt)) {
         std::vector<double> in = t.to_vec_f64();
         for (size_t d = 0; d < 3; ++d) {
           std::string at = where(dt, s, name, {d});
@@ -287,7 +268,7 @@ TEST(ArgMaxMin, EveryDTypeLayoutAndDim) {
   // Integer inputs hold values 0..19, so ties along a dim are common.
   for (DType dt : testing::all_dtypes()) {
     for (const Shape& s : shapes()) {
-      for (auto& [name, t] : variants(s, dt)) {
+      for (auto& [name, t] : testing::layout_variants(s, dt)) {
         std::vector<double> in = t.to_vec_f64();
         for (size_t d = 0; d < 3; ++d) {
           std::string at = where(dt, s, name, {d});
@@ -427,7 +408,7 @@ std::vector<double> softmax_ref(const std::vector<double>& v, const std::vector<
 
 TEST(Softmax, FloatDTypesLayoutsAndDims) {
   for (DType dt : testing::float_dtypes()) {
-    for (auto& [name, t] : variants({4, 5, 6}, dt)) {
+    for (auto& [name, t] : testing::layout_variants({4, 5, 6}, dt)) {
       std::vector<double> in = t.to_vec_f64();
       for (size_t d = 0; d < 3; ++d) {
         Tensor s = t.softmax(d);

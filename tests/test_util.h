@@ -44,6 +44,30 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, const Device& devic
   return tensor_from(v, shape, dtype, device);
 }
 
+/// A rank-3 tensor of logical shape [a, b, c] in one layout, with the layout's name.
+struct LayoutVariant {
+  std::string name;
+  Tensor t;
+};
+
+/// Random tensors of shape `s` (rank 3) laid out contiguous, transposed, permuted, narrowed,
+/// broadcast and (optionally) broadcast_left.
+inline std::vector<LayoutVariant> layout_variants(const Shape& s, DType dt,
+                                                  bool with_broadcast_left = true) {
+  size_t a = s[0], b = s[1], c = s[2];
+  std::vector<LayoutVariant> out;
+  out.push_back({"contiguous", random_tensor({a, b, c}, dt)});
+  out.push_back({"transposed", random_tensor({c, b, a}, dt).transpose(0, 2)});
+  out.push_back({"permuted", random_tensor({b, c, a}, dt).permute({2, 0, 1})});
+  out.push_back({"narrowed", random_tensor({a + 1, b, c + 3}, dt).narrow(0, 1, a).narrow(2, 2, c)});
+  out.push_back({"broadcast", random_tensor({a, 1, c}, dt).broadcast_as({a, b, c})});
+  if (with_broadcast_left) {
+    out.push_back({"broadcast_left", random_tensor({b, c}, dt).broadcast_left({a})});
+  }
+  for (auto& v : out) EXPECT_EQ(v.t.shape(), s) << v.name;
+  return out;
+}
+
 /// Max |a - b| / (atol + rtol * |b|) <= 1 element-wise, with a readable failure.
 inline ::testing::AssertionResult all_close(const std::vector<double>& actual,
                                             const std::vector<double>& expected, double rtol,
@@ -57,9 +81,8 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& actual,
     if (std::isnan(e) && std::isnan(a)) continue;
     if (std::isinf(e) && a == e) continue;
     if (!(std::abs(a - e) <= atol + rtol * std::abs(e))) {
-      return ::testing::AssertionFailure()
-             << "element " << i << ": got " << a << ", expected " << e << " (rtol " << rtol
-             << ", atol " << atol << ")";
+      return ::testing::AssertionFailure() << "element " << i << ": got " << a << ", expected " << e
+                                           << " (rtol " << rtol << ", atol " << atol << ")";
     }
   }
   return ::testing::AssertionSuccess();
@@ -68,11 +91,16 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& actual,
 /// Relative tolerance for results rounded to `dtype`.
 inline double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::BF16: return 2e-2;
-    case DType::F16: return 4e-3;
-    case DType::F32: return 1e-5;
-    case DType::F64: return 1e-12;
-    default: return 0;
+    case DType::BF16:
+      return 2e-2;
+    case DType::F16:
+      return 4e-3;
+    case DType::F32:
+      return 1e-5;
+    case DType::F64:
+      return 1e-12;
+    default:
+      return 0;
   }
 }
 
