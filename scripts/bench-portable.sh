@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The portable build's CPU benchmarks beside a -march=native build's, same machine, same run:
 # builds bench_elementwise and bench_matmul twice (build-bench-portable: the default flags;
-# build-bench-native: WICK_NATIVE=ON), runs each benchmark of both, one after the other, and
-# prints a table of both figures and their ratio.
+# build-bench-native: WICK_NATIVE=ON), runs both programs of both builds in turn, ROUNDS times
+# (alternating, so that a change in the machine's load hits both), and prints the best figure of
+# each build and their ratio.
 #
-#   scripts/bench-portable.sh            (WICK_JOBS: build jobs; BENCH_ARGS: extra benchmark args)
+#   scripts/bench-portable.sh   (WICK_JOBS: build jobs; ROUNDS, default 3; BENCH_ARGS: more args)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${WICK_JOBS:-$(nproc)}
@@ -18,24 +19,37 @@ for kind in portable native; do
 done
 
 out=$(mktemp -d)
-for b in bench_elementwise bench_matmul; do
-  for kind in portable native; do
-    ./build-bench-$kind/bench/$b --benchmark_format=json --benchmark_out="$out/$b-$kind.json" \
-      --benchmark_out_format=json ${BENCH_ARGS:-} > /dev/null
+rounds=${ROUNDS:-3}
+for ((r = 1; r <= rounds; r++)); do
+  for b in bench_elementwise bench_matmul; do
+    for kind in portable native; do
+      ./build-bench-$kind/bench/$b --benchmark_out="$out/$b-$kind-$r.json" \
+        --benchmark_out_format=json ${BENCH_ARGS:-} > /dev/null
+    done
   done
 done
 
-python3 - "$out" <<'PY'
+python3 - "$out" "$rounds" <<'PY'
 import json, sys, os
-out = sys.argv[1]
-ctx = json.load(open(os.path.join(out, "bench_elementwise-portable.json")))["context"]
+out, rounds = sys.argv[1], int(sys.argv[2])
+ctx = json.load(open(os.path.join(out, "bench_elementwise-portable-1.json")))["context"]
 print(f"portable build: CPU kernels {ctx.get('wick_cpu_isa', '?')}; {ctx.get('num_cpus')} CPUs")
 print(f"{'benchmark':44} {'portable':>12} {'native':>12} {'portable/native':>16}")
 for b in ("bench_elementwise", "bench_matmul"):
+    # The best round of each benchmark: the highest throughput, or the lowest time.
+    def better(a, b):
+        for key in ("bytes_per_second", "items_per_second"):
+            if key in a:
+                return a if a[key] >= b[key] else b
+        return a if a["real_time"] <= b["real_time"] else b
     runs = {}
     for kind in ("portable", "native"):
-        with open(os.path.join(out, f"{b}-{kind}.json")) as f:
-            runs[kind] = {r["name"]: r for r in json.load(f)["benchmarks"]}
+        runs[kind] = {}
+        for r in range(1, rounds + 1):
+            with open(os.path.join(out, f"{b}-{kind}-{r}.json")) as f:
+                for run in json.load(f)["benchmarks"]:
+                    prev = runs[kind].get(run["name"])
+                    runs[kind][run["name"]] = run if prev is None else better(run, prev)
     for name, p in runs["portable"].items():
         n = runs["native"].get(name)
         if n is None:
