@@ -461,6 +461,7 @@ GradStore Tensor::backward() const {
   // input. A tensor with more handles is held by the caller, who may ask for its gradient; the
   // gradients of all other intermediates are released as soon as they are consumed.
   std::unordered_map<const TensorImpl*, long> graph_handles;
+  graph_handles.reserve(order.size() * 2);  // no rehash of a million-entry table mid-way
   for (const Tensor& t : order) {
     ++graph_handles[t.impl().get()];
     if (const auto& op = t.impl()->op) {

@@ -80,11 +80,15 @@ size_t check_host_bytes(const char* op, size_t count, size_t elem_size) {
   return bytes;
 }
 
-void check_output_bytes(const char* op, const Shape& shape, DType dtype) {
+void check_output_bytes(const char* op, const Shape& shape, DType dtype, const Device& device) {
   size_t bytes;
   if (__builtin_mul_overflow(shape.elem_count(), size_in_bytes(dtype), &bytes)) {
     throw BackendError(str(op, ": the result ", shape, " ", dtype,
                            " needs more than 2^64 bytes; cannot allocate it"));
+  }
+  if (device.is_cpu() && bytes > physical_memory_bytes()) {
+    throw BackendError(str(op, ": out of memory, the result ", shape, " ", dtype, " needs ", bytes,
+                           " bytes, the machine has ", physical_memory_bytes()));
   }
 }
 
@@ -140,7 +144,7 @@ Tensor Tensor::ones(const Shape& shape, DType dtype, const Device& device) {
 
 Tensor Tensor::full_bytes(const void* value, DType dtype, const Shape& shape,
                           const Device& device) {
-  check_output_bytes("full", shape, dtype);
+  check_output_bytes("full", shape, dtype, device);
   return from_storage(backend_device(device).filled(shape.elem_count(), dtype, value), shape);
 }
 
@@ -201,11 +205,11 @@ Tensor Tensor::arange_int(int64_t start, int64_t end, int64_t step, DType dtype,
 
 Tensor Tensor::from_bytes(const void* data, size_t count, DType dtype, const Shape& shape,
                           const Device& device) {
-  check_output_bytes("from_vec", shape, dtype);
   if (count != shape.elem_count()) {
     throw ShapeMismatch(str("from_vec: ", count, " elements cannot fill shape ", shape, " (",
                             shape.elem_count(), " elements)"));
   }
+  check_output_bytes("from_vec", shape, dtype, device);
   return from_storage(backend_device(device).from_host(data, count, dtype), shape);
 }
 
@@ -218,7 +222,7 @@ Tensor Tensor::random_impl(bool normal, double a, double b, DType dtype, const S
   if (normal ? !(b >= 0) : !(a <= b)) {
     throw Error(str(op, ": invalid parameters ", a, ", ", b));
   }
-  check_output_bytes(op, shape, dtype);
+  check_output_bytes(op, shape, dtype, device);
   BackendDevice& dev = backend_device(device);
   size_t n = shape.elem_count();
   return from_storage(normal ? dev.rand_normal(n, dtype, a, b) : dev.rand_uniform(n, dtype, a, b),
@@ -434,7 +438,7 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::copy() const {
   const TensorImpl& self = impl_of(*this, "copy");
-  check_output_bytes("copy", shape(), self.dtype);
+  check_output_bytes("copy", shape(), self.dtype, self.device);
   StoragePtr out = backend_device(self.device).alloc(elem_count(), self.dtype);
   {
     auto locks = read_locks({this});
@@ -458,7 +462,7 @@ Tensor Tensor::to_device(const Device& device) const {
 Tensor Tensor::to_dtype(DType dtype) const {
   const TensorImpl& self = impl_of(*this, "to_dtype");
   if (dtype == self.dtype) return *this;
-  check_output_bytes("to_dtype", shape(), dtype);
+  check_output_bytes("to_dtype", shape(), dtype, self.device);
   StoragePtr out;
   {
     auto locks = read_locks({this});
@@ -485,7 +489,7 @@ Tensor Tensor::cat(const std::vector<Tensor>& tensors, size_t dim) {
     dims[dim] = checked_add(dims[dim], t.dims()[dim], "cat");
   }
   Shape shape(dims);
-  check_output_bytes("cat", shape, first.dtype());
+  check_output_bytes("cat", shape, first.dtype(), first.device());
   StoragePtr out = backend_device(first.device()).alloc(shape.elem_count(), first.dtype());
   Layout out_layout = Layout::contiguous(shape);
   size_t offset = 0;

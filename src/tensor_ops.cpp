@@ -39,7 +39,7 @@ Tensor matmul_impl(const char* op, const Tensor& lhs, const Tensor& rhs) {
   out_dims.push_back(m);
   out_dims.push_back(n);
   Shape out_shape(out_dims);  // checked: the output count cannot wrap
-  check_output_bytes(op, out_shape, lhs.dtype());
+  check_output_bytes(op, out_shape, lhs.dtype(), lhs.device());
   if (out_shape.elem_count() == 0 || k == 0) {
     // Recorded all the same, so that the operands get (zero) gradients.
     Tensor zeros = Tensor::zeros(out_shape, lhs.dtype(), lhs.device());
@@ -90,9 +90,9 @@ Tensor Tensor::broadcast_matmul(const Tensor& rhs) const {
   std::vector<size_t> batch;
   try {
     batch = broadcast_shape("broadcast_matmul", lhs_batch, rhs_batch).dims();
-  } catch (const ShapeMismatch&) {
-    throw ShapeMismatch(
-        str("broadcast_matmul: shape mismatch, lhs: ", shape(), ", rhs: ", rhs.shape()));
+  } catch (const ShapeMismatch& e) {
+    throw ShapeMismatch(str("broadcast_matmul: shape mismatch, lhs: ", shape(),
+                            ", rhs: ", rhs.shape(), " (", e.what(), ")"));
   }
   auto with_batch = [&](const Tensor& t) {
     std::vector<size_t> d = batch;
@@ -117,7 +117,7 @@ Tensor binary_op(BinaryKind kind, const Tensor& lhs, const Tensor& rhs) {
   }
   check_same_dtype(op, lhs, rhs);
   check_same_device(op, lhs, rhs);
-  check_output_bytes(op, lhs.shape(), lhs.dtype());
+  check_output_bytes(op, lhs.shape(), lhs.dtype(), lhs.device());
   StoragePtr out;
   {
     auto locks = read_locks({&lhs, &rhs});
@@ -144,7 +144,7 @@ Tensor unary_op(const UnaryOp& u, const Tensor& t) {
   if (!unary_supports(u.kind, t.dtype())) {
     throw UnsupportedDType(str(op, ": unsupported dtype ", t.dtype(), ", shape ", t.shape()));
   }
-  check_output_bytes(op, t.shape(), t.dtype());
+  check_output_bytes(op, t.shape(), t.dtype(), t.device());
   StoragePtr out;
   {
     auto locks = read_locks({&t});
@@ -165,7 +165,7 @@ Tensor cmp_op(CmpKind kind, const Tensor& lhs, const Tensor& rhs) {
   check_same_device(op, lhs, rhs);
   Shape shape = broadcast_shape(op, lhs.shape(), rhs.shape());
   Tensor l = lhs.broadcast_as(shape), r = rhs.broadcast_as(shape);
-  check_output_bytes(op, shape, DType::U8);
+  check_output_bytes(op, shape, DType::U8, lhs.device());
   StoragePtr out;
   {
     auto locks = read_locks({&l, &r});
@@ -359,6 +359,7 @@ Tensor Tensor::where_cond(const Tensor& on_true, const Tensor& on_false) const {
       broadcast_shape("where_cond", broadcast_shape("where_cond", this->shape(), on_true.shape()),
                       on_false.shape());
   Tensor c = broadcast_as(shape), t = on_true.broadcast_as(shape), f = on_false.broadcast_as(shape);
+  check_output_bytes("where_cond", shape, t.dtype(), device());
   StoragePtr out;
   {
     auto locks = read_locks({&c, &t, &f});
@@ -514,7 +515,7 @@ Tensor Tensor::index_select(const Tensor& ids, size_t dim) const {
   }
   std::vector<size_t> out_dims = dims();
   out_dims[dim] = ids.elem_count();
-  check_output_bytes("index_select", Shape(out_dims), dtype());
+  check_output_bytes("index_select", Shape(out_dims), dtype(), device());
   StoragePtr out;
   {
     auto locks = read_locks({this, &ids});
@@ -558,7 +559,7 @@ Tensor Tensor::embedding(const Tensor& ids) const {
   std::vector<size_t> out_dims = ids.dims();
   out_dims.push_back(dims()[1]);
   Shape out_shape(out_dims);
-  check_output_bytes("embedding", out_shape, dtype());
+  check_output_bytes("embedding", out_shape, dtype(), device());
   Tensor rows;
   try {
     rows = index_select(ids.flatten_all(), 0);
