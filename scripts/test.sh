@@ -19,3 +19,11 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWICK_WERRO
   -DWICK_CUDA=OFF -DWICK_SANITIZE=address,undefined -DWICK_BUILD_BENCH=OFF -DWICK_BUILD_TOOLS=OFF
 cmake --build build-asan -j "$jobs"
 ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+# ThreadSanitizer over the concurrency test only (lock order, writer-fair locks, shared graphs);
+# CPU only. OpenBLAS's own threads are not instrumented: keep it single-threaded here.
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWICK_CUDA=OFF \
+  -DWICK_SANITIZE=thread -DWICK_BUILD_BENCH=OFF -DWICK_BUILD_TOOLS=OFF
+cmake --build build-tsan -j "$jobs" --target test_concurrency
+OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ./build-tsan/tests/test_concurrency
