@@ -131,6 +131,8 @@ std::shared_ptr<const File::Impl> parse(std::shared_ptr<const formats::Bytes> by
         fail(kFormat, file, where, ": shape holds a non-integer or negative dim");
       dims.push_back(d.get<uint64_t>());
     }
+    // Counted before a Shape is made: a lying header must give a FormatError, not an overflow.
+    size_t count = formats::checked_elem_count(dims, kFormat, file, where);
     info.shape = Shape(dims);
     info.dtype_name = dt->get<std::string>();
     size_t begin = (*off)[0].get<uint64_t>();
@@ -148,8 +150,7 @@ std::shared_ptr<const File::Impl> parse(std::shared_ptr<const formats::Bytes> by
     info.supported = known != nullptr && known->supported;
     if (known != nullptr) {
       info.dtype = known->dtype;
-      size_t need = formats::checked_mul(formats::checked_elem_count(dims, kFormat, file, where),
-                                         known->bytes, kFormat, file, where);
+      size_t need = formats::checked_mul(count, known->bytes, kFormat, file, where);
       if (need != end - begin) {
         fail(kFormat, file, where, ": ", info.dtype_name, " ", info.shape, " needs ", need,
              " bytes but data_offsets [", begin, ", ", end, "] hold ", end - begin);
