@@ -3,6 +3,8 @@
 // with explicit round-to-nearest intrinsics so that nvcc fuses nothing: results equal the CPU's
 // bit for bit), and the staged upload of file bytes (a memory mapping) to the device.
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -158,9 +160,22 @@ Stager& stager(int ordinal) {
   return *s;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+
+// Maps the pages of [p, p + n) in one call, far cheaper than one fault per 4 KiB page of a file
+// mapping; older kernels answer EINVAL and the copy faults the pages in instead.
+void populate(const void* p, size_t n) {
+  auto begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095};
+  auto end = reinterpret_cast<uintptr_t>(p) + n;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+}
+
 // memcpy split over the CPU pool: one thread cannot read a page-cache mapping as fast as PCIe.
 void parallel_memcpy(void* dst, const void* src, size_t bytes) {
   cpu::parallel_for(bytes, size_t{1} << 20, [&](size_t lo, size_t hi) {
+    populate(static_cast<const char*>(src) + lo, hi - lo);
     std::memcpy(static_cast<char*>(dst) + lo, static_cast<const char*>(src) + lo, hi - lo);
   });
 }
