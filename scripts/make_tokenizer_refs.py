@@ -13,6 +13,8 @@ Writes:
   minilm.json.gz            MiniLM's tokenizer.json (WordPiece, BERT normaliser)
   smollm2.json.gz           SmolLM2's byte-level BPE tokenizer.json, built from the GGUF vocab
   llama3_style.json.gz      the same vocab/merges behind Llama-3's split regex and post-processor
+  qwen2_style.overlay.json  Qwen2's normaliser and split regex; gpt2_style.overlay.json GPT-2's
+                            (tokenizer.json without vocab and merges: the test takes smollm2's)
   <name>.ids.gz             HF ids per corpus line: "plain ids | ids with special tokens"
   minilm.decoded.jsonl.gz   HF decode(ids with specials, skip_special_tokens=True) per line
 """
@@ -22,8 +24,10 @@ import json
 import os
 import random
 import time
+import unicodedata
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        processors)
 
 SEED = 20261201
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
@@ -205,20 +209,37 @@ def gguf_vocab(path):
     return tokens, types, merges
 
 
-def byte_level_bpe(tokens, types, merges, llama3_style):
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def byte_level_bpe(tokens, types, merges, style):
+    """A byte-level BPE tokenizer over the GGUF vocabulary, pre-tokenised as `style` does."""
     vocab = {t: i for i, t in enumerate(tokens)}
     pairs = [tuple(m.split(" ")) for m in merges]
-    bpe = models.BPE(vocab=vocab, merges=pairs, ignore_merges=llama3_style)
+    bpe = models.BPE(vocab=vocab, merges=pairs, ignore_merges=(style == "llama3"))
     tok = Tokenizer(bpe)
-    if llama3_style:
+    byte_level_no_regex = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True,
+                                                   use_regex=False)
+    if style == "llama3":
         # Llama 3: one Split with its regex, then byte-level mapping without the GPT-2 regex.
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+            byte_level_no_regex,
         ])
+    elif style == "qwen2":
+        # Qwen2: NFC, its own split regex (digits one by one), then byte-level mapping.
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),
+            byte_level_no_regex,
+        ])
+    elif style == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
         # SmolLM2 (as HF's tokenizer.json and llama.cpp's "smollm"): digits split one by one, then
         # GPT-2's byte-level regex.
+        assert style == "smollm"
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
@@ -227,7 +248,7 @@ def byte_level_bpe(tokens, types, merges, llama3_style):
     specials = [AddedToken(t, special=True, normalized=False)
                 for t, ty in zip(tokens, types) if ty == 3]
     tok.add_special_tokens(specials)
-    if llama3_style:
+    if style == "llama3":
         # Llama 3 puts <|begin_of_text|> first; this vocabulary's stand-in is <|endoftext|> (id 0).
         tok.post_processor = processors.Sequence([
             processors.ByteLevel(trim_offsets=False),
@@ -238,6 +259,14 @@ def byte_level_bpe(tokens, types, merges, llama3_style):
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
     return tok
+
+
+def overlay(tok):
+    """tokenizer.json without the vocabulary and merges (the test takes them from smollm2's)."""
+    j = json.loads(tok.to_str())
+    j["model"]["vocab"] = None
+    j["model"]["merges"] = None
+    return json.dumps(j, ensure_ascii=False, indent=1) + "\n"
 
 
 def byte_char(b):
@@ -271,18 +300,24 @@ def main():
     minilm_json = open(args.minilm, encoding="utf-8").read()
     minilm = Tokenizer.from_str(minilm_json)
     tokens, types, merges = gguf_vocab(args.gguf)
-    smol = byte_level_bpe(tokens, types, merges, llama3_style=False)
-    llama3 = byte_level_bpe(tokens, types, merges, llama3_style=True)
+    smol = byte_level_bpe(tokens, types, merges, "smollm")
+    llama3 = byte_level_bpe(tokens, types, merges, "llama3")
+    qwen2 = byte_level_bpe(tokens, types, merges, "qwen2")
+    gpt2 = byte_level_bpe(tokens, types, merges, "gpt2")
     write_gz(os.path.join(args.out, "minilm.json.gz"), minilm_json)
     missing = {chr(b) for b in range(128) if smol.token_to_id(byte_char(b)) is None}
     print("ASCII bytes missing from the SmolLM2 vocabulary:", sorted(hex(ord(c)) for c in missing))
     write_gz(os.path.join(args.out, "smollm2.json.gz"), smol.to_str())
     write_gz(os.path.join(args.out, "llama3_style.json.gz"), llama3.to_str())
+    for name, tok in [("qwen2_style", qwen2), ("gpt2_style", gpt2)]:
+        with open(os.path.join(args.out, f"{name}.overlay.json"), "w", encoding="utf-8") as f:
+            f.write(overlay(tok))
 
     # The references: no truncation, no padding (wick encodes the whole text unless asked).
     minilm.no_truncation()
     minilm.no_padding()
-    for name, tok in [("minilm", minilm), ("smollm2", smol), ("llama3_style", llama3)]:
+    for name, tok in [("minilm", minilm), ("smollm2", smol), ("llama3_style", llama3),
+                      ("qwen2_style", qwen2), ("gpt2_style", gpt2)]:
         rows = []
         total = 0
         for line in corpus:
@@ -294,6 +329,8 @@ def main():
                 # HF drops bytes whose byte-level symbol is not in the vocabulary (SmolLM2 lacks
                 # a few control bytes), so the round trip holds for the text without them.
                 kept = "".join(c for c in line if c not in missing)
+                if name == "qwen2_style":
+                    kept = unicodedata.normalize("NFC", kept)
                 assert tok.decode(plain, skip_special_tokens=False) == kept, repr(line)
         write_gz(os.path.join(args.out, f"{name}.ids.gz"), "\n".join(rows) + "\n")
         long_lines = sum(1 for r in rows if len(r.split(" | ")[0].split()) > 256)

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -295,6 +297,35 @@ TEST_F(SmolLM2, ChatTemplate) {
             "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
 }
 
+TEST_F(SmolLM2, FromModelFolderWithConfig) {
+  // A model folder as the hub has it: tokenizer.json and tokenizer_config.json.
+  auto dir = std::filesystem::temp_directory_path() /
+             ("wick_tokenizer_test_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << json_->dump();
+  Json config = {{"bos_token", "<|im_start|>"},
+                 {"eos_token", {{"content", "<|im_end|>"}, {"special", true}}},
+                 {"pad_token", "<|im_end|>"},
+                 {"unk_token", "<|endoftext|>"},
+                 {"chat_template",
+                  "{% for message in messages %}{% if loop.first and messages[0]['role'] != "
+                  "'system' %}{{ '<|im_start|>system\nYou are SmolLM.<|im_end|>\n' }}{% endif "
+                  "%}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+                  "'<|im_end|>' + '\n'}}{% endfor %}"}};
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  Tokenizer tok = Tokenizer::from_file(dir.string());  // the folder: its tokenizer.json
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(tok.bos_id(), 1u);
+  EXPECT_EQ(tok.eos_id(), 2u);
+  EXPECT_EQ(tok.pad_id(), 2u);
+  EXPECT_EQ(tok.unk_id(), 0u);
+  // The template writes "\n" inside a Jinja string here: the default system prompt is still
+  // found.
+  EXPECT_EQ(tok.apply_chat_template({{"user", "hi"}}, false),
+            "<|im_start|>system\nYou are SmolLM.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n");
+  EXPECT_EQ(tok.encode("hello world 123"), tok_->encode("hello world 123"));
+}
+
 TEST_F(SmolLM2, BatchMatchesSingleEncodes) {
   const auto& lines = corpus();
   std::vector<std::string> texts(lines.begin(), lines.begin() + 300);
@@ -374,7 +405,35 @@ TEST_F(Llama3Style, FromGgufVocabEqualsHuggingFace) {
   expect_reference_ids(gguf, *ref_);
 }
 
+// Qwen2's and GPT-2's pre-tokenisation over the same vocabulary: the committed tokenizer.json
+// lacks only the vocabulary and merges, taken from SmolLM2's.
+void expect_overlay_equals_hf(const std::string& name, const std::string& gguf_pre) {
+  Json j = Json::parse(read_text(kData + "/" + name + ".overlay.json"));
+  Json smol = Json::parse(read_gz(kData + "/smollm2.json.gz"));
+  j["model"]["vocab"] = smol["model"]["vocab"];
+  j["model"]["merges"] = smol["model"]["merges"];
+  Reference ref = read_reference(name);
+  {
+    SCOPED_TRACE(name + " tokenizer.json");
+    expect_reference_ids(Tokenizer::from_json(j.dump()), ref);
+  }
+  {
+    SCOPED_TRACE(name + " from_gguf_vocab pre=" + gguf_pre);
+    expect_reference_ids(Tokenizer::from_gguf_vocab(SmolLM2Access::gguf_vocab(smol, gguf_pre)),
+                         ref);
+  }
+}
+
+TEST(OtherBpeStyles, Qwen2EqualsHuggingFace) {
+  expect_overlay_equals_hf("qwen2_style", "qwen2");
+}
+
+TEST(OtherBpeStyles, Gpt2EqualsHuggingFace) {
+  expect_overlay_equals_hf("gpt2_style", "gpt2");
+}
+
 TEST(Tokenizer, LoadErrors) {
+  EXPECT_THROW(Tokenizer().encode("x"), wick::TokenizerError);
   EXPECT_THROW(Tokenizer::from_file(kData + "/no-such-file.json"), wick::TokenizerError);
   EXPECT_THROW(Tokenizer::from_json("{not json"), wick::TokenizerError);
   EXPECT_THROW(Tokenizer::from_json("{}"), wick::TokenizerError);

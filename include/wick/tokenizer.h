@@ -54,9 +54,12 @@ struct GgufVocab {
 /// called from several threads at once.
 class Tokenizer {
  public:
-  /// Loads a Hugging Face tokenizer.json. A tokenizer_config.json next to it, when present,
-  /// supplies bos/eos/pad tokens and the chat template. Throws TokenizerError.
-  static Tokenizer from_file(const std::string& path);
+  /// An empty tokenizer to assign a loaded one to; any other use throws TokenizerError.
+  Tokenizer() = default;
+
+  /// Loads a Hugging Face tokenizer.json (or a model folder's). A tokenizer_config.json next to
+  /// it, when present, supplies bos/eos/pad tokens and the chat template. Throws TokenizerError.
+  static Tokenizer from_file(const std::string& file_or_dir);
   /// Same from the text of tokenizer.json (and optionally of tokenizer_config.json).
   static Tokenizer from_json(std::string_view tokenizer_json,
                              std::string_view tokenizer_config_json = {});
@@ -113,6 +116,7 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::shared_ptr<const Impl> impl);
+  const Impl& impl() const;
   std::shared_ptr<const Impl> impl_;
 };
 

@@ -341,11 +341,19 @@ std::string read_file(const std::string& path) {
 
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
-Tokenizer Tokenizer::from_file(const std::string& path) {
+const Tokenizer::Impl& Tokenizer::impl() const {
+  if (!impl_) throw TokenizerError("Tokenizer: used before one was loaded (default-constructed)");
+  return *impl_;
+}
+
+Tokenizer Tokenizer::from_file(const std::string& file_or_dir) {
+  std::error_code ec;
+  std::string path = std::filesystem::is_directory(file_or_dir, ec)
+                         ? (std::filesystem::path(file_or_dir) / "tokenizer.json").string()
+                         : file_or_dir;
   std::string json = read_file(path);
   std::string config;
   auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  std::error_code ec;
   if (std::filesystem::exists(config_path, ec)) config = read_file(config_path.string());
   try {
     return from_json(json, config);
@@ -467,6 +475,7 @@ Tokenizer Tokenizer::from_gguf_vocab(const GgufVocab& v) {
   }
   auto impl = std::make_shared<Impl>();
   impl->pre_tokenizer = pre_tokenizer_for_gguf(v.pre);
+  impl->normalizer = normalizer_for_gguf(v.pre);
   impl->byte_level = true;
   impl->decoder = make_byte_level_decoder();
 
@@ -523,7 +532,7 @@ Tokenizer Tokenizer::from_gguf_vocab(const GgufVocab& v) {
 }
 
 std::vector<uint32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  return impl_->encode(text, add_special_tokens, 0);
+  return impl().encode(text, add_special_tokens, 0);
 }
 
 BatchEncoding Tokenizer::encode_batch(const std::vector<std::string>& texts,
@@ -531,13 +540,13 @@ BatchEncoding Tokenizer::encode_batch(const std::vector<std::string>& texts,
   std::vector<std::vector<uint32_t>> rows(texts.size());
   cpu::parallel_for(texts.size(), 4, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      rows[i] = impl_->encode(texts[i], add_special_tokens, max_length);
+      rows[i] = impl().encode(texts[i], add_special_tokens, max_length);
     }
   });
   BatchEncoding out;
   out.batch = texts.size();
   for (const auto& r : rows) out.seq_len = std::max(out.seq_len, r.size());
-  out.ids.assign(out.batch * out.seq_len, impl_->pad);
+  out.ids.assign(out.batch * out.seq_len, impl().pad);
   out.attention_mask.assign(out.batch * out.seq_len, 0);
   out.lengths.resize(out.batch);
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -553,12 +562,12 @@ std::string Tokenizer::decode(const std::vector<uint32_t>& ids, bool skip_specia
   tokens.reserve(ids.size());
   for (uint32_t id : ids) {
     if (skip_special_tokens) {
-      const AddedToken* t = impl_->added.find(id);
+      const AddedToken* t = impl().added.find(id);
       if (t && t->special) continue;
     }
-    tokens.push_back(impl_->token_text(id, "Tokenizer::decode"));
+    tokens.push_back(impl().token_text(id, "Tokenizer::decode"));
   }
-  if (!impl_->decoder) {
+  if (!impl().decoder) {
     std::string out;
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (i) out += ' ';
@@ -566,15 +575,15 @@ std::string Tokenizer::decode(const std::vector<uint32_t>& ids, bool skip_specia
     }
     return out;
   }
-  impl_->decoder->decode_chain(tokens);
+  impl().decoder->decode_chain(tokens);
   std::string out;
   for (const auto& t : tokens) out += t;
   return out;
 }
 
 std::string Tokenizer::id_to_bytes(uint32_t id) const {
-  std::string text = impl_->token_text(id, "Tokenizer::id_to_bytes");
-  if (impl_->byte_level && !impl_->added.find(id)) {
+  std::string text = impl().token_text(id, "Tokenizer::id_to_bytes");
+  if (impl().byte_level && !impl().added.find(id)) {
     std::string bytes;
     if (byte_level_to_bytes(text, bytes)) return bytes;
   }
@@ -582,50 +591,50 @@ std::string Tokenizer::id_to_bytes(uint32_t id) const {
 }
 
 std::optional<uint32_t> Tokenizer::token_to_id(std::string_view token) const {
-  return lookup(*impl_, token);
+  return lookup(impl(), token);
 }
 
 std::string Tokenizer::id_to_token(uint32_t id) const {
-  return impl_->token_text(id, "Tokenizer::id_to_token");
+  return impl().token_text(id, "Tokenizer::id_to_token");
 }
 
 size_t Tokenizer::vocab_size() const {
-  return impl_->vocab_size;
+  return impl().vocab_size;
 }
 
 bool Tokenizer::is_special(uint32_t id) const {
-  const AddedToken* t = impl_->added.find(id);
+  const AddedToken* t = impl().added.find(id);
   return t && t->special;
 }
 
 size_t Tokenizer::num_special_tokens_to_add() const {
-  return impl_->post ? impl_->post->added() : 0;
+  return impl().post ? impl().post->added() : 0;
 }
 
 std::optional<uint32_t> Tokenizer::bos_id() const {
-  return impl_->bos;
+  return impl().bos;
 }
 std::optional<uint32_t> Tokenizer::eos_id() const {
-  return impl_->eos;
+  return impl().eos;
 }
 std::optional<uint32_t> Tokenizer::unk_id() const {
-  return impl_->unk;
+  return impl().unk;
 }
 uint32_t Tokenizer::pad_id() const {
-  return impl_->pad;
+  return impl().pad;
 }
 size_t Tokenizer::truncation_max_length() const {
-  return impl_->truncation;
+  return impl().truncation;
 }
 const std::string& Tokenizer::chat_template() const {
-  return impl_->chat_template;
+  return impl().chat_template;
 }
 
 std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
                                            bool add_generation_prompt) const {
-  switch (impl_->chat_format) {
+  switch (impl().chat_format) {
     case ChatFormat::ChatML:
-      return render_chatml(messages, add_generation_prompt, impl_->default_system);
+      return render_chatml(messages, add_generation_prompt, impl().default_system);
     case ChatFormat::Llama3: {
       // Llama 3's template: the bos text, then a header per message and trimmed content.
       auto trim = [](const std::string& s) {

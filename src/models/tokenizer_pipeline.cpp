@@ -709,6 +709,14 @@ std::unique_ptr<PreTokenizer> pre_tokenizer_for_gguf(const std::string& pre) {
                        "' is not supported (gpt2, llama-bpe, smollm, qwen2 and their aliases)");
 }
 
+std::unique_ptr<Normalizer> normalizer_for_gguf(const std::string& pre) {
+  // llama.cpp skips Qwen2's NFC; HF applies it, and wick follows HF.
+  if (pre == "qwen2" || pre == "stablelm2" || pre == "deepseek-r1-qwen") {
+    return std::make_unique<UnicodeNormalizer>(NormalForm::NFC);
+  }
+  return nullptr;
+}
+
 std::unique_ptr<PostProcessor> make_bos_eos_processor(std::vector<uint32_t> prefix,
                                                       std::vector<uint32_t> suffix) {
   std::vector<std::optional<std::vector<uint32_t>>> items;

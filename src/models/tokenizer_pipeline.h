@@ -64,6 +64,8 @@ std::unique_ptr<Decoder> make_decoder(const Json& j);
 /// Stages for tokenizers built from GGUF-style data.
 /// The pre-tokeniser of a tokenizer.ggml.pre name ("gpt2", "llama-bpe", "smollm", "qwen2", ...).
 std::unique_ptr<PreTokenizer> pre_tokenizer_for_gguf(const std::string& pre);
+/// The normaliser HF's tokenizer.json of that family has: NFC for qwen2, none otherwise.
+std::unique_ptr<Normalizer> normalizer_for_gguf(const std::string& pre);
 /// bos + ids (+ eos) as add_bos/add_eos ask.
 std::unique_ptr<PostProcessor> make_bos_eos_processor(std::vector<uint32_t> prefix,
                                                       std::vector<uint32_t> suffix);
