@@ -173,6 +173,51 @@ TEST_F(MiniLM, SpecialTokens) {
   EXPECT_EQ(tok_->decode({101, 7592, 1010, 2088, 999, 102}, false), "[CLS] hello, world! [SEP]");
 }
 
+TEST_F(MiniLM, AddedTokenOptions) {
+  // lstrip/rstrip, single_word and normalized added tokens; ids from HF tokenizers 0.23 with the
+  // same three tokens added (add_special_tokens / add_tokens).
+  Json j = Json::parse(read_gz(kData + "/minilm.json.gz"));
+  j["added_tokens"].push_back({{"id", 30522},
+                               {"content", "<x>"},
+                               {"single_word", false},
+                               {"lstrip", true},
+                               {"rstrip", true},
+                               {"normalized", false},
+                               {"special", true}});
+  j["added_tokens"].push_back({{"id", 30523},
+                               {"content", "wick"},
+                               {"single_word", true},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", true},
+                               {"special", false}});
+  j["added_tokens"].push_back({{"id", 30524},
+                               {"content", "\u00dcn\u00efcode"},
+                               {"single_word", false},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", true},
+                               {"special", false}});
+  Tokenizer t = Tokenizer::from_json(j.dump());
+  EXPECT_EQ(t.encode("a <x> b", false), (Ids{1037, 30522, 1038}));
+  EXPECT_EQ(t.encode("a<x>b", false), (Ids{1037, 30522, 1038}));
+  EXPECT_EQ(t.encode("a   <x>   b", false), (Ids{1037, 30522, 1038}));
+  EXPECT_EQ(t.encode("<x><x>", false), (Ids{30522, 30522}));
+  EXPECT_EQ(t.encode(" <x>", false), (Ids{30522}));
+  EXPECT_EQ(t.encode("wick wicked awick wick.", false),
+            (Ids{30523, 10433, 22091, 6799, 30523, 1012}));
+  EXPECT_EQ(t.encode("x wick_y wick-z", false),
+            (Ids{1060, 15536, 3600, 1035, 1061, 30523, 1011, 1062}));
+  EXPECT_EQ(t.encode("\u00e9wick wick\u00e9", false), (Ids{1041, 7184, 15536, 19869}));
+  EXPECT_EQ(t.encode("UNICODE \u00dcn\u00efcode unicode", false), (Ids{30524, 30524, 30524}));
+  EXPECT_EQ(t.encode("WICK", false), (Ids{30523}));
+  EXPECT_EQ(t.decode({1037, 30522, 1038, 30524, 30523}, false), "a <x> b unicode wick");
+  EXPECT_EQ(t.decode({1037, 30522, 1038, 30524}, true), "a b unicode");
+  EXPECT_EQ(t.token_to_id("\u00dcn\u00efcode"), 30524u);
+  EXPECT_EQ(t.id_to_token(30524), "unicode");
+  EXPECT_EQ(t.vocab_size(), 30525u);
+}
+
 TEST_F(MiniLM, BatchTruncatesAndPads) {
   const auto& lines = corpus();
   std::vector<std::string> texts(lines.begin(), lines.begin() + 200);

@@ -224,7 +224,8 @@ struct Tokenizer::Impl {
   }
 
   std::string token_text(uint32_t id, const char* op) const {
-    if (const AddedToken* t = added.find(id)) return t->content;
+    // HF names a normalized added token by its normalised form (id_to_token, decode).
+    if (const AddedToken* t = added.find(id)) return t->normalized ? t->match : t->content;
     const auto& tokens = model->vocab().tokens;
     if (id < tokens.size() && (!tokens[id].empty() || model->vocab().find("") == id)) {
       return tokens[id];
