@@ -291,6 +291,7 @@ struct SplitArgs {
   int64_t qs[3], ks[3], vs[3], ms[4];
   int h, group, s, s_kv, d;
   int splits, keys_per_split, head_chunks;
+  int row0;  // first query row of this launch (grid.y is limited to 65535)
   compute_t<T> scale;
   bool causal;
 };
@@ -304,7 +305,8 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
   C* q_rows = v_tile + kSplitKeys * p.d;        // [warps][d]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int split = blockIdx.x;
-  const int row = blockIdx.y / p.head_chunks, chunk = blockIdx.y % p.head_chunks;
+  const int row = p.row0 + static_cast<int>(blockIdx.y) / p.head_chunks;
+  const int chunk = static_cast<int>(blockIdx.y) % p.head_chunks;
   const int bi = blockIdx.z / (p.h / p.group), hk = blockIdx.z % (p.h / p.group);
   const int head_in_group = chunk * kSplitMaxWarps + warp;
   const bool active = head_in_group < p.group;
@@ -475,9 +477,14 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     WICK_CUDA_CHECK(cudaFuncSetAttribute(
         attn_split_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  dim3 grid(p.splits, a.s * p.head_chunks, a.b * a.h_kv);
-  attn_split_kernel<T><<<grid, warps * 32, smem, s>>>(p);
-  WICK_CUDA_CHECK_LAUNCH();
+  int rows_per_launch = 65535 / p.head_chunks;
+  for (int row0 = 0; row0 < a.s; row0 += rows_per_launch) {
+    p.row0 = row0;
+    int n = std::min(rows_per_launch, a.s - row0);
+    dim3 grid(p.splits, n * p.head_chunks, a.b * a.h_kv);
+    attn_split_kernel<T><<<grid, warps * 32, smem, s>>>(p);
+    WICK_CUDA_CHECK_LAUNCH();
+  }
   if (p.splits > 1) {
     attn_merge_kernel<T><<<grid_for(rows, kBlock / 32), kBlock, 0, s>>>(p.part_ml, p.part_o, p.out,
                                                                         rows, p.splits, a.d);
