@@ -1,7 +1,8 @@
 // Scaled dot-product attention on CUDA, two kernels:
 // - flash_mma_kernel (f16/bf16, d = 64 or 128, aligned operands): FlashAttention-2 style. A block
 //   of 4 warps owns 64 queries of one head; each warp keeps 16 query rows as mma.sync m16n8k16
-//   fragments, streams 64-key tiles of K and V through shared memory, keeps the scores and the
+//   fragments, streams 64-key tiles of K and V through shared memory (cp.async, two stages,
+//   fragments read with ldmatrix), keeps the scores and the
 //   online softmax (running max and sum per row) in registers and reuses the probabilities as
 //   the A operand of P V without a trip through shared memory. Causal blocks stop at their last
 //   visible key and run longest-first.
@@ -88,6 +89,36 @@ __device__ __forceinline__ float bits_to_float(uint16_t b) {
   }
 }
 
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared without registers; zero-filled when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+// The same, each matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
 struct MmaArgs {
   const uint16_t* q;
   const uint16_t* k;
@@ -106,8 +137,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32) flash_mma_kernel(MmaArgs p) {
   constexpr int KSTEPS = D / 16;      // k-steps of Q K^T
   constexpr int NT_S = kMmaKeys / 8;  // score tiles of 8 keys
   constexpr int NT_O = D / 8;         // output tiles of 8 dims
-  __shared__ alignas(16) uint16_t k_tile[kMmaKeys][LD];
-  __shared__ alignas(16) uint16_t v_tile[kMmaKeys][LD];
+  // Two stages of K and V tiles: the next tile streams in (cp.async) while this one is used.
+  extern __shared__ __align__(16) unsigned char mma_smem[];
+  auto k_tile = reinterpret_cast<uint16_t(*)[kMmaKeys][LD]>(mma_smem);
+  auto v_tile = reinterpret_cast<uint16_t(*)[kMmaKeys][LD]>(mma_smem + 2 * kMmaKeys * LD * 2);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tg = lane & 3;
@@ -145,34 +178,46 @@ __global__ void __launch_bounds__(kMmaWarps * 32) flash_mma_kernel(MmaArgs p) {
   int key_end = p.s_kv;
   if (p.causal) key_end = min(p.s_kv, max(0, q0 + kMmaRows - 1 + shift + 1));
 
-  for (int k0 = 0; k0 < key_end; k0 += kMmaKeys) {
-    __syncthreads();  // the previous tile is consumed
-    // K and V tiles: 16-byte vectors, zeros past the end (0 * garbage could be nan).
-    constexpr int VEC_PER_ROW = D / 8;
+  // Tile loads: 16-byte chunks, zeros past the end (0 * garbage could be nan).
+  constexpr int VEC_PER_ROW = D / 8;
+  auto load_tile = [&](int stage, int k0) {
     for (int i = threadIdx.x; i < kMmaKeys * VEC_PER_ROW; i += blockDim.x) {
       int r = i / VEC_PER_ROW, c = (i % VEC_PER_ROW) * 8;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (k0 + r < p.s_kv) {
-        kv = *reinterpret_cast<const uint4*>(kb + (k0 + r) * p.ks[2] + c);
-        vv = *reinterpret_cast<const uint4*>(vb + (k0 + r) * p.vs[2] + c);
-      }
-      *reinterpret_cast<uint4*>(&k_tile[r][c]) = kv;
-      *reinterpret_cast<uint4*>(&v_tile[r][c]) = vv;
+      bool valid = k0 + r < p.s_kv;
+      int64_t key = valid ? k0 + r : 0;
+      cp_async16(&k_tile[stage][r][c], kb + key * p.ks[2] + c, valid);
+      cp_async16(&v_tile[stage][r][c], vb + key * p.vs[2] + c, valid);
+    }
+    cp_async_commit();
+  };
+  // ldmatrix row addresses of this lane: matrix mi = lane / 8, its row ri = lane % 8.
+  const int mi = lane >> 3, ri = lane & 7;
+
+  const int tiles = (key_end + kMmaKeys - 1) / kMmaKeys;
+  if (tiles > 0) load_tile(0, 0);
+  for (int it = 0; it < tiles; ++it) {
+    const int k0 = it * kMmaKeys, stage = it & 1;
+    if (it + 1 < tiles) {
+      load_tile(stage ^ 1, k0 + kMmaKeys);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
 
-    // S = Q K^T for 16 rows x 64 keys.
+    // S = Q K^T for 16 rows x 64 keys. One ldmatrix gives (b0, b1) of key tiles n and n + 1:
+    // matrices (keys n, d lo), (keys n, d hi), (keys n + 1, d lo), (keys n + 1, d hi).
     float sc[NT_S][4];
 #pragma unroll
     for (int n = 0; n < NT_S; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
 #pragma unroll
-      for (int n = 0; n < NT_S; ++n) {
-        const uint16_t* kr = &k_tile[n * 8 + g][kk * 16 + tg * 2];
-        uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr);
-        uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + 8);
-        mma_16816<T>(sc[n], qf[kk], b0, b1);
+      for (int n = 0; n < NT_S; n += 2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, &k_tile[stage][(n + (mi >> 1)) * 8 + ri][kk * 16 + (mi & 1) * 8]);
+        mma_16816<T>(sc[n], qf[kk], b[0], b[1]);
+        mma_16816<T>(sc[n + 1], qf[kk], b[2], b[3]);
       }
     }
 
@@ -237,17 +282,17 @@ __global__ void __launch_bounds__(kMmaWarps * 32) flash_mma_kernel(MmaArgs p) {
       a[1] = pack2<T>(sc[2 * j][2], sc[2 * j][3]);
       a[2] = pack2<T>(sc[2 * j + 1][0], sc[2 * j + 1][1]);
       a[3] = pack2<T>(sc[2 * j + 1][2], sc[2 * j + 1][3]);
-      const int kr = j * 16 + tg * 2;
+      // V^T fragments by transposed ldmatrix: (keys lo, dims n), (keys hi, dims n),
+      // (keys lo, dims n + 1), (keys hi, dims n + 1) give (b0, b1) of output tiles n and n + 1.
 #pragma unroll
-      for (int n = 0; n < NT_O; ++n) {
-        const int c = n * 8 + g;
-        uint32_t b0 =
-            static_cast<uint32_t>(v_tile[kr][c]) | (static_cast<uint32_t>(v_tile[kr + 1][c]) << 16);
-        uint32_t b1 = static_cast<uint32_t>(v_tile[kr + 8][c]) |
-                      (static_cast<uint32_t>(v_tile[kr + 9][c]) << 16);
-        mma_16816<T>(o[n], a, b0, b1);
+      for (int n = 0; n < NT_O; n += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, &v_tile[stage][j * 16 + (mi & 1) * 8 + ri][(n + (mi >> 1)) * 8]);
+        mma_16816<T>(o[n], a, b[0], b[1]);
+        mma_16816<T>(o[n + 1], a, b[2], b[3]);
       }
     }
+    __syncthreads();  // this stage is reloaded two tiles on
   }
 
   // Each thread summed a quarter of its rows' probabilities: finish across the quad.
@@ -527,10 +572,19 @@ void run_mma(const AttentionArgs& a, cudaStream_t s) {
   p.scale_log2 = a.scale * kLog2e;
   p.causal = a.causal;
   dim3 grid((a.s + kMmaRows - 1) / kMmaRows, a.h, a.b);
+  auto launch = [&](auto kernel, int d) {
+    // Two stages of K and V tiles.
+    int smem = 2 * 2 * kMmaKeys * (d + kPad) * 2;
+    if (smem > 48 * 1024) {
+      WICK_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    }
+    kernel<<<grid, kMmaWarps * 32, smem, s>>>(p);
+  };
   if (a.d == 64) {
-    flash_mma_kernel<T, 64><<<grid, kMmaWarps * 32, 0, s>>>(p);
+    launch(flash_mma_kernel<T, 64>, 64);
   } else {
-    flash_mma_kernel<T, 128><<<grid, kMmaWarps * 32, 0, s>>>(p);
+    launch(flash_mma_kernel<T, 128>, 128);
   }
   WICK_CUDA_CHECK_LAUNCH();
 }
