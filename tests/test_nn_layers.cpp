@@ -4,6 +4,7 @@
 #include <string>
 
 #include "test_util.h"
+#include "wick/formats.h"
 
 namespace wick {
 namespace {
@@ -136,8 +137,27 @@ TEST(NnLayers, NormLayersFromWeights) {
   EXPECT_THROW(nn::embedding(w.pp("emb"), 6, 5), ShapeMismatch);
 }
 
-TEST(NnWeights, FromSafetensorsReportsMissingFiles) {
-  EXPECT_THROW(nn::Weights::from_safetensors({"/nonexistent/model.safetensors"}, DType::F32, cpu),
+TEST(NnWeights, FromSafetensorsIsLazyPrefixedAndConverted) {
+  std::string dir = ::testing::TempDir();
+  std::string a = dir + "/nn_weights_a.safetensors", b = dir + "/nn_weights_b.safetensors";
+  Tensor w = random_tensor({3, 4}, DType::BF16), bias = random_tensor({3}, DType::F32);
+  safetensors::save({{"model.dense.weight", w}}, a);
+  safetensors::save(
+      {{"model.dense.bias", bias}, {"model.ids", Tensor::from_vec<int64_t>({7}, {1}, cpu)}}, b);
+  nn::Weights ws = nn::Weights::from_safetensors({a, b}, DType::F32, cpu);
+  EXPECT_EQ(ws.names(),
+            (std::vector<std::string>{"model.dense.bias", "model.dense.weight", "model.ids"}));
+  nn::Linear lin = nn::linear(ws.pp("model").pp("dense"), 4, 3, true);
+  EXPECT_EQ(lin.weight().dtype(), DType::F32);
+  EXPECT_EQ(lin.weight().to_vec_f64(), w.to_vec_f64());
+  EXPECT_EQ(lin.bias()->to_vec_f64(), bias.to_vec_f64());
+  EXPECT_EQ(ws.get("model.ids").dtype(), DType::I64);
+  std::string m = message_of([&] { ws.pp("model").get("dense.weight", {4, 3}); });
+  EXPECT_NE(m.find("model.dense.weight"), std::string::npos) << m;
+  EXPECT_NE(m.find("[3, 4]"), std::string::npos) << m;
+  // A name in two files is an error.
+  EXPECT_THROW(nn::Weights::from_safetensors({a, a}, DType::F32, cpu), Error);
+  EXPECT_THROW(nn::Weights::from_safetensors({dir + "/nn_missing.safetensors"}, DType::F32, cpu),
                Error);
 }
 
