@@ -178,6 +178,8 @@ std::vector<AttnCase> attn_cases() {
       {"decode-s1-gqa", 2, 8, 2, 1, 130, 16, true, false, 0},
       {"masked-broadcast", 2, 2, 1, 9, 13, 8, false, true, 0.3},
       {"masked-causal", 1, 2, 2, 33, 65, 4, true, true, 0},
+      // Tiles of 64 rows span two query heads of a group.
+      {"gqa-causal-rows-span-heads", 1, 4, 2, 70, 75, 8, true, true, 0},
   };
 }
 

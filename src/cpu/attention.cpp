@@ -1,8 +1,9 @@
-// Scaled dot-product attention on the CPU: one work item per (batch, head, tile of 64 queries)
-// over the thread pool; keys and values stream through in tiles of 64 with an online softmax
-// (running max and sum per query), so the (s, s_kv) score matrix is never stored. Causal tiles
-// past a query tile's last visible key are skipped. Grouped-query heads read their shared
-// k/v head in place.
+// Scaled dot-product attention on the CPU. One work item per (batch, k/v head, tile of 64 rows)
+// over the thread pool, a row being one query of one of the heads that share the k/v head, so
+// grouped-query heads share each k/v tile (and a decoding step reads the cache once per group).
+// Keys and values stream through in tiles of 64 with an online softmax (running max and sum per
+// row), so the (s, s_kv) score matrix is never stored; causal tiles past an item's last visible
+// key are skipped.
 
 #include <algorithm>
 #include <cmath>
@@ -157,27 +158,34 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
   // Causal: query i sees keys j <= i + s_kv - s (the last query sees the last key).
   long shift = static_cast<long>(s_kv) - static_cast<long>(s);
   C scale = static_cast<C>(p.scale);
-  size_t q_tiles = (s + kQueryTile - 1) / kQueryTile;
-  size_t items = nb * nh * q_tiles;
+  // The rows of a work item are (query head of the group, query) pairs, head-major: the heads
+  // that share a k/v head share its tiles too (decoding: the whole group in one item).
+  size_t group_rows = group * s;
+  size_t q_tiles = (group_rows + kQueryTile - 1) / kQueryTile;
+  size_t items = nb * nh_kv * q_tiles;
 
   parallel_for(items, 1, [&](size_t i0, size_t i1) {
     std::vector<C> kt(d * kKeyTile), vt(kKeyTile * d), q(kQueryTile * d), o(kQueryTile * d),
         sc(kQueryTile * kKeyTile);
     C m[kQueryTile], l[kQueryTile];
+    size_t row_head[kQueryTile], row_query[kQueryTile];
     for (size_t item = i0; item < i1; ++item) {
-      size_t qt = item % q_tiles, bh = item / q_tiles;
-      size_t bi = bh / nh, hi = bh % nh, hk = hi / group;
-      size_t q0 = qt * kQueryTile, nq = std::min(kQueryTile, s - q0);
-      const T* qbase = qp + bi * qv.strides[0] + hi * qv.strides[1];
+      size_t qt = item % q_tiles, bk = item / q_tiles;
+      size_t bi = bk / nh_kv, hk = bk % nh_kv;
+      size_t r0 = qt * kQueryTile, nq = std::min(kQueryTile, group_rows - r0);
+      long last_visible = -1;
       for (size_t r = 0; r < nq; ++r) {
-        const T* qr = qbase + (q0 + r) * qv.strides[2];
+        size_t hi = hk * group + (r0 + r) / s, qi = (r0 + r) % s;
+        row_head[r] = hi;
+        row_query[r] = qi;
+        const T* qr = qp + bi * qv.strides[0] + hi * qv.strides[1] + qi * qv.strides[2];
         for (size_t t = 0; t < d; ++t) q[r * d + t] = static_cast<C>(qr[t]) * scale;
         m[r] = kNegInf;
         l[r] = 0;
+        last_visible = std::max(
+            last_visible, p.causal ? static_cast<long>(qi) + shift : static_cast<long>(s_kv) - 1);
       }
       std::fill(o.begin(), o.end(), C(0));
-      long last_visible =
-          p.causal ? static_cast<long>(q0 + nq - 1) + shift : static_cast<long>(s_kv) - 1;
       size_t key_end = static_cast<size_t>(std::clamp(last_visible + 1, 0L, long(s_kv)));
       const T* kbase = kp + bi * kv.strides[0] + hk * kv.strides[1];
       const T* vbase = vp + bi * vv.strides[0] + hk * vv.strides[1];
@@ -200,7 +208,8 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
         // The online softmax of each row over this tile; p overwrites the scores.
         for (size_t r = 0; r < nq; ++r) {
           C* sr = sc.data() + r * kKeyTile;
-          long qi = static_cast<long>(q0 + r);
+          long qi = static_cast<long>(row_query[r]);
+          size_t hi = row_head[r];
           long limit = p.causal ? qi + shift : static_cast<long>(s_kv) - 1;
           long visible = std::clamp(limit - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk));
           if (visible < static_cast<long>(kKeyTile) || has_mask) {
@@ -244,10 +253,10 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
         tile_pv(sc.data(), vt.data(), o.data(), nq, nk, d);
       }
       // A query that sees no key (causal with s > s_kv, or an all -inf mask row) gets zeros.
-      T* obase = out + ((bi * nh + hi) * s + q0) * d;
       for (size_t r = 0; r < nq; ++r) {
+        T* orow = out + ((bi * nh + row_head[r]) * s + row_query[r]) * d;
         C inv = l[r] > C(0) ? C(1) / l[r] : C(0);
-        for (size_t t = 0; t < d; ++t) obase[r * d + t] = T(o[r * d + t] * inv);
+        for (size_t t = 0; t < d; ++t) orow[t] = T(o[r * d + t] * inv);
       }
     }
   });

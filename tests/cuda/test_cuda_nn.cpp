@@ -101,6 +101,9 @@ std::vector<Case> attention_cases() {
       {"short-queries", 1, 4, 1, 3, 200, 64, true, false},
       {"head-dim-96", 1, 2, 2, 40, 70, 96, true, false},
       {"head-dim-40", 1, 2, 1, 5, 33, 40, false, true},
+      // 12 query heads per k/v head: two head chunks per block row.
+      {"decode-group-12", 1, 24, 2, 1, 500, 64, false, false},
+      {"prefill-group-12", 1, 24, 2, 20, 20, 64, true, false},
   };
 }
 
@@ -123,6 +126,22 @@ TEST(CudaNn, AttentionMatchesPlainSoftmaxQkv) {
       Tensor ref = attention_ref(f64(q), f64(k), f64(v).transpose(1, 2), o);
       EXPECT_TRUE(close_to(got, ref, attn_tol(dt))) << c.name << " " << dt;
     }
+  }
+}
+
+TEST(CudaNn, AttentionOnUnalignedViews) {
+  WICK_REQUIRE_GPU();
+  // Odd element offsets: the tensor-core and vector paths do not apply; the element path does.
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Tensor qb = random_tensor({1, 2, 40, 65}, dt), kb = random_tensor({1, 2, 50, 65}, dt),
+           vb = random_tensor({1, 2, 50, 65}, dt);
+    auto view = [](const Tensor& t) { return t.narrow(3, 1, 64); };
+    Tensor got =
+        nn::scaled_dot_product_attention(view(qb.to_device(gpu())), view(kb.to_device(gpu())),
+                                         view(vb.to_device(gpu())), {true, 0, std::nullopt});
+    Tensor ref =
+        attention_ref(f64(view(qb)), f64(view(kb)), f64(view(vb)), {true, 0, std::nullopt});
+    EXPECT_TRUE(close_to(got, ref, attn_tol(dt))) << dt;
   }
 }
 
