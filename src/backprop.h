@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "ops.h"
@@ -32,7 +34,15 @@ enum class OpKind : uint8_t {
   Gather,       // inputs (self, ids), dim
   IndexAdd,     // inputs (self, ids, src), dim
   ScatterAdd,   // inputs (self, ids, src), dim
+  Fused,        // a fused op (norms, rope, attention): fused_grad gives the input gradients
 };
+
+/// The gradients of a fused op's inputs from its output `out` and output gradient `grad`;
+/// entry i may be left empty when `need[i]` is false. Captures no tensors (the inputs are in
+/// BackpropOp::inputs), so releasing a graph stays iterative.
+using FusedGrad =
+    std::function<std::vector<Tensor>(const Tensor& out, const std::vector<Tensor>& inputs,
+                                      const Tensor& grad, const std::vector<bool>& need)>;
 
 struct BackpropOp {
   BackpropOp(OpKind kind, std::vector<Tensor> inputs) : kind(kind), inputs(std::move(inputs)) {}
@@ -54,6 +64,7 @@ struct BackpropOp {
   // throw, since the saved values are gone.
   std::vector<uint64_t> input_versions;
   uint64_t output_version = 0;
+  FusedGrad fused_grad;  // OpKind::Fused only
 };
 
 /// The op's user-facing name ("mul", "matmul", "narrow"), for messages.
