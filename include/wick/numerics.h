@@ -119,6 +119,7 @@ inline double elementwise_bound(std::string_view op, DType dtype, Backend backen
   const ElementwiseRow* row = elementwise_row(op);
   if (!row) row = elementwise_row("gelu");
   double rel = backend == Backend::Cpu ? row->cpu_rel : row->cuda_rel;
+  if (rel == 0 && row->abs == 0) return 0;  // exact: the value is representable, no rounding
   double uc = compute_roundoff(dtype), ut = unit_roundoff(dtype);
   double a = std::abs(want);
   return ut * a + (1 + ut) * uc * (rel * a + row->abs * std::max(1.0, scale)) +
