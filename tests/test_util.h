@@ -8,23 +8,43 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "wick/numerics.h"
 #include "wick/wick.h"
 
 namespace wick::testing {
 
-/// A fresh generator per call site run; seeded from the test name so failures reproduce.
+/// FNV-1a of a name: the seed of that test's generator.
+inline uint64_t seed_of(std::string_view name) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+/// The generator of the running test, seeded from its full name ("Suite.Test", parameters
+/// included) when the test starts: a test sees the same inputs whatever ran before it.
 inline std::mt19937_64& rng() {
-  static std::mt19937_64 gen(12345);
+  static std::mt19937_64 gen;
+  static const ::testing::TestInfo* seeded_for = nullptr;
+  static bool seeded = false;
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (!seeded || info != seeded_for) {
+    seeded = true;
+    seeded_for = info;
+    gen.seed(info ? seed_of(std::string(info->test_suite_name()) + "." + info->name())
+                  : seed_of(""));
+  }
   return gen;
 }
 
 /// Random doubles in [lo, hi), never all zeros.
 inline std::vector<double> random_values(size_t n, double lo = -2.0, double hi = 2.0) {
   std::uniform_real_distribution<double> dist(lo, hi);
+  std::mt19937_64& gen = rng();
   std::vector<double> v(n);
-  for (auto& x : v) x = dist(rng());
+  for (auto& x : v) x = dist(gen);
   return v;
 }
 
@@ -86,6 +106,48 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& actual,
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+/// Every element of `actual` within `bound(i, expected[i])` of the float64 reference `expected`
+/// (docs/NUMERICS.md gives the bounds, wick/numerics.h computes them). Also fails when the bounds
+/// are so loose that an all-zero output would pass while the reference is not all zero: such a
+/// check would prove nothing.
+template <class Bound>
+::testing::AssertionResult within_bounds(const std::vector<double>& actual,
+                                         const std::vector<double>& expected, Bound bound) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << "size " << actual.size() << " != expected " << expected.size();
+  }
+  bool zeros_pass = true, all_zero = true;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    double a = actual[i], e = expected[i], b = bound(i, e);
+    if (e != 0) all_zero = false;
+    if (!(std::abs(e) <= b)) zeros_pass = false;
+    if (std::isnan(e) && std::isnan(a)) continue;
+    if (std::isinf(e) && a == e) continue;
+    if (!(std::abs(a - e) <= b)) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << a << ", expected " << e << " (error "
+             << std::abs(a - e) << ", bound " << b << ")";
+    }
+  }
+  if (zeros_pass && !all_zero) {
+    return ::testing::AssertionFailure() << "the bounds accept an all-zero output";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Fills a few buffers of `count` elements of `dtype` on `device` with 0xFF bytes (NaN in every
+/// float dtype, the maximum in every integer dtype) and frees them, so that the next results of
+/// that size are allocated in poisoned memory: an element an op forgets to write shows.
+inline void poison_allocations(size_t count, DType dtype, const Device& device,
+                               size_t buffers = 4) {
+  std::vector<Tensor> held;
+  for (size_t i = 0; i < buffers; ++i) {
+    held.push_back(Tensor::full<uint8_t>(0xFF, Shape{count * size_in_bytes(dtype)}, device));
+  }
+  device.synchronize();
 }
 
 /// Relative tolerance for results rounded to `dtype`.

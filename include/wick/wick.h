@@ -9,6 +9,7 @@
 #include "wick/half.h"
 #include "wick/layout.h"
 #include "wick/nn.h"
+#include "wick/numerics.h"
 #include "wick/optim.h"
 #include "wick/shape.h"
 #include "wick/tensor.h"

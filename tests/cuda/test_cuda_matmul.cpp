@@ -1,5 +1,6 @@
 // Every matmul case of the CPU path on CUDA, through cuBLASLt and through wick's own GEMM, in
-// every float dtype, against a double-precision CPU reference.
+// every float dtype, against a double-precision CPU reference under wick/numerics.h's matmul
+// bound (docs/NUMERICS.md), with results allocated in poisoned memory.
 
 #include <algorithm>
 #include <cmath>
@@ -12,10 +13,9 @@
 namespace wick {
 namespace {
 
-using testing::all_close;
 using testing::random_values;
 using testing::tensor_from;
-using testing::tolerance;
+using testing::within_bounds;
 
 const Device cpu = Device::cpu();
 const Device gpu = Device::cuda(0);
@@ -111,6 +111,35 @@ Tensor run(const MatmulCase& c, const Tensor& a, const Tensor& b) {
   return c.broadcast ? c.lhs(a).broadcast_matmul(c.rhs(b)) : c.lhs(a).matmul(c.rhs(b));
 }
 
+Tensor f64(const Tensor& t) {
+  return t.to_dtype(DType::F64);
+}
+
+// The float64 reference of a matmul and, per output, the sum of |a_ij * b_jn| that bounds its
+// rounding error; `product` multiplies two operands (matmul, a view's matmul, broadcast_matmul).
+struct Reference {
+  std::vector<double> want, abs_sum;
+};
+template <class Product>
+Reference reference(const Tensor& a, const Tensor& b, Product product) {
+  return {product(f64(a), f64(b)).to_vec_f64(), product(f64(a).abs(), f64(b).abs()).to_vec_f64()};
+}
+
+// A GPU result (dtype `dt`, k-long dot products) against the reference.
+::testing::AssertionResult matches(const Tensor& got, DType dt, size_t k, const Reference& ref) {
+  if (got.device() != gpu) return ::testing::AssertionFailure() << "result not on cuda:0";
+  if (got.dtype() != dt) return ::testing::AssertionFailure() << "dtype " << got.dtype();
+  bool tf32 = cuda_tf32_allowed();
+  return within_bounds(got.to_vec_f64(), ref.want, [&](size_t i, double w) {
+    return numerics::matmul_bound(dt, k, w, ref.abs_sum[i], tf32);
+  });
+}
+
+// Poisons the next GPU allocations of a result's size.
+void poison(size_t count, DType dt) {
+  testing::poison_allocations(count, dt, gpu);
+}
+
 void check_all_cases(CudaMatmulPath path) {
   PathGuard guard;
   cuda_set_matmul_path(path);
@@ -118,14 +147,15 @@ void check_all_cases(CudaMatmulPath path) {
     for (const auto& c : cases()) {
       Tensor a = random_tensor_of(c.lhs_base, dt), b = random_tensor_of(c.rhs_base, dt);
       Tensor want = run(c, a.to_dtype(DType::F64), b.to_dtype(DType::F64));
+      Reference ref =
+          reference(a, b, [&](const Tensor& x, const Tensor& y) { return run(c, x, y); });
+      poison(want.elem_count(), dt);
       Tensor got = run(c, a.to_device(gpu), b.to_device(gpu));
       ASSERT_EQ(got.device(), gpu);
       ASSERT_EQ(got.dtype(), dt);
       ASSERT_EQ(got.shape(), want.shape()) << c.name;
-      double k = static_cast<double>(c.lhs(a).dims().back());
-      // Each of the k products is at most 4: the sum's rounding error scales with 4k.
-      EXPECT_TRUE(
-          all_close(got.to_vec_f64(), want.to_vec_f64(), 2 * tolerance(dt), tolerance(dt) * 4 * k))
+      size_t k = c.lhs(a).dims().back();
+      EXPECT_TRUE(matches(got, dt, k, ref))
           << c.name << " " << dtype_name(dt) << " path " << static_cast<int>(path);
     }
   }
@@ -169,12 +199,12 @@ TEST(CudaMatmul, SquareSizesBothPaths) {
   for (size_t n : {64, 1024}) {
     for (DType dt : testing::float_dtypes()) {
       Tensor a = random_tensor_of({n, n}, dt), b = random_tensor_of({n, n}, dt);
-      auto want = a.to_dtype(DType::F64).matmul(b.to_dtype(DType::F64)).to_vec_f64();
+      Reference ref = reference(a, b, [](const Tensor& x, const Tensor& y) { return x.matmul(y); });
       Tensor ga = a.to_device(gpu), gb = b.to_device(gpu);
       for (auto path : {CudaMatmulPath::Cublas, CudaMatmulPath::Wick}) {
         cuda_set_matmul_path(path);
-        EXPECT_TRUE(all_close(ga.matmul(gb).to_vec_f64(), want, 2 * tolerance(dt),
-                              tolerance(dt) * 4 * static_cast<double>(n)))
+        poison(n * n, dt);
+        EXPECT_TRUE(matches(ga.matmul(gb), dt, n, ref))
             << n << " " << dtype_name(dt) << " path " << static_cast<int>(path);
       }
     }
@@ -218,14 +248,13 @@ TEST(CudaMatmul, RepeatedMatmulsOnTheSameBuffersSeeNewContents) {
     Tensor ga = random_tensor_of({48, 40}, dt).to_device(gpu);
     Tensor gb = random_tensor_of({40, 24}, dt).to_device(gpu);
     for (int round = 0; round < 3; ++round) {
-      auto want = ga.to_device(cpu)
-                      .to_dtype(DType::F64)
-                      .matmul(gb.to_device(cpu).to_dtype(DType::F64))
-                      .to_vec_f64();
+      Reference ref = reference(ga.to_device(cpu), gb.to_device(cpu),
+                                [](const Tensor& x, const Tensor& y) { return x.matmul(y); });
       // Same shapes and buffers each time: from the third call on, a replayed graph.
       for (int i = 0; i < 6; ++i) {
+        poison(48 * 24, dt);
         Tensor c = ga.matmul(gb);
-        EXPECT_TRUE(all_close(c.to_vec_f64(), want, 2 * tolerance(dt), tolerance(dt) * 160))
+        EXPECT_TRUE(matches(c, dt, 40, ref))
             << dtype_name(dt) << " round " << round << " call " << i;
       }
       // New contents in the same buffers: a replay must compute with them.
@@ -238,9 +267,10 @@ TEST(CudaMatmul, RepeatedMatmulsOnTheSameBuffersSeeNewContents) {
 TEST(CudaMatmul, MatmulReadingOneStorageTwice) {
   WICK_REQUIRE_GPU();
   Tensor a = random_tensor_of({32, 32}, DType::F32);
-  auto want = a.to_dtype(DType::F64).matmul(a.to_dtype(DType::F64).t()).to_vec_f64();
+  Reference ref = reference(a, a, [](const Tensor& x, const Tensor& y) { return x.matmul(y.t()); });
   Tensor ga = a.to_device(gpu);
-  EXPECT_TRUE(all_close(ga.matmul(ga.t()).to_vec_f64(), want, 2e-5, 1e-4));
+  poison(32 * 32, DType::F32);
+  EXPECT_TRUE(matches(ga.matmul(ga.t()), DType::F32, 32, ref));
 }
 
 TEST(CudaMatmul, Errors) {

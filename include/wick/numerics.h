@@ -1,0 +1,177 @@
+#pragma once
+// The numerical contract (docs/NUMERICS.md): for every op, dtype and device, how far a result may
+// lie from the float64 reference computed from the same (already rounded) inputs. The tests and
+// tools/wick-conform read their tolerances from here and nowhere else.
+//
+// Every bound is a sum of terms, each derived from one source of error:
+//   output rounding    u_T * |want|               (the result is rounded once to the dtype T)
+//   the op's math      c * u_C * |want|           (libm / CUDA math, c from their ulp claims)
+//   cancellation       a * u_C * scale            (scale: the input's magnitude, at least 1)
+//   a k-long sum       2 * sqrt(k) * u_A * sum|x| (round-to-nearest errors of the partial sums)
+//   underflow          half the smallest subnormal of T
+// with u_T the unit roundoff (half an ulp) of T, u_C that of the type the arithmetic runs in (f32
+// for f16/bf16) and u_A that of the accumulator. Integer ops are exact: their bound is 0.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string_view>
+
+#include "wick/dtype.h"
+
+namespace wick::numerics {
+
+/// bf16, f16, f32, f64 (is_float, usable in constant expressions).
+constexpr bool is_float_dtype(DType dtype) {
+  return dtype == DType::BF16 || dtype == DType::F16 || dtype == DType::F32 || dtype == DType::F64;
+}
+
+/// Unit roundoff (half an ulp, relative) of a float dtype: 2^-8 bf16, 2^-11 f16, 2^-24 f32,
+/// 2^-53 f64; 0 for integer dtypes (exact).
+constexpr double unit_roundoff(DType dtype) {
+  switch (dtype) {
+    case DType::BF16:
+      return 0x1p-8;
+    case DType::F16:
+      return 0x1p-11;
+    case DType::F32:
+      return 0x1p-24;
+    case DType::F64:
+      return 0x1p-53;
+    default:
+      return 0;
+  }
+}
+
+/// Unit roundoff of the type the arithmetic runs in: f32 for f16/bf16/f32, f64 for f64.
+constexpr double compute_roundoff(DType dtype) {
+  if (!is_float_dtype(dtype)) return 0;
+  return dtype == DType::F64 ? 0x1p-53 : 0x1p-24;
+}
+
+/// Half the smallest subnormal of a float dtype: the absolute error of rounding a tiny value.
+constexpr double underflow_floor(DType dtype) {
+  switch (dtype) {
+    case DType::BF16:
+      return 0x1p-134;
+    case DType::F16:
+      return 0x1p-25;
+    case DType::F32:
+      return 0x1p-150;
+    default:
+      return 0;
+  }
+}
+
+enum class Backend { Cpu, Cuda };
+
+/// One element-wise op: its error in units of u_C, relative to the result (`rel`) and absolute
+/// against the input's magnitude (`abs`, for results that cancel: gelu's 1 + tanh, cos near
+/// pi/2), on each backend. Derived from the math library's ulp claims (1 ulp = 2 u), with
+/// twice the claim as margin.
+struct ElementwiseRow {
+  std::string_view op;
+  double cpu_rel, cuda_rel, abs;
+  std::string_view why;
+};
+
+inline constexpr ElementwiseRow kElementwise[] = {
+    {"neg", 0, 0, 0, "exact"},
+    {"abs", 0, 0, 0, "exact"},
+    {"relu", 0, 0, 0, "exact"},
+    {"clamp", 0, 0, 0, "exact (the bounds are rounded to T first)"},
+    {"maximum", 0, 0, 0, "exact"},
+    {"minimum", 0, 0, 0, "exact"},
+    {"sqr", 2, 2, 0, "one rounding"},
+    {"add", 2, 2, 0, "one rounding"},
+    {"sub", 2, 2, 0, "one rounding"},
+    {"mul", 2, 2, 0, "one rounding"},
+    {"div", 2, 2, 0, "one rounding (IEEE division on CUDA)"},
+    {"recip", 2, 2, 0, "one rounding (IEEE division on CUDA)"},
+    {"sqrt", 2, 2, 0, "correctly rounded (IEEE sqrt on CUDA)"},
+    {"affine", 4, 4, 4, "a multiply and an add; |x * mul| cancels against add"},
+    {"exp", 8, 8, 0, "wick's vec_expf ~2 ulp; CUDA expf 2 ulp"},
+    {"log", 4, 4, 0, "glibc logf 1 ulp; CUDA logf 1 ulp"},
+    {"tanh", 8, 8, 0, "glibc tanhf 2 ulp; CUDA tanhf 2 ulp"},
+    {"sin", 4, 8, 2, "glibc sinf 1 ulp; CUDA sinf 2 ulp"},
+    {"cos", 4, 8, 2, "glibc cosf 1 ulp; CUDA cosf 2 ulp"},
+    {"sigmoid", 12, 12, 0, "exp (2 ulp), an add and a division"},
+    {"silu", 14, 14, 0, "sigmoid and a multiply"},
+    {"gelu", 16, 16, 16, "tanh (2 ulp) and 4 roundings; 1 + tanh cancels for x < 0"},
+    {"gelu_erf", 16, 16, 16, "erf (2 ulp) and 3 roundings; 1 + erf cancels for x < 0"},
+    {"powf", 8, 16, 0, "glibc powf 1 ulp; CUDA powf 4 ulp (for |e| in ordinary ranges)"},
+};
+
+/// The row of `op`, or nullptr when `op` is not element-wise.
+constexpr const ElementwiseRow* elementwise_row(std::string_view op) {
+  for (const auto& row : kElementwise) {
+    if (row.op == op) return &row;
+  }
+  return nullptr;
+}
+
+/// Bound on |got - want| for one element of an element-wise op (unknown ops get the loosest row,
+/// gelu's). `scale` is the magnitude of the input, at least 1.
+inline double elementwise_bound(std::string_view op, DType dtype, Backend backend, double want,
+                                double scale = 1) {
+  if (!is_float_dtype(dtype)) return 0;
+  const ElementwiseRow* row = elementwise_row(op);
+  if (!row) row = elementwise_row("gelu");
+  double rel = backend == Backend::Cpu ? row->cpu_rel : row->cuda_rel;
+  if (rel == 0 && row->abs == 0) return 0;  // exact: the value is representable, no rounding
+  double uc = compute_roundoff(dtype), ut = unit_roundoff(dtype);
+  double a = std::abs(want);
+  return ut * a + (1 + ut) * uc * (rel * a + row->abs * std::max(1.0, scale)) +
+         underflow_floor(dtype);
+}
+
+/// Bound for one output of a k-long sum (sum, index_add, scatter_add) whose terms have absolute
+/// values summing to `abs_sum`. Accumulation is in f32 (f64 for f64), rounded once to T.
+inline double sum_bound(DType dtype, size_t k, double want, double abs_sum) {
+  if (!is_float_dtype(dtype)) return 0;
+  double n = static_cast<double>(k);
+  return unit_roundoff(dtype) * std::abs(want) +
+         2 * std::sqrt(n) * compute_roundoff(dtype) * abs_sum + underflow_floor(dtype);
+}
+
+/// One output of index_add / scatter_add: the destination plus up to k - 1 added terms, each add
+/// rounded to T (both backends add in T: the CPU in place, CUDA with atomics).
+inline double index_add_bound(DType dtype, size_t k, double want, double abs_sum) {
+  if (!is_float_dtype(dtype)) return 0;
+  double n = static_cast<double>(k);
+  return unit_roundoff(dtype) * std::abs(want) +
+         2 * std::sqrt(n) * unit_roundoff(dtype) * abs_sum + underflow_floor(dtype);
+}
+
+/// mean = sum * (1/k): the sum's bound divided by k, and a second rounding to T.
+inline double mean_bound(DType dtype, size_t k, double want, double abs_sum) {
+  if (!is_float_dtype(dtype)) return 0;
+  double n = static_cast<double>(k == 0 ? 1 : k);
+  return sum_bound(dtype, k, want * n, abs_sum) / n + 2 * unit_roundoff(dtype) * std::abs(want);
+}
+
+/// One output of a matmul: k products (each rounded once, or its inputs rounded to TF32's 10-bit
+/// mantissa when `tf32`) and a k-long f32 (f64) accumulation; `abs_sum` = sum_j |a_ij * b_jn|.
+inline double matmul_bound(DType dtype, size_t k, double want, double abs_sum, bool tf32 = false) {
+  if (!is_float_dtype(dtype)) return 0;
+  double product = tf32 && dtype == DType::F32 ? 2 * 0x1p-11 : 2 * compute_roundoff(dtype);
+  return sum_bound(dtype, k, want, abs_sum) + product * abs_sum;
+}
+
+/// One output of softmax over a k-long row whose values span `spread` (max - min): exp of
+/// x - max (its argument rounded: spread * u_C, and 2 ulp), a k-long positive sum and a division.
+inline double softmax_bound(DType dtype, size_t k, double want, double spread) {
+  if (!is_float_dtype(dtype)) return 0;
+  double uc = compute_roundoff(dtype);
+  double rel = uc * (std::abs(spread) + 8 + 2 * std::sqrt(static_cast<double>(k)) + 2);
+  return unit_roundoff(dtype) * std::abs(want) + rel * std::abs(want) + underflow_floor(dtype);
+}
+
+/// A conversion to `dtype` from a value exact in f64: one rounding (0 for integer targets, which
+/// truncate exactly as documented).
+inline double convert_bound(DType dtype, double want) {
+  return unit_roundoff(dtype) * std::abs(want) + underflow_floor(dtype);
+}
+
+}  // namespace wick::numerics
