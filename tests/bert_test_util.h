@@ -283,3 +283,91 @@ struct TempDir {
 };
 
 }  // namespace wick::testing::bert
+
+namespace wick::testing::bert {
+
+/// Words of the tiny tokenizer, ids 5.. (0-4 are [PAD] [UNK] [CLS] [SEP] [MASK]).
+inline const std::vector<std::string>& tiny_words() {
+  static const std::vector<std::string> words{"the", "cat", "sat", "on", "mat", "dog", "ran",
+                                              "##s", ".",   "a",   "big", "red", "!",   "fox"};
+  return words;
+}
+
+/// A WordPiece tokenizer.json in Hugging Face's layout (BERT normaliser and pre-tokeniser,
+/// [CLS] ... [SEP] template) over tiny_words().
+inline void write_tiny_tokenizer(const fs::path& dir) {
+  std::string vocab = "\"[PAD]\": 0, \"[UNK]\": 1, \"[CLS]\": 2, \"[SEP]\": 3, \"[MASK]\": 4";
+  for (size_t i = 0; i < tiny_words().size(); ++i) {
+    vocab += ", \"" + tiny_words()[i] + "\": " + std::to_string(i + 5);
+  }
+  auto special = [](int id, const char* s) {
+    return "{\"id\": " + std::to_string(id) + ", \"special\": true, \"content\": \"" + s +
+           "\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": "
+           "false}";
+  };
+  std::ofstream(dir / "tokenizer.json")
+      << "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": ["
+      << special(0, "[PAD]") << ", " << special(1, "[UNK]") << ", " << special(2, "[CLS]") << ", "
+      << special(3, "[SEP]") << ", " << special(4, "[MASK]") << "], "
+      << "\"normalizer\": {\"type\": \"BertNormalizer\", \"clean_text\": true, "
+         "\"handle_chinese_chars\": true, \"strip_accents\": null, \"lowercase\": true}, "
+         "\"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}, "
+         "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+         "{\"id\": \"[CLS]\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
+         "{\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 0}}], \"pair\": [{\"SpecialToken\": "
+         "{\"id\": \"[CLS]\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
+         "{\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"B\", "
+         "\"type_id\": 1}}, {\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 1}}], "
+         "\"special_tokens\": {\"[CLS]\": {\"id\": \"[CLS]\", \"ids\": [2], \"tokens\": "
+         "[\"[CLS]\"]}, \"[SEP]\": {\"id\": \"[SEP]\", \"ids\": [3], \"tokens\": [\"[SEP]\"]}}}, "
+         "\"decoder\": {\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true}, "
+         "\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", "
+         "\"continuing_subword_prefix\": \"##\", \"max_input_chars_per_word\": 100, \"vocab\": {"
+      << vocab << "}}}";
+}
+
+/// modules.json and 1_Pooling/config.json of a sentence-transformers folder.
+inline void write_st_files(const fs::path& dir, const std::string& pooling_mode, bool normalize) {
+  std::string mods =
+      "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": "
+      "\"sentence_transformers.models.Transformer\"}, {\"idx\": 1, \"name\": \"1\", \"path\": "
+      "\"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"}";
+  if (normalize) {
+    mods += ", {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": "
+            "\"sentence_transformers.models.Normalize\"}";
+  }
+  std::ofstream(dir / "modules.json") << mods << "]";
+  fs::create_directories(dir / "1_Pooling");
+  std::string cfg = "{\"word_embedding_dimension\": 16";
+  for (const char* m : {"cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens"}) {
+    cfg += std::string(", \"pooling_mode_") + m + "\": " + (pooling_mode == m ? "true" : "false");
+  }
+  std::ofstream(dir / "1_Pooling" / "config.json") << cfg << "}";
+}
+
+/// Float64 pooling of one sequence's hidden states (s, h) as sentence-transformers does.
+inline std::vector<double> reference_pool(const std::vector<double>& hidden, size_t s, size_t h,
+                                          const std::string& mode, bool normalize) {
+  std::vector<double> out(h, mode == "max_tokens" ? -1e300 : 0.0);
+  for (size_t t = 0; t < s; ++t)
+    for (size_t j = 0; j < h; ++j) {
+      double v = hidden[t * h + j];
+      if (mode == "max_tokens") {
+        out[j] = std::max(out[j], v);
+      } else if (mode != "cls_token" || t == 0) {
+        out[j] += v;
+      }
+    }
+  for (auto& v : out) {
+    if (mode == "mean_tokens") v /= double(s);
+    if (mode == "mean_sqrt_len_tokens") v /= std::sqrt(double(s));
+  }
+  if (normalize) {
+    double n = 0;
+    for (double v : out) n += v * v;
+    for (auto& v : out) v /= std::sqrt(n);
+  }
+  return out;
+}
+
+}  // namespace wick::testing::bert

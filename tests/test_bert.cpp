@@ -211,6 +211,62 @@ TEST(SentenceEmbedderFolder, ErrorsNameTheFile) {
             std::string::npos);
 }
 
+TEST(SentenceEmbedderTiny, TokenizesAndTruncates) {
+  TinyConfig c;
+  TempDir dir("st-tok");
+  write_tiny_model(dir.path, c, tiny_weights(c, 808));
+  write_tiny_tokenizer(dir.path);
+  auto embedder = SentenceEmbedder::load(dir.path, Device::cpu());
+  // Without sentence_bert_config.json the limit is the model's positions.
+  EXPECT_EQ(embedder.max_seq_length(), c.positions);
+  EXPECT_EQ(embedder.pooling(), Pooling::Mean);
+  EXPECT_FALSE(embedder.normalizes());
+  EXPECT_EQ(embedder.tokenize("The cat sat on the mat."),
+            (std::vector<uint32_t>{2, 5, 6, 7, 8, 5, 9, 13, 3}));
+  EXPECT_EQ(embedder.tokenize("dogs"), (std::vector<uint32_t>{2, 10, 12, 3}));
+  EXPECT_EQ(embedder.tokenize(""), (std::vector<uint32_t>{2, 3}));
+  SentenceEmbedderOptions options;
+  options.max_seq_length = 6;
+  auto short_embedder = SentenceEmbedder::load(dir.path, Device::cpu(), options);
+  EXPECT_EQ(short_embedder.tokenize("the the the the the the the"),
+            (std::vector<uint32_t>{2, 5, 5, 5, 5, 3}));
+  std::ofstream(dir.path / "sentence_bert_config.json") << "{\"max_seq_length\": 8}";
+  EXPECT_EQ(SentenceEmbedder::load(dir.path, Device::cpu()).max_seq_length(), 8u);
+}
+
+TEST(SentenceEmbedderTiny, PoolingModesMatchFloat64Reference) {
+  TinyConfig c;
+  auto w = tiny_weights(c, 909);
+  TempDir dir("st-pool");
+  write_tiny_model(dir.path, c, w);
+  write_tiny_tokenizer(dir.path);
+  std::vector<std::string> texts{"The cat sat on the mat.", "A big red fox ran!", "dogs", "",
+                                 "the cat the dog the mat the fox the cat the dog the mat the fox "
+                                 "the cat the dog the mat",
+                                 "red"};
+  for (auto [mode, normalize] : {std::pair{"mean_tokens", true}, {"mean_tokens", false},
+                                 {"cls_token", true}, {"max_tokens", false},
+                                 {"mean_sqrt_len_tokens", false}}) {
+    SCOPED_TRACE(std::string(mode) + (normalize ? " + normalize" : ""));
+    write_st_files(dir.path, mode, normalize);
+    SentenceEmbedderOptions options;
+    options.batch_size = 4;  // two batches, sorted by length across them
+    auto embedder = SentenceEmbedder::load(dir.path, Device::cpu(), options);
+    EXPECT_EQ(embedder.normalizes(), normalize);
+    auto emb = embedder.embed(texts);
+    ASSERT_EQ(emb.shape(), Shape({texts.size(), c.hidden}));
+    auto got = emb.to_vec2<float>();
+    for (size_t i = 0; i < texts.size(); ++i) {
+      auto ids = embedder.tokenize(texts[i]);
+      std::vector<std::vector<int>> mask{std::vector<int>(ids.size(), 1)};
+      auto hidden = reference_encode(c, w, {ids}, mask);
+      auto want = reference_pool(hidden, ids.size(), c.hidden, mode, normalize);
+      std::vector<double> row(got[i].begin(), got[i].end());
+      EXPECT_TRUE(wick::testing::all_close(row, want, 1e-4, 1e-4)) << "text " << i;
+    }
+  }
+}
+
 // ---- all-MiniLM-L6-v2 ----
 
 TEST(MiniLM, TokensMatchHuggingFace) {
