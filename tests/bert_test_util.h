@@ -59,9 +59,9 @@ inline std::vector<std::string> sentences() {
 /// The reference embeddings for the folder's weights: f32 weights, or f16 ones (a folder carried
 /// as f16 safetensors) which get the reference made from the same f16-rounded weights.
 inline std::vector<std::vector<float>> reference_embeddings(const fs::path& model_dir) {
-  auto file = safetensors::File::open(model_dir / "model.safetensors");
+  auto file = safetensors::File::open((model_dir / "model.safetensors").string());
   bool f16 = file.info("embeddings.word_embeddings.weight").dtype == DType::F16;
-  auto ref = npy::load(data_dir() / (f16 ? "embeddings_f16w.npy" : "embeddings_f32w.npy"),
+  auto ref = npy::load((data_dir() / (f16 ? "embeddings_f16w.npy" : "embeddings_f32w.npy")).string(),
                        Device::cpu());
   return ref.to_vec2<float>();
 }
@@ -182,7 +182,7 @@ inline void write_tiny_model(const fs::path& dir, const TinyConfig& c, const Wei
     tensors[prefix + name] =
         Tensor::from_vec(values, tiny_shape(c, name), Device::cpu()).to_dtype(dtype);
   }
-  safetensors::save(tensors, dir / "model.safetensors");
+  safetensors::save(tensors, (dir / "model.safetensors").string());
 }
 
 /// Float64 BERT forward for one batch: ids (b, s) and mask (b, s) -> hidden (b, s, h), flat.

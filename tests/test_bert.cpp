@@ -277,8 +277,8 @@ TEST(MiniLM, TokensMatchHuggingFace) {
   EXPECT_EQ(embedder.pooling(), Pooling::Mean);
   EXPECT_TRUE(embedder.normalizes());
   auto texts = sentences();
-  auto ids = npy::load(data_dir() / "token_ids.npy", Device::cpu()).to_vec1<uint32_t>();
-  auto lengths = npy::load(data_dir() / "token_lengths.npy", Device::cpu()).to_vec1<uint32_t>();
+  auto ids = npy::load((data_dir() / "token_ids.npy").string(), Device::cpu()).to_vec1<uint32_t>();
+  auto lengths = npy::load((data_dir() / "token_lengths.npy").string(), Device::cpu()).to_vec1<uint32_t>();
   ASSERT_EQ(texts.size(), lengths.size());
   size_t at = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -291,7 +291,7 @@ TEST(MiniLM, TokensMatchHuggingFace) {
 TEST(MiniLM, HiddenStatesMatchTransformers) {
   WICK_REQUIRE_MINILM(dir);
   auto bert = models::Bert::load(dir, Device::cpu(), DType::F32);
-  auto want = npy::load(data_dir() / "hidden_f32w.npy", Device::cpu());
+  auto want = npy::load((data_dir() / "hidden_f32w.npy").string(), Device::cpu());
   auto embedder = SentenceEmbedder::load(dir, Device::cpu());
   auto texts = sentences();
   size_t b = want.dim(0), s = want.dim(1), h = want.dim(2);

@@ -71,7 +71,7 @@ void write_npy(const wick::Tensor& emb, const std::string& output) {
     return;
   }
   auto tmp = fs::temp_directory_path() / ("wick-embed-" + std::to_string(::getpid()) + ".npy");
-  wick::npy::save(emb, tmp);
+  wick::npy::save(emb, tmp.string());
   {
     std::ifstream in(tmp, std::ios::binary);
     std::cout << in.rdbuf();

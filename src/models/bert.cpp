@@ -93,11 +93,11 @@ struct Layer {
   Norm out_norm;
 };
 
-std::vector<fs::path> safetensors_files(const fs::path& dir) {
-  std::vector<fs::path> files;
+std::vector<std::string> safetensors_files(const fs::path& dir) {
+  std::vector<std::string> files;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == ".safetensors") files.push_back(entry.path());
+    if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
   }
   if (ec) throw FormatError(dir.string() + ": cannot list the folder: " + ec.message());
   std::sort(files.begin(), files.end());

@@ -11,7 +11,7 @@
 
 #include "wick/error.h"
 
-namespace wick::models::json_file {
+namespace wick::json_file {
 
 using Json = nlohmann::json;
 
@@ -77,4 +77,4 @@ inline bool get_bool(const Json& j, const char* key, const std::filesystem::path
   return it->get<bool>();
 }
 
-}  // namespace wick::models::json_file
+}  // namespace wick::json_file

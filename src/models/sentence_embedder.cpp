@@ -130,7 +130,7 @@ SentenceEmbedder SentenceEmbedder::load(const fs::path& model_dir, const Device&
   }
   auto bert = models::Bert::load(mods.transformer, device, options.dtype);
   const auto& c = bert.config();
-  auto impl = std::make_shared<Impl>(Impl{bert, Tokenizer::from_file(tokenizer_file)});
+  auto impl = std::make_shared<Impl>(Impl{bert, Tokenizer::from_file(tokenizer_file.string())});
   impl->pooling = read_pooling(mods.pooling, c.hidden_size);
   impl->normalize = mods.normalize;
   impl->batch_size = options.batch_size;
