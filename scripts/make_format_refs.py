@@ -5,6 +5,7 @@
   make_format_refs.py refs [DIR]        small committed files in tests/data/formats (default DIR)
   make_format_refs.py roundtrip-make DIR   random files of every dtype, written by Python
   make_format_refs.py roundtrip-check DIR  checks the copies wick wrote (wick_*) bit for bit
+  make_format_refs.py seeds [DIR]       small valid files: the fuzzers' seed corpus (fuzz/corpus)
 
 The round trip (run by .ci/run): Python writes py_* files -> test_formats_roundtrip (with
 WICK_FORMAT_ROUNDTRIP_DIR=DIR) reads each with wick and writes it back as wick_* -> Python reads
@@ -239,10 +240,54 @@ def roundtrip_check(d):
     print("round trip ok: safetensors, npy, npz (stored, deflated), gguf: every byte equal")
 
 
+def make_seeds(out):
+    """Tiny valid files per parser (fuzz_npy's inputs start with a byte: even npy, odd npz)."""
+    import io
+    import zipfile
+    for d in ("fuzz_safetensors", "fuzz_npy", "fuzz_gguf"):
+        os.makedirs(os.path.join(out, d), exist_ok=True)
+    rng = np.random.default_rng(3)
+    small = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([7], dtype=np.int64),
+             "c": np.arange(4, dtype=np.float16)}
+    st = os.path.join(out, "fuzz_safetensors")
+    stnp.save_file(small, os.path.join(st, "three.safetensors"), metadata={"format": "np"})
+    write_safetensors_raw(os.path.join(st, "bf16.safetensors"), [("x", "BF16", (2,), b"\x80\x3f\x00\x40"),
+                                                                ("y", "U8", (3,), b"\x01\x02\x03")])
+    npd = os.path.join(out, "fuzz_npy")
+    for name, arr in [("f32", small["a"]), ("fortran", np.asfortranarray(small["a"])),
+                      ("be", small["b"].astype(">i8")), ("u1", np.arange(5, dtype=np.uint8)),
+                      ("scalar", np.float64(2.5))]:
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        with open(os.path.join(npd, f"npy_{name}"), "wb") as f:
+            f.write(b"\x00" + buf.getvalue())
+    for name, fn in [("stored", np.savez), ("deflated", np.savez_compressed)]:
+        buf = io.BytesIO()
+        fn(buf, a=small["a"], b=small["b"])
+        with open(os.path.join(npd, f"npz_{name}"), "wb") as f:
+            f.write(b"\x01" + buf.getvalue())
+    w = gguf.GGUFWriter(os.path.join(out, "fuzz_gguf", "small.gguf"), "llama")
+    w.add_uint32("llama.block_count", 2)
+    w.add_float32("llama.rope.freq_base", 10000.0)
+    w.add_bool("b", True)
+    w.add_array("tokenizer.ggml.tokens", ["<s>", "a", "b"])
+    w.add_array("n", [[1, 2], [3]])
+    w.add_tensor("f16", np.arange(4, dtype=np.float16))
+    for qtype in QUANT_SCALES:
+        w.add_tensor(f"q.{qtype.name}", random_blocks(rng, qtype, 1), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"seed corpus in {out}")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else "refs"
     if cmd == "refs":
         make_refs(sys.argv[2] if len(sys.argv) > 2 else DEFAULT_REFS)
+    elif cmd == "seeds":
+        make_seeds(sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "..", "fuzz", "corpus"))
     elif cmd == "roundtrip-make":
         roundtrip_make(sys.argv[2])
     elif cmd == "roundtrip-check":

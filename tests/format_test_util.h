@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,13 @@ inline void append_le(std::vector<uint8_t>& out, uint64_t v, int bytes) {
 
 inline void append_str(std::vector<uint8_t>& out, const std::string& s) {
   out.insert(out.end(), s.begin(), s.end());
+}
+
+template <class... Args>
+std::string str_of(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
 }
 
 /// The folder of committed reference files (tests/data/formats).

@@ -2,3 +2,4 @@
 // Models and tokenizers: everything under "Models and tokenizers" in docs/API.md.
 
 #include "wick/bert.h"
+#include "wick/tokenizer.h"
