@@ -14,6 +14,10 @@
 #include "wick/dtype.h"
 #include "wick/tensor.h"
 
+namespace wick {
+class Tokenizer;
+}
+
 namespace wick::models {
 
 /// Llama 3's frequency-dependent rope scaling ("rope_type": "llama3").
@@ -125,5 +129,8 @@ class Llama {
   explicit Llama(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };
+
+/// The byte-level BPE tokenizer stored in a GGUF file's tokenizer.ggml.* metadata.
+Tokenizer load_gguf_tokenizer(const std::string& gguf_path);
 
 }  // namespace wick::models
