@@ -21,7 +21,8 @@ DEPS_DIR=$ROOT/build-gpudeps
 if [[ "${1:-}" == "--fetch-deps" ]]; then
   mkdir -p "$DEPS_DIR" && cd "$DEPS_DIR" || exit 1
   apt-get download libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgtest-dev \
-    libgmock-dev libbenchmark-dev libbenchmark1debian libgfortran5 libquadmath0 libcli11-dev
+    libgmock-dev libbenchmark-dev libbenchmark1debian libgfortran5 libquadmath0 libcli11-dev \
+    libzip-dev libzip4 nlohmann-json3-dev
   exit $?
 fi
 
@@ -44,7 +45,8 @@ nvcc --version | tail -1
 cmake_deps=()
 have_deps() {
   [[ -f /usr/include/gtest/gtest.h && -f /usr/include/CLI/CLI.hpp &&
-     -f /usr/include/benchmark/benchmark.h ]] && ldconfig -p | grep -q libopenblas
+     -f /usr/include/benchmark/benchmark.h &&
+     -f /usr/include/zip.h && -f /usr/include/nlohmann/json.hpp ]] && ldconfig -p | grep -q libopenblas
 }
 if ! have_deps; then
   if ls "$DEPS_DIR"/*.deb >/dev/null 2>&1; then
@@ -87,6 +89,8 @@ fi
 if ! skip bench; then
   stage "GPU benchmark"
   timeout 300 "$BUILD"/bench/cuda_bench_cuda 2>&1 | tee "$LOGS/bench.txt"
+  stage "model-file load benchmark (1 GB safetensors to the H200 vs cudaMemcpy)"
+  timeout 300 "$BUILD"/bench/cuda_bench_load_cuda 2>&1 | tee -a "$LOGS/bench.txt"
 fi
 
 if ! skip graphs; then
