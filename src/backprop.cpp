@@ -307,6 +307,15 @@ void propagate(const Tensor& node, const BackpropOp& op, const Tensor& g, Emit&&
       if (need(0)) emit(0, g);
       if (need(2)) emit(2, g.gather(in[1], op.dim));
       return;
+    case OpKind::Fused: {
+      std::vector<bool> needs(in.size());
+      for (size_t i = 0; i < in.size(); ++i) needs[i] = need(i);
+      std::vector<Tensor> grads = op.fused_grad(node, in, g, needs);
+      for (size_t i = 0; i < grads.size() && i < in.size(); ++i) {
+        if (needs[i] && grads[i].defined()) emit(i, std::move(grads[i]));
+      }
+      return;
+    }
   }
   throw Error("backward: unknown op kind");
 }

@@ -1,6 +1,8 @@
 #pragma once
 // The record an op leaves on its output when an input is tracked.
 
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "ops.h"
@@ -30,7 +32,15 @@ enum class OpKind : uint8_t {
   Gather,       // inputs (self, ids), dim
   IndexAdd,     // inputs (self, ids, src), dim
   ScatterAdd,   // inputs (self, ids, src), dim
+  Fused,        // a fused op (norms, rope, attention): fused_grad gives the input gradients
 };
+
+/// The gradients of a fused op's inputs from its output `out` and output gradient `grad`;
+/// entry i may be left empty when `need[i]` is false. Captures no tensors (the inputs are in
+/// BackpropOp::inputs), so releasing a graph stays iterative.
+using FusedGrad =
+    std::function<std::vector<Tensor>(const Tensor& out, const std::vector<Tensor>& inputs,
+                                      const Tensor& grad, const std::vector<bool>& need)>;
 
 struct BackpropOp {
   BackpropOp(OpKind kind, std::vector<Tensor> inputs) : kind(kind), inputs(std::move(inputs)) {}
@@ -48,6 +58,7 @@ struct BackpropOp {
   std::vector<size_t> dims;
   size_t dim = 0;
   size_t start = 0;
+  FusedGrad fused_grad;  // OpKind::Fused only
 };
 
 /// Attaches `op` to `out` when recording is on and an input is tracked; returns `out`.

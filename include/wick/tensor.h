@@ -232,6 +232,21 @@ class Tensor {
   Tensor argmin_keepdim(size_t dim) const;
   Tensor softmax(size_t dim) const;
 
+  // ---- fused transformer ops (one kernel per backend; float dtypes; gradients recorded) ----
+  /// softmax over the last dim.
+  Tensor softmax_last_dim() const;
+  /// (x - mean) / sqrt(var + eps) * weight + bias over the last dim (biased variance, as
+  /// PyTorch). weight and bias: (d) with d the last dim; an empty `bias` handle means none.
+  Tensor layer_norm(const Tensor& weight, const Tensor& bias, double eps) const;
+  /// x / sqrt(mean(x^2) + eps) * weight over the last dim; weight (d).
+  Tensor rms_norm(const Tensor& weight, double eps) const;
+  /// Rotary embedding, rotate-half form (Llama in Hugging Face): x (b, h, s, d), cos and sin
+  /// (s, d / 2); out[i] = x[i] cos[i] - x[i + d/2] sin[i], out[i + d/2] = x[i + d/2] cos[i] +
+  /// x[i] sin[i].
+  Tensor rope(const Tensor& cos, const Tensor& sin) const;
+  /// Rotary embedding on interleaved pairs (2i, 2i + 1) (GGUF, original Llama); same shapes.
+  Tensor rope_interleaved(const Tensor& cos, const Tensor& sin) const;
+
   // ---- indexing (ids U32 or I64) ----
   /// Rows `ids` (rank 1) of `dim`.
   Tensor index_select(const Tensor& ids, size_t dim) const;

@@ -8,6 +8,7 @@
 #include "wick/error.h"
 #include "wick/half.h"
 #include "wick/layout.h"
+#include "wick/nn.h"
 #include "wick/optim.h"
 #include "wick/shape.h"
 #include "wick/tensor.h"
