@@ -10,6 +10,7 @@
 #include "models/llama_impl.h"
 #include "util.h"
 #include "wick/error.h"
+#include "wick/nn/attention.h"
 
 namespace wick::models {
 
@@ -184,45 +185,6 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return y.reshape(Shape(dims));
 }
 
-// Computed in f32 as transformers does, the weight applied in the model's dtype.
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  DType dt = x.dtype();
-  Tensor x32 = dt == DType::F32 ? x : x.to_dtype(DType::F32);
-  size_t last = x.rank() - 1;
-  Tensor inv = x32.sqr().mean_keepdim({last}).affine(1.0, eps).sqrt().recip();
-  Tensor y = x32.broadcast_mul(inv);
-  if (dt != DType::F32) y = y.to_dtype(dt);
-  return y.broadcast_mul(weight);
-}
-
-// Rotate-half rope: x (b, h, s, d), cos/sin (s, d/2).
-Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  size_t half = x.dims()[3] / 2;
-  Tensor x1 = x.narrow(3, 0, half), x2 = x.narrow(3, half, half);
-  Tensor first = x1.broadcast_mul(cos).sub(x2.broadcast_mul(sin));
-  Tensor second = x2.broadcast_mul(cos).add(x1.broadcast_mul(sin));
-  return Tensor::cat({first, second}, 3);
-}
-
-// Grouped-query attention without repeating keys: the g query heads of one kv head form one
-// (g * s)-row block. q (b, h, s, d); k, v (b, h_kv, L, d); mask (s, L) additive or undefined.
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                 double scale) {
-  size_t b = q.dims()[0], h = q.dims()[1], s = q.dims()[2], d = q.dims()[3];
-  size_t h_kv = k.dims()[1], len = k.dims()[2], g = h / h_kv;
-  Tensor qg = q.reshape(Shape{b, h_kv, g * s, d});
-  Tensor scores = qg.matmul(k.t()).affine(scale, 0.0);
-  if (scores.dtype() != DType::F32) scores = scores.to_dtype(DType::F32);
-  if (mask.defined()) {
-    scores = scores.reshape(Shape{b, h_kv, g, s, len})
-                 .broadcast_add(mask)
-                 .reshape(Shape{b, h_kv, g * s, len});
-  }
-  Tensor probs = scores.softmax(3);
-  if (probs.dtype() != q.dtype()) probs = probs.to_dtype(q.dtype());
-  return probs.matmul(v).reshape(Shape{b, h, s, d});
-}
-
 }  // namespace
 
 const LlamaConfig& Llama::config() const {
@@ -351,7 +313,6 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
   const LlamaConfig& c = m.config;
   size_t b = ids.dims()[0], s = ids.dims()[1];
   size_t h = c.num_attention_heads, h_kv = c.num_key_value_heads, hd = c.head_dim;
-  double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   bool graph_step = pos.device_pos.defined();
   size_t len = graph_step ? cache.max_len() : pos.start + s;  // keys attended to
 
@@ -368,26 +329,17 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
   } else {
     cos = cache.cos().narrow(0, pos.start, s);
     sin = cache.sin().narrow(0, pos.start, s);
-    if (s > 1) {
-      std::vector<float> mv(s * len, 0.0f);
-      for (size_t i = 0; i < s; ++i) {
-        for (size_t j = pos.start + i + 1; j < len; ++j) {
-          mv[i * len + j] = -std::numeric_limits<float>::infinity();
-        }
-      }
-      mask = Tensor::from_vec(mv, {s, len}, m.device);
-    }
   }
 
   Tensor x = m.embed.embedding(ids);  // (b, s, d)
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const auto& l = m.layers[li];
-    Tensor qkv = linear(rms_norm(x, l.ln1, c.rms_norm_eps), l.wqkv, l.bqkv);
+    Tensor qkv = linear(x.rms_norm(l.ln1, c.rms_norm_eps), l.wqkv, l.bqkv);
     Tensor q = qkv.narrow(2, 0, h * hd).reshape({b, s, h, hd}).transpose(1, 2);
     Tensor k = qkv.narrow(2, h * hd, h_kv * hd).reshape({b, s, h_kv, hd}).transpose(1, 2);
     Tensor v = qkv.narrow(2, (h + h_kv) * hd, h_kv * hd).reshape({b, s, h_kv, hd}).transpose(1, 2);
-    q = rope(q, cos, sin);
-    k = rope(k, cos, sin);
+    q = q.rope(cos, sin);
+    k = k.rope(cos, sin);
     Tensor keys, values;
     if (graph_step) {
       detail::write_at_position(cache.k(li), k, pos.device_pos);
@@ -400,14 +352,18 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
       keys = cache.k(li).narrow(2, 0, len);
       values = cache.v(li).narrow(2, 0, len);
     }
-    Tensor att = attention(q, keys, values, mask, scale);  // (b, h, s, hd)
+    // Prefill: causal, aligned to the end of the keys; graph step: the mask hides later rows.
+    nn::AttentionOptions opts;
+    opts.causal = !graph_step && s > 1;
+    if (graph_step) opts.mask = mask;
+    Tensor att = nn::scaled_dot_product_attention(q, keys, values, opts);  // (b, h, s, hd)
     x = x.add(linear(att.transpose(1, 2).reshape({b, s, h * hd}), l.wo, Tensor()));
-    Tensor gu = linear(rms_norm(x, l.ln2, c.rms_norm_eps), l.wgate_up, Tensor());
+    Tensor gu = linear(x.rms_norm(l.ln2, c.rms_norm_eps), l.wgate_up, Tensor());
     size_t inter = c.intermediate_size;
     Tensor act = gu.narrow(2, 0, inter).silu().mul(gu.narrow(2, inter, inter));
     x = x.add(linear(act, l.wdown, Tensor()));
   }
-  return rms_norm(x, m.norm, c.rms_norm_eps);
+  return x.rms_norm(m.norm, c.rms_norm_eps);
 }
 
 void check_ids(const Llama::Impl& m, const Tensor& ids, const KvCache& cache, const char* op) {
