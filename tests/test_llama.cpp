@@ -7,11 +7,13 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "test_util.h"
+#include "wick/formats.h"
 #include "wick/generator.h"
 #include "wick/llama.h"
 #include "wick/wick.h"
@@ -497,6 +499,68 @@ TEST(Generator, SampleDistributionFollowsTemperatureTopKTopP) {
   EXPECT_EQ(counts[0] + counts[1], 0);
   opt.top_p = 1.5;
   EXPECT_THROW(Generator(model, opt), Error);
+}
+
+// ---- references made by transformers (scripts/make_llama_refs.py tiny) ----
+
+std::string llama_data(const std::string& name) {
+  return std::string(WICK_LLAMA_DATA) + "/" + name;
+}
+
+std::vector<uint32_t> to_u32(const Tensor& t) {
+  std::vector<uint32_t> out;
+  for (double v : t.to_vec_f64()) out.push_back(static_cast<uint32_t>(v));
+  return out;
+}
+
+class LlamaTransformersRef : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LlamaTransformersRef, LogitsAndGreedyTokensMatch) {
+  std::string dir = llama_data(GetParam());
+  Llama model = Llama::load(dir, Device::cpu(), DType::F32);
+  auto prompt = to_u32(npy::load(dir + "/prompt.npy", Device::cpu()));
+  Tensor ref = npy::load(dir + "/logits.npy", Device::cpu());
+  KvCache cache = model.make_cache(1, prompt.size() + 16);
+  Tensor logits = model.forward(Tensor::from_vec(prompt, {1, prompt.size()}, Device::cpu()), cache);
+  ASSERT_EQ(logits.squeeze(0).shape(), ref.shape());
+  auto expected = ref.to_vec_f64();
+  double range = range_of(expected);
+  EXPECT_GT(range, 1.0);
+  // transformers ran in f32 too: both within ~1e-6 relative of the exact values.
+  EXPECT_LE(max_abs_diff(logits.to_vec_f64(), expected), 1e-5 * range);
+  GenerateOptions opt;
+  opt.max_new_tokens = 16;
+  opt.stop_tokens = {100000};
+  auto greedy = to_u32(npy::load(dir + "/greedy.npy", Device::cpu()));
+  EXPECT_EQ(Generator(model, opt).generate(prompt), greedy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, LlamaTransformersRef,
+                         ::testing::Values("tiny_llama", "tiny_qwen2", "tiny_llama3_scaled"));
+
+TEST(LlamaLoad, RejectsMissingAndWrongFiles) {
+  EXPECT_THROW(Llama::load("/nonexistent/folder.bin", Device::cpu()), FormatError);
+  EXPECT_THROW(Llama::load(std::string(WICK_LLAMA_DATA), Device::cpu()), FormatError);
+}
+
+// SmolLM2-135M-Instruct (GGUF Q4_1, dequantised) vs transformers on the same dequantised
+// weights: 64 greedy tokens per prompt. Only with WICK_SMOLLM2_GGUF=path (98 MB, not in the
+// repository; ~20 s on 2 cores).
+TEST(LlamaSmolLM2, GreedyTokensEqualTransformers) {
+  const char* path = std::getenv("WICK_SMOLLM2_GGUF");
+  if (path == nullptr) GTEST_SKIP() << "set WICK_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::ifstream in(llama_data("smollm2_greedy.json"));
+  auto ref = nlohmann::json::parse(in);
+  Llama model = Llama::load(path, Device::cpu(), DType::F32);
+  GenerateOptions opt;
+  opt.max_new_tokens = 64;
+  opt.stop_tokens = {100000};
+  Generator gen(model, opt);
+  for (const auto& row : ref["rows"]) {
+    auto prompt = row["prompt_ids"].get<std::vector<uint32_t>>();
+    auto expected = row["greedy"].get<std::vector<uint32_t>>();
+    EXPECT_EQ(gen.generate(prompt), expected);
+  }
 }
 
 }  // namespace

@@ -85,8 +85,16 @@ LlamaConfig LlamaConfig::from_json(const std::string& json_text, const std::stri
   c.rope_theta = get_double(j, "rope_theta", 10000.0, origin);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
   c.qkv_bias = c.model_type == "qwen2" || j.value("attention_bias", false);
-  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    const json& rs = j["rope_scaling"];
+  // transformers < 5: rope_theta and rope_scaling at the top; 5: both in rope_parameters.
+  const json* rope = nullptr;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    rope = &j["rope_parameters"];
+    c.rope_theta = get_double(*rope, "rope_theta", c.rope_theta, origin);
+  } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    rope = &j["rope_scaling"];
+  }
+  if (rope != nullptr) {
+    const json& rs = *rope;
     std::string type = rs.value("rope_type", rs.value("type", std::string()));
     if (type == "llama3") {
       Llama3RopeScaling s;
@@ -97,8 +105,11 @@ LlamaConfig LlamaConfig::from_json(const std::string& json_text, const std::stri
                                                       s.original_max_position_embeddings, origin);
       c.rope_scaling = s;
     } else if (!type.empty() && type != "default") {
-      throw FormatError(str(origin, ": rope_scaling type \"", type, "\" is not supported"));
+      throw FormatError(str(origin, ": rope type \"", type, "\" is not supported"));
     }
+  }
+  if (j.value("use_sliding_window", false)) {
+    throw FormatError(str(origin, ": sliding-window attention is not supported"));
   }
   if (j.contains("bos_token_id")) {
     auto b = token_list(j["bos_token_id"]);
