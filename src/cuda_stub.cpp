@@ -1,6 +1,7 @@
 // Built when WICK_CUDA is OFF: the CUDA entry points answer "built without CUDA".
 
 #include "backend.h"
+#include "models/kv_write.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
 
@@ -16,6 +17,14 @@ int device_count() {
 }
 
 }  // namespace wick::cuda
+
+namespace wick::models::detail {
+
+void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&) {
+  cuda::device(0);  // throws: built without CUDA
+}
+
+}  // namespace wick::models::detail
 
 namespace wick {
 
@@ -49,6 +58,22 @@ void cuda_empty_cache(int ordinal) {
 CudaQueueStats cuda_queue_stats(int ordinal) {
   cuda::device(ordinal);
   return {};
+}
+
+struct CudaGraph::Impl {};
+
+CudaGraph CudaGraph::capture(const Device& device, const std::function<void()>&) {
+  cuda::device(device.is_cuda() ? device.ordinal() : 0);  // throws: built without CUDA
+  return {};
+}
+void CudaGraph::replay() const {
+  cuda::device(0);
+}
+size_t CudaGraph::node_count() const {
+  return 0;
+}
+size_t CudaGraph::reserved_bytes() const {
+  return 0;
 }
 
 }  // namespace wick
