@@ -397,6 +397,8 @@ std::string op_name(const BackpropOp& op) {
       return "min";
     case OpKind::Softmax:
       return "softmax";
+    case OpKind::Fused:
+      return "fused op";
     case OpKind::Matmul:
       return "matmul";
     case OpKind::Reshape:
