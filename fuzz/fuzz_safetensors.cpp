@@ -8,7 +8,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    auto file = wick::safetensors::File::from_bytes(std::vector<uint8_t>(data, data + size), "fuzz");
+    auto file =
+        wick::safetensors::File::from_bytes(std::vector<uint8_t>(data, data + size), "fuzz");
     (void)file.metadata();
     for (const auto& name : file.names()) {
       try {

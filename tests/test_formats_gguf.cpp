@@ -55,6 +55,16 @@ TEST(Gguf, ReadsPythonMetadataOfEveryType) {
   EXPECT_THROWS_NAMING(f.get_int("no.such.key"), Error, "py_quant.gguf", "no.such.key");
 }
 
+TEST(Gguf, ReadsVersion2) {
+  // Version 2 has the layout of version 3 (64-bit counts); only the number differs.
+  auto bytes = read_file(data_dir() + "/py_quant.gguf");
+  bytes[4] = 2;
+  auto f = gguf::File::from_bytes(bytes, "v2.gguf");
+  EXPECT_EQ(f.version(), 2u);
+  EXPECT_EQ(f.get_int("llama.context_length"), 4096);
+  EXPECT_EQ(f.get("plain.f32").to_vec_f64()[3], -0.5);
+}
+
 TEST(Gguf, PlainTensorsFromPython) {
   auto f = gguf::File::open(data_dir() + "/py_quant.gguf");
   for (const char* name : {"plain.f32", "plain.f16", "plain.bf16"}) {
