@@ -409,6 +409,18 @@ TEST_F(SmolLM2, BatchMatchesSingleEncodes) {
   }
 }
 
+TEST_F(SmolLM2, LongRunsRoundTrip) {
+  // Pieces far longer than any line: one 100k-letter word, a 100k whitespace run, 20k emoji.
+  std::string emoji;
+  for (int i = 0; i < 20000; ++i) emoji += "\xF0\x9F\x98\x80";
+  for (const std::string& text : {std::string(100000, 'a'), std::string(100000, ' ') + "x", emoji,
+                                  std::string(50000, '7') + std::string(50000, '\n')}) {
+    Ids ids = tok_->encode(text, false);
+    EXPECT_LT(ids.size(), text.size());
+    EXPECT_EQ(tok_->decode(ids), text);
+  }
+}
+
 TEST_F(SmolLM2, InvalidUtf8IsReplaced) {
   EXPECT_EQ(tok_->encode("a\xff"
                          "b",
