@@ -301,6 +301,34 @@ TEST_F(SmolLM2, DecodeRoundTrips) {
   expect_round_trip(*tok_);
 }
 
+TEST_F(SmolLM2, DecodeStreamPrintsWholeCharacters) {
+  size_t split_chars = 0;
+  for (const auto& line : corpus()) {
+    Ids ids = tok_->encode(line, false);
+    wick::DecodeStream stream(*tok_, false);
+    std::string text;
+    for (uint32_t id : ids) {
+      std::string piece = stream.step(id);
+      split_chars += piece.empty() && !tok_->id_to_bytes(id).empty();
+      text += piece;
+    }
+    text += stream.flush();
+    ASSERT_EQ(text, without_missing_bytes(line));
+  }
+  EXPECT_GT(split_chars, 100u);  // the corpus has characters spread over several tokens
+  // An unfinished character left at the end becomes U+FFFD.
+  auto e2 = tok_->token_to_id("\u00e2");  // byte 0xE2: the lead byte of a 3-byte character
+  ASSERT_TRUE(e2.has_value());
+  wick::DecodeStream stream(*tok_);
+  EXPECT_EQ(stream.step(*e2), "");
+  EXPECT_EQ(stream.step(tok_->encode("a", false)[0]),
+            "\xEF\xBF\xBD"
+            "a");
+  EXPECT_EQ(stream.step(*e2), "");
+  EXPECT_EQ(stream.flush(), "\xEF\xBF\xBD");
+  EXPECT_EQ(stream.step(2), "");  // <|im_end|> is skipped
+}
+
 TEST_F(SmolLM2, FromGgufVocabEqualsHuggingFace) {
   Tokenizer gguf = Tokenizer::from_gguf_vocab(gguf_vocab(*json_, "smollm"));
   expect_reference_ids(gguf, *ref_);
@@ -378,6 +406,18 @@ TEST_F(SmolLM2, BatchMatchesSingleEncodes) {
   for (size_t i = 0; i < texts.size(); ++i) {
     Ids row(b.ids.begin() + i * b.seq_len, b.ids.begin() + i * b.seq_len + b.lengths[i]);
     EXPECT_EQ(row, ref_->plain[i]) << "row " << i;
+  }
+}
+
+TEST_F(SmolLM2, LongRunsRoundTrip) {
+  // Pieces far longer than any line: one 100k-letter word, a 100k whitespace run, 20k emoji.
+  std::string emoji;
+  for (int i = 0; i < 20000; ++i) emoji += "\xF0\x9F\x98\x80";
+  for (const std::string& text : {std::string(100000, 'a'), std::string(100000, ' ') + "x", emoji,
+                                  std::string(50000, '7') + std::string(50000, '\n')}) {
+    Ids ids = tok_->encode(text, false);
+    EXPECT_LT(ids.size(), text.size());
+    EXPECT_EQ(tok_->decode(ids), text);
   }
 }
 

@@ -120,6 +120,23 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
+/// Text of ids that arrive one at a time (generation), printable as it comes: a byte-level token
+/// may end inside a UTF-8 character, so those bytes wait for the next token. For byte-level BPE
+/// the concatenated output equals decode(all ids) for valid UTF-8.
+class DecodeStream {
+ public:
+  explicit DecodeStream(Tokenizer tokenizer, bool skip_special_tokens = true);
+  /// The complete characters this id finishes (may be ""). Throws IndexOutOfRange.
+  std::string step(uint32_t id);
+  /// What is left (an unfinished character becomes U+FFFD), and resets the stream.
+  std::string flush();
+
+ private:
+  Tokenizer tokenizer_;
+  bool skip_special_;
+  std::string pending_;
+};
+
 /// ChatML: "<|im_start|>role\ncontent<|im_end|>\n" per message, then "<|im_start|>assistant\n"
 /// when add_generation_prompt. A non-empty default_system is put first when the first message is
 /// not a system message (as SmolLM2's template does).

@@ -658,6 +658,24 @@ std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messa
       "(ChatML or Llama 3)");
 }
 
+DecodeStream::DecodeStream(Tokenizer tokenizer, bool skip_special_tokens)
+    : tokenizer_(std::move(tokenizer)), skip_special_(skip_special_tokens) {}
+
+std::string DecodeStream::step(uint32_t id) {
+  if (skip_special_ && tokenizer_.is_special(id)) return {};
+  pending_ += tokenizer_.id_to_bytes(id);
+  size_t ready = complete_utf8_prefix(pending_);
+  std::string out = to_valid_utf8(std::string_view(pending_).substr(0, ready));
+  pending_.erase(0, ready);
+  return out;
+}
+
+std::string DecodeStream::flush() {
+  std::string out = to_valid_utf8(pending_);
+  pending_.clear();
+  return out;
+}
+
 std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                           std::string_view default_system) {
   std::string out;

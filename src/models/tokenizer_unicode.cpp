@@ -41,6 +41,26 @@ bool is_ascii(std::string_view s) {
   return true;
 }
 
+size_t complete_utf8_prefix(std::string_view s) {
+  // Look back at most 3 bytes for the lead byte of an unfinished sequence.
+  size_t n = s.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    auto c = static_cast<uint8_t>(s[n - back]);
+    if (U8_IS_TRAIL(c)) continue;
+    if (U8_IS_LEAD(c) && static_cast<size_t>(U8_COUNT_TRAIL_BYTES(c)) >= back) {
+      // Complete only if the bytes so far are a valid start; else let the decoder replace them.
+      UChar32 cp;
+      int32_t i = 0;
+      auto tail = reinterpret_cast<const uint8_t*>(s.data() + n - back);
+      U8_NEXT(tail, i, static_cast<int32_t>(back), cp);
+      (void)cp;
+      return i == static_cast<int32_t>(back) ? n - back : n;
+    }
+    return n;
+  }
+  return n;
+}
+
 bool is_valid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
   const auto n = static_cast<int32_t>(s.size());

@@ -20,6 +20,9 @@ bool is_valid_utf8(std::string_view s);
 /// s with each ill-formed sequence (maximal subpart) replaced by U+FFFD, as Rust's
 /// String::from_utf8_lossy and Python's errors="replace" do.
 std::string to_valid_utf8(std::string_view s);
+/// Length of the longest prefix of s that does not end inside a UTF-8 sequence which more bytes
+/// could still complete.
+size_t complete_utf8_prefix(std::string_view s);
 /// True when every byte is ASCII.
 bool is_ascii(std::string_view s);
 
