@@ -422,7 +422,18 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
       C acc = 0;
       const T* kr = kt + lane * ld;
       const C* qw = q_rows + warp * d;
-      if constexpr (kVec) {
+      if constexpr (kVec && std::is_same_v<C, float>) {
+        // 16-byte loads of both operands (q_rows rows are 16-byte aligned: d % N == 0).
+        for (int c = 0; c < d; c += N) {
+          Vec<T, N> kv = *reinterpret_cast<const Vec<T, N>*>(kr + c);
+#pragma unroll
+          for (int e4 = 0; e4 < N; e4 += 4) {
+            float4 qv = *reinterpret_cast<const float4*>(qw + c + e4);
+            acc += qv.x * to_compute(kv.v[e4]) + qv.y * to_compute(kv.v[e4 + 1]) +
+                   qv.z * to_compute(kv.v[e4 + 2]) + qv.w * to_compute(kv.v[e4 + 3]);
+          }
+        }
+      } else if constexpr (kVec) {
         for (int c = 0; c < d; c += N) {
           Vec<T, N> kv = *reinterpret_cast<const Vec<T, N>*>(kr + c);
 #pragma unroll
