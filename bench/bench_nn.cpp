@@ -1,7 +1,8 @@
 // The fused ops on the CPU beside their element-wise compositions on the same inputs, in the
-// same run: layer_norm, rms_norm and softmax on (2048, 2048) (16 MB a tensor), rope on (1, 32, 256, 128) and
-// attention (1, 8, 1024, 64), causal and not. Closing lines give composed / fused time (issue 13
-// asks for >= 3x).
+// same run: layer_norm, rms_norm and softmax on (2048, 2048) f32 (16 MB a tensor), rope on
+// (1, 32, 256, 128) and attention (1, 8, 1024, 64), causal and not. Closing lines give composed /
+// fused time (issue 13 asks for >= 3x). On a shared machine run with
+// --benchmark_repetitions=5: the closing lines then use the medians.
 
 #include <benchmark/benchmark.h>
 

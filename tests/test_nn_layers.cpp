@@ -1,6 +1,8 @@
 // nn::Weights (prefixes, shapes, errors, conversion) and the layers (Linear, Embedding,
 // LayerNorm, RmsNorm) against their definitions in f64.
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "test_util.h"
@@ -159,6 +161,40 @@ TEST(NnWeights, FromSafetensorsIsLazyPrefixedAndConverted) {
   EXPECT_THROW(nn::Weights::from_safetensors({a, a}, DType::F32, cpu), Error);
   EXPECT_THROW(nn::Weights::from_safetensors({dir + "/nn_missing.safetensors"}, DType::F32, cpu),
                Error);
+}
+
+TEST(NnTables, RopeTablesFollowTheDefinition) {
+  auto [c, s] = nn::rope_tables(5, 8, 10000.0, DType::F32, cpu);
+  ASSERT_EQ(c.shape(), Shape({5, 4}));
+  auto cv = c.to_vec2<float>(), sv = s.to_vec2<float>();
+  for (size_t p = 0; p < 5; ++p) {
+    for (size_t i = 0; i < 4; ++i) {
+      double angle = double(p) * std::pow(10000.0, -2.0 * double(i) / 8.0);
+      EXPECT_NEAR(cv[p][i], std::cos(angle), 1e-6);
+      EXPECT_NEAR(sv[p][i], std::sin(angle), 1e-6);
+    }
+  }
+  // Position 0 is the identity rotation.
+  Tensor x = random_tensor({1, 2, 5, 8}, DType::F32);
+  EXPECT_EQ(x.rope(c, s).narrow(2, 0, 1).to_vec_f64(), x.narrow(2, 0, 1).to_vec_f64());
+  EXPECT_THROW(nn::rope_tables(5, 7, 10000.0, DType::F32, cpu), Error);
+}
+
+TEST(NnTables, PaddingMaskDropsPaddedKeys) {
+  Tensor keep = Tensor::from_vec<int64_t>({1, 1, 0, 1, 0, 0}, {2, 3}, cpu);
+  Tensor m = nn::padding_mask(keep, DType::F32);
+  ASSERT_EQ(m.shape(), Shape({2, 1, 1, 3}));
+  auto v = m.to_vec_f64();
+  EXPECT_EQ(v[0], 0.0);
+  EXPECT_EQ(v[2], double(std::numeric_limits<float>::lowest()));
+  // Padded keys get no weight in attention.
+  Tensor q = random_tensor({2, 1, 2, 4}, DType::F32), k = random_tensor({2, 1, 3, 4}, DType::F32);
+  Tensor vv = random_tensor({2, 1, 3, 4}, DType::F32);
+  Tensor out = nn::scaled_dot_product_attention(q, k, vv, {false, 0, m});
+  Tensor ref = nn::scaled_dot_product_attention(
+      q.narrow(0, 1, 1), k.narrow(0, 1, 1).narrow(2, 0, 1), vv.narrow(0, 1, 1).narrow(2, 0, 1));
+  EXPECT_TRUE(all_close(out.narrow(0, 1, 1).to_vec_f64(), ref.to_vec_f64(), 1e-6, 1e-6));
+  EXPECT_THROW(nn::padding_mask(keep, DType::U8), UnsupportedDType);
 }
 
 }  // namespace

@@ -46,17 +46,6 @@ View4 view4(const Layout& l) {
 
 // ---- tile products: scores = Q K^T and O += P V over one key tile ----
 
-using v8f = float __attribute__((vector_size(32)));
-
-inline v8f load8(const float* p) {
-  v8f v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void store8(float* p, v8f v) {
-  __builtin_memcpy(p, &v, sizeof(v));
-}
-
 // s[r][j] = sum_t q[r][t] kt[t][j] for r < nq, j < kKeyTile (kt is K transposed).
 template <class C>
 void tile_scores(const C* q, const C* kt, C* s, size_t nq, size_t d) {

@@ -1,15 +1,15 @@
 // Scaled dot-product attention on CUDA, two kernels:
-// - flash_mma_kernel (f16/bf16, d = 64 or 128, aligned operands): FlashAttention-2 style. A block
-//   of 4 warps owns 64 queries of one head; each warp keeps 16 query rows as mma.sync m16n8k16
-//   fragments, streams 64-key tiles of K and V through shared memory (cp.async, two stages,
-//   fragments read with ldmatrix), keeps the scores and the
-//   online softmax (running max and sum per row) in registers and reuses the probabilities as
-//   the A operand of P V without a trip through shared memory. Causal blocks stop at their last
-//   visible key and run longest-first.
-// - attn_split_kernel (every float dtype and d <= 256; the decode path for short queries against
-//   a long KV cache): the warps of a block are the query heads that share one k/v head, so each
-//   k/v tile is read from memory once for all of them; the keys are split across blocks
-//   (split-KV) and a second kernel merges the partial (max, sum, output) of the splits.
+// - flash_mma_kernel (f16/bf16, d = 64 or 128, aligned operands, s >= 16): FlashAttention-2
+//   style. A block of 4 warps owns 64 queries of one head; each warp keeps 16 query rows as
+//   mma.sync m16n8k16 fragments, streams 64-key tiles of K and V through shared memory (cp.async,
+//   two stages, fragments read with ldmatrix), keeps the scores and the online softmax (running
+//   max and sum per row) in registers and reuses the probabilities as the A operand of P V
+//   without a trip through shared memory. Causal blocks stop at their last visible key and run
+//   longest-first.
+// - attn_split_kernel (every float dtype, d <= 256; the decode path for short queries against a
+//   long KV cache): the warps of a block are queries of the query heads that share one k/v head,
+//   so each k/v tile is read from memory once for all of them; the keys are split across blocks
+//   (split-KV) and the last block of each set merges their partial (max, sum, output).
 
 #include <algorithm>
 #include <cmath>
@@ -333,19 +333,23 @@ struct SplitArgs {
   T* out;
   float* part_ml;  // (rows, splits, 2): max and sum per split, when splits > 1
   float* part_o;   // (rows, splits, d): unnormalised outputs
-  int* counters;   // per (b, h_kv, row, head chunk): splits done; zero before the launch
+  int* counters;   // per (b, h_kv, pair tile): splits done; zero before the launch
   int64_t qs[3], ks[3], vs[3], ms[4];
   int h, group, s, s_kv, d;
-  int splits, keys_per_split, head_chunks;
-  int row0;  // first query row of this launch (grid.y is limited to 65535)
+  int splits, keys_per_split;
+  int pairs_per_block;  // (query head, query) pairs of one k/v head per block, one per warp
+  int tiles;            // pair tiles per k/v head
+  int tile0;            // first pair tile of this launch (grid.y is limited to 65535)
   compute_t<T> scale;
   bool causal;
 };
 
-/// Grid (splits, rows x head chunks, b x h_kv); the warps of a block are query heads sharing
-/// one k/v head. K/V tiles of 32 keys are double-buffered in shared memory as T (cp.async
-/// 16-byte copies when kVec, else element copies); lane j scores key j of the tile. With
-/// splits > 1 each block leaves its (max, sum, output) and the last block of a row merges them.
+/// Grid (splits, pair tiles, b x h_kv). A warp is one (query head, query) pair and the warps of a
+/// block are consecutive pairs (head-major) of the query heads sharing one k/v head: a decoding
+/// step puts the whole group in one block, a prefill several queries of a head. K/V tiles of 32
+/// keys are double-buffered in shared memory as T (cp.async 16-byte copies when kVec, else element
+/// copies); lane j scores key j of the tile. With splits > 1 each block leaves its (max, sum,
+/// output) and the last block of a row merges them.
 template <class T, bool kVec>
 __global__ void attn_split_kernel(SplitArgs<T> p) {
   using C = compute_t<T>;
@@ -357,12 +361,14 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
   C* q_rows = reinterpret_cast<C*>(v_tiles + 2 * kSplitKeys * ld);  // [warps][d]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int split = blockIdx.x;
-  const int row = p.row0 + static_cast<int>(blockIdx.y) / p.head_chunks;
-  const int chunk = static_cast<int>(blockIdx.y) % p.head_chunks;
+  const int tile = p.tile0 + static_cast<int>(blockIdx.y);
   const int bi = blockIdx.z / (p.h / p.group), hk = blockIdx.z % (p.h / p.group);
-  const int head_in_group = chunk * kSplitMaxWarps + warp;
-  const bool active = head_in_group < p.group;
-  const int hi = hk * p.group + min(head_in_group, p.group - 1);
+  const int group_rows = p.group * p.s;
+  const int first = tile * p.pairs_per_block;
+  const int pair = first + warp;
+  const bool active = pair < group_rows;
+  const int pair_c = min(pair, group_rows - 1);
+  const int hi = hk * p.group + pair_c / p.s, row = pair_c % p.s;
 
   // This warp's query, pre-scaled.
   const T* qr = p.q + bi * p.qs[0] + hi * p.qs[1] + row * p.qs[2];
@@ -371,7 +377,13 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
   const int shift = p.s_kv - p.s;
   const int key_lo = split * p.keys_per_split;
   int key_hi = min(p.s_kv, key_lo + p.keys_per_split);
-  if (p.causal) key_hi = min(key_hi, max(0, row + shift + 1));
+  if (p.causal) {
+    // The block reads up to the last key any of its queries sees.
+    const int last = min(first + p.pairs_per_block, group_rows) - 1;
+    const int max_row = last / p.s != first / p.s ? p.s - 1 : last % p.s;
+    key_hi = min(key_hi, max(0, max_row + shift + 1));
+  }
+  const int row_limit = p.causal ? row + shift : p.s_kv - 1;  // this warp's last visible key
   const T* kb = p.k + bi * p.ks[0] + hk * p.ks[1];
   const T* vb = p.v + bi * p.vs[0] + hk * p.vs[1];
 
@@ -418,11 +430,22 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
     // Lane j scores key k0 + j.
     const int key = k0 + lane;
     C sc = lowest<C>();
-    if (key < key_hi) {
+    if (key < key_hi && key <= row_limit) {
       C acc = 0;
       const T* kr = kt + lane * ld;
       const C* qw = q_rows + warp * d;
-      if constexpr (kVec) {
+      if constexpr (kVec && std::is_same_v<C, float>) {
+        // 16-byte loads of both operands (q_rows rows are 16-byte aligned: d % N == 0).
+        for (int c = 0; c < d; c += N) {
+          Vec<T, N> kv = *reinterpret_cast<const Vec<T, N>*>(kr + c);
+#pragma unroll
+          for (int e4 = 0; e4 < N; e4 += 4) {
+            float4 qv = *reinterpret_cast<const float4*>(qw + c + e4);
+            acc += qv.x * to_compute(kv.v[e4]) + qv.y * to_compute(kv.v[e4 + 1]) +
+                   qv.z * to_compute(kv.v[e4 + 2]) + qv.w * to_compute(kv.v[e4 + 3]);
+          }
+        }
+      } else if constexpr (kVec) {
         for (int c = 0; c < d; c += N) {
           Vec<T, N> kv = *reinterpret_cast<const Vec<T, N>*>(kr + c);
 #pragma unroll
@@ -487,13 +510,12 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
       if (t < d) p.part_o[part * d + t] = static_cast<float>(o[i]);
     }
   }
-  // The last block of this (b, h_kv, row, head chunk) to finish merges the splits.
+  // The last block of this (b, h_kv, pair tile) to finish merges the splits.
   __threadfence();
   __syncthreads();
   __shared__ int is_last;
   if (threadIdx.x == 0) {
-    int64_t id = static_cast<int64_t>(blockIdx.z) * p.s * p.head_chunks +
-                 static_cast<int64_t>(row) * p.head_chunks + chunk;
+    int64_t id = static_cast<int64_t>(blockIdx.z) * p.tiles + tile;
     is_last = atomicAdd(&p.counters[id], 1) == p.splits - 1;
   }
   __syncthreads();
@@ -562,10 +584,12 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   p.d = a.d;
   p.scale = static_cast<C>(a.scale);
   p.causal = a.causal;
-  int warps = std::min(p.group, kSplitMaxWarps);
-  p.head_chunks = (p.group + kSplitMaxWarps - 1) / kSplitMaxWarps;
+  int group_rows = p.group * a.s;
+  int warps = std::min(group_rows, kSplitMaxWarps);
+  p.pairs_per_block = warps;
+  p.tiles = (group_rows + warps - 1) / warps;
   // Enough blocks to fill the GPU twice over, each split at least 64 keys.
-  int64_t base = static_cast<int64_t>(a.b) * a.h_kv * a.s * p.head_chunks;
+  int64_t base = static_cast<int64_t>(a.b) * a.h_kv * p.tiles;
   int64_t want = (2 * static_cast<int64_t>(sm_count()) + base - 1) / base;
   int64_t max_splits = std::max<int64_t>(1, (a.s_kv + 63) / 64);
   p.splits = static_cast<int>(std::clamp<int64_t>(want, 1, max_splits));
@@ -587,11 +611,10 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
       WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
     }
-    int rows_per_launch = 65535 / p.head_chunks;
-    for (int row0 = 0; row0 < a.s; row0 += rows_per_launch) {
-      p.row0 = row0;
-      int n = std::min(rows_per_launch, a.s - row0);
-      dim3 grid(p.splits, n * p.head_chunks, a.b * a.h_kv);
+    for (int tile0 = 0; tile0 < p.tiles; tile0 += 65535) {
+      p.tile0 = tile0;
+      int n = std::min(65535, p.tiles - tile0);
+      dim3 grid(p.splits, n, a.b * a.h_kv);
       kernel<<<grid, warps * 32, smem, s>>>(p);
       WICK_CUDA_CHECK_LAUNCH();
     }
