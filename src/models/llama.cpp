@@ -355,8 +355,7 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     Tensor v = qkv.narrow(2, (h + h_kv) * hd, h_kv * hd).reshape({b, s, h_kv, hd}).transpose(1, 2);
     Tensor keys, values;
     if (graph_step) {
-      detail::write_at_position(cache.k(li), k, pos.device_pos);
-      detail::write_at_position(cache.v(li), v, pos.device_pos);
+      detail::write_at_position(cache.k(li), k, cache.v(li), v, pos.device_pos);
       keys = cache.k(li);
       values = cache.v(li);
     } else {
