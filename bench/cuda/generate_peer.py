@@ -53,8 +53,12 @@ def run(model, prompt, n, static):
     sync()
     t0 = time.perf_counter()
     if static:
-        cache = StaticCache(config=model.config, max_batch_size=1,
-                            max_cache_len=prompt.shape[1] + n, device=dev, dtype=model.dtype)
+        length = prompt.shape[1] + n
+        try:  # transformers 5
+            cache = StaticCache(config=model.config, max_cache_len=length)
+        except TypeError:  # transformers 4
+            cache = StaticCache(config=model.config, max_batch_size=1, max_cache_len=length,
+                                device=dev, dtype=model.dtype)
     else:
         cache = None
     pos = torch.arange(prompt.shape[1], device=dev)
