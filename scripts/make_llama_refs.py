@@ -200,14 +200,15 @@ def cmd_smollm2(args):
             print("tokenizer unavailable (", e, "): fixed prompt ids", file=sys.stderr)
             prompts = SMOL_PROMPTS
     rows = []
+    os.makedirs(args.out, exist_ok=True)
     for ids in prompts:
         toks = greedy(model, ids, 64)
         rows.append({"prompt_ids": ids, "greedy": toks})
-        print(ids, "->", toks[:16], "...")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "smollm2_greedy.json"), "w") as f:
-        json.dump({"model": os.path.basename(args.gguf), "dtype": "f32 (dequantised)",
-                   "rows": rows}, f, indent=1)
+        print(ids, "->", toks[:16], "...", flush=True)
+        # Written after every prompt: a slow machine keeps what it finished.
+        with open(os.path.join(args.out, "smollm2_greedy.json"), "w") as f:
+            json.dump({"model": os.path.basename(args.gguf), "dtype": "f32 (dequantised)",
+                       "rows": rows}, f)
 
 
 def cmd_build(args):

@@ -20,7 +20,8 @@ int device_count() {
 
 namespace wick::models::detail {
 
-void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&) {
+void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&) {
   cuda::device(0);  // throws: built without CUDA
 }
 

@@ -17,7 +17,13 @@ struct CudaGraph::Impl {
 
   ~Impl() {
     if (exec != nullptr) {
-      // A replay may still be queued: the executable is destroyed after the stream has run it.
+      // A replay may still be queued: the executable is destroyed after the stream has run it
+      // (an open graph-mode batch is launched first: a capturing stream cannot be waited on).
+      try {
+        device->flush();
+      } catch (...) {
+        // Destructors stay silent; a lost batch is reported at the next synchronize.
+      }
       (void)cudaStreamSynchronize(device->stream());
       (void)cudaGraphExecDestroy(exec);
     }

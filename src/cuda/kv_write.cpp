@@ -8,27 +8,36 @@
 
 namespace wick::models::detail {
 
-void cuda_write_at_position(const Tensor& cache, const Tensor& src, const Tensor& position) {
+namespace {
+
+cuda::KvWrite kv_write_of(const Tensor& cache, const Tensor& src) {
   const TensorImpl& ci = *cache.impl();
   const TensorImpl& si = *src.impl();
+  cuda::KvWrite w{};
+  w.cache = cuda::as_cuda(ci.storage->backend()).data_at(ci.layout.start_offset());
+  w.src = cuda::as_cuda(si.storage->backend()).data_at(si.layout.start_offset());
+  for (int i = 0; i < 4; ++i) w.src_strides[i] = static_cast<int64_t>(si.layout.strides()[i]);
+  return w;
+}
+
+}  // namespace
+
+void cuda_write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,
+                            const Tensor& v, const Tensor& position) {
+  cuda::KvWrite kw = kv_write_of(k_cache, k), vw = kv_write_of(v_cache, v);
   const TensorImpl& pi = *position.impl();
-  auto& dst = cuda::as_cuda(ci.storage->backend());
-  const auto& from = cuda::as_cuda(si.storage->backend());
   const auto& pos = cuda::as_cuda(pi.storage->backend());
-  int64_t dims[4], strides[4];
-  for (int i = 0; i < 4; ++i) {
-    dims[i] = static_cast<int64_t>(src.dims()[i]);
-    strides[i] = static_cast<int64_t>(si.layout.strides()[i]);
-  }
-  auto max_len = static_cast<int64_t>(cache.dims()[2]);
-  void* cache_ptr = dst.data_at(ci.layout.start_offset());
-  const void* src_ptr = from.data_at(si.layout.start_offset());
   auto* pos_ptr = static_cast<const uint32_t*>(pos.data_at(pi.layout.start_offset()));
-  size_t elem = size_in_bytes(cache.dtype());
-  // Writers of the cache wait for readers of its earlier rows: the storage's own lock order.
-  std::lock_guard write(ci.storage->mutex());
-  dst.cuda_device().enqueue("kv_write", cache.dtype(), [&](cudaStream_t s) {
-    cuda::launch_kv_write(elem, cache_ptr, src_ptr, dims, strides, max_len, pos_ptr, s);
+  int64_t dims[4];
+  for (int i = 0; i < 4; ++i) dims[i] = static_cast<int64_t>(k.dims()[i]);
+  auto max_len = static_cast<int64_t>(k_cache.dims()[2]);
+  size_t elem = size_in_bytes(k_cache.dtype());
+  auto& dev = cuda::as_cuda(k_cache.impl()->storage->backend()).cuda_device();
+  // The caches are written: hold their locks as any op that writes a storage does.
+  std::lock_guard write_k(k_cache.impl()->storage->mutex());
+  std::lock_guard write_v(v_cache.impl()->storage->mutex());
+  dev.enqueue("kv_write", k_cache.dtype(), [&](cudaStream_t s) {
+    cuda::launch_kv_write(elem, kw, vw, dims, max_len, pos_ptr, s);
   });
 }
 

@@ -8,59 +8,75 @@ namespace {
 
 constexpr int kBlock = 256;
 
-struct KvDims {
+struct KvArgs {
+  void* cache[2];
+  const void* src[2];
+  int64_t strides[2][4];  // b, h, s, d
   int64_t b, h, s, d;
-  int64_t sb, sh, ss, sd;
   int64_t max_len;
 };
 
+// Element i of 2 * (b h s d): the first half writes keys, the second values.
 template <class U>
 __global__ void __launch_bounds__(kBlock)
-    kv_write_kernel(U* __restrict__ cache, const U* __restrict__ src, KvDims k,
-                    const uint32_t* __restrict__ position) {
-  int64_t count = k.b * k.h * k.s * k.d;
+    kv_write_kernel(KvArgs a, const uint32_t* __restrict__ position) {
+  int64_t count = a.b * a.h * a.s * a.d;
   int64_t start = static_cast<int64_t>(*position);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < 2 * count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t di = i % k.d, t = i / k.d;
-    int64_t si = t % k.s;
-    t /= k.s;
-    int64_t hi = t % k.h, bi = t / k.h;
+    int which = i < count ? 0 : 1;
+    int64_t e = i - which * count;
+    int64_t di = e % a.d, t = e / a.d;
+    int64_t si = t % a.s;
+    t /= a.s;
+    int64_t hi = t % a.h, bi = t / a.h;
     int64_t row = start + si;
-    if (row >= k.max_len) continue;
-    cache[((bi * k.h + hi) * k.max_len + row) * k.d + di] =
-        src[bi * k.sb + hi * k.sh + si * k.ss + di * k.sd];
+    if (row >= a.max_len) continue;
+    const int64_t* st = a.strides[which];
+    const U* src = static_cast<const U*>(a.src[which]);
+    U* cache = static_cast<U*>(a.cache[which]);
+    cache[((bi * a.h + hi) * a.max_len + row) * a.d + di] =
+        src[bi * st[0] + hi * st[1] + si * st[2] + di * st[3]];
   }
 }
 
 template <class U>
-void launch(void* cache, const void* src, const KvDims& k, const uint32_t* position,
-            cudaStream_t s) {
-  int64_t count = k.b * k.h * k.s * k.d;
+void launch(const KvArgs& a, const uint32_t* position, cudaStream_t s) {
+  int64_t count = 2 * a.b * a.h * a.s * a.d;
   if (count == 0) return;
   int64_t blocks = (count + kBlock - 1) / kBlock;
   unsigned grid = static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
-  kv_write_kernel<U>
-      <<<grid, kBlock, 0, s>>>(static_cast<U*>(cache), static_cast<const U*>(src), k, position);
+  kv_write_kernel<U><<<grid, kBlock, 0, s>>>(a, position);
   WICK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_kv_write(size_t elem_bytes, void* cache, const void* src, const int64_t dims[4],
-                     const int64_t src_strides[4], int64_t max_len, const uint32_t* position,
-                     cudaStream_t s) {
-  KvDims k{dims[0],        dims[1],        dims[2],        dims[3], src_strides[0],
-           src_strides[1], src_strides[2], src_strides[3], max_len};
+void launch_kv_write(size_t elem_bytes, const KvWrite& k, const KvWrite& v, const int64_t dims[4],
+                     int64_t max_len, const uint32_t* position, cudaStream_t s) {
+  KvArgs a{};
+  a.cache[0] = k.cache;
+  a.cache[1] = v.cache;
+  a.src[0] = k.src;
+  a.src[1] = v.src;
+  for (int i = 0; i < 4; ++i) {
+    a.strides[0][i] = k.src_strides[i];
+    a.strides[1][i] = v.src_strides[i];
+  }
+  a.b = dims[0];
+  a.h = dims[1];
+  a.s = dims[2];
+  a.d = dims[3];
+  a.max_len = max_len;
   switch (elem_bytes) {
     case 2:
-      launch<uint16_t>(cache, src, k, position, s);
+      launch<uint16_t>(a, position, s);
       break;
     case 4:
-      launch<uint32_t>(cache, src, k, position, s);
+      launch<uint32_t>(a, position, s);
       break;
     case 8:
-      launch<uint64_t>(cache, src, k, position, s);
+      launch<uint64_t>(a, position, s);
       break;
     default:
       throw UnsupportedDType("kv write: elements of 2, 4 or 8 bytes");

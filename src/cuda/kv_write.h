@@ -9,11 +9,17 @@
 
 namespace wick::cuda {
 
-/// Rows (b, h, s, d) of `src` with element strides `src_strides` into the row-major cache
-/// (b, h, max_len, d) at rows *position + i; elements of `elem_bytes` (2 or 4) bytes. Rows that
-/// would land past max_len are skipped.
-void launch_kv_write(size_t elem_bytes, void* cache, const void* src, const int64_t dims[4],
-                     const int64_t src_strides[4], int64_t max_len, const uint32_t* position,
-                     cudaStream_t s);
+/// One KV-cache write: rows (b, h, s, d) of `src` with element strides `src_strides` go into the
+/// row-major cache (b, h, max_len, d) at rows *position + i.
+struct KvWrite {
+  void* cache;
+  const void* src;
+  int64_t src_strides[4];
+};
+
+/// Both writes (keys and values: same dims) in one kernel; elements of `elem_bytes` (2, 4 or 8)
+/// bytes. Rows that would land past max_len are skipped.
+void launch_kv_write(size_t elem_bytes, const KvWrite& k, const KvWrite& v, const int64_t dims[4],
+                     int64_t max_len, const uint32_t* position, cudaStream_t s);
 
 }  // namespace wick::cuda

@@ -6,13 +6,15 @@
 
 namespace wick::models::detail {
 
-/// cache[:, :, p + i, :] = src[:, :, i, :] with p = position's one U32 element, read where the
-/// work runs (on the GPU for CUDA tensors: no host round trip). cache: (b, h, max_len, d)
-/// row-major; src: (b, h, s, d), any strides; same dtype and device. An out-of-range position
-/// writes nothing (CUDA) or throws IndexOutOfRange (CPU).
-void write_at_position(const Tensor& cache, const Tensor& src, const Tensor& position);
+/// k_cache[:, :, p + i, :] = k[:, :, i, :] and the same for v, with p = position's one U32
+/// element, read where the work runs (on the GPU for CUDA tensors: no host round trip; one kernel
+/// for both). Caches: (b, h, max_len, d) row-major; k, v: (b, h, s, d), any strides; one dtype
+/// and device. An out-of-range position writes nothing (CUDA) or throws IndexOutOfRange (CPU).
+void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,
+                       const Tensor& v, const Tensor& position);
 
-/// The CUDA half of write_at_position (src/cuda/kv_write.cu; a stub without CUDA).
-void cuda_write_at_position(const Tensor& cache, const Tensor& src, const Tensor& position);
+/// The CUDA half of write_at_position (src/cuda/kv_write.cpp; a stub without CUDA).
+void cuda_write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,
+                            const Tensor& v, const Tensor& position);
 
 }  // namespace wick::models::detail

@@ -346,15 +346,16 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const auto& l = m.layers[li];
     Tensor qkv = linear(x.rms_norm(l.ln1, c.rms_norm_eps), l.wqkv, l.bqkv);
-    Tensor q = qkv.narrow(2, 0, h * hd).reshape({b, s, h, hd}).transpose(1, 2);
-    Tensor k = qkv.narrow(2, h * hd, h_kv * hd).reshape({b, s, h_kv, hd}).transpose(1, 2);
+    // q and k heads are adjacent in qkv: one rope kernel for both.
+    Tensor qk = qkv.narrow(2, 0, (h + h_kv) * hd)
+                    .reshape({b, s, h + h_kv, hd})
+                    .transpose(1, 2)
+                    .rope(cos, sin);  // (b, h + h_kv, s, hd)
+    Tensor q = qk.narrow(1, 0, h), k = qk.narrow(1, h, h_kv);
     Tensor v = qkv.narrow(2, (h + h_kv) * hd, h_kv * hd).reshape({b, s, h_kv, hd}).transpose(1, 2);
-    q = q.rope(cos, sin);
-    k = k.rope(cos, sin);
     Tensor keys, values;
     if (graph_step) {
-      detail::write_at_position(cache.k(li), k, pos.device_pos);
-      detail::write_at_position(cache.v(li), v, pos.device_pos);
+      detail::write_at_position(cache.k(li), k, cache.v(li), v, pos.device_pos);
       keys = cache.k(li);
       values = cache.v(li);
     } else {
