@@ -22,6 +22,7 @@ struct SentenceEmbedder::Impl {
   bool normalize = false;
   size_t max_seq_length = 0;
   size_t batch_size = 32;
+  size_t max_batch_tokens = 0;  // 0: no limit
   size_t dim = 0;
 };
 
@@ -134,6 +135,9 @@ SentenceEmbedder SentenceEmbedder::load(const fs::path& model_dir, const Device&
   impl->pooling = read_pooling(mods.pooling, c.hidden_size);
   impl->normalize = mods.normalize;
   impl->batch_size = options.batch_size;
+  impl->max_batch_tokens = options.max_batch_tokens ? options.max_batch_tokens
+                           : device.is_cpu()        ? 2048
+                                                    : 0;
   impl->dim = c.hidden_size;
 
   size_t max_len = c.max_position_embeddings;
@@ -176,9 +180,11 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
                    [&](size_t a, size_t b) { return ids[a].size() > ids[b].size(); });
 
   std::vector<Tensor> pooled;
-  for (size_t start = 0; start < n; start += m.batch_size) {
-    size_t count = std::min(m.batch_size, n - start);
+  for (size_t start = 0, count = 0; start < n; start += count) {
+    // The first sentence of a batch is its longest: it sets the padded length.
     size_t len = ids[order[start]].size();
+    count = std::min(m.batch_size, n - start);
+    if (m.max_batch_tokens) count = std::clamp<size_t>(m.max_batch_tokens / len, 1, count);
     std::vector<uint32_t> batch_ids(count * len, 0);
     std::vector<float> batch_mask(count * len, 0.0f);
     for (size_t r = 0; r < count; ++r) {
@@ -206,6 +212,7 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
 size_t SentenceEmbedder::dim() const { return impl_->dim; }
 size_t SentenceEmbedder::max_seq_length() const { return impl_->max_seq_length; }
 size_t SentenceEmbedder::batch_size() const { return impl_->batch_size; }
+size_t SentenceEmbedder::max_batch_tokens() const { return impl_->max_batch_tokens; }
 Pooling SentenceEmbedder::pooling() const { return impl_->pooling; }
 bool SentenceEmbedder::normalizes() const { return impl_->normalize; }
 const models::Bert& SentenceEmbedder::bert() const { return impl_->bert; }
