@@ -1,9 +1,12 @@
 // nn::Weights (prefixes, shapes, errors, conversion) and the layers (Linear, Embedding,
 // LayerNorm, RmsNorm) against their definitions in f64.
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "test_util.h"
+#include "wick/formats.h"
 
 namespace wick {
 namespace {
@@ -136,9 +139,62 @@ TEST(NnLayers, NormLayersFromWeights) {
   EXPECT_THROW(nn::embedding(w.pp("emb"), 6, 5), ShapeMismatch);
 }
 
-TEST(NnWeights, FromSafetensorsReportsMissingFiles) {
-  EXPECT_THROW(nn::Weights::from_safetensors({"/nonexistent/model.safetensors"}, DType::F32, cpu),
+TEST(NnWeights, FromSafetensorsIsLazyPrefixedAndConverted) {
+  std::string dir = ::testing::TempDir();
+  std::string a = dir + "/nn_weights_a.safetensors", b = dir + "/nn_weights_b.safetensors";
+  Tensor w = random_tensor({3, 4}, DType::BF16), bias = random_tensor({3}, DType::F32);
+  safetensors::save({{"model.dense.weight", w}}, a);
+  safetensors::save(
+      {{"model.dense.bias", bias}, {"model.ids", Tensor::from_vec<int64_t>({7}, {1}, cpu)}}, b);
+  nn::Weights ws = nn::Weights::from_safetensors({a, b}, DType::F32, cpu);
+  EXPECT_EQ(ws.names(),
+            (std::vector<std::string>{"model.dense.bias", "model.dense.weight", "model.ids"}));
+  nn::Linear lin = nn::linear(ws.pp("model").pp("dense"), 4, 3, true);
+  EXPECT_EQ(lin.weight().dtype(), DType::F32);
+  EXPECT_EQ(lin.weight().to_vec_f64(), w.to_vec_f64());
+  EXPECT_EQ(lin.bias()->to_vec_f64(), bias.to_vec_f64());
+  EXPECT_EQ(ws.get("model.ids").dtype(), DType::I64);
+  std::string m = message_of([&] { ws.pp("model").get("dense.weight", {4, 3}); });
+  EXPECT_NE(m.find("model.dense.weight"), std::string::npos) << m;
+  EXPECT_NE(m.find("[3, 4]"), std::string::npos) << m;
+  // A name in two files is an error.
+  EXPECT_THROW(nn::Weights::from_safetensors({a, a}, DType::F32, cpu), Error);
+  EXPECT_THROW(nn::Weights::from_safetensors({dir + "/nn_missing.safetensors"}, DType::F32, cpu),
                Error);
+}
+
+TEST(NnTables, RopeTablesFollowTheDefinition) {
+  auto [c, s] = nn::rope_tables(5, 8, 10000.0, DType::F32, cpu);
+  ASSERT_EQ(c.shape(), Shape({5, 4}));
+  auto cv = c.to_vec2<float>(), sv = s.to_vec2<float>();
+  for (size_t p = 0; p < 5; ++p) {
+    for (size_t i = 0; i < 4; ++i) {
+      double angle = double(p) * std::pow(10000.0, -2.0 * double(i) / 8.0);
+      EXPECT_NEAR(cv[p][i], std::cos(angle), 1e-6);
+      EXPECT_NEAR(sv[p][i], std::sin(angle), 1e-6);
+    }
+  }
+  // Position 0 is the identity rotation.
+  Tensor x = random_tensor({1, 2, 5, 8}, DType::F32);
+  EXPECT_EQ(x.rope(c, s).narrow(2, 0, 1).to_vec_f64(), x.narrow(2, 0, 1).to_vec_f64());
+  EXPECT_THROW(nn::rope_tables(5, 7, 10000.0, DType::F32, cpu), Error);
+}
+
+TEST(NnTables, PaddingMaskDropsPaddedKeys) {
+  Tensor keep = Tensor::from_vec<int64_t>({1, 1, 0, 1, 0, 0}, {2, 3}, cpu);
+  Tensor m = nn::padding_mask(keep, DType::F32);
+  ASSERT_EQ(m.shape(), Shape({2, 1, 1, 3}));
+  auto v = m.to_vec_f64();
+  EXPECT_EQ(v[0], 0.0);
+  EXPECT_EQ(v[2], double(std::numeric_limits<float>::lowest()));
+  // Padded keys get no weight in attention.
+  Tensor q = random_tensor({2, 1, 2, 4}, DType::F32), k = random_tensor({2, 1, 3, 4}, DType::F32);
+  Tensor vv = random_tensor({2, 1, 3, 4}, DType::F32);
+  Tensor out = nn::scaled_dot_product_attention(q, k, vv, {false, 0, m});
+  Tensor ref = nn::scaled_dot_product_attention(
+      q.narrow(0, 1, 1), k.narrow(0, 1, 1).narrow(2, 0, 1), vv.narrow(0, 1, 1).narrow(2, 0, 1));
+  EXPECT_TRUE(all_close(out.narrow(0, 1, 1).to_vec_f64(), ref.to_vec_f64(), 1e-6, 1e-6));
+  EXPECT_THROW(nn::padding_mask(keep, DType::U8), UnsupportedDType);
 }
 
 }  // namespace

@@ -4,5 +4,6 @@
 
 #include "wick/nn/attention.h"
 #include "wick/nn/layers.h"
+#include "wick/nn/rope.h"
 #include "wick/nn/weights.h"
 #include "wick/tensor.h"

@@ -24,32 +24,63 @@ const T* data_of(const FusedOperand& op) {
   return as_cpu(*op.storage).as<T>() + op.layout.start_offset();
 }
 
-// Sum with eight independent accumulators, so the compiler vectorises it without reassociating.
+// Sums with eight independent accumulators, so that they vectorise without reassociation
+// (explicit vectors for f32).
 template <class C>
 C lane_sum(const C* x, size_t n) {
-  C acc[8] = {};
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (size_t j = 0; j < 8; ++j) acc[j] += x[i + j];
+  C s = 0;
+  if constexpr (std::is_same_v<C, float>) {
+    v8f acc = {};
+    for (; i + 8 <= n; i += 8) acc += load8(x + i);
+    s = hsum8(acc);
+  } else {
+    C acc[8] = {};
+    for (; i + 8 <= n; i += 8) {
+      for (size_t j = 0; j < 8; ++j) acc[j] += x[i + j];
+    }
+    s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   }
-  C s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; i < n; ++i) s += x[i];
   return s;
 }
 
+// Sum of (x - mean)^2.
 template <class C>
 C lane_sum_sq_dev(const C* x, size_t n, C mean) {
-  C acc[8] = {};
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (size_t j = 0; j < 8; ++j) {
-      C v = x[i + j] - mean;
-      acc[j] += v * v;
+  C s = 0;
+  if constexpr (std::is_same_v<C, float>) {
+    v8f acc = {};
+    for (; i + 8 <= n; i += 8) {
+      v8f v = load8(x + i) - mean;
+      acc += v * v;
     }
+    s = hsum8(acc);
+  } else {
+    C acc[8] = {};
+    for (; i + 8 <= n; i += 8) {
+      for (size_t j = 0; j < 8; ++j) {
+        C v = x[i + j] - mean;
+        acc[j] += v * v;
+      }
+    }
+    s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   }
-  C s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
   return s;
+}
+
+// y = (v - mean) * rstd * w + b, rounded to T.
+template <class T, class C>
+void norm_out(const C* v, const C* w, const C* b, C mean, C rstd, T* y, size_t n) {
+  size_t i = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 8 <= n; i += 8) {
+      store8(y + i, (load8(v + i) - mean) * rstd * load8(w + i) + load8(b + i));
+    }
+  }
+  for (; i < n; ++i) y[i] = T((v[i] - mean) * rstd * w[i] + b[i]);
 }
 
 // One kernel for both norms: layer_norm centres and adds the bias, rms_norm does neither.
@@ -83,18 +114,10 @@ void norm_rows(const FusedParams& p, const std::vector<FusedOperand>& ops, T* y)
                      v = buf.data();
                    }
                    T* yr = y + r * d;
-                   if constexpr (kLayer) {
-                     C mean = lane_sum(v, d) / static_cast<C>(d);
-                     C var = lane_sum_sq_dev(v, d, mean) / static_cast<C>(d);
-                     C rstd = C(1) / std::sqrt(var + eps);
-                     for (size_t i = 0; i < d; ++i) {
-                       yr[i] = T((v[i] - mean) * rstd * w[i] + b[i]);
-                     }
-                   } else {
-                     C ms = lane_sum_sq_dev(v, d, C(0)) / static_cast<C>(d);
-                     C rstd = C(1) / std::sqrt(ms + eps);
-                     for (size_t i = 0; i < d; ++i) yr[i] = T(v[i] * rstd * w[i]);
-                   }
+                   C mean = kLayer ? lane_sum(v, d) / static_cast<C>(d) : C(0);
+                   C var = lane_sum_sq_dev(v, d, mean) / static_cast<C>(d);
+                   C rstd = C(1) / std::sqrt(var + eps);
+                   norm_out(v, w.data(), b.data(), mean, rstd, yr, d);
                  }
                });
 }

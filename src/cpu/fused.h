@@ -16,6 +16,21 @@ class CpuStorage;
 /// Online-softmax attention (see FusedParams::Attention); f16/bf16 compute in f32.
 StoragePtr attention(const FusedParams& params, const std::vector<FusedOperand>& operands);
 
+/// Eight floats as one vector (GCC/Clang vector extension: AVX with -mavx, SSE pairs without).
+using v8f = float __attribute__((vector_size(32)));
+
+inline v8f load8(const float* p) {
+  v8f v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store8(float* p, v8f v) {
+  __builtin_memcpy(p, &v, sizeof(v));
+}
+inline float hsum8(v8f v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
 /// exp(x) for x <= 0 (or -inf), vectorisable: 2^n * p(r) with a degree-7 polynomial (relative
 /// error ~1e-7); below -87 it returns 0. Selects are bit masks so GCC if-converts them.
 inline float exp_nonpositive_f32(float x) {

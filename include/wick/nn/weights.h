@@ -38,8 +38,9 @@ class Weights {
                           const Device& device);
   /// Tensors as given: their own dtype and device.
   static Weights from_map(std::map<std::string, Tensor> tensors);
-  /// The tensors of one or more safetensors files (a sharded checkpoint), memory-mapped and read
-  /// when asked for. Throws FormatError for a bad file, Error when a name is in two files.
+  /// The tensors of one or more safetensors files, memory-mapped and read when asked for; a path
+  /// may also be a model.safetensors.index.json (a sharded checkpoint). Throws FormatError for a
+  /// bad file, Error when a name is in two of them.
   static Weights from_safetensors(const std::vector<std::string>& paths, DType dtype,
                                   const Device& device);
   /// Any source (see WeightSource).
