@@ -150,33 +150,40 @@ std::string format_error(F&& f) {
 TEST(BertFolder, ErrorsNameTheFileAndField) {
   TinyConfig c;
   TempDir dir("errors");
-  EXPECT_NE(format_error([&] { models::Bert::load(dir.path / "nope", Device::cpu()); })
-                .find("no such directory"),
+  EXPECT_NE(format_error([&] {
+              models::Bert::load(dir.path / "nope", Device::cpu());
+            }).find("no such directory"),
             std::string::npos);
   // No config.json.
   EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("config.json"),
             std::string::npos);
-  auto write_config = [&](const std::string& text) { std::ofstream(dir.path / "config.json") << text; };
+  auto write_config = [&](const std::string& text) {
+    std::ofstream(dir.path / "config.json") << text;
+  };
   write_config("{\"hidden_size\": 16,");
-  EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("malformed JSON"),
-            std::string::npos);
+  EXPECT_NE(
+      format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("malformed JSON"),
+      std::string::npos);
   write_config("{\"hidden_size\": 16}");
   EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("vocab_size"),
             std::string::npos);
   write_tiny_model(dir.path, c, tiny_weights(c, 505));
-  write_config("{\"vocab_size\": 40, \"hidden_size\": 15, \"num_hidden_layers\": 2, "
-               "\"num_attention_heads\": 4, \"intermediate_size\": 24, "
-               "\"max_position_embeddings\": 20}");
+  write_config(
+      "{\"vocab_size\": 40, \"hidden_size\": 15, \"num_hidden_layers\": 2, "
+      "\"num_attention_heads\": 4, \"intermediate_size\": 24, "
+      "\"max_position_embeddings\": 20}");
   EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("multiple"),
             std::string::npos);
   write_config("{\"vocab_size\": \"many\"}");
-  EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); })
-                .find("\"vocab_size\" must be a non-negative integer"),
+  EXPECT_NE(format_error([&] {
+              models::Bert::load(dir.path, Device::cpu());
+            }).find("\"vocab_size\" must be a non-negative integer"),
             std::string::npos);
   // A config whose sizes disagree with the weights: the weight's name is in the message.
-  write_config("{\"vocab_size\": 41, \"hidden_size\": 16, \"num_hidden_layers\": 2, "
-               "\"num_attention_heads\": 4, \"intermediate_size\": 24, "
-               "\"max_position_embeddings\": 20}");
+  write_config(
+      "{\"vocab_size\": 41, \"hidden_size\": 16, \"num_hidden_layers\": 2, "
+      "\"num_attention_heads\": 4, \"intermediate_size\": 24, "
+      "\"max_position_embeddings\": 20}");
   try {
     models::Bert::load(dir.path, Device::cpu());
     ADD_FAILURE() << "a mis-shaped weight was accepted";
@@ -195,20 +202,21 @@ TEST(SentenceEmbedderFolder, ErrorsNameTheFile) {
   TempDir dir("st-errors");
   write_tiny_model(dir.path, c, tiny_weights(c, 606));
   // No tokenizer.json.
-  EXPECT_NE(format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); })
-                .find("tokenizer.json"),
-            std::string::npos);
+  EXPECT_NE(
+      format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); }).find("tokenizer.json"),
+      std::string::npos);
   std::ofstream(dir.path / "modules.json")
       << "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": "
          "\"sentence_transformers.models.Transformer\"}, {\"idx\": 1, \"name\": \"1\", \"path\": "
          "\"2_Dense\", \"type\": \"sentence_transformers.models.Dense\"}]";
-  EXPECT_NE(format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); })
-                .find("sentence_transformers.models.Dense"),
+  EXPECT_NE(format_error([&] {
+              SentenceEmbedder::load(dir.path, Device::cpu());
+            }).find("sentence_transformers.models.Dense"),
             std::string::npos);
   std::ofstream(dir.path / "modules.json") << "{}";
-  EXPECT_NE(format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); })
-                .find("modules.json"),
-            std::string::npos);
+  EXPECT_NE(
+      format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); }).find("modules.json"),
+      std::string::npos);
 }
 
 TEST(SentenceEmbedderTiny, TokenizesAndTruncates) {
@@ -240,12 +248,17 @@ TEST(SentenceEmbedderTiny, PoolingModesMatchFloat64Reference) {
   TempDir dir("st-pool");
   write_tiny_model(dir.path, c, w);
   write_tiny_tokenizer(dir.path);
-  std::vector<std::string> texts{"The cat sat on the mat.", "A big red fox ran!", "dogs", "",
+  std::vector<std::string> texts{"The cat sat on the mat.",
+                                 "A big red fox ran!",
+                                 "dogs",
+                                 "",
                                  "the cat the dog the mat the fox the cat the dog the mat the fox "
                                  "the cat the dog the mat",
                                  "red"};
-  for (auto [mode, normalize] : {std::pair{"mean_tokens", true}, {"mean_tokens", false},
-                                 {"cls_token", true}, {"max_tokens", false},
+  for (auto [mode, normalize] : {std::pair{"mean_tokens", true},
+                                 {"mean_tokens", false},
+                                 {"cls_token", true},
+                                 {"max_tokens", false},
                                  {"mean_sqrt_len_tokens", false}}) {
     SCOPED_TRACE(std::string(mode) + (normalize ? " + normalize" : ""));
     write_st_files(dir.path, mode, normalize);
@@ -279,7 +292,8 @@ TEST(MiniLM, TokensMatchHuggingFace) {
   EXPECT_TRUE(embedder.normalizes());
   auto texts = sentences();
   auto ids = npy::load((data_dir() / "token_ids.npy").string(), Device::cpu()).to_vec1<uint32_t>();
-  auto lengths = npy::load((data_dir() / "token_lengths.npy").string(), Device::cpu()).to_vec1<uint32_t>();
+  auto lengths =
+      npy::load((data_dir() / "token_lengths.npy").string(), Device::cpu()).to_vec1<uint32_t>();
   ASSERT_EQ(texts.size(), lengths.size());
   size_t at = 0;
   for (size_t i = 0; i < texts.size(); ++i) {

@@ -76,7 +76,8 @@ Pooling read_pooling(const fs::path& pooling_dir, size_t hidden) {
   }
   std::vector<Pooling> modes;
   if (json_file::get_bool(j, "pooling_mode_cls_token", file, false)) modes.push_back(Pooling::Cls);
-  if (json_file::get_bool(j, "pooling_mode_mean_tokens", file, false)) modes.push_back(Pooling::Mean);
+  if (json_file::get_bool(j, "pooling_mode_mean_tokens", file, false))
+    modes.push_back(Pooling::Mean);
   if (json_file::get_bool(j, "pooling_mode_max_tokens", file, false)) modes.push_back(Pooling::Max);
   if (json_file::get_bool(j, "pooling_mode_mean_sqrt_len_tokens", file, false)) {
     modes.push_back(Pooling::MeanSqrtLen);
@@ -87,8 +88,10 @@ Pooling read_pooling(const fs::path& pooling_dir, size_t hidden) {
     }
   }
   if (modes.size() != 1) {
-    throw FormatError(file.string() + ": exactly one pooling mode must be true (cls, mean, max, "
-                      "mean_sqrt_len), found " + std::to_string(modes.size()));
+    throw FormatError(file.string() +
+                      ": exactly one pooling mode must be true (cls, mean, max, "
+                      "mean_sqrt_len), found " +
+                      std::to_string(modes.size()));
   }
   return modes[0];
 }
@@ -209,12 +212,26 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
   return sorted.index_select(Tensor::from_vec(inverse, {n}, Device::cpu()).to_device(device), 0);
 }
 
-size_t SentenceEmbedder::dim() const { return impl_->dim; }
-size_t SentenceEmbedder::max_seq_length() const { return impl_->max_seq_length; }
-size_t SentenceEmbedder::batch_size() const { return impl_->batch_size; }
-size_t SentenceEmbedder::max_batch_tokens() const { return impl_->max_batch_tokens; }
-Pooling SentenceEmbedder::pooling() const { return impl_->pooling; }
-bool SentenceEmbedder::normalizes() const { return impl_->normalize; }
-const models::Bert& SentenceEmbedder::bert() const { return impl_->bert; }
+size_t SentenceEmbedder::dim() const {
+  return impl_->dim;
+}
+size_t SentenceEmbedder::max_seq_length() const {
+  return impl_->max_seq_length;
+}
+size_t SentenceEmbedder::batch_size() const {
+  return impl_->batch_size;
+}
+size_t SentenceEmbedder::max_batch_tokens() const {
+  return impl_->max_batch_tokens;
+}
+Pooling SentenceEmbedder::pooling() const {
+  return impl_->pooling;
+}
+bool SentenceEmbedder::normalizes() const {
+  return impl_->normalize;
+}
+const models::Bert& SentenceEmbedder::bert() const {
+  return impl_->bert;
+}
 
 }  // namespace wick
