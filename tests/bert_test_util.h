@@ -60,9 +60,13 @@ inline std::vector<std::string> sentences() {
 
 /// The reference embeddings for the folder's weights: f32 weights, or f16 ones (a folder carried
 /// as f16 safetensors) which get the reference made from the same f16-rounded weights.
-inline std::vector<std::vector<float>> reference_embeddings(const fs::path& model_dir) {
+inline bool weights_are_f16(const fs::path& model_dir) {
   auto file = safetensors::File::open((model_dir / "model.safetensors").string());
-  bool f16 = file.info("embeddings.word_embeddings.weight").dtype == DType::F16;
+  return file.info("embeddings.word_embeddings.weight").dtype == DType::F16;
+}
+
+inline std::vector<std::vector<float>> reference_embeddings(const fs::path& model_dir) {
+  bool f16 = weights_are_f16(model_dir);
   auto ref = npy::load(
       (data_dir() / (f16 ? "embeddings_f16w.npy" : "embeddings_f32w.npy")).string(), Device::cpu());
   return ref.to_vec2<float>();

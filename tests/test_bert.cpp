@@ -309,7 +309,7 @@ TEST(MiniLM, HiddenStatesMatchTransformers) {
   auto want = npy::load((data_dir() / "hidden_f32w.npy").string(), Device::cpu());
   auto embedder = SentenceEmbedder::load(dir, Device::cpu());
   auto texts = sentences();
-  size_t b = want.dim(0), s = want.dim(1), h = want.dim(2);
+  size_t b = want.dim(0), s = want.dim(1);
   std::vector<uint32_t> ids(b * s, 0);
   std::vector<float> mask(b * s, 0.0f);
   for (size_t i = 0; i < b; ++i) {
@@ -330,8 +330,8 @@ TEST(MiniLM, HiddenStatesMatchTransformers) {
   }
   std::printf("    max |wick - f64 reference| %.3g (largest value %.3g), %zu values\n", err, scale,
               g.size());
-  EXPECT_LE(err, 1e-4 * scale);
-  (void)h;
+  // The reference comes from the f32 weights: f16-stored ones are off by their rounding (2^-11).
+  EXPECT_LE(err, (weights_are_f16(dir) ? 2e-3 : 1e-4) * scale);
 }
 
 TEST(MiniLM, EmbeddingsMatchSentenceTransformersF32) {
