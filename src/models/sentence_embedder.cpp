@@ -2,8 +2,10 @@
 // (-> Normalize), configured by the model folder's modules.json and 1_Pooling/config.json.
 
 #include <algorithm>
+#include <exception>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "json_file.h"
@@ -173,8 +175,32 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
   const size_t n = texts.size();
   if (n == 0) return Tensor::zeros({0, m.dim}, DType::F32, device);
 
+  // Tokenizing 10,000 sentences takes about as long as a GPU needs to embed them: spread it
+  // over the cores (the tokenizer may be used from several threads).
   std::vector<std::vector<uint32_t>> ids(n);
-  for (size_t i = 0; i < n; ++i) ids[i] = tokenize(texts[i]);
+  size_t workers =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), (n + 255) / 256);
+  std::vector<std::exception_ptr> errors(workers);
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w) {
+    auto work = [&, w] {
+      try {
+        for (size_t i = w * n / workers; i < (w + 1) * n / workers; ++i)
+          ids[i] = tokenize(texts[i]);
+      } catch (...) {
+        errors[w] = std::current_exception();
+      }
+    };
+    if (w + 1 < workers) {
+      threads.emplace_back(work);
+    } else {
+      work();
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
   // Longest first, so each batch pads to nearly its own length and the first batch shows the
   // peak memory at once.
   std::vector<size_t> order(n);
