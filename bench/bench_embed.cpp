@@ -3,7 +3,7 @@
 // runs this beside sentence-transformers on the same sentences and prints the ratio.
 //
 //   bench_embed MODEL_DIR SENTENCES.txt [--device cpu|cuda] [--dtype f32|f16|bf16] [--batch 128]
-//               [--runs 1] [--output embeddings.npy]
+//               [--max-tokens 0 (default of the device)] [--runs 1] [--output embeddings.npy]
 
 #include <algorithm>
 #include <chrono>
@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 int usage() {
   std::fprintf(stderr,
                "usage: bench_embed MODEL_DIR SENTENCES.txt [--device cpu|cuda] [--dtype "
-               "f32|f16|bf16] [--batch N] [--runs R] [--output FILE.npy]\n");
+               "f32|f16|bf16] [--batch N] [--max-tokens T] [--runs R] [--output FILE.npy]\n");
   return 2;
 }
 
@@ -33,7 +33,7 @@ int usage() {
 int main(int argc, char** argv) {
   std::vector<std::string> positional;
   std::string device_name = "cpu", dtype_name_arg = "f32", output;
-  size_t batch = 128, runs = 1;
+  size_t batch = 128, runs = 1, max_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
       dtype_name_arg = value();
     } else if (a == "--batch") {
       batch = std::strtoul(value().c_str(), nullptr, 10);
+    } else if (a == "--max-tokens") {
+      max_tokens = std::strtoul(value().c_str(), nullptr, 10);
     } else if (a == "--runs") {
       runs = std::strtoul(value().c_str(), nullptr, 10);
     } else if (a == "--output") {
@@ -59,6 +61,7 @@ int main(int argc, char** argv) {
     auto device = wick::Device::parse(device_name);
     wick::SentenceEmbedderOptions options;
     options.batch_size = batch;
+    options.max_batch_tokens = max_tokens;
     options.dtype = dtype_name_arg == "bf16"  ? wick::DType::BF16
                     : dtype_name_arg == "f16" ? wick::DType::F16
                                               : wick::DType::F32;

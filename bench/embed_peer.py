@@ -58,8 +58,8 @@ def run_peer(model_dir, sentences, device, dtype, batch, runs):
     from sentence_transformers import SentenceTransformer
     torch.set_num_threads(os.cpu_count())
     model = SentenceTransformer(model_dir, device=device)
-    if dtype != "f32":
-        model = model.to({"bf16": torch.bfloat16, "f16": torch.float16}[dtype])
+    # An f16 checkpoint may load as f16: set the compute dtype explicitly either way.
+    model = model.to({"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[dtype])
     model.eval()
 
     def encode(texts):
@@ -121,6 +121,10 @@ def main():
     print(f"embed {args.device} {args.dtype}: wick {wick_rate:.1f} sentences/s, "
           f"sentence-transformers {peer_rate:.1f} sentences/s, ratio {wick_rate / peer_rate:.2f}x "
           f"(min cosine wick vs peer {cos.min():.6f})")
+    tag = f"embed_{args.device.split(':')[0]}_{args.dtype}"
+    print(f"RESULT {tag}_ratio {wick_rate / peer_rate:.4f}")
+    print(f"RESULT {tag}_wick_sps {wick_rate:.2f}")
+    print(f"RESULT torch_{tag}_sps {peer_rate:.2f}")
 
 
 if __name__ == "__main__":

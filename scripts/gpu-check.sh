@@ -10,7 +10,7 @@
 #                                      the GPU machine has no registry and may lack them)
 #
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
-# WICK_GPU_SKIP="tests bench graphs torch wickmm sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
+# WICK_GPU_SKIP="tests bench graphs torch embed wickmm sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
 # after which no further sanitizer run starts). With $OUT set (the device tool), the logs are
 # packed into $OUT/gpu-check-logs.tgz.
 set -uo pipefail
@@ -111,6 +111,17 @@ if ! skip torch; then
   PYTHONUNBUFFERED=1 timeout 300 python3 bench/cuda/torch_compare.py 2>&1 | tee "$LOGS/torch.txt"
 fi
 
+# Sentence embeddings beside sentence-transformers, when an all-MiniLM-L6-v2 folder is given
+# (WICK_MINILM_DIR; carry it as f16 safetensors: scripts/make_minilm_refs.py --export-f16).
+if ! skip embed && [[ -n "${WICK_MINILM_DIR:-}" ]]; then
+  stage "sentence embeddings: wick vs sentence-transformers (MiniLM-L6, 10,000 sentences, batch 128)"
+  for dt in f32 bf16; do
+    PYTHONUNBUFFERED=1 timeout 300 python3 bench/embed_peer.py "$WICK_MINILM_DIR" \
+      --wick "$BUILD"/bench/bench_embed --device cuda --dtype $dt --runs 3 2>&1 |
+      grep -v "^Loading" | tee -a "$LOGS/embed.txt"
+  done
+fi
+
 if ! skip wickmm; then
   stage "wick-mm time cuda (fresh process)"
   WICK_TRACE=1 timeout 60 "$BUILD"/tools/wick-mm time cuda 2>&1 | tee "$LOGS/wickmm.txt"
@@ -142,7 +153,7 @@ if ! skip sanitizer; then
 fi
 
 stage "table (gpu-check took $(($(date +%s) - T0)) s)"
-cat "$LOGS"/bench.txt "$LOGS"/torch.txt "$LOGS"/graphs.txt 2>/dev/null | grep '^RESULT ' >"$LOGS/results.txt"
+cat "$LOGS"/bench.txt "$LOGS"/torch.txt "$LOGS"/graphs.txt "$LOGS"/embed.txt 2>/dev/null | grep '^RESULT ' >"$LOGS/results.txt"
 BUILD_SUMMARY="$BUILD_SUMMARY" CTEST_SUMMARY="$CTEST_SUMMARY" SAN_SUMMARY="$SAN_SUMMARY" WICKMM="$LOGS/wickmm2.txt" \
   python3 - "$LOGS/results.txt" <<'EOF'
 import os, re, sys
@@ -196,6 +207,11 @@ if "graphs_mlp_graph_us" in r and "graphs_mlp_stream_us" in r:
 row("MLP 12x256 b1, graphs / stream (us/op)", "graphs<stream",
     f("graphs_mlp_graph_us", "{:.2f}") + " / " + f("graphs_mlp_stream_us", "{:.2f}"),
     f("torch_graphs_mlp_us", "{:.2f}"), mlp_ok)
+for dt in ("f32", "bf16"):
+    k = f"embed_cuda_{dt}"
+    row(f"MiniLM embeddings {dt}: wick/ST (sent/s)", ">= 2",
+        f"{r[k + '_ratio']:.2f} ({r[k + '_wick_sps']:.0f})" if k + "_ratio" in r else "-",
+        f(f"torch_{k}_sps", "{:.0f}"), lim(k + "_ratio", 2, lambda a, b: a >= b))
 fm = first_ms(os.environ["WICKMM"])
 row("first matmul 1024 f32, fresh process (ms)", "<= 25", "-" if fm is None else f"{fm:.2f}",
     f("torch_first_matmul_ms", "{:.1f}"), None if fm is None else fm <= 25)

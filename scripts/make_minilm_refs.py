@@ -225,8 +225,7 @@ def check_st(model_dir, ref_path, device, dtype, out):
     import torch
     sentences = open(os.path.join(out, "sentences.txt"), encoding="utf-8").read().split("\n")[:-1]
     model = load_st(model_dir, device)
-    if dtype != "f32":
-        model = model.to({"f16": torch.float16, "bf16": torch.bfloat16}[dtype])
+    model = model.to({"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype])
     emb = model.encode(sentences, batch_size=32, convert_to_numpy=False, convert_to_tensor=True)
     c = cosines(emb.float().cpu().numpy(), np.load(ref_path))
     print(f"sentence-transformers {device} {dtype} vs {ref_path}: min cosine {c.min():.9f}, "

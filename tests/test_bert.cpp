@@ -150,33 +150,40 @@ std::string format_error(F&& f) {
 TEST(BertFolder, ErrorsNameTheFileAndField) {
   TinyConfig c;
   TempDir dir("errors");
-  EXPECT_NE(format_error([&] { models::Bert::load(dir.path / "nope", Device::cpu()); })
-                .find("no such directory"),
+  EXPECT_NE(format_error([&] {
+              models::Bert::load(dir.path / "nope", Device::cpu());
+            }).find("no such directory"),
             std::string::npos);
   // No config.json.
   EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("config.json"),
             std::string::npos);
-  auto write_config = [&](const std::string& text) { std::ofstream(dir.path / "config.json") << text; };
+  auto write_config = [&](const std::string& text) {
+    std::ofstream(dir.path / "config.json") << text;
+  };
   write_config("{\"hidden_size\": 16,");
-  EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("malformed JSON"),
-            std::string::npos);
+  EXPECT_NE(
+      format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("malformed JSON"),
+      std::string::npos);
   write_config("{\"hidden_size\": 16}");
   EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("vocab_size"),
             std::string::npos);
   write_tiny_model(dir.path, c, tiny_weights(c, 505));
-  write_config("{\"vocab_size\": 40, \"hidden_size\": 15, \"num_hidden_layers\": 2, "
-               "\"num_attention_heads\": 4, \"intermediate_size\": 24, "
-               "\"max_position_embeddings\": 20}");
+  write_config(
+      "{\"vocab_size\": 40, \"hidden_size\": 15, \"num_hidden_layers\": 2, "
+      "\"num_attention_heads\": 4, \"intermediate_size\": 24, "
+      "\"max_position_embeddings\": 20}");
   EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); }).find("multiple"),
             std::string::npos);
   write_config("{\"vocab_size\": \"many\"}");
-  EXPECT_NE(format_error([&] { models::Bert::load(dir.path, Device::cpu()); })
-                .find("\"vocab_size\" must be a non-negative integer"),
+  EXPECT_NE(format_error([&] {
+              models::Bert::load(dir.path, Device::cpu());
+            }).find("\"vocab_size\" must be a non-negative integer"),
             std::string::npos);
   // A config whose sizes disagree with the weights: the weight's name is in the message.
-  write_config("{\"vocab_size\": 41, \"hidden_size\": 16, \"num_hidden_layers\": 2, "
-               "\"num_attention_heads\": 4, \"intermediate_size\": 24, "
-               "\"max_position_embeddings\": 20}");
+  write_config(
+      "{\"vocab_size\": 41, \"hidden_size\": 16, \"num_hidden_layers\": 2, "
+      "\"num_attention_heads\": 4, \"intermediate_size\": 24, "
+      "\"max_position_embeddings\": 20}");
   try {
     models::Bert::load(dir.path, Device::cpu());
     ADD_FAILURE() << "a mis-shaped weight was accepted";
@@ -195,20 +202,21 @@ TEST(SentenceEmbedderFolder, ErrorsNameTheFile) {
   TempDir dir("st-errors");
   write_tiny_model(dir.path, c, tiny_weights(c, 606));
   // No tokenizer.json.
-  EXPECT_NE(format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); })
-                .find("tokenizer.json"),
-            std::string::npos);
+  EXPECT_NE(
+      format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); }).find("tokenizer.json"),
+      std::string::npos);
   std::ofstream(dir.path / "modules.json")
       << "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": "
          "\"sentence_transformers.models.Transformer\"}, {\"idx\": 1, \"name\": \"1\", \"path\": "
          "\"2_Dense\", \"type\": \"sentence_transformers.models.Dense\"}]";
-  EXPECT_NE(format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); })
-                .find("sentence_transformers.models.Dense"),
+  EXPECT_NE(format_error([&] {
+              SentenceEmbedder::load(dir.path, Device::cpu());
+            }).find("sentence_transformers.models.Dense"),
             std::string::npos);
   std::ofstream(dir.path / "modules.json") << "{}";
-  EXPECT_NE(format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); })
-                .find("modules.json"),
-            std::string::npos);
+  EXPECT_NE(
+      format_error([&] { SentenceEmbedder::load(dir.path, Device::cpu()); }).find("modules.json"),
+      std::string::npos);
 }
 
 TEST(SentenceEmbedderTiny, TokenizesAndTruncates) {
@@ -240,17 +248,23 @@ TEST(SentenceEmbedderTiny, PoolingModesMatchFloat64Reference) {
   TempDir dir("st-pool");
   write_tiny_model(dir.path, c, w);
   write_tiny_tokenizer(dir.path);
-  std::vector<std::string> texts{"The cat sat on the mat.", "A big red fox ran!", "dogs", "",
+  std::vector<std::string> texts{"The cat sat on the mat.",
+                                 "A big red fox ran!",
+                                 "dogs",
+                                 "",
                                  "the cat the dog the mat the fox the cat the dog the mat the fox "
                                  "the cat the dog the mat",
                                  "red"};
-  for (auto [mode, normalize] : {std::pair{"mean_tokens", true}, {"mean_tokens", false},
-                                 {"cls_token", true}, {"max_tokens", false},
+  for (auto [mode, normalize] : {std::pair{"mean_tokens", true},
+                                 {"mean_tokens", false},
+                                 {"cls_token", true},
+                                 {"max_tokens", false},
                                  {"mean_sqrt_len_tokens", false}}) {
     SCOPED_TRACE(std::string(mode) + (normalize ? " + normalize" : ""));
     write_st_files(dir.path, mode, normalize);
     SentenceEmbedderOptions options;
-    options.batch_size = 4;  // two batches, sorted by length across them
+    options.batch_size = 4;         // sorted by length across batches
+    options.max_batch_tokens = 24;  // and fewer sentences in the batches of long ones
     auto embedder = SentenceEmbedder::load(dir.path, Device::cpu(), options);
     EXPECT_EQ(embedder.normalizes(), normalize);
     auto emb = embedder.embed(texts);
@@ -278,7 +292,8 @@ TEST(MiniLM, TokensMatchHuggingFace) {
   EXPECT_TRUE(embedder.normalizes());
   auto texts = sentences();
   auto ids = npy::load((data_dir() / "token_ids.npy").string(), Device::cpu()).to_vec1<uint32_t>();
-  auto lengths = npy::load((data_dir() / "token_lengths.npy").string(), Device::cpu()).to_vec1<uint32_t>();
+  auto lengths =
+      npy::load((data_dir() / "token_lengths.npy").string(), Device::cpu()).to_vec1<uint32_t>();
   ASSERT_EQ(texts.size(), lengths.size());
   size_t at = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -294,7 +309,7 @@ TEST(MiniLM, HiddenStatesMatchTransformers) {
   auto want = npy::load((data_dir() / "hidden_f32w.npy").string(), Device::cpu());
   auto embedder = SentenceEmbedder::load(dir, Device::cpu());
   auto texts = sentences();
-  size_t b = want.dim(0), s = want.dim(1), h = want.dim(2);
+  size_t b = want.dim(0), s = want.dim(1);
   std::vector<uint32_t> ids(b * s, 0);
   std::vector<float> mask(b * s, 0.0f);
   for (size_t i = 0; i < b; ++i) {
@@ -315,8 +330,8 @@ TEST(MiniLM, HiddenStatesMatchTransformers) {
   }
   std::printf("    max |wick - f64 reference| %.3g (largest value %.3g), %zu values\n", err, scale,
               g.size());
-  EXPECT_LE(err, 1e-4 * scale);
-  (void)h;
+  // The reference comes from the f32 weights: f16-stored ones are off by their rounding (2^-11).
+  EXPECT_LE(err, (weights_are_f16(dir) ? 2e-3 : 1e-4) * scale);
 }
 
 TEST(MiniLM, EmbeddingsMatchSentenceTransformersF32) {
@@ -325,13 +340,16 @@ TEST(MiniLM, EmbeddingsMatchSentenceTransformersF32) {
   options.batch_size = 48;  // several batches, the last one partial
   auto embedder = SentenceEmbedder::load(dir, Device::cpu(), options);
   auto texts = sentences();
-  size_t calls = 0;
+  size_t calls = 0, last = 0;
   auto emb = embedder.embed(texts, [&](size_t done, size_t total) {
     ++calls;
     EXPECT_EQ(total, texts.size());
-    EXPECT_LE(done, total);
+    EXPECT_GT(done, last);
+    last = done;
   });
-  EXPECT_EQ(calls, (texts.size() + 47) / 48);
+  EXPECT_EQ(last, texts.size());
+  // At least one pass per 48 sentences, more for the long ones (2048 tokens per pass).
+  EXPECT_GE(calls, (texts.size() + 47) / 48);
   ASSERT_EQ(emb.shape(), Shape({texts.size(), 384}));
   EXPECT_EQ(emb.dtype(), DType::F32);
   EXPECT_TRUE(rows_match(emb, reference_embeddings(dir), 0.99999));
@@ -341,12 +359,12 @@ TEST(MiniLM, EmbeddingsBf16OnCpu) {
   WICK_REQUIRE_MINILM(dir);
   SentenceEmbedderOptions options;
   options.dtype = DType::BF16;
-  options.batch_size = 64;
+  options.batch_size = 32;
   auto embedder = SentenceEmbedder::load(dir, Device::cpu(), options);
   auto texts = sentences();
-  texts.resize(64);
+  texts.resize(32);
   auto ref = reference_embeddings(dir);
-  ref.resize(64);
+  ref.resize(32);
   EXPECT_TRUE(rows_match(embedder.embed(texts), ref, 0.999));
 }
 

@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (format == "npy" && output == "-" && ::isatty(STDOUT_FILENO)) {
-    std::fprintf(stderr, "wick-embed: --format npy writes binary; give --output FILE or redirect\n");
+    std::fprintf(stderr,
+                 "wick-embed: --format npy writes binary; give --output FILE or redirect\n");
     return 2;
   }
   wick::Device device = wick::Device::cpu();

@@ -2,13 +2,13 @@
 // layers of Hugging Face's BertModel): embeddings -> layer_norm, then per layer
 //   a = layer_norm(x + attention(x) W_o), x = layer_norm(a + gelu_erf(a W_i) W_2).
 
+#include "wick/bert.h"
+
 #include <algorithm>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "json_file.h"
-#include "wick/bert.h"
 #include "wick/error.h"
 #include "wick/nn.h"
 
@@ -30,15 +30,18 @@ BertConfig BertConfig::from_file(const fs::path& config_json) {
   c.type_vocab_size = json_file::get_size(j, "type_vocab_size", config_json, &two);
   c.layer_norm_eps = json_file::get_number(j, "layer_norm_eps", config_json, 1e-12);
 
-  auto fail = [&](const std::string& what) { throw FormatError(config_json.string() + ": " + what); };
+  auto fail = [&](const std::string& what) {
+    throw FormatError(config_json.string() + ": " + what);
+  };
   if (c.hidden_size == 0 || c.num_attention_heads == 0 || c.vocab_size == 0 ||
       c.intermediate_size == 0 || c.max_position_embeddings == 0 || c.type_vocab_size == 0) {
-    fail("hidden_size, num_attention_heads, vocab_size, intermediate_size, "
-         "max_position_embeddings and type_vocab_size must be positive");
+    fail(
+        "hidden_size, num_attention_heads, vocab_size, intermediate_size, "
+        "max_position_embeddings and type_vocab_size must be positive");
   }
   if (c.hidden_size % c.num_attention_heads != 0) {
-    fail("hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of num_attention_heads " +
-         std::to_string(c.num_attention_heads));
+    fail("hidden_size " + std::to_string(c.hidden_size) +
+         " is not a multiple of num_attention_heads " + std::to_string(c.num_attention_heads));
   }
   if (!(c.layer_norm_eps > 0)) fail("layer_norm_eps must be positive");
   // Hugging Face's "gelu" is the exact (erf) GELU; other activations are other models.
@@ -155,7 +158,8 @@ Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype) {
     auto k = dense(self.pp("key"), h, h);
     auto v = dense(self.pp("value"), h, h);
     Layer layer{
-        Dense{Tensor::cat({q.weight, k.weight, v.weight}, 0), Tensor::cat({q.bias, k.bias, v.bias}, 0)},
+        Dense{Tensor::cat({q.weight, k.weight, v.weight}, 0),
+              Tensor::cat({q.bias, k.bias, v.bias}, 0)},
         dense(lw.pp("attention").pp("output").pp("dense"), h, h),
         norm(lw.pp("attention").pp("output").pp("LayerNorm"), h, c.layer_norm_eps),
         dense(lw.pp("intermediate").pp("dense"), h, c.intermediate_size),
@@ -168,16 +172,23 @@ Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype) {
   return Bert(std::move(impl));
 }
 
-const BertConfig& Bert::config() const { return impl_->config; }
-Device Bert::device() const { return impl_->device; }
-DType Bert::dtype() const { return impl_->dtype; }
+const BertConfig& Bert::config() const {
+  return impl_->config;
+}
+Device Bert::device() const {
+  return impl_->device;
+}
+DType Bert::dtype() const {
+  return impl_->dtype;
+}
 
 Tensor Bert::encode(const Tensor& ids_in, const Tensor& mask_in) const {
   const auto& m = *impl_;
   const auto& c = m.config;
   if (ids_in.rank() != 2 || mask_in.shape() != ids_in.shape()) {
-    throw ShapeMismatch("Bert::encode: ids must be (batch, seq) and attention_mask the same, got ids " +
-                        ids_in.shape().to_string() + " mask " + mask_in.shape().to_string());
+    throw ShapeMismatch(
+        "Bert::encode: ids must be (batch, seq) and attention_mask the same, got ids " +
+        ids_in.shape().to_string() + " mask " + mask_in.shape().to_string());
   }
   if (ids_in.dtype() != DType::U32 && ids_in.dtype() != DType::I64) {
     throw UnsupportedDType(std::string("Bert::encode: ids must be u32 or i64, got ") +
@@ -198,11 +209,8 @@ Tensor Bert::encode(const Tensor& ids_in, const Tensor& mask_in) const {
   x = m.embeddings_norm.forward(x);
 
   // Padded keys get the dtype's lowest value added to their scores (as transformers does).
-  double lowest = m.dtype == DType::F16 ? -65504.0 : -3.0e38;
-  auto keep = mask_in.to_device(m.device).to_dtype(DType::F32);
-  auto additive = (1.0 - keep).affine(lowest, 0.0).to_dtype(m.dtype).reshape({b, 1, 1, s});
   nn::AttentionOptions options;
-  options.mask = additive;
+  options.mask = nn::padding_mask(mask_in.to_device(m.device), m.dtype);
 
   for (const auto& layer : m.layers) {
     // (b, s, 3h) -> q, k, v as (b, heads, s, d) views.

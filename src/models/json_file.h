@@ -37,8 +37,8 @@ inline size_t get_size(const Json& j, const char* key, const std::filesystem::pa
     throw FormatError(file.string() + ": missing field \"" + key + "\"");
   }
   if (!it->is_number_integer() || it->get<long long>() < 0) {
-    throw FormatError(file.string() + ": field \"" + key + "\" must be a non-negative integer, got " +
-                      it->dump());
+    throw FormatError(file.string() + ": field \"" + key +
+                      "\" must be a non-negative integer, got " + it->dump());
   }
   return it->get<size_t>();
 }
@@ -49,7 +49,8 @@ inline double get_number(const Json& j, const char* key, const std::filesystem::
   auto it = j.find(key);
   if (it == j.end()) return fallback;
   if (!it->is_number()) {
-    throw FormatError(file.string() + ": field \"" + key + "\" must be a number, got " + it->dump());
+    throw FormatError(file.string() + ": field \"" + key + "\" must be a number, got " +
+                      it->dump());
   }
   return it->get<double>();
 }
@@ -60,7 +61,8 @@ inline std::string get_string(const Json& j, const char* key, const std::filesys
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   if (!it->is_string()) {
-    throw FormatError(file.string() + ": field \"" + key + "\" must be a string, got " + it->dump());
+    throw FormatError(file.string() + ": field \"" + key + "\" must be a string, got " +
+                      it->dump());
   }
   return it->get<std::string>();
 }

@@ -2,8 +2,10 @@
 // (-> Normalize), configured by the model folder's modules.json and 1_Pooling/config.json.
 
 #include <algorithm>
+#include <exception>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "json_file.h"
@@ -22,6 +24,7 @@ struct SentenceEmbedder::Impl {
   bool normalize = false;
   size_t max_seq_length = 0;
   size_t batch_size = 32;
+  size_t max_batch_tokens = 0;  // 0: no limit
   size_t dim = 0;
 };
 
@@ -75,7 +78,8 @@ Pooling read_pooling(const fs::path& pooling_dir, size_t hidden) {
   }
   std::vector<Pooling> modes;
   if (json_file::get_bool(j, "pooling_mode_cls_token", file, false)) modes.push_back(Pooling::Cls);
-  if (json_file::get_bool(j, "pooling_mode_mean_tokens", file, false)) modes.push_back(Pooling::Mean);
+  if (json_file::get_bool(j, "pooling_mode_mean_tokens", file, false))
+    modes.push_back(Pooling::Mean);
   if (json_file::get_bool(j, "pooling_mode_max_tokens", file, false)) modes.push_back(Pooling::Max);
   if (json_file::get_bool(j, "pooling_mode_mean_sqrt_len_tokens", file, false)) {
     modes.push_back(Pooling::MeanSqrtLen);
@@ -86,8 +90,10 @@ Pooling read_pooling(const fs::path& pooling_dir, size_t hidden) {
     }
   }
   if (modes.size() != 1) {
-    throw FormatError(file.string() + ": exactly one pooling mode must be true (cls, mean, max, "
-                      "mean_sqrt_len), found " + std::to_string(modes.size()));
+    throw FormatError(file.string() +
+                      ": exactly one pooling mode must be true (cls, mean, max, "
+                      "mean_sqrt_len), found " +
+                      std::to_string(modes.size()));
   }
   return modes[0];
 }
@@ -134,6 +140,9 @@ SentenceEmbedder SentenceEmbedder::load(const fs::path& model_dir, const Device&
   impl->pooling = read_pooling(mods.pooling, c.hidden_size);
   impl->normalize = mods.normalize;
   impl->batch_size = options.batch_size;
+  impl->max_batch_tokens = options.max_batch_tokens ? options.max_batch_tokens
+                           : device.is_cpu()        ? 2048
+                                                    : 0;
   impl->dim = c.hidden_size;
 
   size_t max_len = c.max_position_embeddings;
@@ -166,8 +175,32 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
   const size_t n = texts.size();
   if (n == 0) return Tensor::zeros({0, m.dim}, DType::F32, device);
 
+  // Tokenizing 10,000 sentences takes about as long as a GPU needs to embed them: spread it
+  // over the cores (the tokenizer may be used from several threads).
   std::vector<std::vector<uint32_t>> ids(n);
-  for (size_t i = 0; i < n; ++i) ids[i] = tokenize(texts[i]);
+  size_t workers =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), (n + 255) / 256);
+  std::vector<std::exception_ptr> errors(workers);
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w) {
+    auto work = [&, w] {
+      try {
+        for (size_t i = w * n / workers; i < (w + 1) * n / workers; ++i)
+          ids[i] = tokenize(texts[i]);
+      } catch (...) {
+        errors[w] = std::current_exception();
+      }
+    };
+    if (w + 1 < workers) {
+      threads.emplace_back(work);
+    } else {
+      work();
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
   // Longest first, so each batch pads to nearly its own length and the first batch shows the
   // peak memory at once.
   std::vector<size_t> order(n);
@@ -176,9 +209,11 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
                    [&](size_t a, size_t b) { return ids[a].size() > ids[b].size(); });
 
   std::vector<Tensor> pooled;
-  for (size_t start = 0; start < n; start += m.batch_size) {
-    size_t count = std::min(m.batch_size, n - start);
+  for (size_t start = 0, count = 0; start < n; start += count) {
+    // The first sentence of a batch is its longest: it sets the padded length.
     size_t len = ids[order[start]].size();
+    count = std::min(m.batch_size, n - start);
+    if (m.max_batch_tokens) count = std::clamp<size_t>(m.max_batch_tokens / len, 1, count);
     std::vector<uint32_t> batch_ids(count * len, 0);
     std::vector<float> batch_mask(count * len, 0.0f);
     for (size_t r = 0; r < count; ++r) {
@@ -203,11 +238,26 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
   return sorted.index_select(Tensor::from_vec(inverse, {n}, Device::cpu()).to_device(device), 0);
 }
 
-size_t SentenceEmbedder::dim() const { return impl_->dim; }
-size_t SentenceEmbedder::max_seq_length() const { return impl_->max_seq_length; }
-size_t SentenceEmbedder::batch_size() const { return impl_->batch_size; }
-Pooling SentenceEmbedder::pooling() const { return impl_->pooling; }
-bool SentenceEmbedder::normalizes() const { return impl_->normalize; }
-const models::Bert& SentenceEmbedder::bert() const { return impl_->bert; }
+size_t SentenceEmbedder::dim() const {
+  return impl_->dim;
+}
+size_t SentenceEmbedder::max_seq_length() const {
+  return impl_->max_seq_length;
+}
+size_t SentenceEmbedder::batch_size() const {
+  return impl_->batch_size;
+}
+size_t SentenceEmbedder::max_batch_tokens() const {
+  return impl_->max_batch_tokens;
+}
+Pooling SentenceEmbedder::pooling() const {
+  return impl_->pooling;
+}
+bool SentenceEmbedder::normalizes() const {
+  return impl_->normalize;
+}
+const models::Bert& SentenceEmbedder::bert() const {
+  return impl_->bert;
+}
 
 }  // namespace wick
