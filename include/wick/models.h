@@ -2,4 +2,6 @@
 // Models and tokenizers: everything under "Models and tokenizers" in docs/API.md.
 
 #include "wick/bert.h"
+#include "wick/generator.h"
+#include "wick/llama.h"
 #include "wick/tokenizer.h"
