@@ -15,36 +15,22 @@ const char* unary_name(UnaryKind kind) {
 
 const char* binary_name(BinaryKind kind) {
   switch (kind) {
-    case BinaryKind::Add:
-      return "add";
-    case BinaryKind::Sub:
-      return "sub";
-    case BinaryKind::Mul:
-      return "mul";
-    case BinaryKind::Div:
-      return "div";
-    case BinaryKind::Maximum:
-      return "maximum";
-    case BinaryKind::Minimum:
-      return "minimum";
+#define WICK_BINARY_NAME(K, name) \
+  case BinaryKind::K:             \
+    return name;
+    WICK_BINARY_OPS(WICK_BINARY_NAME)
+#undef WICK_BINARY_NAME
   }
   return "?";
 }
 
 const char* cmp_name(CmpKind kind) {
   switch (kind) {
-    case CmpKind::Eq:
-      return "eq";
-    case CmpKind::Ne:
-      return "ne";
-    case CmpKind::Lt:
-      return "lt";
-    case CmpKind::Le:
-      return "le";
-    case CmpKind::Gt:
-      return "gt";
-    case CmpKind::Ge:
-      return "ge";
+#define WICK_CMP_NAME(K, name) \
+  case CmpKind::K:             \
+    return name;
+    WICK_CMP_OPS(WICK_CMP_NAME)
+#undef WICK_CMP_NAME
   }
   return "?";
 }

@@ -72,8 +72,21 @@ struct UnaryOp {
   double p1 = 0;
 };
 
-enum class BinaryKind : uint8_t { Add, Sub, Mul, Div, Maximum, Minimum };
-enum class CmpKind : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+/// The binary element-wise ops (every dtype) and comparisons (every dtype, result u8):
+/// X(Kind, "name"). Their math is in ops/binary_math.h.
+#define WICK_BINARY_OPS(X) \
+  X(Add, "add")            \
+  X(Sub, "sub")            \
+  X(Mul, "mul")            \
+  X(Div, "div")            \
+  X(Maximum, "maximum")    \
+  X(Minimum, "minimum")
+#define WICK_CMP_OPS(X) X(Eq, "eq") X(Ne, "ne") X(Lt, "lt") X(Le, "le") X(Gt, "gt") X(Ge, "ge")
+
+#define WICK_OP_KIND(K, name) K,
+enum class BinaryKind : uint8_t { WICK_BINARY_OPS(WICK_OP_KIND) };
+enum class CmpKind : uint8_t { WICK_CMP_OPS(WICK_OP_KIND) };
+#undef WICK_OP_KIND
 enum class ReduceKind : uint8_t { Sum, Max, Min, ArgMax, ArgMin };
 
 const char* unary_name(UnaryKind kind);
