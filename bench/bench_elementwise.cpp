@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "wick/cpu.h"
 #include "wick/wick.h"
 
 namespace {
@@ -134,6 +135,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("wick_cpu_isa", wick::cpu_isa());
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_ratio("BM_add_contiguous", "BM_memcpy_12MB");

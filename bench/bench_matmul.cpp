@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 #include <vector>
-#if defined(__FMA__) || defined(__AVX512F__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -266,19 +266,11 @@ BENCHMARK(BM_transformer)->Arg(3)->Iterations(3000)->UseManualTime()->Unit(bench
 
 // ---- FMA peak ----
 
-// 10 independent chains of 8-wide FMAs: enough in flight for two FMA pipes of latency 4-5.
-// 10 independent chains of FMAs at the widest vector width compiled in: enough in flight for
-// two FMA pipes of latency 4-5.
-#if defined(__AVX512F__)
-constexpr int kLanes = 16;
-#elif defined(__FMA__)
-constexpr int kLanes = 8;
-#else
-constexpr int kLanes = 1;
-#endif
-
-__attribute__((noinline)) float fma_loop(size_t iters) {
-#if defined(__AVX512F__)
+// 10 independent chains of FMAs at the widest vector width this CPU has (chosen at run time, so
+// the figure is the machine's, whatever the build flags): enough in flight for two FMA pipes of
+// latency 4-5. Each loop returns its sum so that nothing is optimised away.
+#if defined(__x86_64__)
+__attribute__((noinline, target("avx512f"))) float fma_loop_avx512(size_t iters) {
   __m512 acc[10];
   for (int j = 0; j < 10; ++j) acc[j] = _mm512_set1_ps(0.001f * static_cast<float>(j));
   const __m512 mul = _mm512_set1_ps(0.9999999f), add = _mm512_set1_ps(1e-7f);
@@ -287,8 +279,12 @@ __attribute__((noinline)) float fma_loop(size_t iters) {
   }
   __m512 s = acc[0];
   for (int j = 1; j < 10; ++j) s = _mm512_add_ps(s, acc[j]);
-  return _mm512_reduce_add_ps(s);
-#elif defined(__FMA__)
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0];
+}
+
+__attribute__((noinline, target("avx2,fma"))) float fma_loop_avx2(size_t iters) {
   __m256 acc[10];
   for (int j = 0; j < 10; ++j) acc[j] = _mm256_set1_ps(0.001f * static_cast<float>(j));
   const __m256 mul = _mm256_set1_ps(0.9999999f), add = _mm256_set1_ps(1e-7f);
@@ -300,7 +296,21 @@ __attribute__((noinline)) float fma_loop(size_t iters) {
   float out[8];
   _mm256_storeu_ps(out, s);
   return out[0];
+}
+
+const bool kHasAvx512 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") != 0;
+}();
+const int kLanes = kHasAvx512 ? 16 : 8;
+
+float fma_loop(size_t iters) {
+  return kHasAvx512 ? fma_loop_avx512(iters) : fma_loop_avx2(iters);
+}
 #else
+constexpr int kLanes = 1;
+
+__attribute__((noinline)) float fma_loop(size_t iters) {
   float acc[10];
   for (int j = 0; j < 10; ++j) acc[j] = 0.001f * static_cast<float>(j);
   for (size_t i = 0; i < iters; ++i) {
@@ -309,9 +319,9 @@ __attribute__((noinline)) float fma_loop(size_t iters) {
   float s = 0;
   for (float v : acc) s += v;
   return s;
-#endif
 }
-constexpr double kFlopsPerIter = 10 * kLanes * 2;
+#endif
+const double kFlopsPerIter = 10 * kLanes * 2;
 
 // GFLOP/s of `threads` threads running the loop at once.
 double fma_gflops(int threads, size_t iters) {

@@ -21,7 +21,10 @@ DEPS_DIR=$ROOT/build-gpudeps
 if [[ "${1:-}" == "--fetch-deps" ]]; then
   mkdir -p "$DEPS_DIR" && cd "$DEPS_DIR" || exit 1
   apt-get download libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgtest-dev \
-    libgmock-dev libbenchmark-dev libbenchmark1debian libgfortran5 libquadmath0 libcli11-dev
+    libgmock-dev libbenchmark-dev libbenchmark1debian libgfortran5 libquadmath0 libcli11-dev \
+    libzip-dev libzip4 nlohmann-json3-dev libicu-dev libicu72 libpcre2-dev libpcre2-8-0 \
+    libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 zlib1g-dev zlib1g pkgconf pkgconf-bin libpkgconf3 \
+    pkg-config
   exit $?
 fi
 
@@ -44,7 +47,10 @@ nvcc --version | tail -1
 cmake_deps=()
 have_deps() {
   [[ -f /usr/include/gtest/gtest.h && -f /usr/include/CLI/CLI.hpp &&
-     -f /usr/include/benchmark/benchmark.h ]] && ldconfig -p | grep -q libopenblas
+     -f /usr/include/benchmark/benchmark.h &&
+     -f /usr/include/zip.h && -f /usr/include/nlohmann/json.hpp &&
+     -f /usr/include/unicode/uchar.h && -f /usr/include/pcre2.h && -f /usr/include/zlib.h ]] &&
+    command -v pkg-config >/dev/null && ldconfig -p | grep -q libopenblas
 }
 if ! have_deps; then
   if ls "$DEPS_DIR"/*.deb >/dev/null 2>&1; then
@@ -55,6 +61,9 @@ if ! have_deps; then
     cmake_deps=(-DCMAKE_PREFIX_PATH=$PREFIX/usr -DCMAKE_LIBRARY_PATH=$lib/openblas-pthread)
     # Appended, so that the system's own libraries still win.
     export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$lib/openblas-pthread:$lib
+    # PCRE2 is found through pkg-config: the carried .pc files name /usr, so the prefix is their root.
+    command -v pkg-config >/dev/null || export PATH=$PATH:$PREFIX/usr/bin
+    export PKG_CONFIG_PATH=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$PREFIX
     echo "dependencies: unpacked $(ls "$DEPS_DIR"/*.deb | wc -l) carried packages into $PREFIX"
   else
     echo "dependencies: some are missing and build-gpudeps/ holds no packages (--fetch-deps)"
@@ -87,6 +96,8 @@ fi
 if ! skip bench; then
   stage "GPU benchmark"
   timeout 300 "$BUILD"/bench/cuda_bench_cuda 2>&1 | tee "$LOGS/bench.txt"
+  stage "model-file load benchmark (1 GB safetensors to the H200 vs cudaMemcpy)"
+  timeout 300 "$BUILD"/bench/cuda_bench_load_cuda 2>&1 | tee -a "$LOGS/bench.txt"
 fi
 
 if ! skip graphs; then

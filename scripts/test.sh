@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # The whole test suite, in two builds: the normal one (the CUDA backend is compiled when nvcc is
 # present; GPU tests skip without a GPU) and one under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Warnings are errors here (WICK_WERROR), never in a user's build. The normal build's suite also
+# runs the CPU kernels of each instruction set (WICK_CPU_ISA forced, and under
+# `qemu-x86_64 -cpu Haswell` when qemu-user is installed) and the consumer test against the
+# installed package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${WICK_JOBS:-$(nproc)}
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DWICK_WERROR=ON
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-# The sanitized build checks the host code; CUDA is off there (no GPU to run it on anyway).
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWICK_CUDA=OFF \
-  -DWICK_SANITIZE=address,undefined -DWICK_BUILD_BENCH=OFF -DWICK_BUILD_TOOLS=OFF
+# The sanitized build checks the host code and builds only what the tests need: CUDA is off there
+# (no GPU to run it on anyway), benchmarks and tools too.
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWICK_WERROR=ON \
+  -DWICK_CUDA=OFF -DWICK_SANITIZE=address,undefined -DWICK_BUILD_BENCH=OFF -DWICK_BUILD_TOOLS=OFF
 cmake --build build-asan -j "$jobs"
 ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+# ThreadSanitizer over the concurrency test only (lock order, writer-fair locks, shared graphs);
+# CPU only. OpenBLAS's own threads are not instrumented: keep it single-threaded here.
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWICK_CUDA=OFF \
+  -DWICK_SANITIZE=thread -DWICK_BUILD_BENCH=OFF -DWICK_BUILD_TOOLS=OFF
+cmake --build build-tsan -j "$jobs" --target test_concurrency
+OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ./build-tsan/tests/test_concurrency

@@ -307,8 +307,35 @@ void propagate(const Tensor& node, const BackpropOp& op, const Tensor& g, Emit&&
       if (need(0)) emit(0, g);
       if (need(2)) emit(2, g.gather(in[1], op.dim));
       return;
+    case OpKind::Fused: {
+      std::vector<bool> needs(in.size());
+      for (size_t i = 0; i < in.size(); ++i) needs[i] = need(i);
+      std::vector<Tensor> grads = op.fused_grad(node, in, g, needs);
+      for (size_t i = 0; i < grads.size() && i < in.size(); ++i) {
+        if (needs[i] && grads[i].defined()) emit(i, std::move(grads[i]));
+      }
+      return;
+    }
   }
   throw Error("backward: unknown op kind");
+}
+
+// Throws when a tensor `op` saved was written in place since it was recorded (as PyTorch does):
+// the gradient would be computed from the new values.
+void check_versions(const Tensor& node, const BackpropOp& op) {
+  auto check = [&](const Tensor& t, uint64_t recorded, const std::string& which) {
+    uint64_t now = t.impl()->storage->version();
+    if (now == recorded) return;
+    throw Error(str("backward: ", which, " of ", op_name(op), " (", t.shape(), " ", t.dtype(),
+                    ") was modified in place after ", op_name(op),
+                    " was recorded (storage version ", now, ", recorded ", recorded,
+                    "); recompute the graph after in-place writes such as assign or an "
+                    "optimizer step"));
+  };
+  for (size_t i = 0; i < op.inputs.size() && i < op.input_versions.size(); ++i) {
+    check(op.inputs[i], op.input_versions[i], str("input ", i));
+  }
+  check(node, op.output_version, "the output");
 }
 
 // Tracked tensors reachable from `root`, every tensor after all of its inputs. Iterative, so
@@ -338,23 +365,70 @@ std::vector<Tensor> topological_order(const Tensor& root) {
 }  // namespace
 
 BackpropOp::~BackpropOp() {
-  // Ops reachable only through this one are unlinked from their tensors and freed in this loop;
-  // each then finds its own inputs already unlinked, so the recursion depth stays at two.
-  std::vector<std::shared_ptr<BackpropOp>> doomed;
-  auto unlink = [&](std::vector<Tensor>& tensors) {
-    for (const Tensor& t : tensors) {
-      const auto& impl = t.impl();
-      if (impl && impl.use_count() == 1 && impl->op && impl->op.use_count() == 1) {
-        doomed.push_back(std::move(impl->op));
-      }
+  // Input handles are dropped one at a time from a work list. Before the last handle of a tensor
+  // goes, its op is moved out and the op's inputs join the list, so freeing that tensor and op
+  // recurses one level only. A handle that is not the last (y.mul(y) holds y twice) is dropped
+  // without freeing anything.
+  std::vector<Tensor> work = std::move(inputs);
+  while (!work.empty()) {
+    Tensor t = std::move(work.back());
+    work.pop_back();
+    const auto& impl = t.impl();
+    if (!impl || impl.use_count() != 1 || !impl->op) continue;
+    std::shared_ptr<BackpropOp> op = std::move(impl->op);
+    if (op.use_count() == 1) {
+      for (Tensor& input : op->inputs) work.push_back(std::move(input));
+      op->inputs.clear();
     }
-  };
-  unlink(inputs);
-  while (!doomed.empty()) {
-    std::shared_ptr<BackpropOp> op = std::move(doomed.back());
-    doomed.pop_back();
-    unlink(op->inputs);
   }
+}
+
+std::string op_name(const BackpropOp& op) {
+  switch (op.kind) {
+    case OpKind::Unary:
+      return unary_name(op.unary.kind);
+    case OpKind::Binary:
+      return binary_name(op.binary);
+    case OpKind::Sum:
+      return "sum";
+    case OpKind::Max:
+      return "max";
+    case OpKind::Min:
+      return "min";
+    case OpKind::Softmax:
+      return "softmax";
+    case OpKind::Fused:
+      return "fused op";
+    case OpKind::Matmul:
+      return "matmul";
+    case OpKind::Reshape:
+      return "reshape";
+    case OpKind::Permute:
+      return "permute";
+    case OpKind::Narrow:
+      return "narrow";
+    case OpKind::BroadcastAs:
+      return "broadcast_as";
+    case OpKind::Copy:
+      return "copy";
+    case OpKind::ToDType:
+      return "to_dtype";
+    case OpKind::ToDevice:
+      return "to_device";
+    case OpKind::Cat:
+      return "cat";
+    case OpKind::WhereCond:
+      return "where_cond";
+    case OpKind::IndexSelect:
+      return "index_select";
+    case OpKind::Gather:
+      return "gather";
+    case OpKind::IndexAdd:
+      return "index_add";
+    case OpKind::ScatterAdd:
+      return "scatter_add";
+  }
+  return "unknown op";
 }
 
 Tensor record(Tensor out, BackpropOp op) {
@@ -369,6 +443,10 @@ Tensor record(Tensor out, BackpropOp op) {
     throw Error(str("record: internal error, the result of a ", static_cast<int>(op.kind),
                     " op is already tracked"));
   }
+  op.input_versions.reserve(op.inputs.size());
+  for (const Tensor& input : op.inputs)
+    op.input_versions.push_back(input.impl()->storage->version());
+  op.output_version = impl->storage->version();
   impl->op = std::make_shared<BackpropOp>(std::move(op));
   return out;
 }
@@ -394,6 +472,7 @@ GradStore Tensor::backward() const {
   // input. A tensor with more handles is held by the caller, who may ask for its gradient; the
   // gradients of all other intermediates are released as soon as they are consumed.
   std::unordered_map<const TensorImpl*, long> graph_handles;
+  graph_handles.reserve(order.size() * 2);  // no rehash of a million-entry table mid-way
   for (const Tensor& t : order) {
     ++graph_handles[t.impl().get()];
     if (const auto& op = t.impl()->op) {
@@ -408,6 +487,7 @@ GradStore Tensor::backward() const {
     if (!grad) continue;  // no path from the loss carries a gradient here
     const TensorImpl& impl = *node.impl();
     if (impl.op) {
+      check_versions(node, *impl.op);
       propagate(node, *impl.op, *grad,
                 [&](size_t i, Tensor g) { pending.add(impl.op->inputs[i], std::move(g)); });
     }

@@ -1,6 +1,10 @@
 #pragma once
 // The record an op leaves on its output when an input is tracked.
 
+#include <cstdint>
+#include <string>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "ops.h"
@@ -30,7 +34,15 @@ enum class OpKind : uint8_t {
   Gather,       // inputs (self, ids), dim
   IndexAdd,     // inputs (self, ids, src), dim
   ScatterAdd,   // inputs (self, ids, src), dim
+  Fused,        // a fused op (norms, rope, attention): fused_grad gives the input gradients
 };
+
+/// The gradients of a fused op's inputs from its output `out` and output gradient `grad`;
+/// entry i may be left empty when `need[i]` is false. Captures no tensors (the inputs are in
+/// BackpropOp::inputs), so releasing a graph stays iterative.
+using FusedGrad =
+    std::function<std::vector<Tensor>(const Tensor& out, const std::vector<Tensor>& inputs,
+                                      const Tensor& grad, const std::vector<bool>& need)>;
 
 struct BackpropOp {
   BackpropOp(OpKind kind, std::vector<Tensor> inputs) : kind(kind), inputs(std::move(inputs)) {}
@@ -38,8 +50,8 @@ struct BackpropOp {
   BackpropOp(BackpropOp&&) = default;
   BackpropOp& operator=(const BackpropOp&) = default;
   BackpropOp& operator=(BackpropOp&&) = default;
-  /// Frees the chain of ops only this one keeps alive iteratively: a 100,000-op graph must not
-  /// recurse once per op while it is destroyed.
+  /// Frees the ops only this one keeps alive with a loop, not recursion, whatever the sharing
+  /// (y = y.mul(y) passes y twice): a 1,000,000-op graph is freed on a small stack.
   ~BackpropOp();
   OpKind kind;
   std::vector<Tensor> inputs;
@@ -48,7 +60,15 @@ struct BackpropOp {
   std::vector<size_t> dims;
   size_t dim = 0;
   size_t start = 0;
+  // Storage versions when recorded (set by record): in-place writes since then make backward
+  // throw, since the saved values are gone.
+  std::vector<uint64_t> input_versions;
+  uint64_t output_version = 0;
+  FusedGrad fused_grad;  // OpKind::Fused only
 };
+
+/// The op's user-facing name ("mul", "matmul", "narrow"), for messages.
+std::string op_name(const BackpropOp& op);
 
 /// Attaches `op` to `out` when recording is on and an input is tracked; returns `out`.
 Tensor record(Tensor out, BackpropOp op);

@@ -2,6 +2,7 @@
 // (cuda_allow_tf32 and the like) live in cuda_config.cpp, shared with the CUDA build.
 
 #include "backend.h"
+#include "models/kv_write.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
 
@@ -18,6 +19,14 @@ int device_count() {
 
 }  // namespace wick::cuda
 
+namespace wick::models::detail {
+
+void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&) {
+  cuda::device(0);  // throws: built without CUDA
+}
+
+}  // namespace wick::models::detail
+
 namespace wick {
 
 CudaMemoryStats cuda_memory_stats(int ordinal) {
@@ -32,6 +41,22 @@ void cuda_empty_cache(int ordinal) {
 CudaQueueStats cuda_queue_stats(int ordinal) {
   cuda::device(ordinal);
   return {};
+}
+
+struct CudaGraph::Impl {};
+
+CudaGraph CudaGraph::capture(const Device& device, const std::function<void()>&) {
+  cuda::device(device.is_cuda() ? device.ordinal() : 0);  // throws: built without CUDA
+  return {};
+}
+void CudaGraph::replay() const {
+  cuda::device(0);
+}
+size_t CudaGraph::node_count() const {
+  return 0;
+}
+size_t CudaGraph::reserved_bytes() const {
+  return 0;
 }
 
 }  // namespace wick

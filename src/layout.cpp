@@ -1,5 +1,6 @@
 #include "wick/layout.h"
 
+#include "checked.h"
 #include "wick/error.h"
 
 namespace wick {
@@ -7,6 +8,14 @@ namespace wick {
 Layout::Layout(Shape shape, std::vector<size_t> strides, size_t start_offset)
     : shape_(std::move(shape)), strides_(std::move(strides)), start_offset_(start_offset) {
   if (strides_.size() != shape_.rank()) throw Error("Layout: strides and shape differ in rank");
+  // The largest offset must be computable: kernels index with it.
+  if (shape_.elem_count() > 0) {
+    size_t last = start_offset_;
+    for (size_t i = 0; i < rank(); ++i) {
+      last = checked_add(last, checked_mul(dims()[i] - 1, strides_[i], "layout"), "layout");
+    }
+    checked_add(last, 1, "layout");
+  }
 }
 
 Layout Layout::contiguous(Shape shape, size_t start_offset) {

@@ -37,6 +37,11 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum)
   check_hyper("SGD", "momentum", momentum, 0, false);
 }
 
+void SGD::set_lr(double lr) {
+  check_hyper("SGD::set_lr", "lr", lr, 0, false);
+  lr_ = lr;
+}
+
 void SGD::step(const GradStore& grads) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -65,6 +70,11 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     throw Error(
         str("AdamW: beta1 and beta2 must be < 1, got ", options.beta1, " and ", options.beta2));
   }
+}
+
+void AdamW::set_lr(double lr) {
+  check_hyper("AdamW::set_lr", "lr", lr, 0, false);
+  options_.lr = lr;
 }
 
 void AdamW::step(const GradStore& grads) {

@@ -2,12 +2,20 @@
 
 #include <sstream>
 
+#include "wick/error.h"
+
 namespace wick {
 
-size_t Shape::elem_count() const {
-  size_t n = 1;
-  for (size_t d : dims_) n *= d;
-  return n;
+void Shape::check() {
+  size_t count = 1, span = 1;  // span: the product with 0 dims counted as 1 (the largest stride)
+  for (size_t d : dims_) {
+    if (__builtin_mul_overflow(span, d == 0 ? 1 : d, &span)) {
+      throw ShapeMismatch("shape: the element count of " + to_string() +
+                          " overflows 64 bits (dims too large)");
+    }
+    count *= d;  // <= span, so cannot wrap
+  }
+  elem_count_ = count;
 }
 
 std::vector<size_t> Shape::contiguous_strides() const {

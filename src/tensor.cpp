@@ -3,10 +3,14 @@
 
 #include "wick/tensor.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <new>
 #include <numeric>
 
+#include "checked.h"
 #include "dispatch.h"
 #include "tensor_internal.h"
 #include "wick/autograd.h"
@@ -47,6 +51,45 @@ ReadLocks read_locks(std::initializer_list<const Tensor*> tensors) {
   std::vector<const Storage*> storages;
   for (const Tensor* t : tensors) storages.push_back(t->impl()->storage.get());
   return ReadLocks(std::move(storages));
+}
+
+size_t physical_memory_bytes() {
+  static const size_t bytes = [] {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return std::numeric_limits<size_t>::max();
+    size_t out;
+    if (__builtin_mul_overflow(static_cast<size_t>(pages), static_cast<size_t>(page), &out)) {
+      return std::numeric_limits<size_t>::max();
+    }
+    return out;
+  }();
+  return bytes;
+}
+
+size_t check_host_bytes(const char* op, size_t count, size_t elem_size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, elem_size, &bytes)) {
+    throw BackendError(str(op, ": ", count, " elements of ", elem_size,
+                           " bytes overflow 64 bits; cannot allocate them in host memory"));
+  }
+  if (bytes > physical_memory_bytes()) {
+    throw BackendError(str(op, ": out of memory, ", bytes, " bytes (", count,
+                           " elements) of host memory asked, the machine has ",
+                           physical_memory_bytes()));
+  }
+  return bytes;
+}
+
+void check_output_bytes(const char* op, const Shape& shape, DType dtype, const Device& device) {
+  size_t bytes;
+  if (__builtin_mul_overflow(shape.elem_count(), size_in_bytes(dtype), &bytes)) {
+    throw BackendError(str(op, ": the result ", shape, " ", dtype,
+                           " needs more than 2^64 bytes; cannot allocate it"));
+  }
+  if (device.is_cpu() && bytes > physical_memory_bytes()) {
+    throw BackendError(str(op, ": out of memory, the result ", shape, " ", dtype, " needs ", bytes,
+                           " bytes, the machine has ", physical_memory_bytes()));
+  }
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
@@ -101,6 +144,7 @@ Tensor Tensor::ones(const Shape& shape, DType dtype, const Device& device) {
 
 Tensor Tensor::full_bytes(const void* value, DType dtype, const Shape& shape,
                           const Device& device) {
+  check_output_bytes("full", shape, dtype, device);
   return from_storage(backend_device(device).filled(shape.elem_count(), dtype, value), shape);
 }
 
@@ -109,12 +153,53 @@ Tensor Tensor::arange_impl(double start, double end, double step, DType dtype,
   if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(end)) {
     throw Error(str("arange: invalid range start ", start, " end ", end, " step ", step));
   }
-  double span = (end - start) / step;
-  size_t count = span > 0 ? static_cast<size_t>(std::ceil(span)) : 0;
+  // Compared in double before any cast: a count past 2^63 (or inf) has no size_t value.
+  double span = std::ceil((end - start) / step);
+  if (!(span < 0x1p63)) {
+    throw Error(str("arange: [", start, ", ", end, ") in steps of ", step, " has ", span,
+                    " elements, too many for a tensor"));
+  }
+  size_t count = span > 0 ? static_cast<size_t>(span) : 0;
+  check_host_bytes("arange", count, size_in_bytes(dtype));
   return dispatch(dtype, [&]<class T>() {
-    std::vector<T> values(count);
-    for (size_t i = 0; i < count; ++i) values[i] = T(start + static_cast<double>(i) * step);
+    std::vector<T> values = host_vector<T>(count, "arange");
+    for (size_t i = 0; i < count; ++i) {
+      double v = start + static_cast<double>(i) * step;
+      if constexpr (std::is_integral_v<T>) {
+        values[i] = saturate_to_int<T>(v);
+      } else {
+        values[i] = T(v);
+      }
+    }
     return from_vec(values, Shape{count}, device);
+  });
+}
+
+Tensor Tensor::arange_int(int64_t start, int64_t end, int64_t step, DType dtype,
+                          const Device& device) {
+  if (step == 0) throw Error(str("arange: step is 0 (start ", start, ", end ", end, ")"));
+  // In 128 bits: end - start and the count cannot wrap; values are exact (no trip through double).
+  __int128 span = static_cast<__int128>(end) - start;
+  __int128 count128 = 0;
+  if ((span > 0 && step > 0) || (span < 0 && step < 0)) {
+    __int128 abs_span = span > 0 ? span : -span;
+    __int128 abs_step = step > 0 ? __int128{step} : -__int128{step};
+    count128 = (abs_span + abs_step - 1) / abs_step;
+  }
+  // At most 2^64 - 1 (a span of 2^64 - 1 in steps of 1): fits size_t.
+  size_t count = static_cast<size_t>(count128);
+  check_host_bytes("arange", count, size_in_bytes(dtype));
+  return dispatch(dtype, [&]<class T>() {
+    if constexpr (std::is_integral_v<T>) {
+      std::vector<T> values = host_vector<T>(count, "arange");
+      for (size_t i = 0; i < count; ++i) {
+        values[i] = static_cast<T>(start + static_cast<__int128>(i) * step);  // within [start, end)
+      }
+      return from_vec(values, Shape{count}, device);
+    } else {
+      throw Error(str("arange: internal error, integer arange of dtype ", dtype));
+      return Tensor();
+    }
   });
 }
 
@@ -124,6 +209,7 @@ Tensor Tensor::from_bytes(const void* data, size_t count, DType dtype, const Sha
     throw ShapeMismatch(str("from_vec: ", count, " elements cannot fill shape ", shape, " (",
                             shape.elem_count(), " elements)"));
   }
+  check_output_bytes("from_vec", shape, dtype, device);
   return from_storage(backend_device(device).from_host(data, count, dtype), shape);
 }
 
@@ -136,6 +222,7 @@ Tensor Tensor::random_impl(bool normal, double a, double b, DType dtype, const S
   if (normal ? !(b >= 0) : !(a <= b)) {
     throw Error(str(op, ": invalid parameters ", a, ", ", b));
   }
+  check_output_bytes(op, shape, dtype, device);
   BackendDevice& dev = backend_device(device);
   size_t n = shape.elem_count();
   return from_storage(normal ? dev.rand_normal(n, dtype, a, b) : dev.rand_uniform(n, dtype, a, b),
@@ -180,7 +267,13 @@ size_t Tensor::checked_read_size(DType requested, int rank, const char* op) cons
                             ? str(op, ": expected one element, tensor has shape ", shape())
                             : str(op, ": expected rank ", rank, ", tensor has shape ", shape()));
   }
+  check_host_bytes(op, elem_count(), size_in_bytes(self.dtype));
   return elem_count();
+}
+
+void Tensor::throw_out_of_memory(const char* op, size_t count, size_t elem_size) {
+  throw BackendError(
+      str(op, ": out of memory allocating ", count, " x ", elem_size, " bytes of host memory"));
 }
 
 void Tensor::read_into(void* dst) const {
@@ -189,8 +282,9 @@ void Tensor::read_into(void* dst) const {
 }
 
 std::vector<double> Tensor::to_vec_f64() const {
+  check_host_bytes("to_vec_f64", elem_count(), sizeof(double));
   Tensor t = to_dtype(DType::F64);
-  std::vector<double> out(elem_count());
+  std::vector<double> out = host_vector<double>(elem_count(), "to_vec_f64");
   t.read_into(out.data());
   return out;
 }
@@ -251,8 +345,10 @@ Tensor Tensor::permute(const std::vector<size_t>& order) const {
 Tensor Tensor::narrow(size_t dim, size_t start, size_t len) const {
   check_dim("narrow", *this, dim);
   if (start > dims()[dim] || len > dims()[dim] - start) {
-    throw IndexOutOfRange(str("narrow: range [", start, ", ", start + len,
-                              ") out of bounds for dim ", dim, " of shape ", shape()));
+    // start + len may not fit in 64 bits: print the two, not their sum.
+    throw IndexOutOfRange(str("narrow: start ", start, " and length ", len,
+                              " out of bounds for dim ", dim, " (size ", dims()[dim], ") of shape ",
+                              shape()));
   }
   std::vector<size_t> dims = this->dims();
   dims[dim] = len;
@@ -342,6 +438,7 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::copy() const {
   const TensorImpl& self = impl_of(*this, "copy");
+  check_output_bytes("copy", shape(), self.dtype, self.device);
   StoragePtr out = backend_device(self.device).alloc(elem_count(), self.dtype);
   {
     auto locks = read_locks({this});
@@ -353,7 +450,9 @@ Tensor Tensor::copy() const {
 Tensor Tensor::to_device(const Device& device) const {
   const TensorImpl& self = impl_of(*this, "to_device");
   if (device == self.device) return *this;
-  std::vector<uint8_t> host(elem_count() * size_in_bytes(self.dtype));
+  check_host_bytes("to_device", elem_count(), size_in_bytes(self.dtype));
+  std::vector<uint8_t> host =
+      host_vector<uint8_t>(elem_count() * size_in_bytes(self.dtype), "to_device");
   read_into(host.data());
   Tensor out = from_storage(backend_device(device).from_host(host.data(), elem_count(), self.dtype),
                             shape());
@@ -363,6 +462,7 @@ Tensor Tensor::to_device(const Device& device) const {
 Tensor Tensor::to_dtype(DType dtype) const {
   const TensorImpl& self = impl_of(*this, "to_dtype");
   if (dtype == self.dtype) return *this;
+  check_output_bytes("to_dtype", shape(), dtype, self.device);
   StoragePtr out;
   {
     auto locks = read_locks({this});
@@ -386,9 +486,10 @@ Tensor Tensor::cat(const std::vector<Tensor>& tensors, size_t dim) {
       throw ShapeMismatch(
           str("cat: shapes ", first.shape(), " and ", t.shape(), " differ outside dim ", dim));
     }
-    dims[dim] += t.dims()[dim];
+    dims[dim] = checked_add(dims[dim], t.dims()[dim], "cat");
   }
   Shape shape(dims);
+  check_output_bytes("cat", shape, first.dtype(), first.device());
   StoragePtr out = backend_device(first.device()).alloc(shape.elem_count(), first.dtype());
   Layout out_layout = Layout::contiguous(shape);
   size_t offset = 0;
@@ -407,6 +508,7 @@ Tensor Tensor::cat(const std::vector<Tensor>& tensors, size_t dim) {
 
 Tensor Tensor::stack(const std::vector<Tensor>& tensors, size_t dim) {
   if (tensors.empty()) throw ShapeMismatch("stack: no tensors given");
+  for (const Tensor& t : tensors) impl_of(t, "stack");
   if (dim > tensors[0].rank()) {
     throw IndexOutOfRange(str("stack: dim ", dim, " out of range for shape ", tensors[0].shape()));
   }
@@ -415,6 +517,8 @@ Tensor Tensor::stack(const std::vector<Tensor>& tensors, size_t dim) {
     if (t.shape() != tensors[0].shape()) {
       throw ShapeMismatch(str("stack: shapes differ, ", tensors[0].shape(), " and ", t.shape()));
     }
+    check_same_dtype("stack", tensors[0], t);
+    check_same_device("stack", tensors[0], t);
     parts.push_back(t.unsqueeze(dim));
   }
   return cat(parts, dim);
@@ -449,47 +553,45 @@ void Tensor::assign(const Tensor& value) const {
   }
   // A value that shares this storage may overlap the target: copy it out first.
   Tensor src = same_storage(value) ? value.detach().copy() : value;
-  std::lock_guard<std::shared_mutex> write(self.storage->mutex());
-  src.impl()->storage->mutex().lock_shared();
-  try {
-    backend_of(src).copy_into(src.layout(), self.storage->backend(), self.layout);
-  } catch (...) {
-    src.impl()->storage->mutex().unlock_shared();
-    throw;
-  }
-  src.impl()->storage->mutex().unlock_shared();
+  // Both locks at once, in the global order: a.assign(b) against b.assign(a) cannot deadlock.
+  StorageLocks locks({src.impl()->storage.get()}, {self.storage.get()});
+  backend_of(src).copy_into(src.layout(), self.storage->backend(), self.layout);
+  // Recorded ops that saved this storage now hold stale values: backward through them throws.
+  self.storage->bump_version();
 }
 
 // ---- printing ----
 
 namespace {
 
-// Keeps at most `edge` items at each end of every dim, so printing reads a bounded amount.
-Tensor print_summary(const Tensor& t, size_t edge) {
-  Tensor s = t;
-  for (size_t d = 0; d < t.rank(); ++d) {
-    size_t n = s.dims()[d];
-    if (n > 2 * edge) s = Tensor::cat({s.narrow(d, 0, edge), s.narrow(d, n - edge, edge)}, d);
-  }
-  return s;
-}
+constexpr size_t kPrintEdge = 3;          // items shown at each end of a long dim
+constexpr size_t kPrintMaxValues = 1000;  // values read in all, whatever the rank
 
-void print_values(std::ostream& os, const std::vector<double>& v, const Shape& full,
-                  const Shape& shown, size_t dim, size_t& pos, size_t edge, bool is_int) {
-  if (dim == shown.rank()) {
-    double x = v[pos++];
+// Prints `t` (a view) reading only the elements shown, one narrow view at a time, so that a
+// [7, 4e9] broadcast view costs a few small reads. `budget` bounds the reads for high ranks.
+void print_view(std::ostream& os, const Tensor& t, bool is_int, size_t& budget) {
+  if (t.rank() == 0) {
     if (is_int) {
-      os << static_cast<long long>(x);
+      os << t.to_dtype(DType::I64).to_scalar<int64_t>();
     } else {
-      os << x;
+      os << t.to_dtype(DType::F64).to_scalar<double>();
     }
+    --budget;
     return;
   }
+  size_t n = t.dims()[0];
+  bool cut = n > 2 * kPrintEdge;
+  size_t shown = cut ? 2 * kPrintEdge : n;
   os << '[';
-  for (size_t i = 0; i < shown[dim]; ++i) {
-    if (i) os << ", ";
-    if (full[dim] > shown[dim] && i == edge) os << "..., ";
-    print_values(os, v, full, shown, dim + 1, pos, edge, is_int);
+  for (size_t k = 0; k < shown; ++k) {
+    if (k) os << ", ";
+    if (cut && k == kPrintEdge) os << "..., ";
+    if (budget == 0) {
+      os << "...";
+      break;
+    }
+    size_t i = cut && k >= kPrintEdge ? n - shown + k : k;
+    print_view(os, t.get(i), is_int, budget);
   }
   os << ']';
 }
@@ -498,12 +600,10 @@ void print_values(std::ostream& os, const std::vector<double>& v, const Shape& f
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "Tensor(undefined)";
-  constexpr size_t edge = 3;
-  Tensor shown = print_summary(t.detach(), edge);
-  std::vector<double> values = shown.to_vec_f64();
-  size_t pos = 0;
+  NoGradGuard no_grad;
+  size_t budget = kPrintMaxValues;
   os << "Tensor(";
-  print_values(os, values, t.shape(), shown.shape(), 0, pos, edge, !is_float(t.dtype()));
+  print_view(os, t.detach(), !is_float(t.dtype()), budget);
   return os << ", shape=" << t.shape() << ", dtype=" << t.dtype() << ", device=" << t.device()
             << ')';
 }

@@ -30,6 +30,14 @@ inline BackendStorage& backend_of(const Tensor& t) {
 /// Shared read locks on the storages of `tensors`, each locked once.
 ReadLocks read_locks(std::initializer_list<const Tensor*> tensors);
 
+/// Bytes of `count` host elements; BackendError naming `op` when they overflow or exceed the
+/// machine's physical memory (so huge requests fail cleanly, before any allocation).
+size_t check_host_bytes(const char* op, size_t count, size_t elem_size);
+/// BackendError naming `op` when `shape` elements of `dtype` take more than 2^64 bytes, or, on
+/// the CPU, more than the machine's physical memory (checked before the backend allocates, so
+/// the answer does not depend on the kernel's overcommit policy or on a sanitizer's allocator).
+void check_output_bytes(const char* op, const Shape& shape, DType dtype, const Device& device);
+
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 /// Throws IndexOutOfRange unless dim < rank.

@@ -2,8 +2,11 @@
 // inputs, takes the storages' read locks, makes one backend call and records itself for autograd.
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 
+#include "checked.h"
 #include "dispatch.h"
 #include "tensor_internal.h"
 #include "wick/tensor.h"
@@ -35,14 +38,14 @@ Tensor matmul_impl(const char* op, const Tensor& lhs, const Tensor& rhs) {
   size_t b = Shape(out_dims).elem_count();
   out_dims.push_back(m);
   out_dims.push_back(n);
-  Shape out_shape(out_dims);
+  Shape out_shape(out_dims);  // checked: the output count cannot wrap
+  check_output_bytes(op, out_shape, lhs.dtype(), lhs.device());
   if (out_shape.elem_count() == 0 || k == 0) {
     // Recorded all the same, so that the operands get (zero) gradients.
     Tensor zeros = Tensor::zeros(out_shape, lhs.dtype(), lhs.device());
     if (!should_record({&lhs, &rhs})) return zeros;
     return record(zeros, BackpropOp{OpKind::Matmul, {lhs, rhs}});
   }
-  (void)op;
   StoragePtr out;
   {
     auto locks = read_locks({&lhs, &rhs});
@@ -87,9 +90,9 @@ Tensor Tensor::broadcast_matmul(const Tensor& rhs) const {
   std::vector<size_t> batch;
   try {
     batch = broadcast_shape("broadcast_matmul", lhs_batch, rhs_batch).dims();
-  } catch (const ShapeMismatch&) {
-    throw ShapeMismatch(
-        str("broadcast_matmul: shape mismatch, lhs: ", shape(), ", rhs: ", rhs.shape()));
+  } catch (const ShapeMismatch& e) {
+    throw ShapeMismatch(str("broadcast_matmul: shape mismatch, lhs: ", shape(),
+                            ", rhs: ", rhs.shape(), " (", e.what(), ")"));
   }
   auto with_batch = [&](const Tensor& t) {
     std::vector<size_t> d = batch;
@@ -114,6 +117,7 @@ Tensor binary_op(BinaryKind kind, const Tensor& lhs, const Tensor& rhs) {
   }
   check_same_dtype(op, lhs, rhs);
   check_same_device(op, lhs, rhs);
+  check_output_bytes(op, lhs.shape(), lhs.dtype(), lhs.device());
   StoragePtr out;
   {
     auto locks = read_locks({&lhs, &rhs});
@@ -140,6 +144,7 @@ Tensor unary_op(const UnaryOp& u, const Tensor& t) {
   if (!unary_supports(u.kind, t.dtype())) {
     throw UnsupportedDType(str(op, ": unsupported dtype ", t.dtype(), ", shape ", t.shape()));
   }
+  check_output_bytes(op, t.shape(), t.dtype(), t.device());
   StoragePtr out;
   {
     auto locks = read_locks({&t});
@@ -160,6 +165,7 @@ Tensor cmp_op(CmpKind kind, const Tensor& lhs, const Tensor& rhs) {
   check_same_device(op, lhs, rhs);
   Shape shape = broadcast_shape(op, lhs.shape(), rhs.shape());
   Tensor l = lhs.broadcast_as(shape), r = rhs.broadcast_as(shape);
+  check_output_bytes(op, shape, DType::U8, lhs.device());
   StoragePtr out;
   {
     auto locks = read_locks({&l, &r});
@@ -168,11 +174,17 @@ Tensor cmp_op(CmpKind kind, const Tensor& lhs, const Tensor& rhs) {
   return from_storage(std::move(out), shape);  // not differentiable: nothing recorded
 }
 
-// A rank-0 tensor holding `value` in `like`'s dtype and on its device.
+// A rank-0 tensor holding `value` in `like`'s dtype and on its device. Integer dtypes get the
+// saturating conversion (NaN gives 0), as to_dtype does: a plain cast is undefined out of range.
 Tensor scalar_like(double value, const Tensor& like) {
   impl_of(like, "scalar");
-  return dispatch(like.dtype(),
-                  [&]<class T>() { return Tensor::scalar(static_cast<T>(value), like.device()); });
+  return dispatch(like.dtype(), [&]<class T>() {
+    if constexpr (std::is_integral_v<T>) {
+      return Tensor::scalar(saturate_to_int<T>(value), like.device());
+    } else {
+      return Tensor::scalar(static_cast<T>(value), like.device());
+    }
+  });
 }
 
 }  // namespace
@@ -347,6 +359,7 @@ Tensor Tensor::where_cond(const Tensor& on_true, const Tensor& on_false) const {
       broadcast_shape("where_cond", broadcast_shape("where_cond", this->shape(), on_true.shape()),
                       on_false.shape());
   Tensor c = broadcast_as(shape), t = on_true.broadcast_as(shape), f = on_false.broadcast_as(shape);
+  check_output_bytes("where_cond", shape, t.dtype(), device());
   StoragePtr out;
   {
     auto locks = read_locks({&c, &t, &f});
@@ -363,9 +376,12 @@ namespace {
 // Sorted, unique, in range; throws otherwise.
 std::vector<size_t> reduce_dims(const char* op, const Tensor& t, std::vector<size_t> dims) {
   for (size_t d : dims) check_dim(op, t, d);
+  std::vector<size_t> given = dims;
   std::sort(dims.begin(), dims.end());
-  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) {
-    throw Error(str(op, ": dims ", vec_str(dims), " repeat a dim"));
+  auto repeated = std::adjacent_find(dims.begin(), dims.end());
+  if (repeated != dims.end()) {
+    throw ShapeMismatch(str(op, ": dim ", *repeated, " appears more than once in ", vec_str(given),
+                            " (shape ", t.shape(), ")"));
   }
   return dims;
 }
@@ -423,8 +439,11 @@ Tensor Tensor::mean_keepdim(const std::vector<size_t>& dims) const {
   check_float("mean", *this);
   std::vector<size_t> d = reduce_dims("mean", *this, dims);
   size_t count = 1;
-  for (size_t i : d) count *= this->dims()[i];
-  return sum_keepdim(d).affine(count ? 1.0 / static_cast<double>(count) : 0.0, 0.0);
+  for (size_t i : d) count *= this->dims()[i];  // a sub-product of elem_count: cannot wrap
+  // The mean of nothing is NaN (numpy, PyTorch): the empty sum 0 times NaN.
+  double scale =
+      count ? 1.0 / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
+  return sum_keepdim(d).affine(scale, 0.0);
 }
 
 Tensor Tensor::mean(const std::vector<size_t>& dims) const {
@@ -496,6 +515,7 @@ Tensor Tensor::index_select(const Tensor& ids, size_t dim) const {
   }
   std::vector<size_t> out_dims = dims();
   out_dims[dim] = ids.elem_count();
+  check_output_bytes("index_select", Shape(out_dims), dtype(), device());
   StoragePtr out;
   {
     auto locks = read_locks({this, &ids});
@@ -534,9 +554,22 @@ Tensor Tensor::embedding(const Tensor& ids) const {
   if (rank() != 2) {
     throw ShapeMismatch(str("embedding: table must have rank 2, got shape ", shape()));
   }
+  check_ids("embedding", ids);
+  check_same_device("embedding", *this, ids);
   std::vector<size_t> out_dims = ids.dims();
   out_dims.push_back(dims()[1]);
-  return index_select(ids.flatten_all(), 0).reshape(Shape(out_dims));
+  Shape out_shape(out_dims);
+  check_output_bytes("embedding", out_shape, dtype(), device());
+  Tensor rows;
+  try {
+    rows = index_select(ids.flatten_all(), 0);
+  } catch (const IndexOutOfRange& e) {
+    // The backend names the op it ran; the caller called embedding.
+    std::string msg = e.what();
+    if (msg.rfind("index_select", 0) == 0) msg.erase(0, std::string("index_select").size());
+    throw IndexOutOfRange(str("embedding", msg, " (table ", shape(), ")"));
+  }
+  return rows.reshape(out_shape);
 }
 
 Tensor Tensor::index_add(const Tensor& ids, const Tensor& src, size_t dim) const {

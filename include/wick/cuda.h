@@ -3,6 +3,10 @@
 // remembered and the queries throw BackendError.
 
 #include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "wick/device.h"
 
 namespace wick {
 
@@ -39,5 +43,31 @@ struct CudaQueueStats {
 };
 /// Throws BackendError without that GPU.
 CudaQueueStats cuda_queue_stats(int ordinal = 0);
+
+/// The device work of one call of a function, captured once as a CUDA graph and replayed.
+/// While `record` runs, every op enqueued on the device is recorded into the graph, not run, with
+/// no batch boundaries; device memory allocated meanwhile (the step's intermediates and outputs)
+/// stays reserved for the graph until it is destroyed, so tensors made by `record` can be read
+/// after each replay. Inputs are tensors made before the capture, whose contents the caller
+/// rewrites in place (Tensor::assign) between replays; they, and everything else the recorded ops
+/// read, must outlive the graph. `record` must not read back, synchronize or upload more than
+/// 8 MiB (BackendError). Without CUDA, capture throws BackendError.
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  static CudaGraph capture(const Device& device, const std::function<void()>& record);
+  /// Enqueues one run of the graph on the device's queue (asynchronous, as any op).
+  void replay() const;
+  bool defined() const { return impl_ != nullptr; }
+  /// Kernel and copy nodes in the graph.
+  size_t node_count() const;
+  /// Device bytes reserved for the graph's intermediates and outputs.
+  size_t reserved_bytes() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
 
 }  // namespace wick

@@ -48,4 +48,11 @@ class BackendError : public Error {
   using Error::Error;
 };
 
+/// A malformed file (or byte buffer) given to a loader: the message names the file and the offset
+/// or tensor where it went wrong.
+class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace wick

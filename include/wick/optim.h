@@ -15,7 +15,8 @@ class SGD {
   /// Updates every parameter that has a gradient in `grads`, in place.
   void step(const GradStore& grads);
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  /// Throws wick::Error unless lr is finite and >= 0.
+  void set_lr(double lr);
 
  private:
   std::vector<Tensor> params_;
@@ -38,7 +39,8 @@ class AdamW {
   AdamW(std::vector<Tensor> params, AdamWOptions options = {});
   void step(const GradStore& grads);
   double lr() const { return options_.lr; }
-  void set_lr(double lr) { options_.lr = lr; }
+  /// Throws wick::Error unless lr is finite and >= 0.
+  void set_lr(double lr);
 
  private:
   std::vector<Tensor> params_;

@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <ostream>
+#include <type_traits>
 #include <vector>
 
 #include "wick/device.h"
@@ -37,11 +39,17 @@ class Tensor {
   static Tensor arange(T start, T end, const Device& device) {
     return arange_step<T>(start, end, T(1), device);
   }
-  /// [start, end) in steps of `step` (may be negative; not zero).
+  /// [start, end) in steps of `step` (may be negative; not zero). Integer dtypes are computed
+  /// exactly in integers; a range too large for memory throws wick::Error (BackendError).
   template <class T>
   static Tensor arange_step(T start, T end, T step, const Device& device) {
-    return arange_impl(static_cast<double>(start), static_cast<double>(end),
-                       static_cast<double>(step), dtype_of<T>(), device);
+    if constexpr (std::is_integral_v<T>) {
+      return arange_int(static_cast<int64_t>(start), static_cast<int64_t>(end),
+                        static_cast<int64_t>(step), dtype_of<T>(), device);
+    } else {
+      return arange_impl(static_cast<double>(start), static_cast<double>(end),
+                         static_cast<double>(step), dtype_of<T>(), device);
+    }
   }
   /// Takes `data` in row-major order; its size must equal shape.elem_count().
   template <class T>
@@ -83,16 +91,16 @@ class Tensor {
   bool same_storage(const Tensor& other) const;
 
   // ---- read-back (waits for the device; copies only the view's bytes) ----
+  // A view too large for host memory throws BackendError before anything is allocated.
   template <class T>
   std::vector<T> to_vec1() const {
-    std::vector<T> out(checked_read_size(dtype_of<T>(), 1, "to_vec1"));
+    std::vector<T> out = host_vector<T>(checked_read_size(dtype_of<T>(), 1, "to_vec1"), "to_vec1");
     read_into(out.data());
     return out;
   }
   template <class T>
   std::vector<std::vector<T>> to_vec2() const {
-    checked_read_size(dtype_of<T>(), 2, "to_vec2");
-    std::vector<T> flat(elem_count());
+    std::vector<T> flat = host_vector<T>(checked_read_size(dtype_of<T>(), 2, "to_vec2"), "to_vec2");
     read_into(flat.data());
     std::vector<std::vector<T>> out(dims()[0]);
     for (size_t i = 0; i < out.size(); ++i) {
@@ -102,8 +110,7 @@ class Tensor {
   }
   template <class T>
   std::vector<std::vector<std::vector<T>>> to_vec3() const {
-    checked_read_size(dtype_of<T>(), 3, "to_vec3");
-    std::vector<T> flat(elem_count());
+    std::vector<T> flat = host_vector<T>(checked_read_size(dtype_of<T>(), 3, "to_vec3"), "to_vec3");
     read_into(flat.data());
     size_t d0 = dims()[0], d1 = dims()[1], d2 = dims()[2];
     std::vector<std::vector<std::vector<T>>> out(d0, std::vector<std::vector<T>>(d1));
@@ -232,6 +239,21 @@ class Tensor {
   Tensor argmin_keepdim(size_t dim) const;
   Tensor softmax(size_t dim) const;
 
+  // ---- fused transformer ops (one kernel per backend; float dtypes; gradients recorded) ----
+  /// softmax over the last dim.
+  Tensor softmax_last_dim() const;
+  /// (x - mean) / sqrt(var + eps) * weight + bias over the last dim (biased variance, as
+  /// PyTorch). weight and bias: (d) with d the last dim; an empty `bias` handle means none.
+  Tensor layer_norm(const Tensor& weight, const Tensor& bias, double eps) const;
+  /// x / sqrt(mean(x^2) + eps) * weight over the last dim; weight (d).
+  Tensor rms_norm(const Tensor& weight, double eps) const;
+  /// Rotary embedding, rotate-half form (Llama in Hugging Face): x (b, h, s, d), cos and sin
+  /// (s, d / 2); out[i] = x[i] cos[i] - x[i + d/2] sin[i], out[i + d/2] = x[i + d/2] cos[i] +
+  /// x[i] sin[i].
+  Tensor rope(const Tensor& cos, const Tensor& sin) const;
+  /// Rotary embedding on interleaved pairs (2i, 2i + 1) (GGUF, original Llama); same shapes.
+  Tensor rope_interleaved(const Tensor& cos, const Tensor& sin) const;
+
   // ---- indexing (ids U32 or I64) ----
   /// Rows `ids` (rank 1) of `dim`.
   Tensor index_select(const Tensor& ids, size_t dim) const;
@@ -260,12 +282,27 @@ class Tensor {
  private:
   static Tensor full_bytes(const void* value, DType dtype, const Shape& shape, const Device& dev);
   static Tensor arange_impl(double start, double end, double step, DType dtype, const Device& dev);
+  static Tensor arange_int(int64_t start, int64_t end, int64_t step, DType dtype,
+                           const Device& dev);
   static Tensor from_bytes(const void* data, size_t count, DType dtype, const Shape& shape,
                            const Device& device);
   static Tensor random_impl(bool normal, double a, double b, DType dtype, const Shape& shape,
                             const Device& device);
-  // Checks dtype and rank (-1: one element) and returns the element count.
+  // Checks dtype, rank (-1: one element) and that the elements fit in host memory; returns the
+  // element count.
   size_t checked_read_size(DType requested, int rank, const char* op) const;
+  // A vector of `count` elements; BackendError naming the bytes when the allocation fails.
+  template <class T>
+  static std::vector<T> host_vector(size_t count, const char* op) {
+    try {
+      return std::vector<T>(count);
+    } catch (const std::bad_alloc&) {
+      throw_out_of_memory(op, count, sizeof(T));
+    } catch (const std::length_error&) {
+      throw_out_of_memory(op, count, sizeof(T));
+    }
+  }
+  [[noreturn]] static void throw_out_of_memory(const char* op, size_t count, size_t elem_size);
   void read_into(void* dst) const;
 
   std::shared_ptr<TensorImpl> impl_;

@@ -8,6 +8,7 @@
 #include "wick/error.h"
 #include "wick/half.h"
 #include "wick/layout.h"
+#include "wick/nn.h"
 #include "wick/numerics.h"
 #include "wick/optim.h"
 #include "wick/shape.h"

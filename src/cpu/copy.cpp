@@ -6,9 +6,11 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/elementwise.h"
+#include "cpu/isa_begin.h"  // last
+#include "cpu/kernels.h"
 #include "dispatch.h"
 
-namespace wick::cpu {
+namespace wick::cpu::inline WICK_ISA_NS {
 
 namespace {
 
@@ -56,6 +58,8 @@ void copy_typed(const void* src, const Layout& src_layout, void* dst, const Layo
                    });
 }
 
+}  // namespace
+
 void copy_bytes(const void* src, const Layout& src_layout, void* dst, const Layout& dst_layout,
                 size_t elem) {
   if (src_layout.elem_count() == 0) return;
@@ -78,42 +82,37 @@ void copy_bytes(const void* src, const Layout& src_layout, void* dst, const Layo
   }
 }
 
+namespace {
+
+// d[i] = convert<To>(x[i * sx]) for i < n; d is contiguous.
+using ConvertSegment = void (*)(void* d, const void* x, size_t sx, size_t n);
+
+template <class To, class From>
+void convert_segment(void* d, const void* x, size_t sx, size_t n) {
+  map_run(static_cast<To*>(d), static_cast<const From*>(x), sx, n,
+          [](From v) { return convert<To>(v); });
+}
+
 }  // namespace
 
-void CpuStorage::copy_to_host(const Layout& layout, void* dst) const {
-  copy_bytes(data(), layout, dst, Layout::contiguous(layout.shape()), size_in_bytes(dtype_));
-}
-
-void CpuStorage::copy_into(const Layout& src_layout, BackendStorage& dst,
-                           const Layout& dst_layout) const {
-  copy_bytes(data(), src_layout, as_cpu(dst).data(), dst_layout, size_in_bytes(dtype_));
-}
-
-StoragePtr CpuStorage::to_dtype(const Layout& layout, DType dtype) const {
+StoragePtr to_dtype(const CpuStorage& in, const Layout& layout, DType dtype) {
   auto out = std::make_unique<CpuStorage>(layout.elem_count(), dtype);
   if (layout.elem_count() == 0) return out;
   Layout out_layout = Layout::contiguous(layout.shape());
-  if (dtype == dtype_) {
-    copy_bytes(data(), layout, out->data(), out_layout, size_in_bytes(dtype));
+  if (dtype == in.dtype()) {
+    copy_bytes(in.data(), layout, out->data(), out_layout, size_in_bytes(dtype));
     return out;
   }
-  dispatch(dtype_, [&]<class From>() {
-    dispatch(dtype, [&]<class To>() {
-      Walk<2> w = make_walk<2>(
-          {Operand{&out_layout, out->data(), sizeof(To)}, {&layout, data(), sizeof(From)}});
-      for_each_segment(
-          w, [&](const std::array<char*, 2>& p, size_t len, const std::array<size_t, 2>& s) {
-            To* __restrict d = reinterpret_cast<To*>(p[0]);
-            const From* __restrict x = reinterpret_cast<const From*>(p[1]);
-            if (s[0] == 1 && s[1] == 1) {
-              for (size_t i = 0; i < len; ++i) d[i] = convert<To>(x[i]);
-            } else {
-              for (size_t i = 0; i < len; ++i) d[i * s[0]] = convert<To>(x[i * s[1]]);
-            }
-          });
-    });
+  ConvertSegment kernel = dispatch(in.dtype(), [&]<class From>() {
+    return dispatch(dtype,
+                    [&]<class To>() -> ConvertSegment { return &convert_segment<To, From>; });
   });
+  Walk<2> w = make_walk<2>({Operand{&out_layout, out->data(), size_in_bytes(dtype)},
+                            {&layout, in.data(), size_in_bytes(in.dtype())}});
+  // The output is contiguous: its segments have stride 1 (or hold one element).
+  for_each_segment(w, [&](const std::array<char*, 2>& p, size_t len,
+                          const std::array<size_t, 2>& s) { kernel(p[0], p[1], s[1], len); });
   return out;
 }
 
-}  // namespace wick::cpu
+}  // namespace wick::cpu::inline WICK_ISA_NS

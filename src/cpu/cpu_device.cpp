@@ -70,6 +70,9 @@ CpuStorage::CpuStorage(size_t count, DType dtype) : count_(count), dtype_(dtype)
   data_.reset(p);
 }
 
+CpuStorage::CpuStorage(void* data, size_t count, DType dtype, std::shared_ptr<const void> keepalive)
+    : count_(count), dtype_(dtype), view_(data), keepalive_(std::move(keepalive)) {}
+
 StoragePtr CpuDevice::alloc(size_t count, DType dtype) {
   return std::make_unique<CpuStorage>(count, dtype);
 }

@@ -13,12 +13,14 @@ namespace wick::cpu {
 class CpuStorage final : public BackendStorage {
  public:
   CpuStorage(size_t count, DType dtype);
+  /// A buffer that views `data` (not owned: `keepalive` keeps it valid, e.g. a file mapping).
+  CpuStorage(void* data, size_t count, DType dtype, std::shared_ptr<const void> keepalive);
   Device device() const override { return Device::cpu(); }
   DType dtype() const override { return dtype_; }
   size_t elem_count() const override { return count_; }
 
-  void* data() { return data_.get(); }
-  const void* data() const { return data_.get(); }
+  void* data() { return view_ ? view_ : data_.get(); }
+  const void* data() const { return view_ ? view_ : data_.get(); }
   template <class T>
   T* as() {
     return static_cast<T*>(data());
@@ -55,6 +57,9 @@ class CpuStorage final : public BackendStorage {
                          size_t dim) const override;
   StoragePtr matmul(const BackendStorage& rhs, MatmulDims dims, const Layout& lhs_layout,
                     const Layout& rhs_layout) const override;
+  /// In fused.cpp (attention in attention.cpp).
+  StoragePtr fused(const FusedParams& params,
+                   const std::vector<FusedOperand>& operands) const override;
 
  private:
   struct FreeDeleter {
@@ -63,6 +68,8 @@ class CpuStorage final : public BackendStorage {
   size_t count_;
   DType dtype_;
   std::unique_ptr<void, FreeDeleter> data_;  // 64-byte aligned
+  void* view_ = nullptr;                     // set instead of data_ for a viewed buffer
+  std::shared_ptr<const void> keepalive_;    // owner of view_
 };
 
 /// The downcast every CPU op does on its operands (validated above, so never fails).

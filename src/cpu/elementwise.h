@@ -19,11 +19,12 @@
 #include <immintrin.h>
 #endif
 
+#include "cpu/isa_ns.h"
 #include "cpu/parallel.h"
 #include "wick/half.h"
 #include "wick/layout.h"
 
-namespace wick::cpu {
+namespace wick::cpu::inline WICK_ISA_NS {
 
 /// Element count below which element-wise kernels stay on the calling thread.
 inline constexpr size_t kElementwiseGrain = 32768;
@@ -338,4 +339,94 @@ inline float vec_expf(float x) {
   return p * s1 * s2;
 }
 
-}  // namespace wick::cpu
+// ---- runs: the loops a segment hands to an op ----
+//
+// Element-wise ops keep one vectorised loop per op and dtype: for contiguous operands. Other
+// strides are staged through small stack buffers, a chunk at a time, and f16/bf16 are widened to
+// float chunks and reuse the float loops (each op compiled for the f16 and bf16 types too would
+// double the build time for loops that run in float anyway).
+
+/// Elements per chunk when a run is staged through stack buffers.
+inline constexpr size_t kChunk = 256;
+
+/// buf[i] = x[i * s] for i < n (s > 1).
+template <class T>
+[[gnu::noinline]] void gather_run(const T* x, size_t s, size_t n, T* buf) {
+  for (size_t i = 0; i < n; ++i) buf[i] = x[i * s];
+}
+
+/// out[i] = float(x[i * s]) for i < n (any stride, 0 included).
+template <class T>
+[[gnu::noinline]] void widen_run(const T* x, size_t s, size_t n, float* out) {
+  if (s == 1) {
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i * s]);
+  }
+}
+
+/// out[i] = T(x[i]) for i < n, rounded once.
+template <class T>
+[[gnu::noinline]] void narrow_run(const float* x, size_t n, T* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = T(x[i]);
+}
+
+/// d[i] = f(x[i * sx]) for i < n with sx 0 or 1: the contiguous loop, or a fill.
+template <class R, class T, class F>
+[[gnu::noinline]] void map_unit(R* __restrict d, const T* __restrict x, size_t sx, size_t n, F f) {
+  if (sx == 1) {
+    for (size_t i = 0; i < n; ++i) d[i] = f(x[i]);
+  } else {
+    std::fill_n(d, n, f(x[0]));
+  }
+}
+
+/// d[i] = f(x[i * sx]) for i < n, any stride: other strides than 0 and 1 are staged in chunks.
+template <class R, class T, class F>
+void map_run(R* d, const T* x, size_t sx, size_t n, F f) {
+  if (sx <= 1 || n == 1) return map_unit(d, x, n == 1 ? 1 : sx, n, f);
+  T buf[kChunk];
+  for (size_t c = 0; c < n; c += kChunk) {
+    size_t len = std::min(kChunk, n - c);
+    gather_run(x + c * sx, sx, len, buf);
+    map_unit(d + c, buf, 1, len, f);
+  }
+}
+
+/// d[i] = f(x[i * sx], y[i * sy]) for i < n with sx, sy 0 or 1: loops for contiguous operands and
+/// for one broadcast operand, a fill when both are broadcast.
+template <class R, class T, class F>
+[[gnu::noinline]] void map_unit2(R* __restrict d, const T* __restrict x, size_t sx,
+                                 const T* __restrict y, size_t sy, size_t n, F f) {
+  if (sx == 1 && sy == 1) {
+    for (size_t i = 0; i < n; ++i) d[i] = f(x[i], y[i]);
+  } else if (sx == 1) {
+    const T yv = y[0];
+    for (size_t i = 0; i < n; ++i) d[i] = f(x[i], yv);
+  } else if (sy == 1) {
+    const T xv = x[0];
+    for (size_t i = 0; i < n; ++i) d[i] = f(xv, y[i]);
+  } else {
+    std::fill_n(d, n, f(x[0], y[0]));
+  }
+}
+
+/// d[i] = f(x[i * sx], y[i * sy]) for i < n, any strides: others than 0 and 1 are staged in
+/// chunks.
+template <class R, class T, class F>
+void map_run2(R* d, const T* x, size_t sx, const T* y, size_t sy, size_t n, F f) {
+  if (n == 1) sx = sy = 1;
+  if (sx <= 1 && sy <= 1) return map_unit2(d, x, sx, y, sy, n, f);
+  T xb[kChunk], yb[kChunk];
+  for (size_t c = 0; c < n; c += kChunk) {
+    size_t len = std::min(kChunk, n - c);
+    const T* xc = x + c * sx;
+    const T* yc = y + c * sy;
+    if (sx > 1) gather_run(xc, sx, len, xb);
+    if (sy > 1) gather_run(yc, sy, len, yb);
+    map_unit2(d + c, sx > 1 ? xb : xc, std::min<size_t>(sx, 1), sy > 1 ? yb : yc,
+              std::min<size_t>(sy, 1), len, f);
+  }
+}
+
+}  // namespace wick::cpu::inline WICK_ISA_NS

@@ -19,11 +19,13 @@
 #include <utility>
 
 #include "cpu/cpu_storage.h"
+#include "cpu/isa_begin.h"  // last
+#include "cpu/kernels.h"
 #include "cpu/parallel.h"
 #include "cpu/strided.h"
 #include "dispatch.h"
 
-namespace wick::cpu {
+namespace wick::cpu::inline WICK_ISA_NS {
 namespace {
 
 // Elements of work below which a loop stays on the calling thread.
@@ -155,8 +157,11 @@ inline C pick(C x, C l) {
   }
 }
 
-// Native vector width: AVX registers where the build has them, else 16 bytes (SSE, NEON).
-#if defined(__AVX__)
+// Native vector width: AVX-512 or AVX registers where the build has them, else 16 bytes (SSE,
+// NEON).
+#if defined(WICK_ISA_AVX512)
+constexpr size_t kVecBytes = 64;
+#elif defined(__AVX__)
 constexpr size_t kVecBytes = 32;
 #else
 constexpr size_t kVecBytes = 16;
@@ -751,26 +756,26 @@ inline C exp_softmax(C x) {
 
 }  // namespace
 
-StoragePtr CpuStorage::reduce(ReduceKind op, const Layout& layout,
-                              const std::vector<size_t>& dims) const {
-  return dispatch(dtype_, [&]<class T>() { return reduce_typed<T>(*this, op, layout, dims); });
+StoragePtr reduce(const CpuStorage& in, ReduceKind op, const Layout& layout,
+                  const std::vector<size_t>& dims) {
+  return dispatch(in.dtype(), [&]<class T>() { return reduce_typed<T>(in, op, layout, dims); });
 }
 
-StoragePtr CpuStorage::softmax_last_dim(const Layout& layout) const {
+StoragePtr softmax_last_dim(const CpuStorage& in, const Layout& layout) {
   if (!layout.is_contiguous()) {
     // The contract promises a contiguous input; stay correct if a caller forgets.
-    auto tmp = std::make_unique<CpuStorage>(layout.elem_count(), dtype_);
-    copy_to_host(layout, tmp->data());
-    return tmp->softmax_last_dim(Layout::contiguous(layout.shape()));
+    auto tmp = std::make_unique<CpuStorage>(layout.elem_count(), in.dtype());
+    in.copy_to_host(layout, tmp->data());
+    return softmax_last_dim(*tmp, Layout::contiguous(layout.shape()));
   }
   size_t n = layout.elem_count();
-  auto result = std::make_unique<CpuStorage>(n, dtype_);
+  auto result = std::make_unique<CpuStorage>(n, in.dtype());
   if (n == 0) return result;
   size_t len = layout.rank() == 0 ? 1 : layout.dims().back();
   size_t rows = n / len;
-  dispatch_float(dtype_, "softmax", [&]<class T>() {
+  dispatch_float(in.dtype(), "softmax", [&]<class T>() {
     using C = compute_t<T>;
-    const T* x = as<T>() + layout.start_offset();
+    const T* x = in.as<T>() + layout.start_offset();
     T* y = result->as<T>();
     parallel_for(rows, std::max<size_t>(1, kParallelWork / len), [&](size_t b, size_t e) {
       // f16/bf16 keep the exponentials in f32 and round once.
@@ -798,4 +803,4 @@ StoragePtr CpuStorage::softmax_last_dim(const Layout& layout) const {
   return result;
 }
 
-}  // namespace wick::cpu
+}  // namespace wick::cpu::inline WICK_ISA_NS

@@ -9,37 +9,17 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/elementwise.h"
+#include "cpu/isa_begin.h"  // last
+#include "cpu/kernels.h"
 #include "dispatch.h"
 #include "util.h"
 
-namespace wick::cpu {
+namespace wick::cpu::inline WICK_ISA_NS {
 
 namespace {
 
-// out[i] = f(in[i]) over `layout`; f works on compute_t<T> (float for f16/bf16, which are rounded
-// once on the store).
-template <class T, class F>
-StoragePtr map_unary(const CpuStorage& in, const Layout& layout, F f) {
-  using C = compute_t<T>;
-  std::unique_ptr<CpuStorage> out =
-      std::make_unique<CpuStorage>(layout.elem_count(), dtype_of<T>());
-  if (layout.elem_count() == 0) return out;
-  Layout out_layout = Layout::contiguous(layout.shape());
-  Walk<2> w =
-      make_walk<2>({Operand{&out_layout, out->data(), sizeof(T)}, {&layout, in.data(), sizeof(T)}});
-  for_each_segment(w,
-                   [&](const std::array<char*, 2>& p, size_t len, const std::array<size_t, 2>& s) {
-                     T* __restrict d = reinterpret_cast<T*>(p[0]);
-                     const T* __restrict x = reinterpret_cast<const T*>(p[1]);
-                     if (s[0] == 1 && s[1] == 1) {
-                       for (size_t i = 0; i < len; ++i) d[i] = T(f(static_cast<C>(x[i])));
-                     } else {
-                       for (size_t i = 0; i < len; ++i)
-                         d[i * s[0]] = T(f(static_cast<C>(x[i * s[1]])));
-                     }
-                   });
-  return out;
-}
+// d[i] = op(x[i * sx]) for i < n; d is contiguous.
+using UnarySegment = void (*)(void* d, const void* x, size_t sx, size_t n, const UnaryOp& op);
 
 // exp through the vectorisable float version where the arithmetic is in float.
 template <class C>
@@ -73,109 +53,196 @@ C wrap_mul(C a, C b) {
   return static_cast<C>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
 }
 
-template <class T>
-StoragePtr unary_float(const CpuStorage& in, const UnaryOp& op, const Layout& l) {
-  using C = compute_t<T>;
+// Float ops on f32 and f64 (f16 and bf16 go through float chunks, below).
+template <class C, UnaryKind K>
+void float_segment(void* dv, const void* xv, size_t sx, size_t n, const UnaryOp& op) {
   const C p0 = static_cast<C>(op.p0), p1 = static_cast<C>(op.p1);
-  switch (op.kind) {
-    case UnaryKind::Neg:
-      return map_unary<T>(in, l, [](C x) { return -x; });
-    case UnaryKind::Abs:
-      return map_unary<T>(in, l, [](C x) { return std::abs(x); });
-    case UnaryKind::Exp:
-      return map_unary<T>(in, l, [](C x) { return exp_c(x); });
-    case UnaryKind::Log:
-      return map_unary<T>(in, l, [](C x) { return std::log(x); });
-    case UnaryKind::Sqrt:
-      return map_unary<T>(in, l, [](C x) { return std::sqrt(x); });
-    case UnaryKind::Sqr:
-      return map_unary<T>(in, l, [](C x) { return x * x; });
-    case UnaryKind::Recip:
-      return map_unary<T>(in, l, [](C x) { return C(1) / x; });
-    case UnaryKind::Tanh:
-      return map_unary<T>(in, l, [](C x) { return std::tanh(x); });
-    case UnaryKind::Sin:
-      return map_unary<T>(in, l, [](C x) { return std::sin(x); });
-    case UnaryKind::Cos:
-      return map_unary<T>(in, l, [](C x) { return std::cos(x); });
-    case UnaryKind::Relu:
-      return map_unary<T>(in, l, [](C x) { return x > C(0) ? x : C(0); });
-    case UnaryKind::Silu:
-      return map_unary<T>(in, l, [](C x) { return x * sigmoid(x); });
-    case UnaryKind::Sigmoid:
-      return map_unary<T>(in, l, [](C x) { return sigmoid(x); });
-    case UnaryKind::Gelu:
+  auto f = [=](C x) -> C {
+    if constexpr (K == UnaryKind::Neg) {
+      return -x;
+    } else if constexpr (K == UnaryKind::Abs) {
+      return std::abs(x);
+    } else if constexpr (K == UnaryKind::Exp) {
+      return exp_c(x);
+    } else if constexpr (K == UnaryKind::Log) {
+      return std::log(x);
+    } else if constexpr (K == UnaryKind::Sqrt) {
+      return std::sqrt(x);
+    } else if constexpr (K == UnaryKind::Sqr) {
+      return x * x;
+    } else if constexpr (K == UnaryKind::Recip) {
+      return C(1) / x;
+    } else if constexpr (K == UnaryKind::Tanh) {
+      return std::tanh(x);
+    } else if constexpr (K == UnaryKind::Sin) {
+      return std::sin(x);
+    } else if constexpr (K == UnaryKind::Cos) {
+      return std::cos(x);
+    } else if constexpr (K == UnaryKind::Relu) {
+      return x > C(0) ? x : C(0);
+    } else if constexpr (K == UnaryKind::Silu) {
+      return x * sigmoid(x);
+    } else if constexpr (K == UnaryKind::Sigmoid) {
+      return sigmoid(x);
+    } else if constexpr (K == UnaryKind::Gelu) {
       // Candle's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))).
-      return map_unary<T>(in, l, [](C x) {
-        const C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
-        return C(0.5) * x * (C(1) + std::tanh(k * x * (C(1) + static_cast<C>(0.044715) * x * x)));
-      });
-    case UnaryKind::GeluErf:
-      return map_unary<T>(in, l, [](C x) {
-        return C(0.5) * x * (C(1) + std::erf(x * static_cast<C>(0.7071067811865476)));
-      });
-    case UnaryKind::Affine:
-      return map_unary<T>(in, l, [=](C x) { return x * p0 + p1; });
-    case UnaryKind::Powf:
-      return map_unary<T>(in, l, [=](C x) { return std::pow(x, p0); });
-    case UnaryKind::Clamp:
-      return map_unary<T>(in, l, [=](C x) { return std::min(std::max(x, p0), p1); });
+      const C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
+      return C(0.5) * x * (C(1) + std::tanh(k * x * (C(1) + static_cast<C>(0.044715) * x * x)));
+    } else if constexpr (K == UnaryKind::GeluErf) {
+      return C(0.5) * x * (C(1) + std::erf(x * static_cast<C>(0.7071067811865476)));
+    } else if constexpr (K == UnaryKind::Affine) {
+      return x * p0 + p1;
+    } else if constexpr (K == UnaryKind::Powf) {
+      return std::pow(x, p0);
+    } else {
+      static_assert(K == UnaryKind::Clamp);
+      return std::min(std::max(x, p0), p1);
+    }
+  };
+  map_run(static_cast<C*>(dv), static_cast<const C*>(xv), sx, n, f);
+}
+
+// f16/bf16: widened to float a chunk at a time, the float op, rounded once on the store.
+template <class H, UnaryKind K>
+void half_segment(void* dv, const void* xv, size_t sx, size_t n, const UnaryOp& op) {
+  H* d = static_cast<H*>(dv);
+  const H* x = static_cast<const H*>(xv);
+  float in[kChunk], out[kChunk];
+  for (size_t c = 0; c < n; c += kChunk) {
+    size_t len = std::min(kChunk, n - c);
+    widen_run(x + c * sx, sx, len, in);
+    float_segment<float, K>(out, in, 1, len, op);
+    narrow_run(out, len, d + c);
   }
-  throw Error(str("unary: invalid op kind ", static_cast<int>(op.kind)));
+}
+
+template <class T, UnaryKind K>
+constexpr UnarySegment float_kernel() {
+  if constexpr (is_half_v<T>) {
+    return &half_segment<T, K>;
+  } else {
+    return &float_segment<T, K>;
+  }
 }
 
 template <class T>
-StoragePtr unary_int(const CpuStorage& in, const UnaryOp& op, const Layout& l) {
-  constexpr bool is_signed = std::is_signed_v<T>;
-  switch (op.kind) {
-    case UnaryKind::Abs:
-      if constexpr (is_signed) {
-        return map_unary<T>(in, l, [](T x) { return x < 0 ? wrap_neg(x) : x; });
-      } else {
-        return map_unary<T>(in, l, [](T x) { return x; });
-      }
+UnarySegment float_kernel(UnaryKind kind) {
+  switch (kind) {
     case UnaryKind::Neg:
-      if constexpr (is_signed) return map_unary<T>(in, l, [](T x) { return wrap_neg(x); });
+      return float_kernel<T, UnaryKind::Neg>();
+    case UnaryKind::Abs:
+      return float_kernel<T, UnaryKind::Abs>();
+    case UnaryKind::Exp:
+      return float_kernel<T, UnaryKind::Exp>();
+    case UnaryKind::Log:
+      return float_kernel<T, UnaryKind::Log>();
+    case UnaryKind::Sqrt:
+      return float_kernel<T, UnaryKind::Sqrt>();
+    case UnaryKind::Sqr:
+      return float_kernel<T, UnaryKind::Sqr>();
+    case UnaryKind::Recip:
+      return float_kernel<T, UnaryKind::Recip>();
+    case UnaryKind::Tanh:
+      return float_kernel<T, UnaryKind::Tanh>();
+    case UnaryKind::Sin:
+      return float_kernel<T, UnaryKind::Sin>();
+    case UnaryKind::Cos:
+      return float_kernel<T, UnaryKind::Cos>();
+    case UnaryKind::Relu:
+      return float_kernel<T, UnaryKind::Relu>();
+    case UnaryKind::Silu:
+      return float_kernel<T, UnaryKind::Silu>();
+    case UnaryKind::Sigmoid:
+      return float_kernel<T, UnaryKind::Sigmoid>();
+    case UnaryKind::Gelu:
+      return float_kernel<T, UnaryKind::Gelu>();
+    case UnaryKind::GeluErf:
+      return float_kernel<T, UnaryKind::GeluErf>();
+    case UnaryKind::Affine:
+      return float_kernel<T, UnaryKind::Affine>();
+    case UnaryKind::Powf:
+      return float_kernel<T, UnaryKind::Powf>();
+    case UnaryKind::Clamp:
+      return float_kernel<T, UnaryKind::Clamp>();
+  }
+  throw Error(str("unary: invalid op kind ", static_cast<int>(kind)));
+}
+
+// Integer ops: abs, neg (signed), sqr and relu wrap like Candle's; affine runs in double and
+// saturates back, clamp converts its bounds to T first (truncated, saturated), as Candle does.
+template <class T, UnaryKind K>
+void int_segment(void* dv, const void* xv, size_t sx, size_t n, const UnaryOp& op) {
+  const double mul = op.p0, add = op.p1;
+  const T lo = float_to_int<T>(op.p0), hi = float_to_int<T>(op.p1);
+  auto f = [=](T x) -> T {
+    if constexpr (K == UnaryKind::Abs) {
+      if constexpr (std::is_signed_v<T>) {
+        return x < 0 ? wrap_neg(x) : x;
+      } else {
+        return x;
+      }
+    } else if constexpr (K == UnaryKind::Neg) {
+      return wrap_neg(x);
+    } else if constexpr (K == UnaryKind::Sqr) {
+      if constexpr (std::is_same_v<T, uint8_t>) {
+        return static_cast<T>(x * x);  // int: no overflow
+      } else {
+        return wrap_mul(x, x);
+      }
+    } else if constexpr (K == UnaryKind::Relu) {
+      return x > 0 ? x : T(0);
+    } else if constexpr (K == UnaryKind::Affine) {
+      return float_to_int<T>(static_cast<double>(x) * mul + add);
+    } else {
+      static_assert(K == UnaryKind::Clamp);
+      return std::min(std::max(x, lo), hi);
+    }
+  };
+  map_run(static_cast<T*>(dv), static_cast<const T*>(xv), sx, n, f);
+}
+
+template <class T>
+UnarySegment int_kernel(UnaryKind kind) {
+  constexpr bool is_signed = std::is_signed_v<T>;
+  switch (kind) {
+    case UnaryKind::Abs:
+      return &int_segment<T, UnaryKind::Abs>;
+    case UnaryKind::Neg:
+      if constexpr (is_signed) return &int_segment<T, UnaryKind::Neg>;
       break;
     case UnaryKind::Sqr:
-      if constexpr (std::is_same_v<T, uint8_t>) {
-        return map_unary<T>(in, l, [](T x) { return static_cast<T>(x * x); });  // int: no overflow
-      } else {
-        return map_unary<T>(in, l, [](T x) { return wrap_mul(x, x); });
-      }
+      return &int_segment<T, UnaryKind::Sqr>;
     case UnaryKind::Relu:
-      if constexpr (is_signed) {
-        return map_unary<T>(in, l, [](T x) { return x > 0 ? x : T(0); });
-      } else {
-        return map_unary<T>(in, l, [](T x) { return x; });
-      }
-    case UnaryKind::Affine: {
-      // In double, then back with saturation, as Candle's `(v as f64 * mul + add) as T`.
-      const double mul = op.p0, add = op.p1;
-      return map_unary<T>(in, l,
-                          [=](T x) { return float_to_int<T>(static_cast<double>(x) * mul + add); });
-    }
-    case UnaryKind::Clamp: {
-      // The bounds converted to T first (truncated, saturated), as Candle's clamp does.
-      const T lo = float_to_int<T>(op.p0), hi = float_to_int<T>(op.p1);
-      return map_unary<T>(in, l, [=](T x) { return std::min(std::max(x, lo), hi); });
-    }
+      return &int_segment<T, UnaryKind::Relu>;
+    case UnaryKind::Affine:
+      return &int_segment<T, UnaryKind::Affine>;
+    case UnaryKind::Clamp:
+      return &int_segment<T, UnaryKind::Clamp>;
     default:
       break;
   }
-  throw UnsupportedDType(str(unary_name(op.kind), ": unsupported dtype ", dtype_of<T>()));
+  throw UnsupportedDType(str(unary_name(kind), ": unsupported dtype ", dtype_of<T>()));
 }
 
 }  // namespace
 
-StoragePtr CpuStorage::unary(const UnaryOp& op, const Layout& layout) const {
-  return dispatch(dtype_, [&]<class T>() -> StoragePtr {
+StoragePtr unary(const CpuStorage& in, const UnaryOp& op, const Layout& layout) {
+  UnarySegment kernel = dispatch(in.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<compute_t<T>>) {
-      return unary_float<T>(*this, op, layout);
+      return float_kernel<T>(op.kind);
     } else {
-      return unary_int<T>(*this, op, layout);
+      return int_kernel<T>(op.kind);
     }
   });
+  const size_t elem = size_in_bytes(in.dtype());
+  auto out = std::make_unique<CpuStorage>(layout.elem_count(), in.dtype());
+  if (layout.elem_count() == 0) return out;
+  Layout out_layout = Layout::contiguous(layout.shape());
+  Walk<2> w = make_walk<2>({Operand{&out_layout, out->data(), elem}, {&layout, in.data(), elem}});
+  // The output is contiguous: its segments have stride 1 (or hold one element).
+  for_each_segment(w, [&](const std::array<char*, 2>& p, size_t len,
+                          const std::array<size_t, 2>& s) { kernel(p[0], p[1], s[1], len, op); });
+  return out;
 }
 
-}  // namespace wick::cpu
+}  // namespace wick::cpu::inline WICK_ISA_NS

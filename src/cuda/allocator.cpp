@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <utility>
 
 #include "cuda/check.h"
 #include "cuda/cuda_device.h"
@@ -40,6 +41,7 @@ void* Allocator::alloc(size_t bytes) {
     stats_.cached_bytes -= size;
     stats_.in_use_bytes += size;
     stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.in_use_bytes);
+    note_new_block_locked(p, size);
     return p;
   }
   void* p = nullptr;
@@ -62,13 +64,27 @@ void* Allocator::alloc(size_t bytes) {
   ++stats_.malloc_count;
   stats_.in_use_bytes += size;
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.in_use_bytes);
+  note_new_block_locked(p, size);
   return p;
+}
+
+void Allocator::note_new_block_locked(void* ptr, size_t size) {
+  if (!reserving_) return;
+  reserving_blocks_.emplace_back(ptr, size);
+  reserved_[ptr] = false;
 }
 
 void Allocator::free(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
   size_t size = class_size(bytes);
   std::lock_guard lock(mutex_);
+  if (!reserved_.empty()) {
+    auto it = reserved_.find(ptr);
+    if (it != reserved_.end()) {
+      it->second = true;  // a graph still writes it: back to the free list at the graph's end
+      return;
+    }
+  }
   free_[size].push_back(ptr);
   stats_.in_use_bytes -= size;
   stats_.cached_bytes += size;
@@ -89,6 +105,33 @@ void Allocator::release_cached_locked() {
     blocks.clear();
   }
   stats_.cached_bytes = 0;
+}
+
+void Allocator::begin_reserving() {
+  std::lock_guard lock(mutex_);
+  reserving_ = true;
+  reserving_blocks_.clear();
+}
+
+std::vector<Allocator::Block> Allocator::end_reserving() {
+  std::lock_guard lock(mutex_);
+  reserving_ = false;
+  return std::exchange(reserving_blocks_, {});
+}
+
+void Allocator::release_reserved(const std::vector<Block>& blocks) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [ptr, size] : blocks) {
+    auto it = reserved_.find(ptr);
+    if (it == reserved_.end()) continue;
+    if (it->second) {
+      // Its owner freed it earlier; replays already enqueued are ordered before any reuse.
+      free_[size].push_back(ptr);
+      stats_.in_use_bytes -= size;
+      stats_.cached_bytes += size;
+    }
+    reserved_.erase(it);
+  }
 }
 
 AllocatorStats Allocator::stats() const {

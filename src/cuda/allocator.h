@@ -39,14 +39,28 @@ class Allocator {
   void release_cached();
   AllocatorStats stats() const;
 
+  /// A block and its class size.
+  using Block = std::pair<void*, size_t>;
+  /// Whole-step graph captures (CudaGraph): blocks allocated between begin_reserving() and
+  /// end_reserving() are reserved for the graph, whose replays write them. free() keeps a
+  /// reserved block off the free lists until release_reserved() (the graph's end) gives back
+  /// those whose owners have let go.
+  void begin_reserving();
+  std::vector<Block> end_reserving();
+  void release_reserved(const std::vector<Block>& blocks);
+
  private:
   void release_cached_locked();
+  void note_new_block_locked(void* ptr, size_t size);
 
   int ordinal_;
   cudaStream_t stream_;
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // class size -> blocks
   AllocatorStats stats_;
+  bool reserving_ = false;
+  std::vector<Block> reserving_blocks_;
+  std::unordered_map<void*, bool> reserved_;  // reserved block -> freed by its owner
 };
 
 }  // namespace wick::cuda

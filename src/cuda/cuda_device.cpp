@@ -186,6 +186,7 @@ void CudaDevice::set_seed(uint64_t seed) {
 
 void CudaDevice::synchronize() {
   std::lock_guard lock(mutex_);
+  refuse_in_step_capture_locked("synchronize");
   make_current(ordinal_);
   end_capture_locked();  // the flag copy below is not captured
   enqueue_flag_copy_locked();
@@ -259,14 +260,73 @@ void CudaDevice::flush() {
 }
 
 void CudaDevice::note_alloc(size_t bytes) {
-  if (!graph_.enabled()) return;
+  if (!graph_.enabled() || step_capture_) return;
   pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   if (static_cast<double>(bytes) * kWorkPerByte >= graph_.work_limit()) flush();
 }
 
 void CudaDevice::retain(std::shared_ptr<const void> keep) {
   std::lock_guard lock(mutex_);
-  open_.retained.push_back(std::move(keep));
+  // While a step is recorded its graph reads `keep` at every replay: the graph holds it.
+  (step_capture_ ? step_kept_ : open_.retained).push_back(std::move(keep));
+}
+
+void CudaDevice::refuse_in_step_capture_locked(const char* what) const {
+  if (step_capture_) {
+    throw BackendError(str(what, " on cuda:", ordinal_,
+                           " while a CudaGraph is recording (the recorded function must only "
+                           "enqueue device work)"));
+  }
+}
+
+void CudaDevice::begin_step_capture() {
+  // cuBLASLt ready first, so that the graph holds its matmuls and not the warm-up fallback.
+  if (matmul_) stop_matmul_engine(*matmul_);
+  std::lock_guard lock(mutex_);
+  if (step_capture_)
+    throw BackendError(str("CudaGraph::capture: cuda:", ordinal_, " is already recording a graph"));
+  make_current(ordinal_);
+  close_batch_locked();
+  // Relaxed: the allocator may cudaMalloc while recording.
+  WICK_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  allocator_.begin_reserving();
+  step_capture_ = true;
+  step_ops_ = 0;
+  step_kept_.clear();
+}
+
+cudaGraph_t CudaDevice::end_step_capture(std::vector<Allocator::Block>& reserved,
+                                         std::vector<std::shared_ptr<const void>>& kept,
+                                         size_t& ops) {
+  std::lock_guard lock(mutex_);
+  make_current(ordinal_);
+  step_capture_ = false;
+  reserved = allocator_.end_reserving();
+  kept = std::move(step_kept_);
+  step_kept_.clear();
+  ops = step_ops_;
+  cudaGraph_t graph = nullptr;
+  cudaError_t st = cudaStreamEndCapture(stream_, &graph);
+  if (st != cudaSuccess || graph == nullptr) {
+    (void)cudaGetLastError();
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    allocator_.release_reserved(reserved);
+    reserved.clear();
+    kept.clear();
+    throw BackendError(str("CudaGraph::capture on cuda:", ordinal_, ": the capture of ", ops,
+                           " ops failed: ", cudaGetErrorName(st), " (", cudaGetErrorString(st),
+                           ")"));
+  }
+  return graph;
+}
+
+void CudaDevice::launch_graph(cudaGraphExec_t exec) {
+  std::lock_guard lock(mutex_);
+  refuse_in_step_capture_locked("CudaGraph::replay");
+  make_current(ordinal_);
+  end_capture_locked();  // graph mode: the batch so far runs first
+  WICK_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  count_op_locked("graph_replay");
 }
 
 void CudaDevice::close_batch_locked() {
@@ -371,6 +431,7 @@ void* CudaDevice::pinned_staging_locked(size_t bytes) {
 
 void CudaDevice::read_back(const void* src, size_t bytes, void* dst) {
   std::lock_guard lock(mutex_);
+  refuse_in_step_capture_locked("read-back");
   make_current(ordinal_);
   end_capture_locked();  // the captured ops run before the copy, which is not captured
   if (bytes <= kMaxStagingBytes) {
@@ -418,6 +479,7 @@ void CudaDevice::upload(const void* src, size_t bytes, void* dst) {
   if (bytes > kMaxUploadChunk) {
     // From pageable memory the driver copies synchronously, so `src` may be reused after this.
     std::lock_guard lock(mutex_);
+    refuse_in_step_capture_locked("an upload over 8 MiB");
     end_capture_locked();  // pageable copies cannot be captured
     WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     count_op_locked("upload");
@@ -428,6 +490,11 @@ void CudaDevice::upload(const void* src, size_t bytes, void* dst) {
   std::memcpy(chunk.get(), src, bytes);
   std::lock_guard lock(mutex_);
   WICK_CUDA_CHECK(cudaMemcpyAsync(dst, chunk.get(), bytes, cudaMemcpyHostToDevice, stream_));
+  if (step_capture_) {
+    step_kept_.push_back(std::move(chunk));  // every replay copies from it again
+    ++step_ops_;
+    return;
+  }
   open_.retained.push_back(std::move(chunk));
   count_op_locked("upload");
 }

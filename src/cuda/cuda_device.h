@@ -102,7 +102,10 @@ class CudaDevice final : public BackendDevice {
   void enqueue(const char* name, DType dtype, F&& launch, double work = 0) {
     std::lock_guard lock(mutex_);
     make_current(ordinal_);
-    if (trace_ && first_use(name, dtype)) {
+    if (step_capture_) {
+      launch(stream_);  // recorded into the step's graph: no batch, no first-use timing
+      ++step_ops_;
+    } else if (trace_ && first_use(name, dtype)) {
       end_capture_locked();  // the timing waits on the stream, which a capture forbids
       double t0 = begin_first_use();
       launch(stream_);
@@ -118,7 +121,7 @@ class CudaDevice final : public BackendDevice {
     } else {
       launch(stream_);
     }
-    count_op_locked(name);
+    if (!step_capture_) count_op_locked(name);
   }
   /// Keeps `keep` alive until the current batch has run on the GPU.
   void retain(std::shared_ptr<const void> keep);
@@ -148,7 +151,22 @@ class CudaDevice final : public BackendDevice {
   /// allocation ends the capture first (the allocator's out-of-memory retry waits on the stream).
   void note_alloc(size_t bytes);
 
+  // ---- whole-step capture (CudaGraph in wick/cuda.h) ----
+  /// Closes the open batch and starts recording every op of every thread into one graph, with
+  /// the blocks allocated meanwhile reserved for it. BackendError when already recording.
+  void begin_step_capture();
+  /// Ends the recording. `reserved`: the blocks to give back (Allocator::release_reserved) when
+  /// the graph is destroyed; `kept`: host memory (upload staging) the graph reads. Throws
+  /// BackendError, having released everything, when the capture failed.
+  cudaGraph_t end_step_capture(std::vector<Allocator::Block>& reserved,
+                               std::vector<std::shared_ptr<const void>>& kept, size_t& ops);
+  bool step_capturing() const { return step_capture_.load(std::memory_order_relaxed); }
+  /// Enqueues one launch of an instantiated graph as one op of the queue.
+  void launch_graph(cudaGraphExec_t exec);
+
  private:
+  /// BackendError when a step capture is recording: `what` cannot be captured.
+  void refuse_in_step_capture_locked(const char* what) const;
   struct Batch {
     cudaEvent_t done = nullptr;
     std::vector<const char*> ops;
@@ -193,7 +211,11 @@ class CudaDevice final : public BackendDevice {
   bool trace_;
   int ops_per_batch_;
   GraphQueue graph_;
-  std::atomic<size_t> pending_bytes_{0};  // allocated since the last op (graph mode)
+  std::atomic<size_t> pending_bytes_{0};   // allocated since the last op (graph mode)
+  std::atomic<bool> step_capture_{false};  // recording a whole step (CudaGraph); read unlocked
+
+  size_t step_ops_ = 0;
+  std::vector<std::shared_ptr<const void>> step_kept_;
 
   mutable std::recursive_mutex mutex_;
   Batch open_;

@@ -180,7 +180,7 @@ class MatmulEngine {
     Plan* plan = plan_locked(key);
     if (!plan->ok) return false;
     // In graph mode the whole batch is captured: no graph launch inside that capture.
-    if (!matmul_graphs_enabled() || dev_.graph_mode()) {
+    if (!matmul_graphs_enabled() || dev_.graph_mode() || dev_.step_capturing()) {
       call(*plan, key, a, b, c, s);
       return true;
     }

@@ -1,0 +1,19 @@
+# The packages libwick links against, found in the same way by wick's own build and, through
+# wickConfig.cmake, by a consumer's find_package(wick): a static libwick.a needs them in the
+# consumer's link too. To add one: find it here with wick_dependency(...) (the arguments of
+# find_package, without REQUIRED), link its imported target (never an absolute path) in
+# src/CMakeLists.txt.
+#
+# wick_dependency is find_package(... REQUIRED) in wick's build and find_dependency(...) in
+# wickConfig.cmake; wick_built_with_cuda is WICK_CUDA in both.
+
+wick_dependency(Threads)
+
+if(NOT DEFINED BLA_VENDOR)
+  set(BLA_VENDOR OpenBLAS)
+endif()
+wick_dependency(BLAS)
+
+if(wick_built_with_cuda)
+  wick_dependency(CUDAToolkit)
+endif()

@@ -1,0 +1,117 @@
+#pragma once
+// BERT encoders (models::Bert) and sentence embeddings on top of them (SentenceEmbedder), read
+// from a Hugging Face / sentence-transformers model folder such as all-MiniLM-L6-v2's.
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wick/device.h"
+#include "wick/dtype.h"
+#include "wick/tensor.h"
+
+namespace wick::models {
+
+/// The fields of a BERT config.json that the encoder uses.
+struct BertConfig {
+  size_t vocab_size = 30522;
+  size_t hidden_size = 768;
+  size_t num_hidden_layers = 12;
+  size_t num_attention_heads = 12;
+  size_t intermediate_size = 3072;
+  size_t max_position_embeddings = 512;
+  size_t type_vocab_size = 2;
+  double layer_norm_eps = 1e-12;
+
+  /// Reads config.json. Throws FormatError naming the file and the field that is missing, of the
+  /// wrong type or inconsistent (hidden_size not a multiple of num_attention_heads, an activation
+  /// other than gelu, a position embedding other than absolute).
+  static BertConfig from_file(const std::filesystem::path& config_json);
+};
+
+/// A BERT encoder: word + position + token-type embeddings and a layer norm, then
+/// num_hidden_layers post-norm layers (self-attention, GELU (erf) feed-forward). Copies share the
+/// weights; encode() may be called from several threads.
+class Bert {
+ public:
+  /// Loads config.json and the *.safetensors weights of `model_dir` (names with or without a
+  /// "bert." prefix), converted to `dtype` (F32, F16 or BF16) on `device`. Throws FormatError for a
+  /// missing or malformed folder, naming the file.
+  static Bert load(const std::filesystem::path& model_dir, const Device& device,
+                   DType dtype = DType::F32);
+
+  /// Last hidden states (b, s, hidden_size) in the model's dtype. `ids` is (b, s), U32 or I64,
+  /// s <= max_position_embeddings; `attention_mask` is (b, s), any dtype, 1 for a token and 0
+  /// for padding (padded keys get no attention). Token types are all 0. Inputs on another device
+  /// are moved to the model's.
+  Tensor encode(const Tensor& ids, const Tensor& attention_mask) const;
+
+  const BertConfig& config() const;
+  Device device() const;
+  DType dtype() const;
+
+  struct Impl;
+
+ private:
+  explicit Bert(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace wick::models
+
+namespace wick {
+
+/// How token embeddings become one sentence embedding (sentence-transformers' Pooling module).
+enum class Pooling { Mean, Cls, Max, MeanSqrtLen };
+
+/// Options of SentenceEmbedder::load; the folder's own files decide everything else.
+struct SentenceEmbedderOptions {
+  /// Compute dtype of the encoder (F32, F16, BF16); embeddings are always returned as F32.
+  DType dtype = DType::F32;
+  /// Sentences per forward pass.
+  size_t batch_size = 32;
+  /// Token limit per sentence (longer ones are truncated); 0 takes the folder's
+  /// sentence_bert_config.json max_seq_length, else the model's max_position_embeddings.
+  size_t max_seq_length = 0;
+};
+
+/// Sentence embeddings as sentence-transformers computes them for a Transformer + Pooling
+/// (+ Normalize) model folder: tokenize (truncating), encode with BERT, pool with the attention
+/// mask, L2-normalise when modules.json lists a Normalize module.
+class SentenceEmbedder {
+ public:
+  /// Reads modules.json (optional: Transformer + mean pooling without it), 1_Pooling/config.json,
+  /// sentence_bert_config.json, tokenizer.json and the BERT weights from `model_dir`. Throws
+  /// FormatError naming the file for a missing or malformed folder, or an unsupported module.
+  static SentenceEmbedder load(const std::filesystem::path& model_dir, const Device& device,
+                               const SentenceEmbedderOptions& options = {});
+
+  /// Called after each batch with the number of sentences done and the total.
+  using Progress = std::function<void(size_t done, size_t total)>;
+
+  /// Embeddings (texts.size(), dim()) as F32 on the embedder's device, row i for texts[i].
+  /// Sentences are sorted by length and batched internally (batch_size() at a time) so that
+  /// padding stays small.
+  Tensor embed(const std::vector<std::string>& texts, const Progress& progress = {}) const;
+
+  /// Token ids of `text` as embed() feeds them to the encoder (special tokens, truncation).
+  std::vector<uint32_t> tokenize(const std::string& text) const;
+
+  size_t dim() const;
+  size_t max_seq_length() const;
+  size_t batch_size() const;
+  Pooling pooling() const;
+  bool normalizes() const;
+  const models::Bert& bert() const;
+
+  struct Impl;
+
+ private:
+  explicit SentenceEmbedder(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace wick

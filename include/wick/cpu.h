@@ -1,0 +1,14 @@
+#pragma once
+// The CPU backend's instruction set.
+
+#include <string>
+
+namespace wick {
+
+/// The instruction set the CPU kernels run with, chosen once at first use: "avx512" on a CPU with
+/// AVX-512 (F, BW, DQ, VL), else "avx2"; the environment variable WICK_CPU_ISA (avx2 or avx512)
+/// forces one. Throws Error when WICK_CPU_ISA is something else or asks for AVX-512 on a CPU
+/// without it (every CPU op then throws the same error).
+std::string cpu_isa();
+
+}  // namespace wick

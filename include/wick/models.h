@@ -1,0 +1,5 @@
+#pragma once
+// Models and tokenizers: everything under "Models and tokenizers" in docs/API.md.
+
+#include "wick/bert.h"
+#include "wick/tokenizer.h"

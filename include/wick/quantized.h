@@ -1,0 +1,89 @@
+#pragma once
+// Quantized tensors in GGML's block formats (as GGUF files hold them): the raw blocks as a U8
+// tensor on the CPU or a GPU, their type and the logical shape. Dequantisation gives f32.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "wick/device.h"
+#include "wick/shape.h"
+#include "wick/tensor.h"
+
+namespace wick {
+
+/// GGML tensor types, numbered as in GGUF files (ggml.h's enum ggml_type).
+enum class GgmlType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  IQ1_M = 29,
+  BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
+};
+
+/// True for the type ids above (the ones whose block layout wick knows the size of).
+bool ggml_type_known(uint32_t type);
+/// "q4_0", "f16", ... ("type 99" for an unknown id).
+std::string ggml_type_name(GgmlType type);
+/// Values per block (1 for plain types, 32 for Q4_0, 256 for the K types).
+size_t ggml_block_size(GgmlType type);
+/// Bytes per block.
+size_t ggml_type_size(GgmlType type);
+/// True when wick can dequantise the type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K.
+bool ggml_can_dequantize(GgmlType type);
+
+/// Quantized blocks of a tensor of logical `shape` (row-major, the last dim is GGML's ne[0] and a
+/// whole number of blocks). `data` is a rank-1 U8 tensor of exactly the blocks' bytes.
+class QTensor {
+ public:
+  QTensor() = default;
+  /// Throws ShapeMismatch when `data` does not hold exactly the bytes the shape needs.
+  QTensor(GgmlType type, Shape shape, Tensor data);
+  GgmlType type() const { return type_; }
+  const Shape& shape() const { return shape_; }
+  const Tensor& data() const { return data_; }
+  Device device() const { return data_.device(); }
+  size_t elem_count() const { return shape_.elem_count(); }
+  /// Same blocks on another device.
+  QTensor to_device(const Device& device) const;
+  /// f32 tensor of `shape()` on the same device (one kernel on CUDA). UnsupportedDType for a
+  /// type ggml_can_dequantize() rejects.
+  Tensor dequantize() const;
+
+ private:
+  GgmlType type_ = GgmlType::F32;
+  Shape shape_;
+  Tensor data_;
+};
+
+/// Bytes of `n` values of `type` (n a multiple of the block size; ShapeMismatch otherwise).
+size_t ggml_bytes(GgmlType type, size_t n);
+
+}  // namespace wick

@@ -1,0 +1,129 @@
+#pragma once
+// wick::Tokenizer: text to token ids and back, with the same ids as Hugging Face `tokenizers`.
+// Reads tokenizer.json (WordPiece with BERT's normaliser, byte-level BPE as GPT-2, Llama 3,
+// Qwen2 and SmolLM2 use it) or plain vocabulary data such as a GGUF file's tokenizer.ggml.*.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wick/error.h"
+
+namespace wick {
+
+/// A tokenizer file or vocabulary that cannot be read or uses a feature wick does not support.
+class TokenizerError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// One turn of a conversation for Tokenizer::apply_chat_template.
+struct ChatMessage {
+  std::string role;  ///< "system", "user" or "assistant"
+  std::string content;
+};
+
+/// Ids of a batch, padded to its longest row: row-major (batch, seq_len).
+struct BatchEncoding {
+  size_t batch = 0;
+  size_t seq_len = 0;
+  std::vector<uint32_t> ids;             ///< padding positions hold pad_id()
+  std::vector<uint32_t> attention_mask;  ///< 1 for real tokens, 0 for padding
+  std::vector<size_t> lengths;           ///< real tokens per row
+};
+
+/// A byte-level BPE vocabulary as plain data (a GGUF file's tokenizer.ggml.* keys), so that a
+/// model loader can build a Tokenizer without wick reading GGUF here.
+struct GgufVocab {
+  std::string model = "gpt2";  ///< tokenizer.ggml.model; only "gpt2" (byte-level BPE) is supported
+  std::string pre;             ///< tokenizer.ggml.pre: "gpt2", "llama-bpe", "smollm", "qwen2", ...
+  std::vector<std::string> tokens;   ///< tokenizer.ggml.tokens, in byte-level form ("Ġthe")
+  std::vector<std::string> merges;   ///< tokenizer.ggml.merges, "left right" by rank
+  std::vector<int32_t> token_types;  ///< 1 normal, 2 unknown, 3 control, 4 user defined, 6 byte
+  std::optional<uint32_t> bos_id, eos_id, unk_id, pad_id;
+  bool add_bos = false;       ///< tokenizer.ggml.add_bos_token
+  bool add_eos = false;       ///< tokenizer.ggml.add_eos_token
+  std::string chat_template;  ///< tokenizer.chat_template (used to pick the chat format)
+};
+
+/// Text <-> ids. Immutable after loading; copies share the loaded data and every method may be
+/// called from several threads at once.
+class Tokenizer {
+ public:
+  /// An empty tokenizer to assign a loaded one to; any other use throws TokenizerError.
+  Tokenizer() = default;
+
+  /// Loads a Hugging Face tokenizer.json (or a model folder's). A tokenizer_config.json next to
+  /// it, when present, supplies bos/eos/pad tokens and the chat template. Throws TokenizerError.
+  static Tokenizer from_file(const std::string& file_or_dir);
+  /// Same from the text of tokenizer.json (and optionally of tokenizer_config.json).
+  static Tokenizer from_json(std::string_view tokenizer_json,
+                             std::string_view tokenizer_config_json = {});
+  /// Builds a byte-level BPE tokenizer from GGUF-style vocabulary data. Control tokens (type 3)
+  /// and user-defined tokens (type 4) are matched in text before pre-tokenisation; control tokens
+  /// are special. Throws TokenizerError for an unknown `pre` or an unsupported `model`.
+  static Tokenizer from_gguf_vocab(const GgufVocab& vocab);
+
+  /// Ids for `text`. Special tokens written in the text (e.g. "<|im_end|>") always map to their
+  /// ids; add_special_tokens adds the post-processor's ([CLS] ... [SEP], a BOS). No truncation.
+  /// Invalid UTF-8 is read as U+FFFD per bad sequence.
+  std::vector<uint32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  /// Encodes each text (in parallel), truncates the content so that a row holds at most
+  /// max_length ids with the special tokens (0 = no limit), and pads to the longest row.
+  BatchEncoding encode_batch(const std::vector<std::string>& texts, bool add_special_tokens = true,
+                             size_t max_length = 0) const;
+  /// Text for `ids`, as Hugging Face's decode. Throws IndexOutOfRange for an id outside the
+  /// vocabulary.
+  std::string decode(const std::vector<uint32_t>& ids, bool skip_special_tokens = true) const;
+  /// The raw bytes one token stands for (byte-level tokens may hold part of a UTF-8 character):
+  /// concatenate these when streaming and print complete characters.
+  std::string id_to_bytes(uint32_t id) const;
+
+  /// The id of a vocabulary entry written as in tokenizer.json ("Ġthe", "##ing", "[CLS]").
+  std::optional<uint32_t> token_to_id(std::string_view token) const;
+  /// The vocabulary entry of `id`; throws IndexOutOfRange.
+  std::string id_to_token(uint32_t id) const;
+  /// Number of ids (model vocabulary and added tokens).
+  size_t vocab_size() const;
+  /// True for ids of special added tokens (skipped by decode(ids, true)).
+  bool is_special(uint32_t id) const;
+  /// How many ids add_special_tokens adds to one text.
+  size_t num_special_tokens_to_add() const;
+
+  std::optional<uint32_t> bos_id() const;
+  std::optional<uint32_t> eos_id() const;
+  std::optional<uint32_t> unk_id() const;
+  /// The padding id of encode_batch: tokenizer.json's padding, else a [PAD]/<pad> token, else eos,
+  /// else 0.
+  uint32_t pad_id() const;
+  /// tokenizer.json's truncation max_length (0 when it sets none).
+  size_t truncation_max_length() const;
+
+  /// Renders a conversation in the model's chat format: ChatML (SmolLM2, Qwen2; with the
+  /// template's default system prompt when the first message is not a system one) or Llama 3.
+  /// Encode the result with add_special_tokens = false. Throws TokenizerError when the tokenizer
+  /// knows no chat format.
+  std::string apply_chat_template(const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt = true) const;
+  /// The Jinja chat template text from tokenizer_config.json or GGUF ("" when none).
+  const std::string& chat_template() const;
+
+  struct Impl;
+
+ private:
+  explicit Tokenizer(std::shared_ptr<const Impl> impl);
+  const Impl& impl() const;
+  std::shared_ptr<const Impl> impl_;
+};
+
+/// ChatML: "<|im_start|>role\ncontent<|im_end|>\n" per message, then "<|im_start|>assistant\n"
+/// when add_generation_prompt. A non-empty default_system is put first when the first message is
+/// not a system message (as SmolLM2's template does).
+std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                          std::string_view default_system = {});
+
+}  // namespace wick

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The Llama checks of issue 15 on the GPU machine, in one command, printing one table:
+
+  python3 scripts/llama_gpu_check.py [--build build-gpu] [--work /tmp/wick-llama] [--skip speed]
+
+1. Accuracy, Llama-3.2-1B shape and Qwen2-0.5B shape (random seeded weights built here by
+   transformers, saved as HF folders): f32 prompt logits of wick-generate vs transformers on 5
+   prompts (max |diff| / logit range, bar 1e-3); bf16 greedy tokens, 64 per prompt, wick vs
+   transformers (equal leading tokens, bar 64/64). TF32 is off on both sides.
+2. Speed (batch 1): bench/cuda/generate_peer.py (transformers eager and static cache +
+   torch.compile) then bench_generate with --peer, for SmolLM2-135M shape and Llama-1B shape,
+   bf16 (bars: >= 2,000 and >= 1,300 tok/s with the CUDA graph).
+Needs: torch + transformers + safetensors, and the build's wick-generate and bench_generate.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from make_llama_refs import SHAPES, make_model, save_folder  # noqa: E402
+
+ROWS = []
+
+
+def row(check, value, bar, ok):
+    ROWS.append((check, value, bar, "PASS" if ok else "FAIL"))
+    print(f"  {check}: {value} (bar {bar}) {'PASS' if ok else 'FAIL'}", flush=True)
+
+
+def prompts(vocab, n=5):
+    rng = np.random.default_rng(7)
+    return [rng.integers(3, min(vocab, 30000), size=int(rng.integers(6, 25))).tolist()
+            for _ in range(n)]
+
+
+def wick(build, args):
+    exe = os.path.join(build, "tools", "wick-generate")
+    r = subprocess.run([exe] + args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"wick-generate {' '.join(args)}\n{r.stderr}")
+    return r.stdout
+
+
+def hf_greedy(model, ids, n):
+    import torch
+    seq = list(ids)
+    with torch.no_grad():
+        out = model(torch.tensor([seq], device="cuda"), use_cache=True)
+        for _ in range(n):
+            nxt = int(out.logits[0, -1].argmax())
+            seq.append(nxt)
+            out = model(torch.tensor([[nxt]], device="cuda"), past_key_values=out.past_key_values,
+                        use_cache=True)
+    return seq[len(ids):]
+
+
+def accuracy(shape, build, work):
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    folder = os.path.join(work, shape)
+    print(f"== {shape}: building random weights", flush=True)
+    model = make_model(SHAPES[shape], seed=0)
+    save_folder(model, folder)
+    model = model.to("cuda")
+    ps = prompts(model.config.vocab_size)
+    worst = 0.0
+    for i, ids in enumerate(ps):
+        with torch.no_grad():
+            ref = model(torch.tensor([ids], device="cuda")).logits[0].double().cpu().numpy()
+        out = os.path.join(work, f"{shape}_logits_{i}.f32")
+        wick(build, [folder, "--prompt-ids", ",".join(map(str, ids)), "--device", "cuda",
+                     "--dtype", "f32", "--max-new", "0", "--logits-out", out, "-q"])
+        got = np.fromfile(out, dtype=np.float32).reshape(ref.shape)
+        rel = float(np.abs(got - ref).max() / (ref.max() - ref.min()))
+        worst = max(worst, rel)
+    row(f"{shape} f32 logits, max|diff|/range over 5 prompts", f"{worst:.2e}", "<= 1e-3",
+        worst <= 1e-3)
+    model = model.to(torch.bfloat16)
+    equal, total, first_diff = 0, 0, []
+    for ids in ps:
+        ref = hf_greedy(model, ids, 64)
+        text = wick(build, [folder, "--prompt-ids", ",".join(map(str, ids)), "--device", "cuda",
+                            "--dtype", "bf16", "--max-new", "64", "--ignore-eos", "--print-ids",
+                            "-q"])
+        got = [int(x) for x in next(l for l in text.splitlines() if l.startswith("ids:")).split()[1:]]
+        lead = next((j for j, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), 64))
+        equal += lead
+        total += 64
+        first_diff.append(lead)
+    row(f"{shape} bf16 greedy, equal leading tokens (5 prompts x 64)",
+        f"{equal}/{total} (per prompt {first_diff})", "320/320", equal == total)
+    del model
+    torch.cuda.empty_cache()
+
+
+def speed(shape, build, work, bar):
+    peer = os.path.join(work, f"peer_{shape}.json")
+    print(f"== {shape}: speed", flush=True)
+    r = subprocess.run([sys.executable, os.path.join(HERE, "..", "bench", "cuda", "generate_peer.py"),
+                        "--shape", shape, "--dtype", "bf16", "--out", peer],
+                       capture_output=True, text=True)
+    print(r.stdout, r.stderr[-2000:], flush=True)
+    exe = os.path.join(build, "bench", "bench_generate")
+    args = [exe, "--shape", shape, "--device", "cuda", "--dtype", "bf16"]
+    if os.path.exists(peer):
+        args += ["--peer", peer]
+    r = subprocess.run(args, capture_output=True, text=True)
+    print(r.stdout, r.stderr[-2000:], flush=True)
+    tps = 0.0
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT wick_graph_decode_tps"):
+            tps = float(line.split()[-1])
+    row(f"{shape} bf16 decode, CUDA graph", f"{tps:.0f} tok/s", f">= {bar}", tps >= bar)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build-gpu")
+    ap.add_argument("--work", default="/tmp/wick-llama")
+    ap.add_argument("--skip", default="", help="comma list: accuracy,speed")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    skip = set(a.skip.split(","))
+    t0 = time.time()
+    if "accuracy" not in skip:
+        for shape in ("llama1b", "qwen05b"):
+            try:
+                accuracy(shape, a.build, a.work)
+            except Exception as e:  # keep going: the table says what failed
+                row(f"{shape} accuracy", f"error: {e}"[:200], "-", False)
+    if "speed" not in skip:
+        for shape, bar in (("smollm2", 2000), ("llama1b", 1300)):
+            try:
+                speed(shape, a.build, a.work, bar)
+            except Exception as e:
+                row(f"{shape} speed", f"error: {e}"[:200], "-", False)
+    print(f"\n==== Llama checks ({time.time() - t0:.0f} s)")
+    for check, value, bar, verdict in ROWS:
+        print(f"{verdict:4s}  {check}: {value}  [{bar}]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+// Scaled dot-product attention on the CPU. One work item per (batch, k/v head, tile of 64 rows)
+// over the thread pool, a row being one query of one of the heads that share the k/v head, so
+// grouped-query heads share each k/v tile (and a decoding step reads the cache once per group).
+// Keys and values stream through in tiles of 64 with an online softmax (running max and sum per
+// row), so the (s, s_kv) score matrix is never stored; causal tiles past an item's last visible
+// key are skipped.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu/cpu_storage.h"
+#include "cpu/fused.h"
+#include "cpu/parallel.h"
+#include "dispatch.h"
+
+namespace wick::cpu {
+namespace {
+
+constexpr size_t kQueryTile = 64;
+constexpr size_t kKeyTile = 64;
+
+template <class C>
+inline C exp_le0(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    return exp_nonpositive_f32(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
+struct View4 {
+  size_t dims[4];
+  size_t strides[4];
+};
+
+View4 view4(const Layout& l) {
+  View4 v{};
+  for (size_t i = 0; i < 4; ++i) {
+    v.dims[i] = l.dims()[i];
+    v.strides[i] = l.strides()[i];
+  }
+  return v;
+}
+
+// ---- tile products: scores = Q K^T and O += P V over one key tile ----
+
+using v8f = float __attribute__((vector_size(32)));
+
+inline v8f load8(const float* p) {
+  v8f v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store8(float* p, v8f v) {
+  __builtin_memcpy(p, &v, sizeof(v));
+}
+
+// s[r][j] = sum_t q[r][t] kt[t][j] for r < nq, j < kKeyTile (kt is K transposed).
+template <class C>
+void tile_scores(const C* q, const C* kt, C* s, size_t nq, size_t d) {
+  size_t r = 0;
+  if constexpr (std::is_same_v<C, float>) {
+    // 4 rows x 16 keys of accumulators in registers; each K load serves 4 rows.
+    for (; r + 4 <= nq; r += 4) {
+      for (size_t j0 = 0; j0 < kKeyTile; j0 += 16) {
+        v8f acc[4][2] = {};
+        for (size_t t = 0; t < d; ++t) {
+          v8f k0 = load8(kt + t * kKeyTile + j0), k1 = load8(kt + t * kKeyTile + j0 + 8);
+          for (size_t i = 0; i < 4; ++i) {
+            float a = q[(r + i) * d + t];
+            acc[i][0] += a * k0;
+            acc[i][1] += a * k1;
+          }
+        }
+        for (size_t i = 0; i < 4; ++i) {
+          store8(s + (r + i) * kKeyTile + j0, acc[i][0]);
+          store8(s + (r + i) * kKeyTile + j0 + 8, acc[i][1]);
+        }
+      }
+    }
+  }
+  for (; r < nq; ++r) {
+    C* sr = s + r * kKeyTile;
+    for (size_t j = 0; j < kKeyTile; ++j) sr[j] = 0;
+    for (size_t t = 0; t < d; ++t) {
+      C a = q[r * d + t];
+      const C* row = kt + t * kKeyTile;
+      for (size_t j = 0; j < kKeyTile; ++j) sr[j] += a * row[j];
+    }
+  }
+}
+
+// o[r][t] += sum_j p[r][j] v[j][t] for r < nq, j < nk.
+template <class C>
+void tile_pv(const C* p, const C* v, C* o, size_t nq, size_t nk, size_t d) {
+  size_t r = 0;
+  if constexpr (std::is_same_v<C, float>) {
+    size_t d16 = d / 16 * 16;
+    for (; r + 4 <= nq; r += 4) {
+      for (size_t t0 = 0; t0 < d16; t0 += 16) {
+        v8f acc[4][2];
+        for (size_t i = 0; i < 4; ++i) {
+          acc[i][0] = load8(o + (r + i) * d + t0);
+          acc[i][1] = load8(o + (r + i) * d + t0 + 8);
+        }
+        for (size_t j = 0; j < nk; ++j) {
+          v8f v0 = load8(v + j * d + t0), v1 = load8(v + j * d + t0 + 8);
+          for (size_t i = 0; i < 4; ++i) {
+            float a = p[(r + i) * kKeyTile + j];
+            acc[i][0] += a * v0;
+            acc[i][1] += a * v1;
+          }
+        }
+        for (size_t i = 0; i < 4; ++i) {
+          store8(o + (r + i) * d + t0, acc[i][0]);
+          store8(o + (r + i) * d + t0 + 8, acc[i][1]);
+        }
+      }
+      for (size_t i = 0; i < 4; ++i) {
+        for (size_t j = 0; j < nk; ++j) {
+          float a = p[(r + i) * kKeyTile + j];
+          for (size_t t = d16; t < d; ++t) o[(r + i) * d + t] += a * v[j * d + t];
+        }
+      }
+    }
+  }
+  for (; r < nq; ++r) {
+    C* orow = o + r * d;
+    for (size_t j = 0; j < nk; ++j) {
+      C a = p[r * kKeyTile + j];
+      if (a == C(0)) continue;
+      const C* vr = v + j * d;
+      for (size_t t = 0; t < d; ++t) orow[t] += a * vr[t];
+    }
+  }
+}
+
+template <class T>
+void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops, T* out) {
+  using C = compute_t<T>;
+  constexpr C kNegInf = -std::numeric_limits<C>::infinity();
+  View4 qv = view4(ops[0].layout), kv = view4(ops[1].layout), vv = view4(ops[2].layout);
+  const T* qp = as_cpu(*ops[0].storage).as<T>() + ops[0].layout.start_offset();
+  const T* kp = as_cpu(*ops[1].storage).as<T>() + ops[1].layout.start_offset();
+  const T* vp = as_cpu(*ops[2].storage).as<T>() + ops[2].layout.start_offset();
+  bool has_mask = ops.size() > 3 && ops[3].storage != nullptr;
+  View4 mv{};
+  const T* mp = nullptr;
+  if (has_mask) {
+    mv = view4(ops[3].layout);
+    mp = as_cpu(*ops[3].storage).as<T>() + ops[3].layout.start_offset();
+  }
+  size_t nb = qv.dims[0], nh = qv.dims[1], s = qv.dims[2], d = qv.dims[3];
+  size_t nh_kv = kv.dims[1], s_kv = kv.dims[2];
+  size_t group = nh / nh_kv;
+  // Causal: query i sees keys j <= i + s_kv - s (the last query sees the last key).
+  long shift = static_cast<long>(s_kv) - static_cast<long>(s);
+  C scale = static_cast<C>(p.scale);
+  // The rows of a work item are (query head of the group, query) pairs, head-major: the heads
+  // that share a k/v head share its tiles too (decoding: the whole group in one item).
+  size_t group_rows = group * s;
+  size_t q_tiles = (group_rows + kQueryTile - 1) / kQueryTile;
+  size_t items = nb * nh_kv * q_tiles;
+
+  parallel_for(items, 1, [&](size_t i0, size_t i1) {
+    std::vector<C> kt(d * kKeyTile), vt(kKeyTile * d), q(kQueryTile * d), o(kQueryTile * d),
+        sc(kQueryTile * kKeyTile);
+    C m[kQueryTile], l[kQueryTile];
+    size_t row_head[kQueryTile], row_query[kQueryTile];
+    for (size_t item = i0; item < i1; ++item) {
+      size_t qt = item % q_tiles, bk = item / q_tiles;
+      size_t bi = bk / nh_kv, hk = bk % nh_kv;
+      size_t r0 = qt * kQueryTile, nq = std::min(kQueryTile, group_rows - r0);
+      long last_visible = -1;
+      for (size_t r = 0; r < nq; ++r) {
+        size_t hi = hk * group + (r0 + r) / s, qi = (r0 + r) % s;
+        row_head[r] = hi;
+        row_query[r] = qi;
+        const T* qr = qp + bi * qv.strides[0] + hi * qv.strides[1] + qi * qv.strides[2];
+        for (size_t t = 0; t < d; ++t) q[r * d + t] = static_cast<C>(qr[t]) * scale;
+        m[r] = kNegInf;
+        l[r] = 0;
+        last_visible = std::max(
+            last_visible, p.causal ? static_cast<long>(qi) + shift : static_cast<long>(s_kv) - 1);
+      }
+      std::fill(o.begin(), o.end(), C(0));
+      size_t key_end = static_cast<size_t>(std::clamp(last_visible + 1, 0L, long(s_kv)));
+      const T* kbase = kp + bi * kv.strides[0] + hk * kv.strides[1];
+      const T* vbase = vp + bi * vv.strides[0] + hk * vv.strides[1];
+      for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+        size_t nk = std::min(kKeyTile, key_end - k0);
+        // K transposed (d, tile) so that scores are axpys along the tile; zeros past the end.
+        for (size_t j = 0; j < kKeyTile; ++j) {
+          if (j < nk) {
+            const T* kr = kbase + (k0 + j) * kv.strides[2];
+            const T* vr = vbase + (k0 + j) * vv.strides[2];
+            for (size_t t = 0; t < d; ++t) {
+              kt[t * kKeyTile + j] = static_cast<C>(kr[t]);
+              vt[j * d + t] = static_cast<C>(vr[t]);
+            }
+          } else {
+            for (size_t t = 0; t < d; ++t) kt[t * kKeyTile + j] = 0;
+          }
+        }
+        tile_scores(q.data(), kt.data(), sc.data(), nq, d);
+        // The online softmax of each row over this tile; p overwrites the scores.
+        for (size_t r = 0; r < nq; ++r) {
+          C* sr = sc.data() + r * kKeyTile;
+          long qi = static_cast<long>(row_query[r]);
+          size_t hi = row_head[r];
+          long limit = p.causal ? qi + shift : static_cast<long>(s_kv) - 1;
+          long visible = std::clamp(limit - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk));
+          if (visible < static_cast<long>(kKeyTile) || has_mask) {
+            for (long j = 0; j < static_cast<long>(kKeyTile); ++j) {
+              if (j >= visible) {
+                sr[j] = kNegInf;
+              } else if (has_mask) {
+                sr[j] += static_cast<C>(
+                    mp[bi * mv.strides[0] + hi * mv.strides[1] +
+                       static_cast<size_t>(qi) * mv.strides[2] + (k0 + j) * mv.strides[3]]);
+              }
+            }
+          }
+          // Eight running maxima and sums so that the loops vectorise.
+          C mx8[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+          for (size_t j = 0; j < kKeyTile; j += 8) {
+            for (size_t e = 0; e < 8; ++e) mx8[e] = sr[j + e] > mx8[e] ? sr[j + e] : mx8[e];
+          }
+          C mx = kNegInf;
+          for (C v : mx8) mx = std::max(mx, v);
+          C m_new = std::max(m[r], mx);
+          C* orow = o.data() + r * d;
+          if (m_new == kNegInf) {  // every key so far is masked out
+            for (size_t j = 0; j < kKeyTile; ++j) sr[j] = 0;
+            continue;
+          }
+          C corr = m[r] == kNegInf ? C(0) : exp_le0(m[r] - m_new);
+          for (size_t j = 0; j < kKeyTile; ++j) sr[j] = exp_le0(sr[j] - m_new);
+          C sum8[8] = {};
+          for (size_t j = 0; j < kKeyTile; j += 8) {
+            for (size_t e = 0; e < 8; ++e) sum8[e] += sr[j + e];
+          }
+          C sum = ((sum8[0] + sum8[1]) + (sum8[2] + sum8[3])) +
+                  ((sum8[4] + sum8[5]) + (sum8[6] + sum8[7]));
+          l[r] = l[r] * corr + sum;
+          m[r] = m_new;
+          if (corr != C(1)) {
+            for (size_t t = 0; t < d; ++t) orow[t] *= corr;
+          }
+        }
+        tile_pv(sc.data(), vt.data(), o.data(), nq, nk, d);
+      }
+      // A query that sees no key (causal with s > s_kv, or an all -inf mask row) gets zeros.
+      for (size_t r = 0; r < nq; ++r) {
+        T* orow = out + ((bi * nh + row_head[r]) * s + row_query[r]) * d;
+        C inv = l[r] > C(0) ? C(1) / l[r] : C(0);
+        for (size_t t = 0; t < d; ++t) orow[t] = T(o[r * d + t] * inv);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+StoragePtr attention(const FusedParams& params, const std::vector<FusedOperand>& operands) {
+  const Layout& ql = operands[0].layout;
+  DType dtype = operands[0].storage->dtype();
+  auto out = std::make_unique<CpuStorage>(ql.elem_count(), dtype);
+  if (ql.elem_count() == 0) return out;
+  dispatch_float(dtype, "scaled_dot_product_attention",
+                 [&]<class T>() { attention_typed<T>(params, operands, out->as<T>()); });
+  return out;
+}
+
+}  // namespace wick::cpu

@@ -1,0 +1,163 @@
+// CpuStorage::fused: layer_norm, rms_norm and rope as single-pass row kernels over the thread
+// pool (attention is in attention.cpp). f16/bf16 rows are widened to f32 once, normalised and
+// rounded once on the way out.
+
+#include "cpu/fused.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu/cpu_storage.h"
+#include "cpu/parallel.h"
+#include "dispatch.h"
+#include "util.h"
+
+namespace wick::cpu {
+namespace {
+
+// Rows per parallel chunk: about this many elements each.
+constexpr size_t kParallelWork = size_t{1} << 14;
+
+template <class T>
+const T* data_of(const FusedOperand& op) {
+  return as_cpu(*op.storage).as<T>() + op.layout.start_offset();
+}
+
+// Sum with eight independent accumulators, so the compiler vectorises it without reassociating.
+template <class C>
+C lane_sum(const C* x, size_t n) {
+  C acc[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t j = 0; j < 8; ++j) acc[j] += x[i + j];
+  }
+  C s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+template <class C>
+C lane_sum_sq_dev(const C* x, size_t n, C mean) {
+  C acc[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t j = 0; j < 8; ++j) {
+      C v = x[i + j] - mean;
+      acc[j] += v * v;
+    }
+  }
+  C s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
+  return s;
+}
+
+// One kernel for both norms: layer_norm centres and adds the bias, rms_norm does neither.
+template <class T, bool kLayer>
+void norm_rows(const FusedParams& p, const std::vector<FusedOperand>& ops, T* y) {
+  using C = compute_t<T>;
+  const Layout& xl = ops[0].layout;
+  size_t d = xl.dims().back();
+  size_t rows = d == 0 ? 0 : xl.elem_count() / d;
+  const T* x = data_of<T>(ops[0]);
+  // The weight and bias are widened once for all rows.
+  std::vector<C> w(d), b(d, C(0));
+  const T* wp = data_of<T>(ops[1]);
+  for (size_t i = 0; i < d; ++i) w[i] = static_cast<C>(wp[i]);
+  bool has_bias = kLayer && ops.size() > 2 && ops[2].storage;
+  if (has_bias) {
+    const T* bp = data_of<T>(ops[2]);
+    for (size_t i = 0; i < d; ++i) b[i] = static_cast<C>(bp[i]);
+  }
+  C eps = static_cast<C>(p.eps);
+  parallel_for(rows, std::max<size_t>(1, kParallelWork / std::max<size_t>(d, 1)),
+               [&](size_t r0, size_t r1) {
+                 std::vector<C> buf(std::is_same_v<C, T> ? 0 : d);
+                 for (size_t r = r0; r < r1; ++r) {
+                   const T* xr = x + r * d;
+                   const C* v;
+                   if constexpr (std::is_same_v<C, T>) {
+                     v = xr;
+                   } else {
+                     for (size_t i = 0; i < d; ++i) buf[i] = static_cast<C>(xr[i]);
+                     v = buf.data();
+                   }
+                   T* yr = y + r * d;
+                   if constexpr (kLayer) {
+                     C mean = lane_sum(v, d) / static_cast<C>(d);
+                     C var = lane_sum_sq_dev(v, d, mean) / static_cast<C>(d);
+                     C rstd = C(1) / std::sqrt(var + eps);
+                     for (size_t i = 0; i < d; ++i) {
+                       yr[i] = T((v[i] - mean) * rstd * w[i] + b[i]);
+                     }
+                   } else {
+                     C ms = lane_sum_sq_dev(v, d, C(0)) / static_cast<C>(d);
+                     C rstd = C(1) / std::sqrt(ms + eps);
+                     for (size_t i = 0; i < d; ++i) yr[i] = T(v[i] * rstd * w[i]);
+                   }
+                 }
+               });
+}
+
+// x (b, h, s, d) with the last dim contiguous; cos/sin (s, d/2); y row-major.
+template <class T, bool kInterleaved>
+void rope_rows(const std::vector<FusedOperand>& ops, T* y) {
+  using C = compute_t<T>;
+  const Layout& xl = ops[0].layout;
+  size_t nb = xl.dims()[0], nh = xl.dims()[1], s = xl.dims()[2], d = xl.dims()[3];
+  size_t sb = xl.strides()[0], sh = xl.strides()[1], ss = xl.strides()[2];
+  size_t half = d / 2;
+  const T* x = data_of<T>(ops[0]);
+  const T* cs = data_of<T>(ops[1]);
+  const T* sn = data_of<T>(ops[2]);
+  size_t rows = nb * nh * s;
+  parallel_for(rows, std::max<size_t>(1, kParallelWork / std::max<size_t>(d, 1)),
+               [&](size_t r0, size_t r1) {
+                 for (size_t r = r0; r < r1; ++r) {
+                   size_t t = r % s, bh = r / s;
+                   const T* xr = x + (bh / nh) * sb + (bh % nh) * sh + t * ss;
+                   const T* c = cs + t * half;
+                   const T* sr = sn + t * half;
+                   T* yr = y + r * d;
+                   for (size_t i = 0; i < half; ++i) {
+                     C ci = static_cast<C>(c[i]), si = static_cast<C>(sr[i]);
+                     if constexpr (kInterleaved) {
+                       C a = static_cast<C>(xr[2 * i]), b = static_cast<C>(xr[2 * i + 1]);
+                       yr[2 * i] = T(a * ci - b * si);
+                       yr[2 * i + 1] = T(b * ci + a * si);
+                     } else {
+                       C a = static_cast<C>(xr[i]), b = static_cast<C>(xr[i + half]);
+                       yr[i] = T(a * ci - b * si);
+                       yr[i + half] = T(b * ci + a * si);
+                     }
+                   }
+                 }
+               });
+}
+
+}  // namespace
+
+StoragePtr CpuStorage::fused(const FusedParams& params,
+                             const std::vector<FusedOperand>& operands) const {
+  if (params.kind == FusedKind::Attention) return attention(params, operands);
+  auto out = std::make_unique<CpuStorage>(operands[0].layout.elem_count(), dtype_);
+  if (operands[0].layout.elem_count() == 0) return out;
+  dispatch_float(dtype_, fused_name(params.kind), [&]<class T>() {
+    T* y = out->as<T>();
+    switch (params.kind) {
+      case FusedKind::LayerNorm:
+        return norm_rows<T, true>(params, operands, y);
+      case FusedKind::RmsNorm:
+        return norm_rows<T, false>(params, operands, y);
+      case FusedKind::Rope:
+        return rope_rows<T, false>(operands, y);
+      case FusedKind::RopeInterleaved:
+        return rope_rows<T, true>(operands, y);
+      case FusedKind::Attention:
+        break;
+    }
+  });
+  return out;
+}
+
+}  // namespace wick::cpu

@@ -1,0 +1,269 @@
+// layer_norm, rms_norm and rope kernels. Norms: a warp per row up to 1024 columns, a block per
+// row up to 8192 held in registers (16-byte vector loads when rows are aligned, one read and one
+// write of each element), a looping block above; statistics in f32 (f64 for f64).
+
+#include "cuda/fused_kernels.h"
+#include "cuda/kernel_utils.cuh"
+
+namespace wick::cuda {
+namespace {
+
+template <class C>
+__device__ __forceinline__ C warp_sum(C x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x += shfl_xor(x, m);
+  return x;
+}
+
+/// The block's sum, on every thread (scratch: one C per warp).
+template <class C>
+__device__ __forceinline__ C block_sum(C x, C* scratch) {
+  x = warp_sum(x);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  C r = 0;
+  for (unsigned w = 0; w < blockDim.x / 32; ++w) r += scratch[w];
+  __syncthreads();  // scratch is reused by the next reduction
+  return r;
+}
+
+template <class C>
+__device__ __forceinline__ C rsqrt_c(C x) {
+  if constexpr (std::is_same_v<C, float>)
+    return rsqrtf(x);
+  else
+    return rsqrt(x);
+}
+
+constexpr int kWarpPerLane = 32;  // a warp keeps rows up to 1024 in registers
+
+/// A warp per row of up to 1024 elements.
+template <class T, bool kRms>
+__global__ void __launch_bounds__(kBlock)
+    norm_warp_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                     T* __restrict__ y, uint64_t rows, unsigned cols, compute_t<T> eps) {
+  using C = compute_t<T>;
+  unsigned lane = threadIdx.x % 32;
+  uint64_t w0 = global_tid() / 32, nw = grid_stride() / 32;
+  for (uint64_t row = w0; row < rows; row += nw) {
+    const T* xr = x + row * cols;
+    C v[kWarpPerLane];
+    C sum = 0;
+#pragma unroll
+    for (int j = 0; j < kWarpPerLane; ++j) {
+      unsigned c = lane + 32 * j;
+      v[j] = c < cols ? to_compute(xr[c]) : C(0);
+      sum += v[j];
+    }
+    C mean = kRms ? C(0) : warp_sum(sum) / C(cols);
+    C sq = 0;
+#pragma unroll
+    for (int j = 0; j < kWarpPerLane; ++j) {
+      if (lane + 32 * j < cols) {
+        C dv = v[j] - mean;
+        sq += dv * dv;
+      }
+    }
+    C rstd = rsqrt_c(warp_sum(sq) / C(cols) + eps);
+    T* yr = y + row * cols;
+#pragma unroll
+    for (int j = 0; j < kWarpPerLane; ++j) {
+      unsigned c = lane + 32 * j;
+      if (c < cols) {
+        C o = (v[j] - mean) * rstd * to_compute(w[c]);
+        if (!kRms && b != nullptr) o += to_compute(b[c]);
+        yr[c] = convert<T>(o);
+      }
+    }
+  }
+}
+
+constexpr int kNormPerThread = 32;  // a block keeps rows up to 8192 in registers
+
+/// A block per row of up to 8192 elements, in registers, 16-byte vectors when `vec`.
+template <class T, bool kRms>
+__global__ void __launch_bounds__(kBlock)
+    norm_block_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                          T* __restrict__ y, uint64_t rows, unsigned cols, compute_t<T> eps,
+                          bool vec) {
+  using C = compute_t<T>;
+  constexpr int N = 16 / sizeof(T);
+  constexpr int V = kNormPerThread / N;
+  __shared__ C scratch[kBlock / 32];
+  for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * cols;
+    C v[V][N];
+    C sum = 0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      unsigned c0 = (j * kBlock + threadIdx.x) * N;
+      if (vec && c0 < cols) {
+        Vec<T, N> t = *reinterpret_cast<const Vec<T, N>*>(xr + c0);
+#pragma unroll
+        for (int e = 0; e < N; ++e) v[j][e] = to_compute(t.v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) v[j][e] = c0 + e < cols ? to_compute(xr[c0 + e]) : C(0);
+      }
+#pragma unroll
+      for (int e = 0; e < N; ++e) sum += v[j][e];
+    }
+    C mean = kRms ? C(0) : block_sum(sum, scratch) / C(cols);
+    C sq = 0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        if ((j * kBlock + threadIdx.x) * N + e < cols) {
+          C dv = v[j][e] - mean;
+          sq += dv * dv;
+        }
+      }
+    }
+    C rstd = rsqrt_c(block_sum(sq, scratch) / C(cols) + eps);
+    T* yr = y + row * cols;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      unsigned c0 = (j * kBlock + threadIdx.x) * N;
+      if (c0 >= cols) continue;
+      if (vec) {
+        Vec<T, N> wt = *reinterpret_cast<const Vec<T, N>*>(w + c0);
+        Vec<T, N> bt{};
+        if (!kRms && b != nullptr) bt = *reinterpret_cast<const Vec<T, N>*>(b + c0);
+        Vec<T, N> o;
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          C r = (v[j][e] - mean) * rstd * to_compute(wt.v[e]);
+          if (!kRms && b != nullptr) r += to_compute(bt.v[e]);
+          o.v[e] = convert<T>(r);
+        }
+        *reinterpret_cast<Vec<T, N>*>(yr + c0) = o;
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          unsigned c = c0 + e;
+          if (c < cols) {
+            C r = (v[j][e] - mean) * rstd * to_compute(w[c]);
+            if (!kRms && b != nullptr) r += to_compute(b[c]);
+            yr[c] = convert<T>(r);
+          }
+        }
+      }
+    }
+  }
+}
+
+/// A block per row longer than 8192: the row is read three times (mean, variance, write).
+template <class T, bool kRms>
+__global__ void __launch_bounds__(kBlock)
+    norm_block_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                      T* __restrict__ y, uint64_t rows, uint64_t cols, compute_t<T> eps) {
+  using C = compute_t<T>;
+  __shared__ C scratch[kBlock / 32];
+  for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * cols;
+    C mean = 0;
+    if (!kRms) {
+      C sum = 0;
+      for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += to_compute(xr[c]);
+      mean = block_sum(sum, scratch) / C(cols);
+    }
+    C sq = 0;
+    for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      C dv = to_compute(xr[c]) - mean;
+      sq += dv * dv;
+    }
+    C rstd = rsqrt_c(block_sum(sq, scratch) / C(cols) + eps);
+    T* yr = y + row * cols;
+    for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      C r = (to_compute(xr[c]) - mean) * rstd * to_compute(w[c]);
+      if (!kRms && b != nullptr) r += to_compute(b[c]);
+      yr[c] = convert<T>(r);
+    }
+  }
+}
+
+template <class T, bool kRms>
+void run_norm(const T* x, const T* w, const T* b, T* y, size_t rows, size_t cols, double eps,
+              cudaStream_t s) {
+  using C = compute_t<T>;
+  C e = static_cast<C>(eps);
+  if (cols <= 32 * kWarpPerLane) {
+    norm_warp_kernel<T, kRms><<<grid_for(rows, kBlock / 32), kBlock, 0, s>>>(
+        x, w, b, y, rows, static_cast<unsigned>(cols), e);
+  } else if (cols <= kBlock * kNormPerThread) {
+    bool vec = (cols * sizeof(T)) % 16 == 0 && aligned16(x, 0, 1) && aligned16(w, 0, 1) &&
+               (b == nullptr || aligned16(b, 0, 1)) && aligned16(y, 0, 1);
+    norm_block_reg_kernel<T, kRms><<<grid_for(rows, 1), kBlock, 0, s>>>(
+        x, w, b, y, rows, static_cast<unsigned>(cols), e, vec);
+  } else {
+    norm_block_kernel<T, kRms><<<grid_for(rows, 1), kBlock, 0, s>>>(x, w, b, y, rows, cols, e);
+  }
+  WICK_CUDA_CHECK_LAUNCH();
+}
+
+/// A thread per rotated pair.
+template <class T, bool kInterleaved>
+__global__ void __launch_bounds__(kBlock)
+    rope_kernel(const T* __restrict__ x, int64_t sb, int64_t sh, int64_t ss, uint32_t nh,
+                uint32_t seq, uint32_t half, const T* __restrict__ cos, const T* __restrict__ sin,
+                T* __restrict__ y, uint64_t pairs) {
+  using C = compute_t<T>;
+  for (uint64_t p = global_tid(); p < pairs; p += grid_stride()) {
+    uint32_t i = static_cast<uint32_t>(p % half);
+    uint64_t row = p / half;
+    uint32_t t = static_cast<uint32_t>(row % seq);
+    uint64_t bh = row / seq;
+    const T* xr = x + static_cast<int64_t>(bh / nh) * sb + static_cast<int64_t>(bh % nh) * sh +
+                  static_cast<int64_t>(t) * ss;
+    T* yr = y + row * 2 * half;
+    C c = to_compute(cos[static_cast<uint64_t>(t) * half + i]);
+    C sn = to_compute(sin[static_cast<uint64_t>(t) * half + i]);
+    uint32_t ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + half;
+    C a = to_compute(xr[ia]), b = to_compute(xr[ib]);
+    yr[ia] = convert<T>(a * c - b * sn);
+    yr[ib] = convert<T>(b * c + a * sn);
+  }
+}
+
+}  // namespace
+
+void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const void* bias,
+                 void* y, size_t rows, size_t cols, double eps, cudaStream_t s) {
+  if (rows == 0 || cols == 0) return;
+  dispatch_dev_float(dtype, rms ? "rms_norm" : "layer_norm", [&]<class T>() {
+    auto xp = static_cast<const T*>(x);
+    auto wp = static_cast<const T*>(weight);
+    auto bp = static_cast<const T*>(bias);
+    auto yp = static_cast<T*>(y);
+    if (rms) {
+      run_norm<T, true>(xp, wp, nullptr, yp, rows, cols, eps, s);
+    } else {
+      run_norm<T, false>(xp, wp, bp, yp, rows, cols, eps, s);
+    }
+  });
+}
+
+void launch_rope(DType dtype, bool interleaved, const void* x, const int64_t x_strides[3],
+                 const size_t dims[4], const void* cos, const void* sin, void* y, cudaStream_t s) {
+  uint64_t half = dims[3] / 2;
+  uint64_t pairs = dims[0] * dims[1] * dims[2] * half;
+  if (pairs == 0) return;
+  dispatch_dev_float(dtype, interleaved ? "rope_interleaved" : "rope", [&]<class T>() {
+    auto args = [&](auto kernel) {
+      kernel<<<grid_for(pairs), kBlock, 0, s>>>(
+          static_cast<const T*>(x), x_strides[0], x_strides[1], x_strides[2],
+          static_cast<uint32_t>(dims[1]), static_cast<uint32_t>(dims[2]),
+          static_cast<uint32_t>(half), static_cast<const T*>(cos), static_cast<const T*>(sin),
+          static_cast<T*>(y), pairs);
+    };
+    if (interleaved) {
+      args(rope_kernel<T, true>);
+    } else {
+      args(rope_kernel<T, false>);
+    }
+    WICK_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace wick::cuda

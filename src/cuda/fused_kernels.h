@@ -1,0 +1,45 @@
+#pragma once
+// Launchers for the fused transformer kernels (src/cuda/fused.cu, src/cuda/attention.cu). Plain
+// C++ signatures, like kernels.h; each enqueues on `stream` and returns at once.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/kernels.h"
+#include "wick/dtype.h"
+
+namespace wick::cuda {
+
+/// layer_norm (rms = false; bias may be null) or rms_norm over contiguous rows x cols.
+void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const void* bias,
+                 void* y, size_t rows, size_t cols, double eps, cudaStream_t s);
+
+/// Rotary embedding. x (b, h, s, d) at element strides x_strides (the last dim contiguous);
+/// cos/sin (s, d / 2) contiguous; y (b, h, s, d) contiguous.
+void launch_rope(DType dtype, bool interleaved, const void* x, const int64_t x_strides[3],
+                 const size_t dims[4], const void* cos, const void* sin, void* y, cudaStream_t s);
+
+/// Scaled dot-product attention (see FusedParams::Attention in backend.h). Element strides of
+/// dims (b, h, s) for q, (b, h_kv, s_kv) for k and v (their last dim contiguous), (b, h, s, s_kv)
+/// for mask (null when absent); out (b, h, s, d) contiguous.
+struct AttentionArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* mask = nullptr;
+  void* out = nullptr;
+  int64_t q_strides[3] = {};
+  int64_t k_strides[3] = {};
+  int64_t v_strides[3] = {};
+  int64_t mask_strides[4] = {};
+  int b = 0, h = 0, h_kv = 0, s = 0, s_kv = 0, d = 0;
+  float scale = 1;
+  bool causal = false;
+};
+
+void launch_attention(DType dtype, const AttentionArgs& args, const TempAlloc& temp,
+                      cudaStream_t s);
+
+}  // namespace wick::cuda

@@ -1,0 +1,182 @@
+#include "wick/generator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "util.h"
+#include "wick/cuda.h"
+#include "wick/error.h"
+
+namespace wick {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// splitmix64: a small, well-mixed generator; the same seed gives the same tokens everywhere.
+uint64_t next_random(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+bool graph_allowed_by_env() {
+  const char* v = std::getenv("WICK_DECODE_GRAPH");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+}  // namespace
+
+// The decode step captured as one CUDA graph: its inputs (token, position) and outputs (next
+// token, logits) sit at fixed device addresses; the host writes the inputs and replays.
+struct Generator::DecodeGraph {
+  models::KvCache cache;
+  Tensor input;     // (2) U32: token, position
+  Tensor token;     // (1, 1) view of input
+  Tensor position;  // (1) view of input
+  Tensor next;      // (1) U32, written by the graph
+  Tensor logits;    // (1, vocab), written by the graph
+  CudaGraph graph;
+};
+
+Generator::Generator(models::Llama model, GenerateOptions options)
+    : model_(std::move(model)), options_(std::move(options)), rng_state_(options_.seed) {
+  if (options_.top_p <= 0 || options_.top_p > 1) {
+    throw Error(str("Generator: top_p must be in (0, 1], got ", options_.top_p));
+  }
+  if (options_.temperature < 0 || !std::isfinite(options_.temperature)) {
+    throw Error(str("Generator: temperature must be >= 0, got ", options_.temperature));
+  }
+}
+
+Generator::~Generator() = default;
+Generator::Generator(Generator&&) noexcept = default;
+Generator& Generator::operator=(Generator&&) noexcept = default;
+
+uint32_t Generator::sample(const std::vector<float>& logits) {
+  if (logits.empty()) throw Error("Generator::sample: no logits");
+  if (options_.temperature == 0) {
+    return static_cast<uint32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<uint32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0u);
+  size_t keep = options_.top_k > 0 ? std::min(options_.top_k, logits.size()) : logits.size();
+  auto by_logit = [&](uint32_t a, uint32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(keep), order.end(),
+                    by_logit);
+  order.resize(keep);
+  double top = logits[order[0]] / options_.temperature;
+  std::vector<double> probs(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp(logits[order[i]] / options_.temperature - top);
+    total += probs[i];
+  }
+  // top-p: the smallest prefix of the sorted tokens whose probability reaches p.
+  double cumulative = 0;
+  size_t kept = keep;
+  for (size_t i = 0; i < keep; ++i) {
+    cumulative += probs[i] / total;
+    if (cumulative >= options_.top_p) {
+      kept = i + 1;
+      break;
+    }
+  }
+  double mass = std::accumulate(probs.begin(), probs.begin() + static_cast<ptrdiff_t>(kept), 0.0);
+  double u = static_cast<double>(next_random(rng_state_) >> 11) * 0x1.0p-53 * mass;
+  for (size_t i = 0; i < kept; ++i) {
+    u -= probs[i];
+    if (u < 0) return order[i];
+  }
+  return order[kept - 1];
+}
+
+std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_ids,
+                                          const TokenCallback& on_token) {
+  if (prompt_ids.empty()) throw Error("Generator::generate: empty prompt");
+  stats_ = GenerateStats{};
+  stats_.prompt_tokens = prompt_ids.size();
+  std::vector<uint32_t> out;
+  if (options_.max_new_tokens == 0) return out;
+  rng_state_ = options_.seed;
+  const Device dev = model_.device();
+  size_t max_len =
+      options_.max_len > 0 ? options_.max_len : prompt_ids.size() + options_.max_new_tokens;
+  if (prompt_ids.size() + options_.max_new_tokens > max_len) {
+    throw Error(str("Generator::generate: prompt of ", prompt_ids.size(), " tokens + ",
+                    options_.max_new_tokens, " new exceed max_len ", max_len));
+  }
+  const std::vector<uint32_t>& stops =
+      options_.stop_tokens.empty() ? model_.config().eos_token_ids : options_.stop_tokens;
+  bool use_graph = dev.is_cuda() && options_.cuda_graph && graph_allowed_by_env();
+  stats_.used_cuda_graph = use_graph;
+
+  // A graph is tied to its cache: reuse both while the cache is long enough.
+  if (use_graph && (!graph_ || graph_->cache.max_len() < max_len)) graph_.reset();
+  models::KvCache local_cache;
+  models::KvCache& cache = use_graph ? (graph_ ? graph_->cache : local_cache) : local_cache;
+  if (!use_graph || !graph_) cache = model_.make_cache(1, max_len);
+  cache.reset();
+  stats_.kv_cache_bytes = cache.bytes();
+
+  auto pick = [&](const Tensor& logits) -> uint32_t {
+    if (options_.temperature == 0) return logits.argmax(1).to_vec1<uint32_t>()[0];
+    return sample(logits.to_dtype(DType::F32).flatten_all().to_vec1<float>());
+  };
+  auto emit = [&](uint32_t t) {
+    out.push_back(t);
+    bool go_on = on_token ? on_token(t) : true;
+    bool stop = std::find(stops.begin(), stops.end(), t) != stops.end();
+    return go_on && !stop && out.size() < options_.max_new_tokens;
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  Tensor ids = Tensor::from_vec(prompt_ids, {1, prompt_ids.size()}, dev);
+  uint32_t next = pick(model_.forward_last(ids, cache));
+  stats_.prompt_seconds = seconds_since(t0);
+  auto t1 = std::chrono::steady_clock::now();
+  bool more = emit(next);
+
+  if (more && use_graph) {
+    if (!graph_) {
+      auto g = std::make_unique<DecodeGraph>();
+      g->cache = std::move(cache);
+      g->input = Tensor::zeros({2}, DType::U32, dev);
+      g->token = g->input.narrow(0, 0, 1).reshape({1, 1});
+      g->position = g->input.narrow(0, 1, 1);
+      g->graph = CudaGraph::capture(
+          dev, [&] { g->next = model_.decode_step(g->token, g->position, g->cache, &g->logits); });
+      graph_ = std::move(g);
+    }
+    DecodeGraph& g = *graph_;
+    while (more) {
+      size_t pos = g.cache.length();
+      g.input.assign(
+          Tensor::from_vec(std::vector<uint32_t>{next, static_cast<uint32_t>(pos)}, {2}, dev));
+      g.graph.replay();
+      g.cache.set_length(pos + 1);
+      next = options_.temperature == 0 ? g.next.to_vec1<uint32_t>()[0] : pick(g.logits);
+      more = emit(next);
+    }
+  } else {
+    while (more) {
+      Tensor tok = Tensor::from_vec(std::vector<uint32_t>{next}, {1, 1}, dev);
+      next = pick(model_.forward_last(tok, cache));
+      more = emit(next);
+    }
+  }
+  stats_.new_tokens = out.size();
+  stats_.decode_seconds = seconds_since(t1);
+  return out;
+}
+
+}  // namespace wick

@@ -1,0 +1,442 @@
+#include "wick/llama.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "models/kv_write.h"
+#include "models/llama_impl.h"
+#include "util.h"
+#include "wick/error.h"
+#include "wick/nn/attention.h"
+
+namespace wick::models {
+
+namespace {
+
+using json = nlohmann::json;
+
+size_t get_size(const json& j, const char* key, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < 0) {
+    throw FormatError(str(origin, ": \"", key, "\" missing or not a non-negative integer"));
+  }
+  return it->get<size_t>();
+}
+
+double get_double(const json& j, const char* key, double fallback, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) throw FormatError(str(origin, ": \"", key, "\" is not a number"));
+  return it->get<double>();
+}
+
+std::vector<uint32_t> token_list(const json& v) {
+  std::vector<uint32_t> out;
+  if (v.is_number_integer()) out.push_back(v.get<uint32_t>());
+  if (v.is_array()) {
+    for (const auto& x : v) {
+      if (x.is_number_integer()) out.push_back(x.get<uint32_t>());
+    }
+  }
+  return out;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FormatError(str(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+// ---- config ----
+
+LlamaConfig LlamaConfig::from_json(const std::string& json_text, const std::string& origin) {
+  json j = json::parse(json_text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw FormatError(str(origin, ": not a JSON object"));
+  LlamaConfig c;
+  c.model_type = j.value("model_type", std::string("llama"));
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral") {
+    throw FormatError(str(origin, ": model_type \"", c.model_type,
+                          "\" is not a Llama-family decoder (llama, qwen2, mistral)"));
+  }
+  c.vocab_size = get_size(j, "vocab_size", origin);
+  c.hidden_size = get_size(j, "hidden_size", origin);
+  c.intermediate_size = get_size(j, "intermediate_size", origin);
+  c.num_hidden_layers = get_size(j, "num_hidden_layers", origin);
+  c.num_attention_heads = get_size(j, "num_attention_heads", origin);
+  c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                              ? get_size(j, "num_key_value_heads", origin)
+                              : c.num_attention_heads;
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    c.head_dim = get_size(j, "head_dim", origin);
+  } else if (c.num_attention_heads > 0) {
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (j.contains("max_position_embeddings")) {
+    c.max_position_embeddings = get_size(j, "max_position_embeddings", origin);
+  }
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", 1e-6, origin);
+  c.rope_theta = get_double(j, "rope_theta", 10000.0, origin);
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  c.qkv_bias = c.model_type == "qwen2" || j.value("attention_bias", false);
+  // transformers < 5: rope_theta and rope_scaling at the top; 5: both in rope_parameters.
+  const json* rope = nullptr;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    rope = &j["rope_parameters"];
+    c.rope_theta = get_double(*rope, "rope_theta", c.rope_theta, origin);
+  } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    rope = &j["rope_scaling"];
+  }
+  if (rope != nullptr) {
+    const json& rs = *rope;
+    std::string type = rs.value("rope_type", rs.value("type", std::string()));
+    if (type == "llama3") {
+      Llama3RopeScaling s;
+      s.factor = get_double(rs, "factor", s.factor, origin);
+      s.low_freq_factor = get_double(rs, "low_freq_factor", s.low_freq_factor, origin);
+      s.high_freq_factor = get_double(rs, "high_freq_factor", s.high_freq_factor, origin);
+      s.original_max_position_embeddings = get_double(rs, "original_max_position_embeddings",
+                                                      s.original_max_position_embeddings, origin);
+      c.rope_scaling = s;
+    } else if (!type.empty() && type != "default") {
+      throw FormatError(str(origin, ": rope type \"", type, "\" is not supported"));
+    }
+  }
+  if (j.value("use_sliding_window", false)) {
+    throw FormatError(str(origin, ": sliding-window attention is not supported"));
+  }
+  if (j.contains("bos_token_id")) {
+    auto b = token_list(j["bos_token_id"]);
+    if (!b.empty()) c.bos_token_id = b[0];
+  }
+  if (j.contains("eos_token_id")) c.eos_token_ids = token_list(j["eos_token_id"]);
+  c.validate(origin);
+  return c;
+}
+
+LlamaConfig LlamaConfig::from_file(const std::string& path) {
+  return from_json(read_text_file(path), path);
+}
+
+void LlamaConfig::validate(const std::string& origin) const {
+  if (vocab_size == 0 || hidden_size == 0 || intermediate_size == 0 || num_hidden_layers == 0 ||
+      num_attention_heads == 0 || num_key_value_heads == 0 || head_dim == 0) {
+    throw FormatError(str(origin, ": sizes must be positive (vocab ", vocab_size, ", hidden ",
+                          hidden_size, ", intermediate ", intermediate_size, ", layers ",
+                          num_hidden_layers, ", heads ", num_attention_heads, "/",
+                          num_key_value_heads, ", head_dim ", head_dim, ")"));
+  }
+  if (num_attention_heads % num_key_value_heads != 0) {
+    throw FormatError(str(origin, ": num_attention_heads ", num_attention_heads,
+                          " is not a multiple of num_key_value_heads ", num_key_value_heads));
+  }
+  if (head_dim % 2 != 0) throw FormatError(str(origin, ": head_dim ", head_dim, " is odd"));
+}
+
+// ---- KV cache ----
+
+size_t KvCache::bytes() const {
+  size_t n = 0;
+  for (size_t i = 0; i < k_.size(); ++i) {
+    n += k_[i].elem_count() * size_in_bytes(k_[i].dtype());
+    n += v_[i].elem_count() * size_in_bytes(v_[i].dtype());
+  }
+  return n;
+}
+
+void KvCache::set_length(size_t length) {
+  if (length > max_len_) {
+    throw IndexOutOfRange(str("KvCache::set_length: ", length, " > max_len ", max_len_));
+  }
+  length_ = length;
+}
+
+// ---- the model ----
+
+namespace {
+
+// 1 / theta^(2i/d), with Llama 3's smooth scaling of the low frequencies.
+std::vector<double> inverse_frequencies(const LlamaConfig& c) {
+  size_t half = c.head_dim / 2;
+  std::vector<double> inv(half);
+  for (size_t i = 0; i < half; ++i) {
+    inv[i] = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / c.head_dim);
+  }
+  if (c.rope_scaling) {
+    const Llama3RopeScaling& s = *c.rope_scaling;
+    double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+    double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+    for (double& f : inv) {
+      double wavelen = 2 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                        (s.high_freq_factor - s.low_freq_factor);
+        f = (1 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+// x (..., in) times w (out, in) transposed, plus bias.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  std::vector<size_t> dims = x.dims();
+  size_t rows = x.elem_count() / dims.back();
+  Tensor y = x.reshape(Shape{rows, dims.back()}).matmul(w.t());
+  if (bias.defined()) y = y.broadcast_add(bias);
+  dims.back() = w.dims()[0];
+  return y.reshape(Shape(dims));
+}
+
+}  // namespace
+
+const LlamaConfig& Llama::config() const {
+  return impl_->config;
+}
+Device Llama::device() const {
+  return impl_->device;
+}
+DType Llama::dtype() const {
+  return impl_->dtype;
+}
+
+size_t Llama::weight_bytes() const {
+  size_t n = 0;
+  auto add = [&](const Tensor& t) {
+    if (t.defined()) n += t.elem_count() * size_in_bytes(t.dtype());
+  };
+  add(impl_->embed);
+  add(impl_->norm);
+  if (!impl_->config.tie_word_embeddings) add(impl_->lm_head);
+  for (const auto& l : impl_->layers) {
+    for (const Tensor* t : {&l.ln1, &l.ln2, &l.wqkv, &l.bqkv, &l.wo, &l.wgate_up, &l.wdown})
+      add(*t);
+  }
+  return n;
+}
+
+Llama Llama::from_weights(const LlamaConfig& config, const std::map<std::string, Tensor>& weights,
+                          const Device& device, DType dtype) {
+  config.validate("Llama::from_weights");
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) {
+    throw UnsupportedDType(str("Llama: weights must be f32, f16 or bf16, got ", dtype));
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->config = config;
+  impl->device = device;
+  impl->dtype = dtype;
+  const LlamaConfig& c = config;
+  auto get = [&](const std::string& name, const Shape& shape) {
+    auto it = weights.find(name);
+    if (it == weights.end()) throw FormatError(str("Llama: missing weight ", name));
+    if (it->second.shape() != shape) {
+      throw ShapeMismatch(
+          str("Llama: weight ", name, " has shape ", it->second.shape(), ", expected ", shape));
+    }
+    return it->second.to_device(device).to_dtype(dtype);
+  };
+  size_t d = c.hidden_size, q_out = c.num_attention_heads * c.head_dim;
+  size_t kv_out = c.num_key_value_heads * c.head_dim, inter = c.intermediate_size;
+  impl->embed = get("model.embed_tokens.weight", {c.vocab_size, d});
+  impl->norm = get("model.norm.weight", {d});
+  if (c.tie_word_embeddings || weights.count("lm_head.weight") == 0) {
+    impl->lm_head = impl->embed;
+    impl->config.tie_word_embeddings = true;
+  } else {
+    impl->lm_head = get("lm_head.weight", {c.vocab_size, d});
+  }
+  for (size_t i = 0; i < c.num_hidden_layers; ++i) {
+    std::string p = str("model.layers.", i, ".");
+    Impl::Layer l;
+    l.ln1 = get(p + "input_layernorm.weight", {d});
+    l.ln2 = get(p + "post_attention_layernorm.weight", {d});
+    // q, k and v as one matrix (and gate with up): one matmul each instead of three (two).
+    l.wqkv = Tensor::cat({get(p + "self_attn.q_proj.weight", {q_out, d}),
+                          get(p + "self_attn.k_proj.weight", {kv_out, d}),
+                          get(p + "self_attn.v_proj.weight", {kv_out, d})},
+                         0);
+    if (c.qkv_bias) {
+      l.bqkv = Tensor::cat(
+          {get(p + "self_attn.q_proj.bias", {q_out}), get(p + "self_attn.k_proj.bias", {kv_out}),
+           get(p + "self_attn.v_proj.bias", {kv_out})},
+          0);
+    }
+    l.wo = get(p + "self_attn.o_proj.weight", {d, q_out});
+    l.wgate_up = Tensor::cat(
+        {get(p + "mlp.gate_proj.weight", {inter, d}), get(p + "mlp.up_proj.weight", {inter, d})},
+        0);
+    l.wdown = get(p + "mlp.down_proj.weight", {d, inter});
+    impl->layers.push_back(std::move(l));
+  }
+  return Llama(std::move(impl));
+}
+
+KvCache Llama::make_cache(size_t batch, size_t max_len) const {
+  const LlamaConfig& c = impl_->config;
+  if (batch == 0 || max_len == 0) {
+    throw Error(
+        str("Llama::make_cache: batch ", batch, " and max_len ", max_len, " must be positive"));
+  }
+  KvCache cache;
+  cache.batch_ = batch;
+  cache.max_len_ = max_len;
+  Shape shape{batch, c.num_key_value_heads, max_len, c.head_dim};
+  for (size_t i = 0; i < c.num_hidden_layers; ++i) {
+    cache.k_.push_back(Tensor::zeros(shape, impl_->dtype, impl_->device));
+    cache.v_.push_back(Tensor::zeros(shape, impl_->dtype, impl_->device));
+  }
+  // Angles in double, rounded once: transformers computes them in f32 (differences ~1e-7).
+  std::vector<double> inv = inverse_frequencies(c);
+  size_t half = inv.size();
+  std::vector<float> cos_v(max_len * half), sin_v(max_len * half);
+  for (size_t p = 0; p < max_len; ++p) {
+    for (size_t i = 0; i < half; ++i) {
+      // transformers: (f32 position) * (f32 inverse frequency), in f32.
+      float angle = static_cast<float>(p) * static_cast<float>(inv[i]);
+      cos_v[p * half + i] = std::cos(angle);
+      sin_v[p * half + i] = std::sin(angle);
+    }
+  }
+  cache.positions_ = Tensor::arange<uint32_t>(0, static_cast<uint32_t>(max_len), impl_->device);
+  cache.cos_ = Tensor::from_vec(cos_v, {max_len, half}, impl_->device).to_dtype(impl_->dtype);
+  cache.sin_ = Tensor::from_vec(sin_v, {max_len, half}, impl_->device).to_dtype(impl_->dtype);
+  return cache;
+}
+
+namespace {
+
+// Where the positions of this forward come from: a host offset (prefill and plain decode) or
+// one device U32 (the graph-captured decode step).
+struct Positions {
+  size_t start = 0;
+  Tensor device_pos;  // defined: graph step
+};
+
+Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const Positions& pos) {
+  const LlamaConfig& c = m.config;
+  size_t b = ids.dims()[0], s = ids.dims()[1];
+  size_t h = c.num_attention_heads, h_kv = c.num_key_value_heads, hd = c.head_dim;
+  bool graph_step = pos.device_pos.defined();
+  size_t len = graph_step ? cache.max_len() : pos.start + s;  // keys attended to
+
+  Tensor cos, sin, mask;
+  if (graph_step) {
+    cos = cache.cos().index_select(pos.device_pos, 0);
+    sin = cache.sin().index_select(pos.device_pos, 0);
+    // Keys after the position are masked: the cache's rows past it hold stale or zero values.
+    Tensor later = cache.positions().gt(pos.device_pos.broadcast_as({len}));
+    mask = later
+               .where_cond(Tensor::full(-std::numeric_limits<float>::infinity(), {1}, m.device),
+                           Tensor::full(0.0f, {1}, m.device))
+               .reshape({1, len});
+  } else {
+    cos = cache.cos().narrow(0, pos.start, s);
+    sin = cache.sin().narrow(0, pos.start, s);
+  }
+
+  Tensor x = m.embed.embedding(ids);  // (b, s, d)
+  for (size_t li = 0; li < m.layers.size(); ++li) {
+    const auto& l = m.layers[li];
+    Tensor qkv = linear(x.rms_norm(l.ln1, c.rms_norm_eps), l.wqkv, l.bqkv);
+    Tensor q = qkv.narrow(2, 0, h * hd).reshape({b, s, h, hd}).transpose(1, 2);
+    Tensor k = qkv.narrow(2, h * hd, h_kv * hd).reshape({b, s, h_kv, hd}).transpose(1, 2);
+    Tensor v = qkv.narrow(2, (h + h_kv) * hd, h_kv * hd).reshape({b, s, h_kv, hd}).transpose(1, 2);
+    q = q.rope(cos, sin);
+    k = k.rope(cos, sin);
+    Tensor keys, values;
+    if (graph_step) {
+      detail::write_at_position(cache.k(li), k, pos.device_pos);
+      detail::write_at_position(cache.v(li), v, pos.device_pos);
+      keys = cache.k(li);
+      values = cache.v(li);
+    } else {
+      cache.k(li).narrow(2, pos.start, s).assign(k);
+      cache.v(li).narrow(2, pos.start, s).assign(v);
+      keys = cache.k(li).narrow(2, 0, len);
+      values = cache.v(li).narrow(2, 0, len);
+    }
+    // Prefill: causal, aligned to the end of the keys; graph step: the mask hides later rows.
+    nn::AttentionOptions opts;
+    opts.causal = !graph_step && s > 1;
+    if (graph_step) opts.mask = mask;
+    Tensor att = nn::scaled_dot_product_attention(q, keys, values, opts);  // (b, h, s, hd)
+    x = x.add(linear(att.transpose(1, 2).reshape({b, s, h * hd}), l.wo, Tensor()));
+    Tensor gu = linear(x.rms_norm(l.ln2, c.rms_norm_eps), l.wgate_up, Tensor());
+    size_t inter = c.intermediate_size;
+    Tensor act = gu.narrow(2, 0, inter).silu().mul(gu.narrow(2, inter, inter));
+    x = x.add(linear(act, l.wdown, Tensor()));
+  }
+  return x.rms_norm(m.norm, c.rms_norm_eps);
+}
+
+void check_ids(const Llama::Impl& m, const Tensor& ids, const KvCache& cache, const char* op) {
+  if (ids.rank() != 2 || ids.dims()[1] == 0) {
+    throw ShapeMismatch(str(op, ": ids must be (batch, seq) with seq > 0, got ", ids.shape()));
+  }
+  if (ids.dtype() != DType::U32 && ids.dtype() != DType::I64) {
+    throw DTypeMismatch(str(op, ": ids must be u32 or i64, got ", ids.dtype()));
+  }
+  if (cache.layers() != m.layers.size() || cache.batch() != ids.dims()[0]) {
+    throw ShapeMismatch(str(op, ": cache for batch ", cache.batch(), " and ", cache.layers(),
+                            " layers, ids ", ids.shape(), " for a model of ", m.layers.size(),
+                            " layers"));
+  }
+  if (ids.device() != m.device) {
+    throw DeviceMismatch(str(op, ": ids on ", ids.device(), ", model on ", m.device));
+  }
+}
+
+}  // namespace
+
+Tensor Llama::forward(const Tensor& ids, KvCache& cache) const {
+  check_ids(*impl_, ids, cache, "Llama::forward");
+  size_t s = ids.dims()[1];
+  if (cache.length() + s > cache.max_len()) {
+    throw IndexOutOfRange(str("Llama::forward: ", cache.length(), " cached + ", s,
+                              " new positions exceed the cache's max_len ", cache.max_len()));
+  }
+  Tensor x = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
+  cache.length_ += s;
+  return linear(x, impl_->lm_head, Tensor());
+}
+
+Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
+  check_ids(*impl_, ids, cache, "Llama::forward_last");
+  size_t s = ids.dims()[1];
+  if (cache.length() + s > cache.max_len()) {
+    throw IndexOutOfRange(str("Llama::forward_last: ", cache.length(), " cached + ", s,
+                              " new positions exceed the cache's max_len ", cache.max_len()));
+  }
+  Tensor x = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
+  cache.length_ += s;
+  return linear(x.narrow(1, s - 1, 1).squeeze(1), impl_->lm_head, Tensor());
+}
+
+Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
+                          Tensor* logits) const {
+  check_ids(*impl_, token, cache, "Llama::decode_step");
+  if (token.dims()[1] != 1 || token.dtype() != DType::U32) {
+    throw ShapeMismatch(str("Llama::decode_step: token must be (batch, 1) u32, got ", token.shape(),
+                            " ", token.dtype()));
+  }
+  if (position.elem_count() != 1 || position.rank() != 1 || position.dtype() != DType::U32 ||
+      position.device() != impl_->device) {
+    throw ShapeMismatch(str("Llama::decode_step: position must be (1) u32 on ", impl_->device,
+                            ", got ", position.shape(), " ", position.dtype(), " on ",
+                            position.device()));
+  }
+  Tensor x = run_layers(*impl_, token, cache, Positions{0, position});
+  Tensor out = linear(x.squeeze(1), impl_->lm_head, Tensor());  // (b, vocab)
+  if (logits != nullptr) *logits = out;
+  return out.argmax(1);
+}
+
+}  // namespace wick::models

@@ -1,0 +1,27 @@
+#pragma once
+// The weights of a Llama model as held after loading (q/k/v and gate/up fused for fewer
+// matmuls); shared by llama.cpp and the loaders.
+
+#include <vector>
+
+#include "wick/llama.h"
+
+namespace wick::models {
+
+struct Llama::Impl {
+  struct Layer {
+    Tensor ln1, ln2;  // input_layernorm, post_attention_layernorm
+    Tensor wqkv;      // (q_out + 2 kv_out, d): q, k, v rows
+    Tensor bqkv;      // qwen2 only
+    Tensor wo;        // (d, q_out)
+    Tensor wgate_up;  // (2 intermediate, d): gate rows, then up rows
+    Tensor wdown;     // (d, intermediate)
+  };
+  LlamaConfig config;
+  Device device = Device::cpu();
+  DType dtype = DType::F32;
+  Tensor embed, norm, lm_head;
+  std::vector<Layer> layers;
+};
+
+}  // namespace wick::models

@@ -1,0 +1,195 @@
+// The fused ops on CUDA against the f64 compositions on the CPU (tests/nn_reference.h): every
+// float dtype, contiguous / transposed / broadcast inputs, the tensor-core attention path
+// (f16/bf16, d 64 and 128) and the split-KV path (f32, other head dims, decode), gradients.
+
+#include <string>
+
+#include "nn_reference.h"
+#include "test_util.h"
+
+namespace wick {
+namespace {
+
+using namespace wick::testing;
+
+const Device cpu = Device::cpu();
+
+Device gpu() {
+  return Device::cuda(0);
+}
+
+std::vector<DType> gpu_dtypes() {
+  return {DType::BF16, DType::F16, DType::F32};
+}
+
+// Attention sums s_kv products in f32 and rounds p to the dtype for P V (tensor cores).
+double attn_tol(DType dt) {
+  return dt == DType::F32 ? 2e-5 : 3 * tolerance(dt);
+}
+
+TEST(CudaNn, NormsMatchCompositionOnEveryRowLength) {
+  WICK_REQUIRE_GPU();
+  // 1024 and below: a warp per row; 8192 and below: registers; above: the looping kernel.
+  for (DType dt : gpu_dtypes()) {
+    for (size_t d : {64, 100, 1024, 4096, 5000, 9000}) {
+      Tensor x = random_tensor({3, d}, dt), w = random_tensor({d}, dt), b = random_tensor({d}, dt);
+      Tensor ln = x.to_device(gpu()).layer_norm(w.to_device(gpu()), b.to_device(gpu()), 1e-5);
+      EXPECT_TRUE(close_to(ln, layer_norm_ref(f64(x), f64(w), f64(b), 1e-5), 2 * tolerance(dt)))
+          << "layer_norm " << dt << " d " << d;
+      Tensor rn = x.to_device(gpu()).rms_norm(w.to_device(gpu()), 1e-6);
+      EXPECT_TRUE(close_to(rn, rms_norm_ref(f64(x), f64(w), 1e-6), 2 * tolerance(dt)))
+          << "rms_norm " << dt << " d " << d;
+      Tensor sm = x.to_device(gpu()).softmax_last_dim();
+      Tensor e = f64(x).broadcast_sub(f64(x).max_keepdim(1)).exp();
+      EXPECT_TRUE(close_to(sm, e.broadcast_div(e.sum_keepdim({1})), 2 * tolerance(dt)))
+          << "softmax " << dt << " d " << d;
+    }
+  }
+}
+
+TEST(CudaNn, NormsOnStridedAndBroadcastInputs) {
+  WICK_REQUIRE_GPU();
+  for (DType dt : gpu_dtypes()) {
+    for (auto& [name, x] : layout_variants({3, 5, 67}, dt)) {
+      Tensor w = random_tensor({67}, dt), b = random_tensor({67}, dt);
+      Tensor got = x.to_device(gpu());
+      // to_device copies the view row-major; the strided case on the GPU is below.
+      EXPECT_TRUE(close_to(got.layer_norm(w.to_device(gpu()), b.to_device(gpu()), 1e-5),
+                           layer_norm_ref(f64(x), f64(w), f64(b), 1e-5), 2 * tolerance(dt)))
+          << name << " " << dt;
+    }
+    Tensor base = random_tensor({67, 4}, dt);
+    Tensor w = random_tensor({67}, dt);
+    EXPECT_TRUE(close_to(base.to_device(gpu()).t().rms_norm(w.to_device(gpu()), 1e-5),
+                         rms_norm_ref(f64(base).t(), f64(w), 1e-5), 2 * tolerance(dt)))
+        << "transposed " << dt;
+  }
+}
+
+TEST(CudaNn, RopeMatchesComposition) {
+  WICK_REQUIRE_GPU();
+  for (DType dt : gpu_dtypes()) {
+    for (bool inter : {false, true}) {
+      Tensor c = random_tensor({6, 8}, dt), s = random_tensor({6, 8}, dt);
+      Tensor base = random_tensor({2, 6, 3, 16}, dt);
+      Tensor xg = base.to_device(gpu()).transpose(1, 2);  // strided heads, contiguous last dim
+      Tensor xc = base.transpose(1, 2);
+      Tensor cg = c.to_device(gpu()), sg = s.to_device(gpu());
+      Tensor got = inter ? xg.rope_interleaved(cg, sg) : xg.rope(cg, sg);
+      EXPECT_TRUE(close_to(got, rope_ref(f64(xc), f64(c), f64(s), inter), 2 * tolerance(dt)))
+          << dt << " " << inter;
+    }
+  }
+}
+
+struct Case {
+  std::string name;
+  size_t b, h, hk, s, skv, d;
+  bool causal, mask;
+};
+
+std::vector<Case> attention_cases() {
+  return {
+      // Tensor-core path for f16/bf16 (d 64/128, s >= 16); split path for f32.
+      {"square", 1, 2, 2, 64, 64, 64, false, false},
+      {"causal-ragged", 2, 4, 4, 100, 100, 128, true, false},
+      {"gqa-causal-end-aligned", 1, 8, 2, 37, 150, 64, true, false},
+      {"masked", 1, 2, 1, 20, 77, 128, false, true},
+      // Split path for every dtype: decode against a long cache, odd head dims.
+      {"decode-gqa", 2, 8, 2, 1, 1000, 128, true, false},
+      {"decode-masked", 1, 4, 4, 1, 300, 64, false, true},
+      {"short-queries", 1, 4, 1, 3, 200, 64, true, false},
+      {"head-dim-96", 1, 2, 2, 40, 70, 96, true, false},
+      {"head-dim-40", 1, 2, 1, 5, 33, 40, false, true},
+      // 12 query heads per k/v head: two head chunks per block row.
+      {"decode-group-12", 1, 24, 2, 1, 500, 64, false, false},
+      {"prefill-group-12", 1, 24, 2, 20, 20, 64, true, false},
+  };
+}
+
+TEST(CudaNn, AttentionMatchesPlainSoftmaxQkv) {
+  WICK_REQUIRE_GPU();
+  for (DType dt : gpu_dtypes()) {
+    for (const Case& c : attention_cases()) {
+      Tensor q = random_tensor({c.b, c.h, c.s, c.d}, dt);
+      Tensor k = random_tensor({c.b, c.hk, c.skv, c.d}, dt);
+      Tensor v = random_tensor({c.b, c.skv, c.hk, c.d}, dt);  // used as (b, hk, skv, d) view
+      nn::AttentionOptions o{c.causal, 0, std::nullopt};
+      nn::AttentionOptions og{c.causal, 0, std::nullopt};
+      if (c.mask) {
+        Tensor m = random_tensor({c.b, 1, c.s, c.skv}, dt);
+        o.mask = m;
+        og.mask = m.to_device(gpu());
+      }
+      Tensor got = nn::scaled_dot_product_attention(q.to_device(gpu()), k.to_device(gpu()),
+                                                    v.to_device(gpu()).transpose(1, 2), og);
+      Tensor ref = attention_ref(f64(q), f64(k), f64(v).transpose(1, 2), o);
+      EXPECT_TRUE(close_to(got, ref, attn_tol(dt))) << c.name << " " << dt;
+    }
+  }
+}
+
+TEST(CudaNn, AttentionOnUnalignedViews) {
+  WICK_REQUIRE_GPU();
+  // Odd element offsets: the tensor-core and vector paths do not apply; the element path does.
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Tensor qb = random_tensor({1, 2, 40, 65}, dt), kb = random_tensor({1, 2, 50, 65}, dt),
+           vb = random_tensor({1, 2, 50, 65}, dt);
+    auto view = [](const Tensor& t) { return t.narrow(3, 1, 64); };
+    Tensor got =
+        nn::scaled_dot_product_attention(view(qb.to_device(gpu())), view(kb.to_device(gpu())),
+                                         view(vb.to_device(gpu())), {true, 0, std::nullopt});
+    Tensor ref =
+        attention_ref(f64(view(qb)), f64(view(kb)), f64(view(vb)), {true, 0, std::nullopt});
+    EXPECT_TRUE(close_to(got, ref, attn_tol(dt))) << dt;
+  }
+}
+
+TEST(CudaNn, AttentionOnAKvCacheView) {
+  WICK_REQUIRE_GPU();
+  // A preallocated cache (b, h_kv, max_len, d) narrowed to the filled length.
+  for (DType dt : {DType::BF16, DType::F32}) {
+    Tensor cache_k = random_tensor({1, 2, 512, 128}, dt),
+           cache_v = random_tensor({1, 2, 512, 128}, dt);
+    Tensor q = random_tensor({1, 8, 1, 128}, dt);
+    Tensor k = cache_k.narrow(2, 0, 333), v = cache_v.narrow(2, 0, 333);
+    Tensor got = nn::scaled_dot_product_attention(
+        q.to_device(gpu()), cache_k.to_device(gpu()).narrow(2, 0, 333),
+        cache_v.to_device(gpu()).narrow(2, 0, 333), {true, 0, std::nullopt});
+    EXPECT_TRUE(
+        close_to(got, attention_ref(f64(q), f64(k), f64(v), {true, 0, std::nullopt}), attn_tol(dt)))
+        << dt;
+  }
+}
+
+TEST(CudaNn, GradientsMatchTheCpu) {
+  WICK_REQUIRE_GPU();
+  DType dt = DType::F32;
+  Tensor x = random_tensor({4, 3, 16}, dt), w = random_tensor({16}, dt),
+         b = random_tensor({16}, dt);
+  Tensor q = random_tensor({1, 4, 5, 16}, dt), k = random_tensor({1, 2, 9, 16}, dt),
+         v = random_tensor({1, 2, 9, 16}, dt);
+  Tensor c = random_tensor({3, 8}, dt), s = random_tensor({3, 8}, dt);
+  auto run = [&](const Device& dev) {
+    std::vector<Tensor> in;
+    for (const Tensor& t : {x, w, b, q, k, v}) in.push_back(t.to_device(dev).requires_grad());
+    Tensor y1 = in[0].layer_norm(in[1], in[2], 1e-5).sum_all();
+    Tensor y2 = in[0].rms_norm(in[1], 1e-5).sqr().sum_all();
+    Tensor y3 = nn::scaled_dot_product_attention(in[3], in[4], in[5], {true, 0, std::nullopt})
+                    .sqr()
+                    .sum_all();
+    Tensor y4 =
+        in[0].reshape(Shape{1, 4, 3, 16}).rope(c.to_device(dev), s.to_device(dev)).sqr().sum_all();
+    GradStore g = y1.add(y2).add(y3).add(y4).backward();
+    std::vector<Tensor> out;
+    for (const Tensor& t : in) out.push_back(g.get(t)->to_device(cpu));
+    return out;
+  };
+  auto gc = run(cpu), gg = run(gpu());
+  for (size_t i = 0; i < gc.size(); ++i) {
+    EXPECT_TRUE(close_to(gg[i], f64(gc[i]), 1e-4)) << "input " << i;
+  }
+}
+
+}  // namespace
+}  // namespace wick
