@@ -10,7 +10,7 @@
 #                                      the GPU machine has no registry and may lack them)
 #
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
-# WICK_GPU_SKIP="tests bench graphs torch embed wickmm sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
+# WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
 # after which no further sanitizer run starts). With $OUT set (the device tool), the logs are
 # packed into $OUT/gpu-check-logs.tgz.
 set -uo pipefail
@@ -128,6 +128,22 @@ if ! skip wickmm; then
   timeout 60 "$BUILD"/tools/wick-mm time cuda 2>&1 | tee "$LOGS/wickmm2.txt"
 fi
 
+if ! skip conform; then
+  stage "wick-conform cpu and cuda (every op against float64, docs/NUMERICS.md)"
+  for d in cpu cuda; do
+    timeout 300 "$BUILD"/tools/wick-conform $d >"$LOGS/conform_$d.txt" 2>&1
+    echo "wick-conform $d: exit $? ($(tail -1 "$LOGS/conform_$d.txt"))"
+    grep BREACH "$LOGS/conform_$d.txt" | head -20
+  done
+fi
+
+if ! skip overhead; then
+  stage "small-op overhead on the CPU (with LibTorch C++)"
+  timeout 300 "$BUILD"/bench/bench_overhead --benchmark_repetitions=5 \
+    --benchmark_report_aggregates_only=true --benchmark_out="$LOGS/overhead.json" \
+    --benchmark_out_format=json 2>&1 | tee "$LOGS/overhead.txt"
+fi
+
 SAN_SUMMARY="not run"
 if ! skip sanitizer; then
   stage "compute-sanitizer memcheck over the CUDA tests"
@@ -154,7 +170,7 @@ fi
 
 stage "table (gpu-check took $(($(date +%s) - T0)) s)"
 cat "$LOGS"/bench.txt "$LOGS"/torch.txt "$LOGS"/graphs.txt "$LOGS"/embed.txt 2>/dev/null | grep '^RESULT ' >"$LOGS/results.txt"
-BUILD_SUMMARY="$BUILD_SUMMARY" CTEST_SUMMARY="$CTEST_SUMMARY" SAN_SUMMARY="$SAN_SUMMARY" WICKMM="$LOGS/wickmm2.txt" \
+BUILD_SUMMARY="$BUILD_SUMMARY" CTEST_SUMMARY="$CTEST_SUMMARY" SAN_SUMMARY="$SAN_SUMMARY" WICKMM="$LOGS/wickmm2.txt" LOGS="$LOGS" \
   python3 - "$LOGS/results.txt" <<'EOF'
 import os, re, sys
 r = {}
@@ -215,6 +231,28 @@ for dt in ("f32", "bf16"):
 fm = first_ms(os.environ["WICKMM"])
 row("first matmul 1024 f32, fresh process (ms)", "<= 25", "-" if fm is None else f"{fm:.2f}",
     f("torch_first_matmul_ms", "{:.1f}"), None if fm is None else fm <= 25)
+def conform(dev):
+    try:
+        last = open(f"{os.environ['LOGS']}/conform_{dev}.txt").read().strip().splitlines()[-1]
+    except (OSError, IndexError):
+        return "-", None
+    m = re.match(r"(\d+) checks, (\d+) breaches", last)
+    return (last, m.group(2) == "0") if m else (last[:40], False)
+for dev in ("cpu", "cuda"):
+    text, ok = conform(dev)
+    row(f"wick-conform {dev}", "0 breaches", text, "-", ok)
+try:
+    import json
+    bench = {b["name"]: b["cpu_time"] for b in
+             json.load(open(f"{os.environ['LOGS']}/overhead.json"))["benchmarks"]
+             if b.get("aggregate_name") == "median"}
+except (OSError, ValueError, KeyError):
+    bench = {}
+for kind, target in (("untracked", 250), ("tracked", 600)):
+    ours, theirs = bench.get(f"BM_wick_{kind}_median"), bench.get(f"BM_torch_{kind}_median")
+    ok = None if ours is None else ours <= target and (theirs is None or ours < theirs)
+    row(f"CPU x = x + x*z, 4 f32, {kind} (ns)", f"<= {target}",
+        "-" if ours is None else f"{ours:.0f}", "-" if theirs is None else f"{theirs:.0f}", ok)
 w = [max(len(str(x[i])) for x in rows + [("figure", "target", "wick", "PyTorch", "")])
      for i in range(5)]
 hdr = ("figure", "target", "wick", "PyTorch", "")

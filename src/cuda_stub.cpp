@@ -1,4 +1,5 @@
-// Built when WICK_CUDA is OFF: the CUDA entry points answer "built without CUDA".
+// Built when WICK_CUDA is OFF: the CUDA entry points answer "built without CUDA". The settings
+// (cuda_allow_tf32 and the like) live in cuda_config.cpp, shared with the CUDA build.
 
 #include "backend.h"
 #include "models/kv_write.h"
@@ -28,24 +29,6 @@ void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&, const T
 }  // namespace wick::models::detail
 
 namespace wick {
-
-namespace {
-bool g_allow_tf32 = false;
-CudaMatmulPath g_path = CudaMatmulPath::Auto;
-}  // namespace
-
-void cuda_allow_tf32(bool allow) {
-  g_allow_tf32 = allow;
-}
-bool cuda_tf32_allowed() {
-  return g_allow_tf32;
-}
-void cuda_set_matmul_path(CudaMatmulPath path) {
-  g_path = path;
-}
-CudaMatmulPath cuda_matmul_path() {
-  return g_path;
-}
 
 CudaMemoryStats cuda_memory_stats(int ordinal) {
   cuda::device(ordinal);  // throws: built without CUDA

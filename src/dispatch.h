@@ -46,6 +46,24 @@ decltype(auto) dispatch_float(DType dtype, const char* op, F&& f) {
   }
 }
 
+/// dispatch through a type map: f.template operator()<Map<T>::type>() for the host type T of
+/// `dtype`. The CUDA backend's map (kernel_utils.cuh) gives __half and __nv_bfloat16 for f16 and
+/// bf16, so both backends share this one switch.
+template <template <class> class Map, class F>
+decltype(auto) dispatch_as(DType dtype, F&& f) {
+  return dispatch(dtype, [&]<class T>() -> decltype(auto) {
+    return f.template operator()<typename Map<T>::type>();
+  });
+}
+
+/// dispatch_float through a type map.
+template <template <class> class Map, class F>
+decltype(auto) dispatch_float_as(DType dtype, const char* op, F&& f) {
+  return dispatch_float(dtype, op, [&]<class T>() -> decltype(auto) {
+    return f.template operator()<typename Map<T>::type>();
+  });
+}
+
 /// The type arithmetic runs in: float for f16/bf16, the type itself otherwise.
 template <class T>
 struct compute_type {

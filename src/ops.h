@@ -8,26 +8,63 @@
 
 namespace wick {
 
+/// Every element-wise unary op, once: X(Kind, "name", dtypes) with dtypes Floats (float dtypes),
+/// FloatsI64 (and i64) or Any (every dtype). The math is UnaryMath<Kind> in ops/unary_math.h.
+#define WICK_UNARY_OPS(X)                    \
+  X(Neg, "neg", FloatsI64)                   \
+  X(Abs, "abs", Any)                         \
+  X(Exp, "exp", Floats)                      \
+  X(Log, "log", Floats)                      \
+  X(Sqrt, "sqrt", Floats)                    \
+  X(Sqr, "sqr", Any)                         \
+  X(Recip, "recip", Floats)                  \
+  X(Tanh, "tanh", Floats)                    \
+  X(Sin, "sin", Floats)                      \
+  X(Cos, "cos", Floats)                      \
+  X(Relu, "relu", Any)                       \
+  X(Silu, "silu", Floats)                    \
+  X(Sigmoid, "sigmoid", Floats)              \
+  X(Gelu, "gelu", Floats)                    \
+  X(GeluErf, "gelu_erf", Floats)             \
+  X(Affine, "affine", Any) /* x * p0 + p1 */ \
+  X(Powf, "powf", Floats)  /* x ^ p0 */      \
+  X(Clamp, "clamp", Any)   /* min(max(x, p0), p1) */
+
 enum class UnaryKind : uint8_t {
-  Neg,
-  Abs,
-  Exp,
-  Log,
-  Sqrt,
-  Sqr,
-  Recip,
-  Tanh,
-  Sin,
-  Cos,
-  Relu,
-  Silu,
-  Sigmoid,
-  Gelu,
-  GeluErf,
-  Affine,  // x * p0 + p1
-  Powf,    // x ^ p0
-  Clamp,   // min(max(x, p0), p1)
+#define WICK_UNARY_KIND(K, name, dtypes) K,
+  WICK_UNARY_OPS(WICK_UNARY_KIND)
+#undef WICK_UNARY_KIND
 };
+
+/// Which dtypes a unary op takes.
+enum class UnaryDTypes : uint8_t { Floats, FloatsI64, Any };
+
+/// Whether `dtypes` includes `dtype` (usable in constant expressions, for kernel instantiation).
+constexpr bool unary_dtypes_include(UnaryDTypes dtypes, DType dtype) {
+  bool fl =
+      dtype == DType::BF16 || dtype == DType::F16 || dtype == DType::F32 || dtype == DType::F64;
+  switch (dtypes) {
+    case UnaryDTypes::Floats:
+      return fl;
+    case UnaryDTypes::FloatsI64:
+      return fl || dtype == DType::I64;
+    case UnaryDTypes::Any:
+      return true;
+  }
+  return false;
+}
+
+/// The dtypes of `kind`, from WICK_UNARY_OPS.
+constexpr UnaryDTypes unary_dtypes(UnaryKind kind) {
+  switch (kind) {
+#define WICK_UNARY_DTYPES(K, name, dtypes) \
+  case UnaryKind::K:                       \
+    return UnaryDTypes::dtypes;
+    WICK_UNARY_OPS(WICK_UNARY_DTYPES)
+#undef WICK_UNARY_DTYPES
+  }
+  return UnaryDTypes::Floats;
+}
 
 struct UnaryOp {
   UnaryKind kind;
@@ -35,8 +72,21 @@ struct UnaryOp {
   double p1 = 0;
 };
 
-enum class BinaryKind : uint8_t { Add, Sub, Mul, Div, Maximum, Minimum };
-enum class CmpKind : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+/// The binary element-wise ops (every dtype) and comparisons (every dtype, result u8):
+/// X(Kind, "name"). Their math is in ops/binary_math.h.
+#define WICK_BINARY_OPS(X) \
+  X(Add, "add")            \
+  X(Sub, "sub")            \
+  X(Mul, "mul")            \
+  X(Div, "div")            \
+  X(Maximum, "maximum")    \
+  X(Minimum, "minimum")
+#define WICK_CMP_OPS(X) X(Eq, "eq") X(Ne, "ne") X(Lt, "lt") X(Le, "le") X(Gt, "gt") X(Ge, "ge")
+
+#define WICK_OP_KIND(K, name) K,
+enum class BinaryKind : uint8_t { WICK_BINARY_OPS(WICK_OP_KIND) };
+enum class CmpKind : uint8_t { WICK_CMP_OPS(WICK_OP_KIND) };
+#undef WICK_OP_KIND
 enum class ReduceKind : uint8_t { Sum, Max, Min, ArgMax, ArgMin };
 
 const char* unary_name(UnaryKind kind);
@@ -44,7 +94,9 @@ const char* binary_name(BinaryKind kind);
 const char* cmp_name(CmpKind kind);
 const char* reduce_name(ReduceKind kind);
 
-/// Abs, Sqr, Relu, Affine, Clamp: every dtype; Neg: floats and i64; the rest: floats only.
-bool unary_supports(UnaryKind kind, DType dtype);
+/// Whether `kind` takes `dtype` (WICK_UNARY_OPS says).
+constexpr bool unary_supports(UnaryKind kind, DType dtype) {
+  return unary_dtypes_include(unary_dtypes(kind), dtype);
+}
 
 }  // namespace wick

@@ -1,77 +1,27 @@
-// Binary arithmetic, comparisons and where_cond, with the CPU backend's semantics: integers wrap,
-// x / 0 gives 0 for integers, i64 MIN / -1 gives MIN, float maximum/minimum propagate NaN.
+// Binary arithmetic, comparisons and where_cond: every op of WICK_BINARY_OPS and WICK_CMP_OPS
+// (ops.h), their math from ops/binary_math.h (the functors the CPU loops call too).
 
 #include "cuda/kernel_utils.cuh"
+#include "ops/binary_math.h"
 #include "util.h"
 
 namespace wick::cuda {
 
 namespace {
 
+// One element: both operands widened to the compute type, the op's math from the table,
+// converted back (rounded once).
 template <BinaryKind K, class T>
 struct BinaryFn {
   __device__ __forceinline__ T operator()(T x, T y) const {
-    using C = compute_t<T>;
-    C a = to_compute(x), b = to_compute(y);
-    C r;
-    if constexpr (std::is_same_v<C, int64_t> &&
-                  (K == BinaryKind::Add || K == BinaryKind::Sub || K == BinaryKind::Mul)) {
-      // Signed overflow through unsigned: defined wrap-around.
-      auto ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
-      if constexpr (K == BinaryKind::Add)
-        r = static_cast<C>(ua + ub);
-      else if constexpr (K == BinaryKind::Sub)
-        r = static_cast<C>(ua - ub);
-      else
-        r = static_cast<C>(ua * ub);
-    } else if constexpr (K == BinaryKind::Add) {
-      r = static_cast<C>(a + b);
-    } else if constexpr (K == BinaryKind::Sub) {
-      r = static_cast<C>(a - b);
-    } else if constexpr (K == BinaryKind::Mul) {
-      r = static_cast<C>(a * b);
-    } else if constexpr (K == BinaryKind::Div) {
-      if constexpr (std::is_integral_v<C>) {
-        if (b == 0) {
-          r = 0;
-        } else if constexpr (std::is_signed_v<C>) {
-          r = b == C(-1) ? static_cast<C>(0ull - static_cast<uint64_t>(a)) : a / b;
-        } else {
-          r = static_cast<C>(a / b);
-        }
-      } else {
-        r = a / b;
-      }
-    } else if constexpr (K == BinaryKind::Maximum) {
-      r = (a > b || a != a) ? a : b;
-    } else {
-      static_assert(K == BinaryKind::Minimum);
-      r = (a < b || a != a) ? a : b;
-    }
-    return convert<T>(r);
+    return convert<T>(ops::BinaryMath<K>{}(to_compute(x), to_compute(y)));
   }
 };
 
-template <class T>
+template <CmpKind K, class T>
 struct CmpFn {
-  CmpKind op;
   __device__ __forceinline__ uint8_t operator()(T x, T y) const {
-    auto a = to_compute(x), b = to_compute(y);
-    switch (op) {
-      case CmpKind::Eq:
-        return a == b;
-      case CmpKind::Ne:
-        return a != b;
-      case CmpKind::Lt:
-        return a < b;
-      case CmpKind::Le:
-        return a <= b;
-      case CmpKind::Gt:
-        return a > b;
-      case CmpKind::Ge:
-        return a >= b;
-    }
-    return 0;
+    return ops::CmpMath<K>{}(to_compute(x), to_compute(y)) ? 1 : 0;
   }
 };
 
@@ -96,18 +46,11 @@ void launch_binary(BinaryKind op, DType dtype, const void* lhs, const StridedVie
                    cudaStream_t s) {
   if (count == 0) return;
   switch (op) {
-    case BinaryKind::Add:
-      return run<BinaryKind::Add>(dtype, lhs, lhs_view, rhs, rhs_view, dst, count, s);
-    case BinaryKind::Sub:
-      return run<BinaryKind::Sub>(dtype, lhs, lhs_view, rhs, rhs_view, dst, count, s);
-    case BinaryKind::Mul:
-      return run<BinaryKind::Mul>(dtype, lhs, lhs_view, rhs, rhs_view, dst, count, s);
-    case BinaryKind::Div:
-      return run<BinaryKind::Div>(dtype, lhs, lhs_view, rhs, rhs_view, dst, count, s);
-    case BinaryKind::Maximum:
-      return run<BinaryKind::Maximum>(dtype, lhs, lhs_view, rhs, rhs_view, dst, count, s);
-    case BinaryKind::Minimum:
-      return run<BinaryKind::Minimum>(dtype, lhs, lhs_view, rhs, rhs_view, dst, count, s);
+#define WICK_BINARY_CASE(K, name) \
+  case BinaryKind::K:             \
+    return run<BinaryKind::K>(dtype, lhs, lhs_view, rhs, rhs_view, dst, count, s);
+    WICK_BINARY_OPS(WICK_BINARY_CASE)
+#undef WICK_BINARY_CASE
   }
   throw Error("binary: invalid op on cuda");
 }
@@ -116,10 +59,17 @@ void launch_cmp(CmpKind op, DType dtype, const void* lhs, const StridedView& lhs
                 const void* rhs, const StridedView& rhs_view, void* dst, size_t count,
                 cudaStream_t s) {
   if (count == 0) return;
-  dispatch_dev(dtype, [&]<class T>() {
-    launch_map2(static_cast<const T*>(lhs), lhs_view, static_cast<const T*>(rhs), rhs_view,
-                static_cast<uint8_t*>(dst), count, CmpFn<T>{op}, s);
-  });
+  switch (op) {
+#define WICK_CMP_CASE(K, name)                                                                \
+  case CmpKind::K:                                                                            \
+    return dispatch_dev(dtype, [&]<class T>() {                                               \
+      launch_map2(static_cast<const T*>(lhs), lhs_view, static_cast<const T*>(rhs), rhs_view, \
+                  static_cast<uint8_t*>(dst), count, CmpFn<CmpKind::K, T>{}, s);              \
+    });
+    WICK_CMP_OPS(WICK_CMP_CASE)
+#undef WICK_CMP_CASE
+  }
+  throw Error("cmp: invalid op on cuda");
 }
 
 void launch_where(const void* cond, const StridedView& cond_view, DType dtype, const void* on_true,

@@ -23,14 +23,6 @@ constexpr size_t kMaxStagingBytes = size_t{64} << 20;  // larger read-backs go s
 constexpr size_t kMaxUploadChunk = size_t{8} << 20;    // larger uploads copy from pageable memory
 constexpr size_t kErrorOpsShown = 12;
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  return (*end == '\0' && x > 0 && x < (1 << 30)) ? static_cast<int>(x) : fallback;
-}
-
 // Names of the ops of `batches` (oldest first), shortened to a readable list.
 std::string op_list(const std::deque<std::vector<const char*>>& batches) {
   std::vector<const char*> all;
@@ -46,14 +38,6 @@ std::string op_list(const std::deque<std::vector<const char*>>& batches) {
 }
 
 }  // namespace
-
-bool trace_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("WICK_TRACE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
 
 double now_ms() {
   using namespace std::chrono;
@@ -119,7 +103,7 @@ CudaDevice::CudaDevice(int ordinal)
       stream_(create_stream(ordinal, context_ms_)),
       allocator_(ordinal, stream_),
       trace_(trace_enabled()),
-      ops_per_batch_(env_int("WICK_CUDA_OPS_PER_BATCH", 50)),
+      ops_per_batch_(config().ops_per_batch),
       graph_(ordinal, stream_, trace_) {
   double t0 = now_ms();
   WICK_CUDA_CHECK(cudaMalloc(&flags_dev_, kFlagSlots * sizeof(int)));

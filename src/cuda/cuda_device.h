@@ -24,6 +24,7 @@
 #include "cuda/allocator.h"
 #include "cuda/check.h"
 #include "cuda/graph.h"
+#include "cuda_config.h"
 
 namespace wick::cuda {
 
@@ -40,10 +41,6 @@ void stop_matmul_engine(MatmulEngine& engine);
 /// the main thread at exit() included (its thread_local destructors run before any static
 /// destructor), so that cuBLAS's static state is never torn down under the warm-up thread.
 void wait_for_warm_ups();
-/// Whether repeated identical matmuls (same shapes and buffers) are replayed as CUDA graphs
-/// (WICK_CUDA_MATMUL_GRAPHS=0 turns it off).
-bool matmul_graphs_enabled();
-void set_matmul_graphs(bool on);
 
 /// One device allocation, returned to the allocator's cache when the last owner lets go.
 class DeviceBuffer {
@@ -64,8 +61,6 @@ class DeviceBuffer {
 /// Makes GPU `ordinal` current on this thread (cheap when it already is).
 void make_current(int ordinal);
 
-/// "WICK_TRACE=1": library initialisations and first kernel uses, with times, on stderr.
-bool trace_enabled();
 /// Prints one trace line: "[wick] <kind> <name> <ms> ms".
 void trace_line(const char* kind, const std::string& name, double ms);
 /// Milliseconds on a steady clock.

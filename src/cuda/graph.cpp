@@ -7,6 +7,7 @@
 
 #include "cuda/check.h"
 #include "cuda/cuda_device.h"
+#include "cuda_config.h"
 #include "util.h"
 
 namespace wick::cuda {
@@ -29,18 +30,11 @@ uint64_t mix(uint64_t h, uint64_t v) {
 }  // namespace
 
 bool graphs_enabled_by_default() {
-  const char* v = std::getenv("WICK_CUDA_GRAPHS");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
-  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
-  return kGraphsByDefault;
+  return config().graphs < 0 ? kGraphsByDefault : config().graphs == 1;
 }
 
 double batch_work_limit() {
-  const char* v = std::getenv("WICK_CUDA_BATCH_WORK");
-  if (v == nullptr || *v == '\0') return kDefaultWorkLimit;
-  char* end = nullptr;
-  double x = std::strtod(v, &end);
-  return (*end == '\0' && x > 0) ? x : kDefaultWorkLimit;
+  return config().batch_work > 0 ? config().batch_work : kDefaultWorkLimit;
 }
 
 GraphQueue::GraphQueue(int ordinal, cudaStream_t stream, bool trace)

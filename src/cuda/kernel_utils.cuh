@@ -14,6 +14,8 @@
 
 #include "cuda/check.h"
 #include "cuda/kernels.h"
+#include "dispatch.h"
+#include "ops/unary_math.h"
 #include "wick/dtype.h"
 #include "wick/error.h"
 
@@ -27,44 +29,31 @@ inline constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T,
 template <class T>
 inline constexpr bool is_float_v = is_half_v<T> || std::is_floating_point_v<T>;
 
-/// Calls f.template operator()<T>() with T the device element type of `dtype`.
+/// The device element type of a host element type: __half and __nv_bfloat16 for f16 and bf16.
+template <class T>
+struct device_type {
+  using type = T;
+};
+template <>
+struct device_type<f16> {
+  using type = __half;
+};
+template <>
+struct device_type<bf16> {
+  using type = __nv_bfloat16;
+};
+
+/// Calls f.template operator()<T>() with T the device element type of `dtype` (dispatch.h's
+/// switch, through the type map).
 template <class F>
 decltype(auto) dispatch_dev(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::U8:
-      return f.template operator()<uint8_t>();
-    case DType::U32:
-      return f.template operator()<uint32_t>();
-    case DType::I64:
-      return f.template operator()<int64_t>();
-    case DType::BF16:
-      return f.template operator()<__nv_bfloat16>();
-    case DType::F16:
-      return f.template operator()<__half>();
-    case DType::F32:
-      return f.template operator()<float>();
-    case DType::F64:
-      return f.template operator()<double>();
-  }
-  throw Error("cuda: invalid dtype");
+  return dispatch_as<device_type>(dtype, f);
 }
 
 /// Float dtypes only; others throw UnsupportedDType naming `op`.
 template <class F>
 decltype(auto) dispatch_dev_float(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::BF16:
-      return f.template operator()<__nv_bfloat16>();
-    case DType::F16:
-      return f.template operator()<__half>();
-    case DType::F32:
-      return f.template operator()<float>();
-    case DType::F64:
-      return f.template operator()<double>();
-    default:
-      throw UnsupportedDType(std::string(op) + ": unsupported dtype " + dtype_name(dtype) +
-                             " on cuda (float dtypes only)");
-  }
+  return dispatch_float_as<device_type>(dtype, op, f);
 }
 
 /// Unsigned integer of the same size: kernels that only move bits are instantiated per size.
@@ -101,11 +90,10 @@ decltype(auto) dispatch_size(size_t bytes, F&& f) {
   }
 }
 
-/// The type arithmetic runs in: float for f16/bf16, the type itself otherwise.
-template <class T>
-struct compute_type {
-  using type = T;
-};
+}  // namespace wick::cuda
+
+// f16/bf16 compute in float on the device too (dispatch.h's compute_type, for the device types).
+namespace wick {
 template <>
 struct compute_type<__half> {
   using type = float;
@@ -114,22 +102,11 @@ template <>
 struct compute_type<__nv_bfloat16> {
   using type = float;
 };
-template <class T>
-using compute_t = typename compute_type<T>::type;
+}  // namespace wick
 
-/// Float to integer as the CPU backend (and Rust's `as`): truncation, NaN gives 0, values out
-/// of range saturate.
-template <class To>
-__device__ __forceinline__ To float_to_int(double d) {
-  if (d != d) return To(0);
-  constexpr double lo = std::is_signed_v<To> ? -9223372036854775808.0 : 0.0;
-  constexpr double hi_excl =
-      static_cast<double>(uint64_t{1} << (sizeof(To) * 8 - (std::is_signed_v<To> ? 1 : 0)));
-  d = trunc(d);
-  if (d <= lo) return std::is_signed_v<To> ? static_cast<To>(INT64_MIN) : To(0);
-  if (d >= hi_excl) return static_cast<To>(std::is_signed_v<To> ? INT64_MAX : ~To(0));
-  return static_cast<To>(d);
-}
+namespace wick::cuda {
+
+using ops::math::float_to_int;
 
 /// Value conversion between any two element types, with the CPU backend's rules: into f16/bf16
 /// rounded to nearest even from the exact value, integers to integers modular.

@@ -16,49 +16,17 @@
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_storage.h"
 #include "cuda/gemm.h"
+#include "cuda_config.h"
 #include "util.h"
 #include "wick/cuda.h"
 
 namespace wick {
-
-namespace {
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
-std::atomic<bool> g_allow_tf32{env_is("WICK_ALLOW_TF32", "1")};
-
-CudaMatmulPath path_from_env() {
-  if (env_is("WICK_CUDA_MATMUL", "cublas")) return CudaMatmulPath::Cublas;
-  if (env_is("WICK_CUDA_MATMUL", "wick")) return CudaMatmulPath::Wick;
-  return CudaMatmulPath::Auto;
-}
-std::atomic<CudaMatmulPath> g_path{path_from_env()};
-
-}  // namespace
-
-void cuda_allow_tf32(bool allow) {
-  g_allow_tf32.store(allow);
-}
-bool cuda_tf32_allowed() {
-  return g_allow_tf32.load();
-}
-void cuda_set_matmul_path(CudaMatmulPath path) {
-  g_path.store(path);
-}
-CudaMatmulPath cuda_matmul_path() {
-  return g_path.load();
-}
 
 namespace cuda {
 
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's advice for Hopper
-
-std::atomic<bool> g_matmul_graphs{!env_is("WICK_CUDA_MATMUL_GRAPHS", "0")};
 
 struct PlanKey {
   DType dtype;
@@ -157,20 +125,13 @@ bool collapse_batch(const Layout& layout, int64_t& stride) {
 
 }  // namespace
 
-bool matmul_graphs_enabled() {
-  return g_matmul_graphs.load(std::memory_order_relaxed);
-}
-void set_matmul_graphs(bool on) {
-  g_matmul_graphs.store(on);
-}
-
 class MatmulEngine {
  public:
   explicit MatmulEngine(CudaDevice& dev) : dev_(dev) {
     double t0 = now_ms();
     preload_gemm_kernels();
     if (trace_enabled()) trace_line("LIB", "wick-gemm kernels", now_ms() - t0);
-    if (!env_is("WICK_CUDA_WARMUP", "0")) {
+    if (config().warmup) {
       started_ = true;
       register_engine(this);
       thread_ = std::thread([this] { warm_up(); });

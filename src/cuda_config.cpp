@@ -1,0 +1,72 @@
+#include "cuda_config.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace wick {
+
+namespace cuda {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+bool env_is(const char* name, const char* value) {
+  const char* v = env(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
+Config read_config() {
+  Config c;
+  c.trace = env_is("WICK_TRACE", "1");
+  if (const char* v = env("WICK_CUDA_OPS_PER_BATCH")) {
+    char* end = nullptr;
+    long x = std::strtol(v, &end, 10);
+    if (*end == '\0' && x > 0 && x < (1 << 30)) c.ops_per_batch = static_cast<int>(x);
+  }
+  if (env_is("WICK_CUDA_GRAPHS", "0")) c.graphs = 0;
+  if (env_is("WICK_CUDA_GRAPHS", "1")) c.graphs = 1;
+  if (const char* v = env("WICK_CUDA_BATCH_WORK")) {
+    char* end = nullptr;
+    double x = std::strtod(v, &end);
+    if (*end == '\0' && x > 0) c.batch_work = x;
+  }
+  c.allow_tf32 = env_is("WICK_ALLOW_TF32", "1");
+  if (env_is("WICK_CUDA_MATMUL", "cublas")) c.matmul_path = CudaMatmulPath::Cublas;
+  if (env_is("WICK_CUDA_MATMUL", "wick")) c.matmul_path = CudaMatmulPath::Wick;
+  c.matmul_graphs = !env_is("WICK_CUDA_MATMUL_GRAPHS", "0");
+  c.warmup = !env_is("WICK_CUDA_WARMUP", "0");
+  return c;
+}
+
+}  // namespace
+
+const Config& config() {
+  static const Config c = read_config();
+  return c;
+}
+
+Switches& switches() {
+  static Switches s{{config().allow_tf32}, {config().matmul_path}, {config().matmul_graphs}};
+  return s;
+}
+
+}  // namespace cuda
+
+void cuda_allow_tf32(bool allow) {
+  cuda::switches().allow_tf32.store(allow);
+}
+bool cuda_tf32_allowed() {
+  return cuda::switches().allow_tf32.load();
+}
+void cuda_set_matmul_path(CudaMatmulPath path) {
+  cuda::switches().matmul_path.store(path);
+}
+CudaMatmulPath cuda_matmul_path() {
+  return cuda::switches().matmul_path.load();
+}
+
+}  // namespace wick

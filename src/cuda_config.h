@@ -1,0 +1,55 @@
+#pragma once
+// Every setting of the CUDA backend, read from the environment once, in one place. The CUDA
+// backend and the no-CUDA stub both use it, so a setting means the same in either build.
+//
+//   WICK_TRACE=1                     library loads and first kernel uses, with times, on stderr
+//   WICK_CUDA_OPS_PER_BATCH=N        ops per command batch (default 50)
+//   WICK_CUDA_GRAPHS=0|1             batches captured and replayed as CUDA graphs (default on)
+//   WICK_CUDA_BATCH_WORK=X           ops above X flops-equivalent start at once, outside graphs
+//   WICK_ALLOW_TF32=1                f32 matmuls may use TF32 (cuda_allow_tf32)
+//   WICK_CUDA_MATMUL=auto|cublas|wick  the GEMM (cuda_set_matmul_path)
+//   WICK_CUDA_MATMUL_GRAPHS=0        no graph replay of repeated identical matmuls
+//   WICK_CUDA_WARMUP=0               no cuBLASLt warm-up thread at device creation
+
+#include <atomic>
+
+#include "wick/cuda.h"
+
+namespace wick::cuda {
+
+struct Config {
+  bool trace = false;
+  int ops_per_batch = 50;
+  int graphs = -1;                                    // 1 on, 0 off, -1 the backend's default
+  double batch_work = 0;                              // 0: the backend's default
+  bool allow_tf32 = false;                            // initial value of the run-time switch
+  CudaMatmulPath matmul_path = CudaMatmulPath::Auto;  // initial value
+  bool matmul_graphs = true;                          // initial value
+  bool warmup = true;
+};
+
+/// The settings, read from the environment at first use.
+const Config& config();
+
+/// The settings that change at run time (public setters, tests, benchmarks), starting from
+/// config().
+struct Switches {
+  std::atomic<bool> allow_tf32;
+  std::atomic<CudaMatmulPath> matmul_path;
+  std::atomic<bool> matmul_graphs;
+};
+Switches& switches();
+
+/// "WICK_TRACE=1".
+inline bool trace_enabled() {
+  return config().trace;
+}
+/// Whether repeated identical matmuls (same shapes and buffers) are replayed as CUDA graphs.
+inline bool matmul_graphs_enabled() {
+  return switches().matmul_graphs.load(std::memory_order_relaxed);
+}
+inline void set_matmul_graphs(bool on) {
+  switches().matmul_graphs.store(on);
+}
+
+}  // namespace wick::cuda
