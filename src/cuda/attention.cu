@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
@@ -519,6 +520,251 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Decode path: one query (s = 1) per head against a long KV cache; f16/bf16, d 64 or 128, a
+// group of 1, 2, 4 or 8 query heads per k/v head, no mask. Grid (splits, b x h_kv): a block reads
+// its range of keys of one k/v head once for the whole query-head group, D / 8 lanes per key (one
+// 16-byte vector each), U keys per thread in flight (K and V loaded together); scores reduce by
+// shuffles, the online softmax runs per thread, then one merge in the block. With several splits
+// each block leaves (max, sum, output) and the last block of its k/v head merges them.
+
+constexpr int kDecThreads = 128;
+constexpr int kDecMaxSplits = 128;
+constexpr int kDecCounterSlots = 4096;
+
+// Blocks done per (b, k/v head). Zero at load; the merging block sets its slot back to zero, so
+// no memset is needed per call (one attention at a time on the device's stream).
+__device__ unsigned int g_decode_done[kDecCounterSlots];
+
+struct DecodeArgs {
+  const uint16_t* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  uint16_t* out;
+  float* part_ml;  // (b, h, splits, 2)
+  float* part_o;   // (b, h, splits, d)
+  int64_t qs[3], ks[3], vs[3];
+  int h, h_kv, s_kv, splits, keys_per_split;
+  float scale_log2;
+};
+
+template <class T>
+__device__ __forceinline__ void unpack8(const uint4& r, float (&f)[8]) {
+  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = bits_to_float<T>(static_cast<uint16_t>(w[i] & 0xffffu));
+    f[2 * i + 1] = bits_to_float<T>(static_cast<uint16_t>(w[i] >> 16));
+  }
+}
+
+template <class T, int D, int G>
+__global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) {
+  constexpr int LPK = D / 8;                  // lanes per key
+  constexpr int SPW = 32 / LPK;               // key streams per warp
+  constexpr int NS = SPW * kDecThreads / 32;  // key streams per block
+  constexpr int U = G >= 8 ? 4 : 8;           // keys per stream in flight
+  __shared__ float s_m[NS][G];
+  __shared__ float s_o[kDecThreads / 32][G][D];
+  __shared__ float s_l[kDecThreads / 32][G];
+  __shared__ float s_w[G][kDecMaxSplits];
+  __shared__ float s_tot[G];
+  __shared__ bool s_last;
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int slot = lane % LPK, stream = warp * SPW + lane / LPK;
+  const int split = blockIdx.x, bkv = blockIdx.y;
+  const int bi = bkv / p.h_kv, hk = bkv % p.h_kv;
+
+  float qf[G][8];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const uint16_t* qr = p.q + bi * p.qs[0] + (hk * G + g) * p.qs[1] + slot * 8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) qf[g][e] = bits_to_float<T>(qr[e]) * p.scale_log2;
+  }
+
+  const int key_lo = split * p.keys_per_split;
+  const int key_hi = min(p.s_kv, key_lo + p.keys_per_split);
+  const uint16_t* kb = p.k + bi * p.ks[0] + hk * p.ks[1] + slot * 8;
+  const uint16_t* vb = p.v + bi * p.vs[0] + hk * p.vs[1] + slot * 8;
+
+  float o[G][8], m[G], l[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = neg_inf();
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[g][e] = 0.f;
+  }
+  for (int k0 = key_lo + stream; k0 < key_hi; k0 += NS * U) {
+    uint4 kr[U], vr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int key = k0 + NS * u;
+      if (key < key_hi) {
+        kr[u] = __ldg(reinterpret_cast<const uint4*>(kb + key * p.ks[2]));
+        vr[u] = __ldg(reinterpret_cast<const uint4*>(vb + key * p.vs[2]));
+      } else {
+        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    float sc[U][G];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      unpack8<T>(kr[u], kf);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float a = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) a = fmaf(qf[g][e], kf[e], a);
+        sc[u][g] = a;
+      }
+    }
+#pragma unroll
+    for (int off = LPK / 2; off > 0; off >>= 1) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) sc[u][g] += __shfl_xor_sync(0xffffffffu, sc[u][g], off);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (k0 + NS * u >= key_hi) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) sc[u][g] = neg_inf();
+      }
+    }
+    float pr[U][G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u][g]);
+      float corr = exp2f(m[g] - mx);  // 0 the first time (m = -inf); mx is finite (key k0)
+      m[g] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        pr[u][g] = exp2f(sc[u][g] - mx);
+        sum += pr[u][g];
+      }
+      l[g] = l[g] * corr + sum;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[g][e] *= corr;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[8];
+      unpack8<T>(vr[u], vf);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[g][e] = fmaf(pr[u][g], vf[e], o[g][e]);
+      }
+    }
+  }
+
+  // Merge the block's key streams: common max, then sums across streams and warps.
+  if (slot == 0) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) s_m[stream][g] = m[g];
+  }
+  __syncthreads();
+  float mb[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float mx = neg_inf();
+    for (int i = 0; i < NS; ++i) mx = fmaxf(mx, s_m[i][g]);
+    mb[g] = mx;
+    float f = m[g] == neg_inf() ? 0.f : exp2f(m[g] - mx);
+    l[g] *= f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[g][e] *= f;
+  }
+#pragma unroll
+  for (int off = LPK; off < 32; off <<= 1) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[g][e] += __shfl_xor_sync(0xffffffffu, o[g][e], off);
+    }
+  }
+  if (lane < LPK) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s_o[warp][g][slot * 8 + e] = o[g][e];
+      if (lane == 0) s_l[warp][g] = l[g];
+    }
+  }
+  __syncthreads();
+  const int64_t head0 = static_cast<int64_t>(bi) * p.h + hk * G;  // first query head's row
+  for (int idx = threadIdx.x; idx < G * D; idx += kDecThreads) {
+    int g = idx / D, c = idx % D;
+    float acc = 0.f, sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDecThreads / 32; ++w) {
+      acc += s_o[w][g][c];
+      sum += s_l[w][g];
+    }
+    if (p.splits == 1) {
+      float r = sum > 0.f ? acc / sum : 0.f;
+      p.out[(head0 + g) * D + c] = static_cast<uint16_t>(pack2<T>(r, 0.f) & 0xffffu);
+    } else {
+      int64_t part = (head0 + g) * p.splits + split;
+      p.part_o[part * D + c] = acc;
+      if (c == 0) {
+        p.part_ml[part * 2] = mb[g];
+        p.part_ml[part * 2 + 1] = sum;
+      }
+    }
+  }
+  if (p.splits == 1) return;
+
+  // The last block of this (b, k/v head) merges the splits.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned done = atomicAdd(&g_decode_done[bkv], 1u);
+    s_last = done == static_cast<unsigned>(p.splits) - 1;
+    if (s_last) g_decode_done[bkv] = 0;  // ready for the next call
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int idx = threadIdx.x; idx < G * p.splits; idx += kDecThreads) {
+    int g = idx / p.splits, i = idx % p.splits;
+    s_w[g][i] = __ldcg(p.part_ml + ((head0 + g) * p.splits + i) * 2);
+  }
+  __syncthreads();
+  if (threadIdx.x < G) {
+    int g = threadIdx.x;
+    float mx = neg_inf();
+    for (int i = 0; i < p.splits; ++i) mx = fmaxf(mx, s_w[g][i]);
+    float tot = 0.f;
+    for (int i = 0; i < p.splits; ++i) {
+      float mi = s_w[g][i];
+      float w = mi == neg_inf() ? 0.f : exp2f(mi - mx);
+      tot += w * __ldcg(p.part_ml + ((head0 + g) * p.splits + i) * 2 + 1);
+      s_w[g][i] = w;
+    }
+    s_tot[g] = tot > 0.f ? 1.f / tot : 0.f;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * D; idx += kDecThreads) {
+    int g = idx / D, c = idx % D;
+    const float* po = p.part_o + (head0 + g) * p.splits * D + c;
+    float acc = 0.f;
+#pragma unroll 8
+    for (int i = 0; i < p.splits; ++i) acc += s_w[g][i] * __ldcg(po + i * D);
+    p.out[(head0 + g) * D + c] = static_cast<uint16_t>(pack2<T>(acc * s_tot[g], 0.f) & 0xffffu);
+  }
+}
+
 int sm_count() {
   static int count = [] {
     int dev = 0, n = 0;
@@ -603,6 +849,84 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   }
 }
 
+// The decode kernel: s = 1, no mask, f16/bf16, d 64/128, group 1/2/4/8, 16-byte aligned k/v rows.
+bool decode_fits(DType dtype, const AttentionArgs& a) {
+  if (dtype != DType::BF16 && dtype != DType::F16) return false;
+  if (a.s != 1 || a.mask != nullptr || (a.d != 64 && a.d != 128) || a.s_kv == 0) return false;
+  int group = a.h / a.h_kv;
+  if (group != 1 && group != 2 && group != 4 && group != 8) return false;
+  auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!al(a.k) || !al(a.v)) return false;
+  for (int i = 0; i < 3; ++i) {
+    if (a.k_strides[i] % 8 != 0 || a.v_strides[i] % 8 != 0) return false;
+  }
+  return true;
+}
+
+// Splits per k/v head: WICK_DECODE_BLOCKS_PER_SM (default 2) blocks per multiprocessor in all.
+int decode_blocks_per_sm() {
+  static int n = [] {
+    const char* e = std::getenv("WICK_DECODE_BLOCKS_PER_SM");
+    int v = e != nullptr ? std::atoi(e) : 0;
+    return v > 0 ? v : 2;
+  }();
+  return n;
+}
+
+template <class T>
+void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
+  DecodeArgs p{};
+  p.q = static_cast<const uint16_t*>(a.q);
+  p.k = static_cast<const uint16_t*>(a.k);
+  p.v = static_cast<const uint16_t*>(a.v);
+  p.out = static_cast<uint16_t*>(a.out);
+  for (int i = 0; i < 3; ++i) {
+    p.qs[i] = a.q_strides[i];
+    p.ks[i] = a.k_strides[i];
+    p.vs[i] = a.v_strides[i];
+  }
+  p.h = a.h;
+  p.h_kv = a.h_kv;
+  p.s_kv = a.s_kv;
+  p.scale_log2 = a.scale * kLog2e;
+  const int heads = a.b * a.h_kv;
+  // Keys per split: a multiple of one pass of the block's streams (64), at least one pass.
+  constexpr int kPass = 64;
+  int splits = 1;
+  if (heads <= kDecCounterSlots) {
+    int64_t want = (static_cast<int64_t>(decode_blocks_per_sm()) * sm_count() + heads - 1) / heads;
+    splits = static_cast<int>(std::clamp<int64_t>(want, 1, kDecMaxSplits));
+  }
+  int kps = (a.s_kv + splits - 1) / splits;
+  kps = std::max(kPass, (kps + kPass - 1) / kPass * kPass);
+  p.keys_per_split = kps;
+  p.splits = (a.s_kv + kps - 1) / kps;
+  if (p.splits > 1) {
+    size_t rows = static_cast<size_t>(a.b) * a.h * p.splits;
+    p.part_ml = static_cast<float*>(temp(rows * 2 * sizeof(float)));
+    p.part_o = static_cast<float*>(temp(rows * a.d * sizeof(float)));
+  }
+  dim3 grid(p.splits, heads);
+  auto go = [&]<int D>() {
+    switch (a.h / a.h_kv) {
+      case 1:
+        return attn_decode_kernel<T, D, 1><<<grid, kDecThreads, 0, s>>>(p);
+      case 2:
+        return attn_decode_kernel<T, D, 2><<<grid, kDecThreads, 0, s>>>(p);
+      case 4:
+        return attn_decode_kernel<T, D, 4><<<grid, kDecThreads, 0, s>>>(p);
+      default:
+        return attn_decode_kernel<T, D, 8><<<grid, kDecThreads, 0, s>>>(p);
+    }
+  };
+  if (a.d == 64) {
+    go.template operator()<64>();
+  } else {
+    go.template operator()<128>();
+  }
+  WICK_CUDA_CHECK_LAUNCH();
+}
+
 // The tensor-core kernel needs 4-byte aligned query pairs and 16-byte aligned k/v rows.
 bool mma_fits(const AttentionArgs& a) {
   if (a.d != 64 && a.d != 128) return false;
@@ -663,6 +987,10 @@ void launch_attention(DType dtype, const AttentionArgs& a, const TempAlloc& temp
       !((dtype == DType::BF16 || dtype == DType::F16) && mma_fits(a))) {
     throw UnsupportedDType(
         str("scaled_dot_product_attention: head dim ", a.d, " is above 256 on cuda"));
+  }
+  if (decode_fits(dtype, a)) {
+    if (dtype == DType::BF16) return run_decode<__nv_bfloat16>(a, temp, s);
+    return run_decode<__half>(a, temp, s);
   }
   if (dtype == DType::BF16 && mma_fits(a)) return run_mma<__nv_bfloat16>(a, s);
   if (dtype == DType::F16 && mma_fits(a)) return run_mma<__half>(a, s);

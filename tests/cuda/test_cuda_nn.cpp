@@ -107,6 +107,10 @@ std::vector<Case> attention_cases() {
       // 12 query heads per k/v head: two head chunks per block row.
       {"decode-group-12", 1, 24, 2, 1, 500, 64, false, false},
       {"prefill-group-12", 1, 24, 2, 20, 20, 64, true, false},
+      // The decode kernel (f16/bf16): groups 1/2/8, d 64, one or many splits, a ragged last one.
+      {"decode-mha-long", 1, 4, 4, 1, 4100, 128, true, false},
+      {"decode-group-2-two-splits", 3, 4, 2, 1, 65, 128, false, false},
+      {"decode-group-8-d64", 2, 16, 2, 1, 777, 64, true, false},
   };
 }
 
