@@ -69,18 +69,23 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
   }
 }
 
-// Two floats as one register of two halves (the first in the low bits).
+// Two floats as one register of two halves (the first in the low bits), one cvt instruction.
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint16_t l, h;
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    l = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
-    h = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
   } else {
-    l = __half_as_ushort(__float2half_rn(lo));
-    h = __half_as_ushort(__float2half_rn(hi));
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
   }
-  return static_cast<uint32_t>(l) | (static_cast<uint32_t>(h) << 16);
+}
+
+// 2^x by the special-function unit alone (inputs are <= 0 here: results in [0, 1]).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
 }
 
 template <class T>
@@ -293,7 +298,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) flash_mma_kernel(MmaArgs p) {
           float m_new = fmaxf(m[mt][r], mx[r]);
           // A row with no visible key so far keeps exp2(-inf - 0) = 0 instead of nan.
           m_use[r] = m_new == neg_inf() ? 0.f : m_new;
-          corr[r] = exp2f(m[mt][r] - m_use[r]);
+          corr[r] = exp2_approx(m[mt][r] - m_use[r]);
           m[mt][r] = m_new;
           l[mt][r] *= corr[r];
         }
@@ -301,7 +306,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) flash_mma_kernel(MmaArgs p) {
         for (int n = 0; n < NT_S; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float pe = exp2f(sc[mt][n][e] - m_use[e >> 1]);
+            float pe = exp2_approx(sc[mt][n][e] - m_use[e >> 1]);
             sc[mt][n][e] = pe;
             l[mt][e >> 1] += pe;
           }
@@ -583,7 +588,7 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // shuffles, the online softmax runs per thread, then one merge in the block. With several splits
 // each block leaves (max, sum, output) and the last block of its k/v head merges them.
 
-constexpr int kDecThreads = 128;
+constexpr int kDecThreads = 256;
 constexpr int kDecMaxSplits = 128;
 constexpr int kDecCounterSlots = 4096;
 
@@ -615,10 +620,10 @@ __device__ __forceinline__ void unpack8(const uint4& r, float (&f)[8]) {
 
 template <class T, int D, int G>
 __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) {
-  constexpr int LPK = D / 8;                  // lanes per key
-  constexpr int SPW = 32 / LPK;               // key streams per warp
-  constexpr int NS = SPW * kDecThreads / 32;  // key streams per block
-  constexpr int U = G >= 8 ? 4 : 8;           // keys per stream in flight
+  constexpr int LPK = D / 8;                        // lanes per key
+  constexpr int SPW = 32 / LPK;                     // key streams per warp
+  constexpr int NS = SPW * kDecThreads / 32;        // key streams per block
+  constexpr int U = G >= 8 ? 2 : (G >= 4 ? 4 : 8);  // keys per stream and step (two in flight)
   __shared__ float s_m[NS][G];
   __shared__ float s_o[kDecThreads / 32][G][D];
   __shared__ float s_l[kDecThreads / 32][G];
@@ -652,8 +657,8 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) 
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[g][e] = 0.f;
   }
-  for (int k0 = key_lo + stream; k0 < key_hi; k0 += NS * U) {
-    uint4 kr[U], vr[U];
+  // Keys k0 + NS u of this stream; zeros past the split (their scores are masked below).
+  auto load_keys = [&](int k0, uint4(&kr)[U], uint4(&vr)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       int key = k0 + NS * u;
@@ -664,6 +669,13 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) 
         kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       }
     }
+  };
+  uint4 kr[U], vr[U];
+  load_keys(key_lo + stream, kr, vr);
+  for (int k0 = key_lo + stream; k0 < key_hi; k0 += NS * U) {
+    // The next keys are in flight while these are used.
+    uint4 kn[U], vn[U];
+    load_keys(k0 + NS * U, kn, vn);
     float sc[U][G];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -698,12 +710,12 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) 
       float mx = m[g];
 #pragma unroll
       for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u][g]);
-      float corr = exp2f(m[g] - mx);  // 0 the first time (m = -inf); mx is finite (key k0)
+      float corr = exp2_approx(m[g] - mx);  // 0 the first time (m = -inf); mx is finite (key k0)
       m[g] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        pr[u][g] = exp2f(sc[u][g] - mx);
+        pr[u][g] = exp2_approx(sc[u][g] - mx);
         sum += pr[u][g];
       }
       l[g] = l[g] * corr + sum;
@@ -720,6 +732,11 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) 
         for (int e = 0; e < 8; ++e) o[g][e] = fmaf(pr[u][g], vf[e], o[g][e]);
       }
     }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      kr[u] = kn[u];
+      vr[u] = vn[u];
+    }
   }
 
   // Merge the block's key streams: common max, then sums across streams and warps.
@@ -734,7 +751,7 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) 
     float mx = neg_inf();
     for (int i = 0; i < NS; ++i) mx = fmaxf(mx, s_m[i][g]);
     mb[g] = mx;
-    float f = m[g] == neg_inf() ? 0.f : exp2f(m[g] - mx);
+    float f = m[g] == neg_inf() ? 0.f : exp2_approx(m[g] - mx);
     l[g] *= f;
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[g][e] *= f;
@@ -918,12 +935,12 @@ bool decode_fits(DType dtype, const AttentionArgs& a) {
   return true;
 }
 
-// Splits per k/v head: WICK_DECODE_BLOCKS_PER_SM (default 2) blocks per multiprocessor in all.
+// Splits per k/v head: WICK_DECODE_BLOCKS_PER_SM (default 1) blocks per multiprocessor in all.
 int decode_blocks_per_sm() {
   static int n = [] {
     const char* e = std::getenv("WICK_DECODE_BLOCKS_PER_SM");
     int v = e != nullptr ? std::atoi(e) : 0;
-    return v > 0 ? v : 2;
+    return v > 0 ? v : 1;
   }();
   return n;
 }
@@ -945,7 +962,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   p.s_kv = a.s_kv;
   p.scale_log2 = a.scale * kLog2e;
   const int heads = a.b * a.h_kv;
-  // Keys per split: a multiple of one pass of the block's streams (64), at least one pass.
+  // Keys per split: a multiple of one pass of the block's key streams, at least one pass.
   constexpr int kPass = 64;
   int splits = 1;
   if (heads <= kDecCounterSlots) {

@@ -3,6 +3,8 @@
 // vectors, one read and one write of each element, one block reduction); else a block per row up
 // to 8192 in registers, a looping block above. Statistics in f32 (f64 for f64).
 
+#include <cstdlib>
+
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
 
@@ -244,7 +246,7 @@ __device__ __forceinline__ RowStat<C> block_merge(RowStat<C> st, RowStat<C>* scr
 }
 
 template <class T, int VPT, RowOp Op>
-__global__ void __launch_bounds__(kRowMaxThreads)
+__global__ void __launch_bounds__(kRowMaxThreads, 2)
     row_vec_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                    T* __restrict__ y, unsigned rows, unsigned nvec, compute_t<T> eps) {
   using C = compute_t<T>;
@@ -254,58 +256,57 @@ __global__ void __launch_bounds__(kRowMaxThreads)
   const unsigned cols = nvec * N;
   for (unsigned row = blockIdx.x; row < rows; row += gridDim.x) {
     const V* xr = reinterpret_cast<const V*>(x + static_cast<uint64_t>(row) * cols);
-    V raw[VPT], wr[VPT], br[VPT];
+    // The row stays in registers as loaded (T); values are widened where used.
+    V raw[VPT];
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       unsigned vi = threadIdx.x + j * blockDim.x;
-      if (vi < nvec) {
-        raw[j] = xr[vi];
-        if constexpr (Op != RowOp::Softmax) wr[j] = reinterpret_cast<const V*>(w)[vi];
-        if constexpr (Op == RowOp::LayerNorm) {
-          if (b != nullptr) br[j] = reinterpret_cast<const V*>(b)[vi];
-        }
-      }
+      if (vi < nvec) raw[j] = xr[vi];
     }
-    C v[VPT][N];
     RowStat<C> st{};
     int count = 0;
+    C ex[Op == RowOp::Softmax ? VPT : 1][N];  // softmax: exp(x - this thread's max)
     if constexpr (Op == RowOp::Softmax) st.a = lowest<C>();
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
-      bool ok = threadIdx.x + j * blockDim.x < nvec;
+      if (threadIdx.x + j * blockDim.x >= nvec) continue;
+      count += N;
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        v[j][e] = ok ? to_compute(raw[j].v[e]) : C(0);
-        if (!ok) continue;
+        C v = to_compute(raw[j].v[e]);
         if constexpr (Op == RowOp::LayerNorm) {
-          st.b += v[j][e];
+          st.b += v;
         } else if constexpr (Op == RowOp::RmsNorm) {
-          st.a += v[j][e] * v[j][e];
+          st.a += v * v;
         } else {
-          st.a = (v[j][e] > st.a || v[j][e] != v[j][e]) ? v[j][e] : st.a;
+          st.a = (v > st.a || v != v) ? v : st.a;
         }
       }
-      count += ok ? N : 0;
     }
     if constexpr (Op == RowOp::LayerNorm) {
       st.a = C(count);
       st.b = count > 0 ? st.b / C(count) : C(0);
 #pragma unroll
       for (int j = 0; j < VPT; ++j) {
-        if (threadIdx.x + j * blockDim.x < nvec) {
+        if (threadIdx.x + j * blockDim.x >= nvec) continue;
 #pragma unroll
-          for (int e = 0; e < N; ++e) st.c += (v[j][e] - st.b) * (v[j][e] - st.b);
+        for (int e = 0; e < N; ++e) {
+          C dv = to_compute(raw[j].v[e]) - st.b;
+          st.c += dv * dv;
         }
       }
     } else if constexpr (Op == RowOp::Softmax) {
 #pragma unroll
       for (int j = 0; j < VPT; ++j) {
-        if (threadIdx.x + j * blockDim.x < nvec) {
 #pragma unroll
-          for (int e = 0; e < N; ++e) st.b += exp_fast(v[j][e] - st.a);
+        for (int e = 0; e < N; ++e) {
+          ex[j][e] =
+              threadIdx.x + j * blockDim.x < nvec ? exp_fast(to_compute(raw[j].v[e]) - st.a) : C(0);
+          st.b += ex[j][e];
         }
       }
     }
+    const C own_max = st.a;
     st = block_merge<Op>(st, scratch);
     C shift, mul;
     if constexpr (Op == RowOp::LayerNorm) {
@@ -315,24 +316,31 @@ __global__ void __launch_bounds__(kRowMaxThreads)
       shift = C(0);
       mul = rsqrt_c(st.a / C(cols) + eps);
     } else {
-      shift = st.a;
-      mul = C(1) / st.b;
+      // exp(x - M) / S = exp(x - m_own) * (exp(m_own - M) / S)
+      shift = C(0);
+      mul = (own_max == st.a ? C(1) : exp_fast(own_max - st.a)) / st.b;
     }
     V* yr = reinterpret_cast<V*>(y + static_cast<uint64_t>(row) * cols);
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       unsigned vi = threadIdx.x + j * blockDim.x;
       if (vi >= nvec) continue;
+      // Weights are read here (L2 hits for every row but the first), not held in registers.
+      V wr{}, br{};
+      if constexpr (Op != RowOp::Softmax) wr = reinterpret_cast<const V*>(w)[vi];
+      if constexpr (Op == RowOp::LayerNorm) {
+        if (b != nullptr) br = reinterpret_cast<const V*>(b)[vi];
+      }
       V o;
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         C r;
         if constexpr (Op == RowOp::Softmax) {
-          r = exp_fast(v[j][e] - shift) * mul;
+          r = ex[j][e] * mul;
         } else {
-          r = (v[j][e] - shift) * mul * to_compute(wr[j].v[e]);
+          r = (to_compute(raw[j].v[e]) - shift) * mul * to_compute(wr.v[e]);
           if constexpr (Op == RowOp::LayerNorm) {
-            if (b != nullptr) r += to_compute(br[j].v[e]);
+            if (b != nullptr) r += to_compute(br.v[e]);
           }
         }
         o.v[e] = convert<T>(r);
@@ -365,8 +373,15 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
                                     static_cast<unsigned>(nvec), e);
     WICK_CUDA_CHECK_LAUNCH();
   };
-  // Four vectors a thread (64 bytes in flight each) up to 512 threads, then eight.
-  if (threads_for(4) <= kRowMaxThreads) {
+  // Four vectors a thread (64 bytes in flight each) up to 256 threads, then eight up to 512;
+  // WICK_ROW_VPT=2/4/8 forces one (for benchmarks).
+  static const int forced = [] {
+    const char* e = std::getenv("WICK_ROW_VPT");
+    return e != nullptr ? std::atoi(e) : 0;
+  }();
+  if (forced == 2 && threads_for(2) <= kRowMaxThreads) {
+    go(row_vec_kernel<T, 2, Op>, threads_for(2));
+  } else if ((forced == 0 || forced == 4) && threads_for(4) <= 256) {
     go(row_vec_kernel<T, 4, Op>, threads_for(4));
   } else if (threads_for(8) <= kRowMaxThreads) {
     go(row_vec_kernel<T, 8, Op>, threads_for(8));
