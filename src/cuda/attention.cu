@@ -623,7 +623,7 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) 
   constexpr int LPK = D / 8;                        // lanes per key
   constexpr int SPW = 32 / LPK;                     // key streams per warp
   constexpr int NS = SPW * kDecThreads / 32;        // key streams per block
-  constexpr int U = G >= 8 ? 2 : (G >= 4 ? 4 : 8);  // keys per stream and step (two in flight)
+  constexpr int U = G >= 8 ? 2 : (G >= 4 ? 6 : 8);  // keys per stream and step (two in flight)
   __shared__ float s_m[NS][G];
   __shared__ float s_o[kDecThreads / 32][G][D];
   __shared__ float s_l[kDecThreads / 32][G];
@@ -672,7 +672,10 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) 
   };
   uint4 kr[U], vr[U];
   load_keys(key_lo + stream, kr, vr);
-  for (int k0 = key_lo + stream; k0 < key_hi; k0 += NS * U) {
+  // The trip count is the same for every lane (the shuffles below need the whole warp); a
+  // stream past the split's end sees only masked keys.
+  for (int base = key_lo; base < key_hi; base += NS * U) {
+    const int k0 = base + stream;
     // The next keys are in flight while these are used.
     uint4 kn[U], vn[U];
     load_keys(k0 + NS * U, kn, vn);
@@ -710,12 +713,14 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) 
       float mx = m[g];
 #pragma unroll
       for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u][g]);
-      float corr = exp2_approx(m[g] - mx);  // 0 the first time (m = -inf); mx is finite (key k0)
+      // While this stream has seen no key, mx = -inf: exponents against 0 give 0, not nan.
+      const float m_use = mx == neg_inf() ? 0.f : mx;
+      float corr = exp2_approx(m[g] - m_use);  // 0 while m = -inf
       m[g] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        pr[u][g] = exp2_approx(sc[u][g] - mx);
+        pr[u][g] = exp2_approx(sc[u][g] - m_use);
         sum += pr[u][g];
       }
       l[g] = l[g] * corr + sum;

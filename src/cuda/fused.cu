@@ -198,10 +198,13 @@ constexpr int kRowMaxThreads = 512;
 
 template <class C>
 __device__ __forceinline__ C exp_fast(C x) {
-  if constexpr (std::is_same_v<C, float>)
-    return exp2f(x * 1.4426950408889634f);
-  else
+  if constexpr (std::is_same_v<C, float>) {
+    float r;  // 2^(x log2 e) by the special-function unit alone (x <= 0 here)
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+    return r;
+  } else {
     return exp(x);
+  }
 }
 
 template <class C>
@@ -379,7 +382,9 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
     const char* e = std::getenv("WICK_ROW_VPT");
     return e != nullptr ? std::atoi(e) : 0;
   }();
-  if (forced == 2 && threads_for(2) <= kRowMaxThreads) {
+  // softmax keeps exp(x) as floats: two vectors a thread keep it in registers.
+  const bool two = forced == 2 || (forced == 0 && Op == RowOp::Softmax && threads_for(2) <= 256);
+  if (two && threads_for(2) <= kRowMaxThreads) {
     go(row_vec_kernel<T, 2, Op>, threads_for(2));
   } else if ((forced == 0 || forced == 4) && threads_for(4) <= 256) {
     go(row_vec_kernel<T, 4, Op>, threads_for(4));
