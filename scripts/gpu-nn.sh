@@ -35,7 +35,7 @@ B="$BUILD"/bench/cuda_bench_nn_cuda
 timeout 120 "$B" 2>&1 | grep -v '^RESULT' | tee "$LOGS/bench.txt"
 for v in 2 4 8; do WICK_ROW_VPT=$v timeout 30 "$B" rows | grep -E "% of copy" | sed "s/^/VPT $v: /"; done
 for n in 2 4; do WICK_DECODE_BLOCKS_PER_SM=$n timeout 30 "$B" decode | grep "== decode" | sed "s/^/blocks per SM $n: /"; done
-PYTHONUNBUFFERED=1 timeout 120 python3 bench/cuda/torch_nn.py 2>&1 | grep -v '^RESULT' | tee "$LOGS/torch.txt"
+[[ -n "${WICK_NN_NO_TORCH:-}" ]] || PYTHONUNBUFFERED=1 timeout 120 python3 bench/cuda/torch_nn.py 2>&1 | grep -v '^RESULT' | tee "$LOGS/torch.txt"
 obj=$(find "$BUILD" -name 'attention.cu.o' | head -1)
 if command -v cuobjdump >/dev/null && [[ -n "$obj" ]]; then
   # Instruction counts of the attention kernels' SASS, to a file.
