@@ -68,7 +68,15 @@ Tensor randn(const Shape& shape, const Device& gpu) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // Optional parts to run: rows, attn, decode (default: all).
+  auto want = [&](const char* part) {
+    if (argc < 2) return true;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == part) return true;
+    }
+    return false;
+  };
   if (!cuda_is_available()) {
     std::fprintf(stderr, "bench_nn_cuda: no CUDA device\n");
     return 2;
@@ -114,6 +122,7 @@ int main() {
       {"softmax", [&] { return x.softmax_last_dim(); }},
   };
   for (const RowOp& op : ops) {
+    if (!want("rows")) break;
     double t = gpu_ms(
         stream, [&] { (void)op.run(); }, 20, 15);
     double gbs = bytes / t / 1e6;
@@ -127,6 +136,7 @@ int main() {
   const size_t heads = 32, dim = 128;
   std::printf("== attention bf16 b=1 h=32 d=128 causal\n");
   for (size_t s : {1024, 4096, 16384}) {
+    if (!want("attn")) break;
     Tensor q = randn({1, heads, s, dim}, gpu), k = randn({1, heads, s, dim}, gpu),
            v = randn({1, heads, s, dim}, gpu);
     int reps = s >= 16384 ? 2 : 10;
@@ -143,7 +153,7 @@ int main() {
   }
 
   // ---- decode: one query per head against a 4096-long KV cache, h_kv 8 ----
-  {
+  if (want("decode")) {
     const size_t s_kv = 4096, h_kv = 8;
     Tensor q = randn({1, heads, 1, dim}, gpu), k = randn({1, h_kv, s_kv, dim}, gpu),
            v = randn({1, h_kv, s_kv, dim}, gpu);

@@ -1,6 +1,9 @@
-// layer_norm, rms_norm and rope kernels. Norms: a warp per row up to 1024 columns, a block per
-// row up to 8192 held in registers (16-byte vector loads when rows are aligned, one read and one
-// write of each element), a looping block above; statistics in f32 (f64 for f64).
+// layer_norm, rms_norm, softmax_last_dim and rope kernels. Rows: a warp per row up to 1024
+// columns; above, when rows are 16-byte aligned, a block per row held in registers (16-byte
+// vectors, one read and one write of each element, one block reduction); else a block per row up
+// to 8192 in registers, a looping block above. Statistics in f32 (f64 for f64).
+
+#include <cstdlib>
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
@@ -183,6 +186,216 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// ---- Vector row kernels: a block per row, VPT 16-byte vectors per thread in registers ----
+// Every load of the row (and of the weights) is issued before the first reduction, each element
+// is read once and written once, and the statistics need one block reduction: per-thread
+// (count, mean, M2) merged with Chan's formula for layer_norm, sums of squares for rms_norm,
+// (max, sum of exp) pairs for softmax.
+
+enum class RowOp { LayerNorm, RmsNorm, Softmax };
+
+constexpr int kRowMaxThreads = 512;
+
+template <class C>
+__device__ __forceinline__ C exp_fast(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    float r;  // 2^(x log2 e) by the special-function unit alone (x <= 0 here)
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+    return r;
+  } else {
+    return exp(x);
+  }
+}
+
+template <class C>
+struct RowStat {
+  C a, b, c;  // layer: (count, mean, M2); rms: (sum sq, -, -); softmax: (max, sum, -)
+};
+
+template <RowOp Op, class C>
+__device__ __forceinline__ RowStat<C> merge_stat(RowStat<C> x, RowStat<C> y) {
+  if constexpr (Op == RowOp::LayerNorm) {
+    C n = x.a + y.a;
+    if (n == C(0)) return x;
+    C delta = y.b - x.b, f = y.a / n;
+    return {n, x.b + delta * f, x.c + y.c + delta * delta * x.a * f};
+  } else if constexpr (Op == RowOp::RmsNorm) {
+    return {x.a + y.a, C(0), C(0)};
+  } else {
+    // NaN wins; equal maxima add without exp(m - m) of infinities.
+    bool y_wins = y.a > x.a || y.a != y.a;
+    C m = y_wins ? y.a : x.a;
+    C sx = x.a == m ? x.b : x.b * exp_fast(x.a - m);
+    C sy = y.a == m ? y.b : y.b * exp_fast(y.a - m);
+    return {m, sx + sy, C(0)};
+  }
+}
+
+template <RowOp Op, class C>
+__device__ __forceinline__ RowStat<C> block_merge(RowStat<C> st, RowStat<C>* scratch) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    RowStat<C> o{shfl_xor(st.a, m), shfl_xor(st.b, m), shfl_xor(st.c, m)};
+    st = merge_stat<Op>(st, o);
+  }
+  const unsigned warps = blockDim.x / 32;
+  if (warps == 1) return st;
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = st;
+  __syncthreads();
+  RowStat<C> r = scratch[0];
+  for (unsigned w = 1; w < warps; ++w) r = merge_stat<Op>(r, scratch[w]);
+  __syncthreads();  // scratch is reused by the next row
+  return r;
+}
+
+template <class T, int VPT, RowOp Op>
+__global__ void __launch_bounds__(kRowMaxThreads, 2)
+    row_vec_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                   T* __restrict__ y, unsigned rows, unsigned nvec, compute_t<T> eps) {
+  using C = compute_t<T>;
+  using V = Vec<T, 16 / sizeof(T)>;
+  constexpr int N = 16 / sizeof(T);
+  __shared__ RowStat<C> scratch[kRowMaxThreads / 32];
+  const unsigned cols = nvec * N;
+  for (unsigned row = blockIdx.x; row < rows; row += gridDim.x) {
+    const V* xr = reinterpret_cast<const V*>(x + static_cast<uint64_t>(row) * cols);
+    // The row stays in registers as loaded (T); values are widened where used.
+    V raw[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      unsigned vi = threadIdx.x + j * blockDim.x;
+      if (vi < nvec) raw[j] = xr[vi];
+    }
+    RowStat<C> st{};
+    int count = 0;
+    C ex[Op == RowOp::Softmax ? VPT : 1][N];  // softmax: exp(x - this thread's max)
+    if constexpr (Op == RowOp::Softmax) st.a = lowest<C>();
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      if (threadIdx.x + j * blockDim.x >= nvec) continue;
+      count += N;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        C v = to_compute(raw[j].v[e]);
+        if constexpr (Op == RowOp::LayerNorm) {
+          st.b += v;
+        } else if constexpr (Op == RowOp::RmsNorm) {
+          st.a += v * v;
+        } else {
+          st.a = (v > st.a || v != v) ? v : st.a;
+        }
+      }
+    }
+    if constexpr (Op == RowOp::LayerNorm) {
+      st.a = C(count);
+      st.b = count > 0 ? st.b / C(count) : C(0);
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        if (threadIdx.x + j * blockDim.x >= nvec) continue;
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          C dv = to_compute(raw[j].v[e]) - st.b;
+          st.c += dv * dv;
+        }
+      }
+    } else if constexpr (Op == RowOp::Softmax) {
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          ex[j][e] =
+              threadIdx.x + j * blockDim.x < nvec ? exp_fast(to_compute(raw[j].v[e]) - st.a) : C(0);
+          st.b += ex[j][e];
+        }
+      }
+    }
+    const C own_max = st.a;
+    st = block_merge<Op>(st, scratch);
+    C shift, mul;
+    if constexpr (Op == RowOp::LayerNorm) {
+      shift = st.b;
+      mul = rsqrt_c(st.c / C(cols) + eps);
+    } else if constexpr (Op == RowOp::RmsNorm) {
+      shift = C(0);
+      mul = rsqrt_c(st.a / C(cols) + eps);
+    } else {
+      // exp(x - M) / S = exp(x - m_own) * (exp(m_own - M) / S)
+      shift = C(0);
+      mul = (own_max == st.a ? C(1) : exp_fast(own_max - st.a)) / st.b;
+    }
+    V* yr = reinterpret_cast<V*>(y + static_cast<uint64_t>(row) * cols);
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      unsigned vi = threadIdx.x + j * blockDim.x;
+      if (vi >= nvec) continue;
+      // Weights are read here (L2 hits for every row but the first), not held in registers.
+      V wr{}, br{};
+      if constexpr (Op != RowOp::Softmax) wr = reinterpret_cast<const V*>(w)[vi];
+      if constexpr (Op == RowOp::LayerNorm) {
+        if (b != nullptr) br = reinterpret_cast<const V*>(b)[vi];
+      }
+      V o;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        C r;
+        if constexpr (Op == RowOp::Softmax) {
+          r = ex[j][e] * mul;
+        } else {
+          r = (to_compute(raw[j].v[e]) - shift) * mul * to_compute(wr.v[e]);
+          if constexpr (Op == RowOp::LayerNorm) {
+            if (b != nullptr) r += to_compute(br.v[e]);
+          }
+        }
+        o.v[e] = convert<T>(r);
+      }
+      yr[vi] = o;
+    }
+  }
+}
+
+/// The vector row kernel when rows are 16-byte aligned and short enough to sit in registers;
+/// false (nothing launched) otherwise.
+template <class T, RowOp Op>
+bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t cols, double eps,
+                 cudaStream_t s) {
+  constexpr int N = 16 / sizeof(T);
+  if (cols % N != 0 || rows > 0xffffffffu || !aligned16(x, 0, 1) || !aligned16(y, 0, 1)) {
+    return false;
+  }
+  if (Op != RowOp::Softmax && !aligned16(w, 0, 1)) return false;
+  if (Op == RowOp::LayerNorm && b != nullptr && !aligned16(b, 0, 1)) return false;
+  size_t nvec = cols / N;
+  auto threads_for = [&](size_t vpt) {
+    return static_cast<unsigned>((nvec + vpt - 1) / vpt + 31) / 32 * 32;
+  };
+  using C = compute_t<T>;
+  C e = static_cast<C>(eps);
+  unsigned grid = static_cast<unsigned>(std::min<size_t>(rows, 1u << 20));
+  auto go = [&](auto kernel, unsigned threads) {
+    kernel<<<grid, threads, 0, s>>>(x, w, b, y, static_cast<unsigned>(rows),
+                                    static_cast<unsigned>(nvec), e);
+    WICK_CUDA_CHECK_LAUNCH();
+  };
+  // Four vectors a thread (64 bytes in flight each) up to 256 threads, then eight up to 512;
+  // WICK_ROW_VPT=2/4/8 forces one (for benchmarks).
+  static const int forced = [] {
+    const char* e = std::getenv("WICK_ROW_VPT");
+    return e != nullptr ? std::atoi(e) : 0;
+  }();
+  // softmax keeps exp(x) as floats: two vectors a thread keep it in registers.
+  const bool two = forced == 2 || (forced == 0 && Op == RowOp::Softmax && threads_for(2) <= 256);
+  if (two && threads_for(2) <= kRowMaxThreads) {
+    go(row_vec_kernel<T, 2, Op>, threads_for(2));
+  } else if ((forced == 0 || forced == 4) && threads_for(4) <= 256) {
+    go(row_vec_kernel<T, 4, Op>, threads_for(4));
+  } else if (threads_for(8) <= kRowMaxThreads) {
+    go(row_vec_kernel<T, 8, Op>, threads_for(8));
+  } else {
+    return false;
+  }
+  return true;
+}
+
 template <class T, bool kRms>
 void run_norm(const T* x, const T* w, const T* b, T* y, size_t rows, size_t cols, double eps,
               cudaStream_t s) {
@@ -191,6 +404,9 @@ void run_norm(const T* x, const T* w, const T* b, T* y, size_t rows, size_t cols
   if (cols <= 32 * kWarpPerLane) {
     norm_warp_kernel<T, kRms><<<grid_for(rows, kBlock / 32), kBlock, 0, s>>>(
         x, w, b, y, rows, static_cast<unsigned>(cols), e);
+  } else if (try_row_vec < T,
+             kRms ? RowOp::RmsNorm : RowOp::LayerNorm > (x, w, b, y, rows, cols, eps, s)) {
+    return;
   } else if (cols <= kBlock * kNormPerThread) {
     bool vec = (cols * sizeof(T)) % 16 == 0 && aligned16(x, 0, 1) && aligned16(w, 0, 1) &&
                (b == nullptr || aligned16(b, 0, 1)) && aligned16(y, 0, 1);
@@ -241,6 +457,15 @@ void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const
     } else {
       run_norm<T, false>(xp, wp, bp, yp, rows, cols, eps, s);
     }
+  });
+}
+
+bool launch_softmax_rows_vec(DType dtype, const void* src, void* dst, size_t rows, size_t cols,
+                             cudaStream_t s) {
+  if (rows == 0 || cols == 0) return true;
+  return dispatch_dev_float(dtype, "softmax", [&]<class T>() {
+    return try_row_vec<T, RowOp::Softmax>(static_cast<const T*>(src), nullptr, nullptr,
+                                          static_cast<T*>(dst), rows, cols, 0.0, s);
   });
 }
 

@@ -16,6 +16,11 @@ namespace wick::cuda {
 void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const void* bias,
                  void* y, size_t rows, size_t cols, double eps, cudaStream_t s);
 
+/// softmax over contiguous rows x cols by the vector row kernel (rows 16-byte aligned and up to
+/// 32768 bf16 / 16384 f32 long); false, with nothing launched, when it does not apply.
+bool launch_softmax_rows_vec(DType dtype, const void* src, void* dst, size_t rows, size_t cols,
+                             cudaStream_t s);
+
 /// Rotary embedding. x (b, h, s, d) at element strides x_strides (the last dim contiguous);
 /// cos/sin (s, d / 2) contiguous; y (b, h, s, d) contiguous.
 void launch_rope(DType dtype, bool interleaved, const void* x, const int64_t x_strides[3],

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <vector>
 
+#include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
 #include "util.h"
 
@@ -593,6 +594,8 @@ void launch_softmax_last_dim(DType dtype, const void* src, void* dst, size_t row
     if (cols <= 32 * kSoftmaxPerLane) {
       softmax_warp_kernel<T>
           <<<grid_for(rows, kBlock / 32), kBlock, 0, s>>>(x, y, rows, static_cast<unsigned>(cols));
+    } else if (launch_softmax_rows_vec(dtype, src, dst, rows, cols, s)) {
+      return;
     } else if (cols <= kBlock * kSoftmaxPerThread) {
       // 16-byte vectors when every row starts aligned.
       bool vec = (cols * sizeof(T)) % 16 == 0 && aligned16(x, 0, 1) && aligned16(y, 0, 1);
