@@ -57,8 +57,9 @@ Isa active_isa() {
 }  // namespace
 
 const Kernels& kernels() {
+  [[maybe_unused]] const Isa isa = active_isa();  // checks WICK_CPU_ISA in every build
 #if !defined(WICK_NO_AVX512_KERNELS)
-  if (active_isa() == Isa::Avx512) return kAvx512Kernels;
+  if (isa == Isa::Avx512) return kAvx512Kernels;
 #endif
   return kAvx2Kernels;
 }
