@@ -351,13 +351,13 @@ inline constexpr size_t kChunk = 256;
 
 /// buf[i] = x[i * s] for i < n (s > 1).
 template <class T>
-[[gnu::noinline]] void gather_run(const T* x, size_t s, size_t n, T* buf) {
+[[gnu::noinline]] WICK_ISA_TARGET void gather_run(const T* x, size_t s, size_t n, T* buf) {
   for (size_t i = 0; i < n; ++i) buf[i] = x[i * s];
 }
 
 /// out[i] = float(x[i * s]) for i < n (any stride, 0 included).
 template <class T>
-[[gnu::noinline]] void widen_run(const T* x, size_t s, size_t n, float* out) {
+[[gnu::noinline]] WICK_ISA_TARGET void widen_run(const T* x, size_t s, size_t n, float* out) {
   if (s == 1) {
     for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i]);
   } else {
@@ -367,13 +367,14 @@ template <class T>
 
 /// out[i] = T(x[i]) for i < n, rounded once.
 template <class T>
-[[gnu::noinline]] void narrow_run(const float* x, size_t n, T* out) {
+[[gnu::noinline]] WICK_ISA_TARGET void narrow_run(const float* x, size_t n, T* out) {
   for (size_t i = 0; i < n; ++i) out[i] = T(x[i]);
 }
 
 /// d[i] = f(x[i * sx]) for i < n with sx 0 or 1: the contiguous loop, or a fill.
 template <class R, class T, class F>
-[[gnu::noinline]] void map_unit(R* __restrict d, const T* __restrict x, size_t sx, size_t n, F f) {
+[[gnu::noinline]] WICK_ISA_TARGET void map_unit(R* __restrict d, const T* __restrict x, size_t sx,
+                                                size_t n, F f) {
   if (sx == 1) {
     for (size_t i = 0; i < n; ++i) d[i] = f(x[i]);
   } else {
@@ -396,8 +397,8 @@ void map_run(R* d, const T* x, size_t sx, size_t n, F f) {
 /// d[i] = f(x[i * sx], y[i * sy]) for i < n with sx, sy 0 or 1: loops for contiguous operands and
 /// for one broadcast operand, a fill when both are broadcast.
 template <class R, class T, class F>
-[[gnu::noinline]] void map_unit2(R* __restrict d, const T* __restrict x, size_t sx,
-                                 const T* __restrict y, size_t sy, size_t n, F f) {
+[[gnu::noinline]] WICK_ISA_TARGET void map_unit2(R* __restrict d, const T* __restrict x, size_t sx,
+                                                 const T* __restrict y, size_t sy, size_t n, F f) {
   if (sx == 1 && sy == 1) {
     for (size_t i = 0; i < n; ++i) d[i] = f(x[i], y[i]);
   } else if (sx == 1) {

@@ -16,7 +16,7 @@ namespace {
 enum class Isa { Avx2, Avx512 };
 
 bool cpu_has_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(WICK_NO_AVX512_KERNELS)
   __builtin_cpu_init();
   // These builtins also check that the OS saves the AVX-512 registers.
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -34,9 +34,15 @@ Isa choose_isa() {
   if (forced == "avx2") return Isa::Avx2;
   if (forced == "avx512") {
     if (!has_avx512) {
+#if defined(WICK_NO_AVX512_KERNELS)
+      throw Error(
+          "WICK_CPU_ISA=avx512: this build has no AVX-512 kernels (WICK_AVX512_KERNELS=OFF); "
+          "unset WICK_CPU_ISA or set it to avx2");
+#else
       throw Error(
           "WICK_CPU_ISA=avx512: this CPU lacks AVX-512 (F, BW, DQ and VL are needed); unset "
           "WICK_CPU_ISA or set it to avx2");
+#endif
     }
     return Isa::Avx512;
   }
@@ -51,7 +57,11 @@ Isa active_isa() {
 }  // namespace
 
 const Kernels& kernels() {
-  return active_isa() == Isa::Avx512 ? kAvx512Kernels : kAvx2Kernels;
+  [[maybe_unused]] const Isa isa = active_isa();  // checks WICK_CPU_ISA in every build
+#if !defined(WICK_NO_AVX512_KERNELS)
+  if (isa == Isa::Avx512) return kAvx512Kernels;
+#endif
+  return kAvx2Kernels;
 }
 
 void CpuStorage::copy_to_host(const Layout& layout, void* dst) const {
@@ -103,7 +113,7 @@ StoragePtr CpuStorage::softmax_last_dim(const Layout& layout) const {
 namespace wick {
 
 std::string cpu_isa() {
-  return &cpu::kernels() == &cpu::kAvx512Kernels ? "avx512" : "avx2";
+  return &cpu::kernels() == &cpu::kAvx2Kernels ? "avx2" : "avx512";
 }
 
 }  // namespace wick

@@ -9,7 +9,7 @@
 
 #if defined(WICK_ISA_AVX512)
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl")
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl")  // = WICK_AVX512_TARGET_LIST
 #else
 #error "The AVX-512 kernels are compiled with GCC's #pragma GCC target: build with g++"
 #endif
