@@ -1,6 +1,7 @@
 // Built when WICK_CUDA is OFF: the CUDA entry points answer "built without CUDA".
 
 #include "backend.h"
+#include "decoder_ops_backend.h"
 #include "models/kv_write.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
@@ -19,6 +20,12 @@ int device_count() {
 }  // namespace wick::cuda
 
 namespace wick::models::detail {
+
+Tensor cuda_rope_write_at_position(const Tensor&, const Tensor&, size_t, size_t, const Tensor&,
+                                   const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  cuda::device(0);  // throws: built without CUDA
+  return {};
+}
 
 void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                             const Tensor&) {
@@ -78,3 +85,17 @@ size_t CudaGraph::reserved_bytes() const {
 }
 
 }  // namespace wick
+
+namespace wick::detail {
+
+nn::ResidualNorm cuda_add_rms_norm(const Tensor&, const Tensor&, const Tensor&, double) {
+  cuda::device(0);  // throws: built without CUDA
+  return {};
+}
+
+Tensor cuda_silu_mul(const Tensor&) {
+  cuda::device(0);  // throws: built without CUDA
+  return {};
+}
+
+}  // namespace wick::detail
