@@ -48,9 +48,17 @@ def wick(build, args, timeout=300):
     return r.stdout
 
 
+T_START = time.time()
+BUDGET = [1e9]
+
+
 def guarded(name, fn, *args):
-    """Runs one check; an exception becomes a FAIL row, so later checks still run."""
+    """Runs one check; an exception becomes a FAIL row, so later checks still run. Past the
+    time budget the check is listed as skipped."""
     t = time.time()
+    if t - T_START > BUDGET[0]:
+        ROWS.append((name, "not run: over the time budget", "-", "SKIP"))
+        return
     try:
         fn(*args)
     except Exception as e:  # keep going: the table says what failed
@@ -161,9 +169,12 @@ def main():
     ap.add_argument("--build", default="build-gpu")
     ap.add_argument("--work", default="/tmp/wick-llama")
     ap.add_argument("--skip", default="", help="comma list: accuracy,speed")
-    ap.add_argument("--peer-timeout", type=int, default=150,
+    ap.add_argument("--peer-timeout", type=int, default=100,
                     help="seconds for transformers' figures per shape (torch.compile is slow)")
+    ap.add_argument("--budget", type=float, default=1e9,
+                    help="seconds after which no further check starts")
     a = ap.parse_args()
+    BUDGET[0] = a.budget
     os.makedirs(a.work, exist_ok=True)
     skip = set(a.skip.split(","))
     t0 = time.time()

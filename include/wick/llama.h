@@ -78,6 +78,8 @@ class KvCache {
   const Tensor& sin() const { return sin_; }
   /// 0 .. max_len - 1 (U32): the graph-captured decode step masks the keys after its position.
   const Tensor& positions() const { return positions_; }
+  /// {-inf, 0} in the model's dtype: the values of that mask.
+  const Tensor& mask_fill() const { return mask_fill_; }
 
  private:
   friend class Llama;

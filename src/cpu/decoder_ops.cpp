@@ -42,7 +42,7 @@ nn::ResidualNorm cpu_add_rms_norm(const Tensor& x, const Tensor& delta, const Te
     const T* wp = data_of<T>(weight);
     T* sp = sum->template as<T>();
     T* np = normed->template as<T>();
-    parallel_for(rows, grain_for(d), [&](size_t begin, size_t end) {
+    cpu::parallel_for(rows, grain_for(d), [&](size_t begin, size_t end) {
       for (size_t r = begin; r < end; ++r) {
         A sq = 0;
         for (size_t c = 0; c < d; ++c) {
@@ -69,7 +69,7 @@ Tensor cpu_silu_mul(const Tensor& gate_up) {
     using A = acc_t<T>;
     const T* gp = data_of<T>(gate_up);
     T* op = out->template as<T>();
-    parallel_for(rows, grain_for(n), [&](size_t begin, size_t end) {
+    cpu::parallel_for(rows, grain_for(n), [&](size_t begin, size_t end) {
       for (size_t r = begin; r < end; ++r) {
         const T* g = gp + r * 2 * n;
         const T* u = g + n;

@@ -79,15 +79,15 @@ Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t
   a.d = static_cast<int64_t>(d);
   a.max_len = static_cast<int64_t>(k_cache.dims()[2]);
   {
-    auto locks = bias.defined() ? read_locks({&qkv, &bias, &cos, &sin, &position})
-                                : read_locks({&qkv, &cos, &sin, &position});
+    auto locks = bias.defined() ? wick::detail::read_locks({&qkv, &bias, &cos, &sin, &position})
+                                : wick::detail::read_locks({&qkv, &cos, &sin, &position});
     // The caches are written: hold their locks as any op that writes a storage does.
     std::lock_guard write_k(k_cache.impl()->storage->mutex());
     std::lock_guard write_v(v_cache.impl()->storage->mutex());
     dev.enqueue("rope_write", qkv.dtype(),
                 [&](cudaStream_t st) { cuda::launch_rope_write(qkv.dtype(), a, st); });
   }
-  return from_storage(std::move(q), Shape{b, h, s, d});
+  return wick::detail::from_storage(std::move(q), Shape{b, h, s, d});
 }
 
 }  // namespace models::detail

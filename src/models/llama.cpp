@@ -341,7 +341,7 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     // Keys after the position are masked (in the model's dtype, as attention wants): the
     // window's rows past it hold stale or zero values.
     Tensor later = cache.positions().narrow(0, 0, len).gt(pos.device_pos.broadcast_as({len}));
-    mask = later.where_cond(cache.mask_fill_.narrow(0, 0, 1), cache.mask_fill_.narrow(0, 1, 1))
+    mask = later.where_cond(cache.mask_fill().narrow(0, 0, 1), cache.mask_fill().narrow(0, 1, 1))
                .reshape({1, len});
   }
 
