@@ -2,6 +2,7 @@
 
 #include "backend.h"
 #include "decoder_ops_backend.h"
+#include "models/decode_gemv.h"
 #include "models/kv_write.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
@@ -99,3 +100,23 @@ Tensor cuda_silu_mul(const Tensor&) {
 }
 
 }  // namespace wick::detail
+
+namespace wick::models::detail {
+
+// Without CUDA the decode step is always composed from separate ops.
+bool decode_gemv_enabled() {
+  return false;
+}
+bool fused_qkv_rope(const Tensor&, const Tensor&, const Tensor&, size_t, size_t, const Tensor&,
+                    const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor*) {
+  return false;
+}
+bool fused_gate_up_silu(const Tensor&, const Tensor&, Tensor*) {
+  return false;
+}
+bool fused_project_add_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                            const Tensor&, nn::ResidualNorm*) {
+  return false;
+}
+
+}  // namespace wick::models::detail

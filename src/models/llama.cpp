@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "models/decode_gemv.h"
 #include "models/kv_write.h"
 #include "models/llama_impl.h"
 #include "util.h"
@@ -277,6 +278,7 @@ Llama Llama::from_weights(const LlamaConfig& config, const std::map<std::string,
     l.wdown = get(p + "mlp.down_proj.weight", {d, inter});
     impl->layers.push_back(std::move(l));
   }
+  if (device.is_cuda()) impl->decode_counter = Tensor::zeros({1}, DType::U32, device);
   return Llama(std::move(impl));
 }
 
@@ -346,26 +348,44 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
   }
 
   // Per layer: qkv projection, rope + cache write, attention, output projection, residual add
-  // fused with the next norm, gate/up projection, silu * up, down projection.
+  // fused with the next norm, gate/up projection, silu * up, down projection, add + norm.
   Tensor x = m.embed.embedding(ids);  // (b, s, d): the residual stream
   Tensor normed = x.rms_norm(m.layers[0].ln1, c.rms_norm_eps);
+  // One token on CUDA: each projection fused with what follows it (models/decode_gemv.h).
+  bool single = b * s == 1 && m.device.is_cuda();
+  double eps = c.rms_norm_eps;
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const auto& l = m.layers[li];
-    Tensor qkv = linear(normed, l.wqkv, Tensor());  // the bias is added by the rope kernel
-    Tensor q = detail::rope_write_at_position(qkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
-                                              cache.k(li), cache.v(li), position);
+    Tensor q;
+    if (!(single && detail::fused_qkv_rope(normed, l.wqkv, l.bqkv, h, h_kv, cache.cos(),
+                                           cache.sin(), cache.k(li), cache.v(li), position, &q))) {
+      Tensor qkv = linear(normed, l.wqkv, Tensor());  // the bias is added by the rope kernel
+      q = detail::rope_write_at_position(qkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
+                                         cache.k(li), cache.v(li), position);
+    }
     Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
     // Prefill: causal, aligned to the end of the keys; graph step: the mask hides later rows.
     nn::AttentionOptions opts;
     opts.causal = !graph_step && s > 1;
     if (graph_step) opts.mask = mask;
-    Tensor att = nn::scaled_dot_product_attention(q, keys, values, opts);  // (b, h, s, hd)
-    Tensor o = linear(att.transpose(1, 2).reshape({b, s, h * hd}), l.wo, Tensor());
-    nn::ResidualNorm r = nn::add_rms_norm(x, o, l.ln2, c.rms_norm_eps);
-    Tensor act = nn::silu_mul(linear(r.normed, l.wgate_up, Tensor()));
-    Tensor down = linear(act, l.wdown, Tensor());
+    Tensor att = nn::scaled_dot_product_attention(q, keys, values, opts)  // (b, h, s, hd)
+                     .transpose(1, 2)
+                     .reshape({b, s, h * hd});
+    nn::ResidualNorm r;
+    if (!(single &&
+          detail::fused_project_add_norm(att, l.wo, x, l.ln2, eps, m.decode_counter, &r))) {
+      r = nn::add_rms_norm(x, linear(att, l.wo, Tensor()), l.ln2, eps);
+    }
+    Tensor act;
+    if (!(single && detail::fused_gate_up_silu(r.normed, l.wgate_up, &act))) {
+      act = nn::silu_mul(linear(r.normed, l.wgate_up, Tensor()));
+    }
     const Tensor& next_norm = li + 1 < m.layers.size() ? m.layers[li + 1].ln1 : m.norm;
-    nn::ResidualNorm r2 = nn::add_rms_norm(r.residual, down, next_norm, c.rms_norm_eps);
+    nn::ResidualNorm r2;
+    if (!(single && detail::fused_project_add_norm(act, l.wdown, r.residual, next_norm, eps,
+                                                   m.decode_counter, &r2))) {
+      r2 = nn::add_rms_norm(r.residual, linear(act, l.wdown, Tensor()), next_norm, eps);
+    }
     x = r2.residual;
     normed = r2.normed;
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/decode_gemv.h"
 #include "models/kv_write.h"
 #include "nn_reference.h"
 #include "test_util.h"
@@ -286,6 +287,60 @@ TEST(CudaLlama, GraphDecodeAcrossKeyWindows) {
   ASSERT_EQ(graph.size(), plain.size());
   EXPECT_EQ(std::vector<uint32_t>(graph.begin(), graph.begin() + 10),
             std::vector<uint32_t>(plain.begin(), plain.begin() + 10));
+}
+
+// The fused one-token projections on the GPU against the same step composed from separate ops on
+// the CPU (linear, then rope_write_at_position / silu_mul / add_rms_norm).
+TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  namespace md = models::detail;
+  auto linear = [](const Tensor& x, const Tensor& w) {
+    return x.reshape({1, x.elem_count()}).matmul(w.t()).reshape({1, 1, w.dims()[0]});
+  };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    double tol = 4 * testing::tolerance(dt);
+    size_t k = 192, h = 4, hkv = 2, d = 16, max_len = 9, p = 5;
+    Tensor x = testing::random_tensor({1, 1, k}, dt);
+    // qkv + rope + cache write, with a bias.
+    Tensor w = testing::random_tensor({(h + 2 * hkv) * d, k}, dt).affine(0.1, 0);
+    Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
+    Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
+    Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
+    Tensor pos =
+        Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, Device::cpu());
+    Tensor kc = Tensor::zeros({1, hkv, max_len, d}, dt, Device::cpu()), vc = kc.copy();
+    Tensor q_ref = md::rope_write_at_position(linear(x, w), bias, h, hkv, cos, sin, kc, vc, pos);
+    Tensor kg = Tensor::zeros({1, hkv, max_len, d}, dt, gpu), vg = kg.copy(), q;
+    ASSERT_TRUE(md::fused_qkv_rope(x.to_device(gpu), w.to_device(gpu), bias.to_device(gpu), h, hkv,
+                                   cos.to_device(gpu), sin.to_device(gpu), kg, vg,
+                                   pos.to_device(gpu), &q));
+    EXPECT_TRUE(testing::close_to(q, testing::f64(q_ref), tol)) << dt;
+    EXPECT_TRUE(testing::close_to(kg, testing::f64(kc), tol)) << dt;
+    EXPECT_TRUE(testing::close_to(vg, testing::f64(vc), tol)) << dt;
+    // gate/up + silu * up.
+    Tensor wgu = testing::random_tensor({2 * 96, k}, dt).affine(0.1, 0);
+    Tensor act;
+    ASSERT_TRUE(md::fused_gate_up_silu(x.to_device(gpu), wgu.to_device(gpu), &act));
+    EXPECT_TRUE(testing::close_to(act, testing::f64(nn::silu_mul(linear(x, wgu))), tol)) << dt;
+    // projection + residual add + RMSNorm, twice through the same counter (left zeroed).
+    Tensor counter = Tensor::zeros({1}, DType::U32, gpu);
+    for (size_t n : {size_t{576}, size_t{2050}}) {
+      Tensor wo = testing::random_tensor({n, k}, dt).affine(0.1, 0);
+      Tensor res = testing::random_tensor({1, 1, n}, dt), nw = testing::random_tensor({n}, dt);
+      nn::ResidualNorm ref = nn::add_rms_norm(res, linear(x, wo), nw, 1e-5), got;
+      ASSERT_TRUE(md::fused_project_add_norm(x.to_device(gpu), wo.to_device(gpu),
+                                             res.to_device(gpu), nw.to_device(gpu), 1e-5, counter,
+                                             &got));
+      EXPECT_TRUE(testing::close_to(got.residual, testing::f64(ref.residual), tol)) << dt << n;
+      EXPECT_TRUE(testing::close_to(got.normed, testing::f64(ref.normed), 2 * tol)) << dt << n;
+      EXPECT_EQ(counter.to_vec1<uint32_t>()[0], 0u);
+    }
+    // Not for the CPU, nor for two rows: the caller composes.
+    EXPECT_FALSE(md::fused_gate_up_silu(x, wgu, &act));
+    Tensor two = testing::random_tensor({1, 2, k}, dt).to_device(gpu);
+    EXPECT_FALSE(md::fused_gate_up_silu(two, wgu.to_device(gpu), &act));
+  }
 }
 
 }  // namespace
