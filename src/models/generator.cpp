@@ -178,6 +178,7 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
       g.input.assign(
           Tensor::from_vec(std::vector<uint32_t>{next, static_cast<uint32_t>(pos)}, {2}, dev));
       it->second.graph.replay();
+      stats_.graph_nodes = it->second.graph.node_count();
       g.cache.set_length(pos + 1);
       next = options_.temperature == 0 ? it->second.next.to_vec1<uint32_t>()[0]
                                        : pick(it->second.logits);
