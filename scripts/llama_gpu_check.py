@@ -138,7 +138,9 @@ def speed(shape, build, work, bar, peer_timeout):
     try:
         r = subprocess.run([sys.executable, os.path.join(HERE, "..", "bench", "cuda",
                                                          "generate_peer.py"),
-                            "--shape", shape, "--dtype", "bf16", "--out", peer],
+                            "--shape", shape, "--dtype", "bf16", "--out", peer,
+                            # eager first: static_compiled replaces model.forward.
+                            "--engines", "eager,static_compiled", "--repeats", "1"],
                            capture_output=True, text=True, timeout=peer_timeout)
         print(r.stdout, r.stderr[-2000:], flush=True)
     except subprocess.TimeoutExpired:
@@ -173,7 +175,7 @@ def main():
     ap.add_argument("--build", default="build-gpu")
     ap.add_argument("--work", default="/tmp/wick-llama")
     ap.add_argument("--skip", default="", help="comma list: accuracy,speed")
-    ap.add_argument("--peer-timeout", type=int, default=100,
+    ap.add_argument("--peer-timeout", type=int, default=150,
                     help="seconds for transformers' figures per shape (torch.compile is slow)")
     ap.add_argument("--budget", type=float, default=1e9,
                     help="seconds after which no further check starts")

@@ -38,7 +38,7 @@ if [[ -x $BUILD/tests/cuda_test_cuda_llama ]]; then
   TABLE+=("$(grep -q '^\[  PASSED  \]' /tmp/llama_test.txt && ! grep -q '^\[  FAILED  \]' /tmp/llama_test.txt &&
     echo PASS || echo FAIL)  cuda_test_cuda_llama: $(grep -E '^\[ +(PASSED|FAILED) +\]' /tmp/llama_test.txt | head -2 | tr '\n' ' ')")
 fi
-timeout 400 python3 scripts/llama_gpu_check.py --build "$BUILD" --budget 300 "$@" 2>&1 | tee /tmp/llama_check.txt
+timeout 420 python3 scripts/llama_gpu_check.py --build "$BUILD" --budget 330 "$@" 2>&1 | tee /tmp/llama_check.txt
 TABLE+=("$(sed -n '/^==== Llama checks/,$p' /tmp/llama_check.txt)")
 echo
 echo "==== summary ($(($(date +%s) - T0)) s)"
