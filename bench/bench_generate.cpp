@@ -78,7 +78,7 @@ wick::models::Llama random_model(const LlamaConfig& c, const wick::Device& dev, 
 
 struct Figures {
   double prompt_tps = 0, decode_tps = 0;
-  size_t kv_bytes = 0;
+  size_t kv_bytes = 0, graph_nodes = 0;
 };
 
 // Best of `repeats` (after one warm-up run that also captures the graph).
@@ -96,6 +96,7 @@ Figures measure(const wick::models::Llama& m, const std::vector<uint32_t>& promp
     f.prompt_tps = std::max(f.prompt_tps, gen.stats().prompt_tokens_per_second());
     f.decode_tps = std::max(f.decode_tps, gen.stats().decode_tokens_per_second());
     f.kv_bytes = gen.stats().kv_cache_bytes;
+    f.graph_nodes = gen.stats().graph_nodes;
   }
   return f;
 }
@@ -140,6 +141,8 @@ int main(int argc, char** argv) {
       Figures g = measure(m, prompt, new_tokens, true, repeats);
       std::printf("%-34s %14.1f %14.1f %14.2f\n", "wick (decode step as a CUDA graph)",
                   g.prompt_tps, g.decode_tps, g.kv_bytes / 1048576.0);
+      std::printf("decode graph: %zu nodes (%zu layers)\n", g.graph_nodes,
+                  m.config().num_hidden_layers);
       std::printf("RESULT wick_graph_decode_tps %.1f\n", g.decode_tps);
     }
     std::printf("RESULT wick_decode_tps %.1f\n", plain.decode_tps);

@@ -2,6 +2,8 @@
 // (cuda_allow_tf32 and the like) live in cuda_config.cpp, shared with the CUDA build.
 
 #include "backend.h"
+#include "decoder_ops_backend.h"
+#include "models/decode_gemv.h"
 #include "models/kv_write.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
@@ -20,6 +22,12 @@ int device_count() {
 }  // namespace wick::cuda
 
 namespace wick::models::detail {
+
+Tensor cuda_rope_write_at_position(const Tensor&, const Tensor&, size_t, size_t, const Tensor&,
+                                   const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  cuda::device(0);  // throws: built without CUDA
+  return {};
+}
 
 void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                             const Tensor&) {
@@ -61,3 +69,37 @@ size_t CudaGraph::reserved_bytes() const {
 }
 
 }  // namespace wick
+
+namespace wick::detail {
+
+nn::ResidualNorm cuda_add_rms_norm(const Tensor&, const Tensor&, const Tensor&, double) {
+  cuda::device(0);  // throws: built without CUDA
+  return {};
+}
+
+Tensor cuda_silu_mul(const Tensor&) {
+  cuda::device(0);  // throws: built without CUDA
+  return {};
+}
+
+}  // namespace wick::detail
+
+namespace wick::models::detail {
+
+// Without CUDA the decode step is always composed from separate ops.
+bool decode_gemv_enabled() {
+  return false;
+}
+bool fused_qkv_rope(const Tensor&, const Tensor&, const Tensor&, size_t, size_t, const Tensor&,
+                    const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor*) {
+  return false;
+}
+bool fused_gate_up_silu(const Tensor&, const Tensor&, Tensor*) {
+  return false;
+}
+bool fused_project_add_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                            const Tensor&, nn::ResidualNorm*) {
+  return false;
+}
+
+}  // namespace wick::models::detail

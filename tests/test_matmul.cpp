@@ -161,6 +161,25 @@ TEST(Matmul, Transposed) {
   }
 }
 
+// Few lhs rows times a linear layer's transposed f16/bf16 weight (the decode step's shape): the
+// weight is widened inside the dot products, not copied; batches share the weight.
+TEST(Matmul, FewRowsTimesTransposedHalfWeight) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (size_t m : {1, 3, 8}) {
+      for (size_t k : {5, 37, 300}) {
+        Tensor w = rnd({129, k}, dt);
+        Tensor a = rnd({m, k}, dt);
+        EXPECT_TRUE(matches(a.matmul(w.t()), a, w.t())) << m << " " << k;
+        Tensor batched = rnd({2, 1, k}, dt);
+        Tensor wb = w.t().broadcast_left({2});
+        EXPECT_TRUE(matches(batched.matmul(wb), batched, wb)) << m << " " << k;
+        Tensor strided = rnd({k, m}, dt).t();
+        EXPECT_TRUE(matches(strided.matmul(w.t()), strided, w.t())) << m << " " << k;
+      }
+    }
+  }
+}
+
 TEST(Matmul, NarrowedPaddedRows) {
   for (DType dt : float_dtypes()) {
     auto a = rnd({2, 5, 11}, dt).narrow(2, 3, 6);  // rows 11 apart, k = 6

@@ -112,8 +112,9 @@ def main():
         results[name] = {"prefill_tps": best[0], "decode_tps": best[1]}
         print(f"{name:50s} prefill {best[0]:10.1f} tok/s  decode {best[1]:8.1f} tok/s", flush=True)
         print(f"RESULT torch_{engine}_decode_tps {best[1]:.1f}", flush=True)
-    with open(a.out, "w") as f:
-        json.dump(results, f, indent=1)
+        # After each engine: a run stopped during a later (slower) compilation keeps these.
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ struct GenerateStats {
   double decode_seconds = 0;  // the remaining new tokens
   size_t kv_cache_bytes = 0;
   bool used_cuda_graph = false;
+  size_t graph_nodes = 0;  // kernel and copy nodes of the last decode graph replayed
   double prompt_tokens_per_second() const {
     return prompt_seconds > 0 ? static_cast<double>(prompt_tokens) / prompt_seconds : 0;
   }

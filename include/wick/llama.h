@@ -78,6 +78,8 @@ class KvCache {
   const Tensor& sin() const { return sin_; }
   /// 0 .. max_len - 1 (U32): the graph-captured decode step masks the keys after its position.
   const Tensor& positions() const { return positions_; }
+  /// {-inf, 0} in the model's dtype: the values of that mask.
+  const Tensor& mask_fill() const { return mask_fill_; }
 
  private:
   friend class Llama;
@@ -85,6 +87,7 @@ class KvCache {
   std::vector<Tensor> k_, v_;
   Tensor cos_, sin_;
   Tensor positions_;  // 0..max_len-1, U32: the graph step's mask
+  Tensor mask_fill_;  // {-inf, 0} in the model's dtype: the graph step's mask values
 };
 
 /// A Llama-family decoder. Copies share the weights.
@@ -117,11 +120,13 @@ class Llama {
 
   /// One decode step whose position is read from device memory, so that the same work can be
   /// captured once as a CUDA graph and replayed: token (b, 1) U32, position (1) U32 holding
-  /// the token's position (< cache.max_len()). Attention runs over the whole cache with a mask
-  /// from `position`. Returns the greedy next token (b) U32, and the logits (b, vocab) through
-  /// `logits` when given. Does not change cache.length() (the host keeps it).
+  /// the token's position (< key_window). Attention reads the first `key_window` cache rows
+  /// (0: all max_len) with a mask from `position`: a graph captured for a window serves every
+  /// position below it, and reads no more of the cache than that. Returns the greedy next token
+  /// (b) U32, and the logits (b, vocab) through `logits` when given. Does not change
+  /// cache.length() (the host keeps it).
   Tensor decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
-                     Tensor* logits = nullptr) const;
+                     Tensor* logits = nullptr, size_t key_window = 0) const;
 
   struct Impl;
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
@@ -443,6 +444,64 @@ void run(size_t b, size_t m, size_t n, size_t k, const Operand<C>& lhs, const Op
   });
 }
 
+// Products with few lhs rows against an f16/bf16 matrix stored with k contiguous (a linear
+// layer's (out, in) weight, transposed): the weight is widened a line at a time inside the dot
+// products instead of into a whole f32 copy per call, which for a decode step (m = 1) cost more
+// than the product itself. Rows of the output are split across the workers.
+constexpr size_t kNarrowRows = 8;
+
+template <class T>
+bool narrow_product_fits(MatmulDims d, const Layout& rhs_layout) {
+  if constexpr (std::is_same_v<T, compute_t<T>>) {
+    return false;
+  } else {
+    if (d.m * d.b > kNarrowRows || d.k == 0) return false;
+    size_t r = rhs_layout.rank();
+    auto bstride = batch_stride(rhs_layout);
+    bool shared = d.b == 1 || (bstride && *bstride == 0);
+    return shared && rhs_layout.strides()[r - 2] == 1;
+  }
+}
+
+template <class T>
+float widen(T v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    uint32_t u = static_cast<uint32_t>(std::bit_cast<uint16_t>(v)) << 16;
+    return std::bit_cast<float>(u);
+  } else {
+    return static_cast<float>(v);
+  }
+}
+
+// out (rows x n) = a (rows x k, dense f32) times the k-contiguous columns of w (column j at
+// w + j * ld).
+template <class T>
+void narrow_product(size_t rows, size_t n, size_t k, const float* a, const T* w, size_t ld,
+                    T* out) {
+  constexpr size_t kLanes = 16;
+  parallel_for(n, 64, [&](size_t begin, size_t end) {
+    std::array<float, kLanes> line{};
+    for (size_t j = begin; j < end; ++j) {
+      const T* col = w + j * ld;
+      std::array<std::array<float, kLanes>, kNarrowRows> acc{};
+      size_t kk = 0;
+      for (; kk + kLanes <= k; kk += kLanes) {
+        for (size_t l = 0; l < kLanes; ++l) line[l] = widen(col[kk + l]);
+        for (size_t i = 0; i < rows; ++i) {
+          const float* ai = a + i * k + kk;
+          for (size_t l = 0; l < kLanes; ++l) acc[i][l] += ai[l] * line[l];
+        }
+      }
+      for (size_t i = 0; i < rows; ++i) {
+        float sum = 0;
+        for (size_t l = 0; l < kLanes; ++l) sum += acc[i][l];
+        for (size_t t = kk; t < k; ++t) sum += a[i * k + t] * widen(col[t]);
+        out[i * n + j] = T(sum);
+      }
+    }
+  });
+}
+
 template <class T>
 StoragePtr matmul_typed(const CpuStorage& lhs, const CpuStorage& rhs, MatmulDims d,
                         const Layout& lhs_layout, const Layout& rhs_layout) {
@@ -459,6 +518,30 @@ StoragePtr matmul_typed(const CpuStorage& lhs, const CpuStorage& rhs, MatmulDims
   }
   BlasThreads::instance();  // applies WICK_NUM_THREADS before the first BLAS call
   using C = compute_t<T>;
+  if constexpr (!std::is_same_v<T, C>) {
+    if (narrow_product_fits<T>(d, rhs_layout)) {
+      // All b * m lhs rows, widened once into a dense f32 block.
+      Scratch<float> a(d.b * d.m * d.k);
+      auto op = make_operand<T, C>(lhs.as<T>(), lhs_layout, d.b, d.m, d.k);
+      for (size_t bi = 0; bi < d.b; ++bi) {
+        for (size_t i = 0; i < d.m; ++i) {
+          const float* src = op.at(bi) + i * op.rs;
+          float* dst = a.get() + (bi * d.m + i) * d.k;
+          for (size_t t = 0; t < d.k; ++t) dst[t] = src[t * op.cs];
+        }
+        if (op.shared(d.b)) {
+          for (size_t bj = 1; bj < d.b; ++bj) {
+            std::memcpy(a.get() + bj * d.m * d.k, a.get(), d.m * d.k * sizeof(float));
+          }
+          break;
+        }
+      }
+      size_t r = rhs_layout.rank();
+      const T* w = rhs.as<T>() + rhs_layout.start_offset();
+      narrow_product<T>(d.b * d.m, d.n, d.k, a.get(), w, rhs_layout.strides()[r - 1], dst);
+      return out;
+    }
+  }
   auto a = make_operand<T, C>(lhs.as<T>(), lhs_layout, d.b, d.m, d.k);
   auto b = make_operand<T, C>(rhs.as<T>(), rhs_layout, d.b, d.k, d.n);
   if constexpr (std::is_same_v<T, C>) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include "util.h"
@@ -34,16 +35,23 @@ bool graph_allowed_by_env() {
 
 }  // namespace
 
-// The decode step captured as one CUDA graph: its inputs (token, position) and outputs (next
-// token, logits) sit at fixed device addresses; the host writes the inputs and replays.
+// The decode step captured as CUDA graphs, one per key window (a multiple of kWindowStep cache
+// rows, captured when the sequence first reaches it), so that attention reads only about as much
+// of the cache as is filled. Inputs (token, position) and each graph's outputs (next token,
+// logits) sit at fixed device addresses; the host writes the inputs and replays.
+constexpr size_t kWindowStep = 256;
+
 struct Generator::DecodeGraph {
+  struct Window {
+    Tensor next;    // (1) U32, written by the graph
+    Tensor logits;  // (1, vocab), written by the graph
+    CudaGraph graph;
+  };
   models::KvCache cache;
   Tensor input;     // (2) U32: token, position
   Tensor token;     // (1, 1) view of input
   Tensor position;  // (1) view of input
-  Tensor next;      // (1) U32, written by the graph
-  Tensor logits;    // (1, vocab), written by the graph
-  CudaGraph graph;
+  std::map<size_t, Window> windows;
 };
 
 Generator::Generator(models::Llama model, GenerateOptions options)
@@ -153,18 +161,27 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
       g->input = Tensor::zeros({2}, DType::U32, dev);
       g->token = g->input.narrow(0, 0, 1).reshape({1, 1});
       g->position = g->input.narrow(0, 1, 1);
-      g->graph = CudaGraph::capture(
-          dev, [&] { g->next = model_.decode_step(g->token, g->position, g->cache, &g->logits); });
       graph_ = std::move(g);
     }
     DecodeGraph& g = *graph_;
     while (more) {
       size_t pos = g.cache.length();
+      size_t window = std::min(g.cache.max_len(), (pos / kWindowStep + 1) * kWindowStep);
+      auto it = g.windows.find(window);
+      if (it == g.windows.end()) {
+        DecodeGraph::Window w;
+        w.graph = CudaGraph::capture(dev, [&] {
+          w.next = model_.decode_step(g.token, g.position, g.cache, &w.logits, window);
+        });
+        it = g.windows.emplace(window, std::move(w)).first;
+      }
       g.input.assign(
           Tensor::from_vec(std::vector<uint32_t>{next, static_cast<uint32_t>(pos)}, {2}, dev));
-      g.graph.replay();
+      it->second.graph.replay();
+      stats_.graph_nodes = it->second.graph.node_count();
       g.cache.set_length(pos + 1);
-      next = options_.temperature == 0 ? g.next.to_vec1<uint32_t>()[0] : pick(g.logits);
+      next = options_.temperature == 0 ? it->second.next.to_vec1<uint32_t>()[0]
+                                       : pick(it->second.logits);
       more = emit(next);
     }
   } else {

@@ -18,8 +18,8 @@ void check_pair(const Tensor& cache, const Tensor& src, const Tensor& position) 
     throw DTypeMismatch(str("kv write: cache ", cache.dtype(), ", rows ", src.dtype()));
   }
   if (position.elem_count() != 1 || position.dtype() != DType::U32) {
-    throw DTypeMismatch(str("kv write: position must be one u32, got ", position.shape(), " ",
-                            position.dtype()));
+    throw DTypeMismatch(
+        str("kv write: position must be one u32, got ", position.shape(), " ", position.dtype()));
   }
   if (src.device() != cache.device() || position.device() != cache.device()) {
     throw DeviceMismatch(str("kv write: cache on ", cache.device(), ", rows on ", src.device(),
@@ -35,9 +35,8 @@ void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_c
   check_pair(v_cache, v, position);
   if (k.shape() != v.shape() || k_cache.shape() != v_cache.shape() || k.dtype() != v.dtype() ||
       k.device() != v.device()) {
-    throw ShapeMismatch(str("kv write: keys ", k.shape(), " ", k.dtype(), " into ",
-                            k_cache.shape(), ", values ", v.shape(), " ", v.dtype(), " into ",
-                            v_cache.shape()));
+    throw ShapeMismatch(str("kv write: keys ", k.shape(), " ", k.dtype(), " into ", k_cache.shape(),
+                            ", values ", v.shape(), " ", v.dtype(), " into ", v_cache.shape()));
   }
   if (k_cache.device().is_cuda()) {
     cuda_write_at_position(k_cache, k, v_cache, v, position);
@@ -46,11 +45,70 @@ void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_c
   size_t p = position.flatten_all().to_vec1<uint32_t>()[0];
   size_t s = k.dims()[2];
   if (p + s > k_cache.dims()[2]) {
-    throw IndexOutOfRange(str("kv write: position ", p, " + ", s, " rows past the cache's ",
-                              k_cache.dims()[2]));
+    throw IndexOutOfRange(
+        str("kv write: position ", p, " + ", s, " rows past the cache's ", k_cache.dims()[2]));
   }
   k_cache.narrow(2, p, s).assign(k);
   v_cache.narrow(2, p, s).assign(v);
+}
+
+Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
+                              const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
+                              const Tensor& v_cache, const Tensor& position) {
+  size_t heads = h + 2 * h_kv;
+  if (qkv.rank() != 3 || k_cache.rank() != 4 || qkv.dims()[2] != heads * k_cache.dims()[3] ||
+      k_cache.dims()[1] != h_kv || cos.rank() != 2 || cos.shape() != sin.shape() ||
+      cos.dims()[1] * 2 != k_cache.dims()[3] || cos.dims()[0] < k_cache.dims()[2] ||
+      (bias.defined() && bias.shape() != Shape{qkv.dims()[2]})) {
+    throw ShapeMismatch(str("rope write: qkv ", qkv.shape(), " for ", h, " + 2 x ", h_kv,
+                            " heads, cache ", k_cache.shape(), ", tables ", cos.shape(), " ",
+                            sin.shape(), bias.defined() ? str(", bias ", bias.shape()) : ""));
+  }
+  if (cos.dtype() != qkv.dtype() || sin.dtype() != qkv.dtype() ||
+      (bias.defined() && bias.dtype() != qkv.dtype())) {
+    throw DTypeMismatch(str("rope write: qkv ", qkv.dtype(), ", tables ", cos.dtype(), " ",
+                            sin.dtype(), bias.defined() ? str(", bias ", bias.dtype()) : ""));
+  }
+  size_t b = qkv.dims()[0], s = qkv.dims()[1], d = k_cache.dims()[3];
+  if (k_cache.device().is_cuda()) {
+    if (k_cache.shape() != v_cache.shape() || !k_cache.is_contiguous() ||
+        !v_cache.is_contiguous() || k_cache.dims()[0] != b || s > k_cache.dims()[2]) {
+      throw ShapeMismatch(str("rope write: caches ", k_cache.shape(), " ", v_cache.shape(),
+                              " (row-major) for rows of qkv ", qkv.shape()));
+    }
+    for (const Tensor* t : {&qkv, &cos, &sin, &v_cache, &position}) {
+      if (t->device() != k_cache.device()) {
+        throw DeviceMismatch(
+            str("rope write: cache on ", k_cache.device(), ", an input on ", t->device()));
+      }
+    }
+    if (bias.defined() && bias.device() != k_cache.device()) {
+      throw DeviceMismatch(
+          str("rope write: cache on ", k_cache.device(), ", bias on ", bias.device()));
+    }
+    if (k_cache.dtype() != qkv.dtype() || v_cache.dtype() != qkv.dtype()) {
+      throw DTypeMismatch(str("rope write: caches ", k_cache.dtype(), ", qkv ", qkv.dtype()));
+    }
+    if (position.elem_count() != 1 || position.dtype() != DType::U32) {
+      throw DTypeMismatch(str("rope write: position must be one u32, got ", position.shape(), " ",
+                              position.dtype()));
+    }
+    // contiguous() hands back the tensor itself when it already is (no copy in the step).
+    return cuda_rope_write_at_position(qkv.contiguous(), bias.defined() ? bias.contiguous() : bias,
+                                       h, h_kv, cos.contiguous(), sin.contiguous(), k_cache,
+                                       v_cache, position);
+  }
+  Tensor x = bias.defined() ? qkv.broadcast_add(bias) : qkv;
+  Tensor qk_rows = x.narrow(2, 0, (h + h_kv) * d).reshape({b, s, h + h_kv, d}).transpose(1, 2);
+  Tensor v = x.narrow(2, (h + h_kv) * d, h_kv * d).reshape({b, s, h_kv, d}).transpose(1, 2);
+  size_t p = position.flatten_all().to_vec1<uint32_t>()[0];
+  if (p + s > cos.dims()[0]) {
+    throw IndexOutOfRange(
+        str("rope write: position ", p, " + ", s, " rows past the tables' ", cos.dims()[0]));
+  }
+  Tensor qk = qk_rows.rope(cos.narrow(0, p, s), sin.narrow(0, p, s));
+  write_at_position(k_cache, qk.narrow(1, h, h_kv), v_cache, v, position);
+  return qk.narrow(1, 0, h).contiguous();
 }
 
 }  // namespace wick::models::detail

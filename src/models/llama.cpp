@@ -6,11 +6,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "models/decode_gemv.h"
 #include "models/kv_write.h"
 #include "models/llama_impl.h"
 #include "util.h"
 #include "wick/error.h"
 #include "wick/nn/attention.h"
+#include "wick/nn/decoder_ops.h"
 
 namespace wick::models {
 
@@ -276,6 +278,7 @@ Llama Llama::from_weights(const LlamaConfig& config, const std::map<std::string,
     l.wdown = get(p + "mlp.down_proj.weight", {d, inter});
     impl->layers.push_back(std::move(l));
   }
+  if (device.is_cuda()) impl->decode_counter = Tensor::zeros({1}, DType::U32, device);
   return Llama(std::move(impl));
 }
 
@@ -305,6 +308,9 @@ KvCache Llama::make_cache(size_t batch, size_t max_len) const {
       sin_v[p * half + i] = std::sin(angle);
     }
   }
+  float fill[2] = {-std::numeric_limits<float>::infinity(), 0.0f};
+  cache.mask_fill_ = Tensor::from_vec(std::vector<float>(fill, fill + 2), {2}, impl_->device)
+                         .to_dtype(impl_->dtype);
   cache.positions_ = Tensor::arange<uint32_t>(0, static_cast<uint32_t>(max_len), impl_->device);
   cache.cos_ = Tensor::from_vec(cos_v, {max_len, half}, impl_->device).to_dtype(impl_->dtype);
   cache.sin_ = Tensor::from_vec(sin_v, {max_len, half}, impl_->device).to_dtype(impl_->dtype);
@@ -314,10 +320,11 @@ KvCache Llama::make_cache(size_t batch, size_t max_len) const {
 namespace {
 
 // Where the positions of this forward come from: a host offset (prefill and plain decode) or
-// one device U32 (the graph-captured decode step).
+// one device U32 (the graph-captured decode step, attending to the first `window` cache rows).
 struct Positions {
   size_t start = 0;
   Tensor device_pos;  // defined: graph step
+  size_t window = 0;  // graph step: keys [0, window) are read, those after the position masked
 };
 
 Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const Positions& pos) {
@@ -325,57 +332,64 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
   size_t b = ids.dims()[0], s = ids.dims()[1];
   size_t h = c.num_attention_heads, h_kv = c.num_key_value_heads, hd = c.head_dim;
   bool graph_step = pos.device_pos.defined();
-  size_t len = graph_step ? cache.max_len() : pos.start + s;  // keys attended to
+  size_t len = graph_step ? pos.window : pos.start + s;  // keys attended to
+  Tensor position = graph_step
+                        ? pos.device_pos
+                        : Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(pos.start)},
+                                           {1}, m.device);
 
-  Tensor cos, sin, mask;
+  Tensor mask;
   if (graph_step) {
-    cos = cache.cos().index_select(pos.device_pos, 0);
-    sin = cache.sin().index_select(pos.device_pos, 0);
-    // Keys after the position are masked: the cache's rows past it hold stale or zero values.
-    Tensor later = cache.positions().gt(pos.device_pos.broadcast_as({len}));
-    mask = later
-               .where_cond(Tensor::full(-std::numeric_limits<float>::infinity(), {1}, m.device),
-                           Tensor::full(0.0f, {1}, m.device))
+    // Keys after the position are masked (in the model's dtype, as attention wants): the
+    // window's rows past it hold stale or zero values.
+    Tensor later = cache.positions().narrow(0, 0, len).gt(pos.device_pos.broadcast_as({len}));
+    mask = later.where_cond(cache.mask_fill().narrow(0, 0, 1), cache.mask_fill().narrow(0, 1, 1))
                .reshape({1, len});
-  } else {
-    cos = cache.cos().narrow(0, pos.start, s);
-    sin = cache.sin().narrow(0, pos.start, s);
   }
 
-  Tensor x = m.embed.embedding(ids);  // (b, s, d)
+  // Per layer: qkv projection, rope + cache write, attention, output projection, residual add
+  // fused with the next norm, gate/up projection, silu * up, down projection, add + norm.
+  Tensor x = m.embed.embedding(ids);  // (b, s, d): the residual stream
+  Tensor normed = x.rms_norm(m.layers[0].ln1, c.rms_norm_eps);
+  // One token on CUDA: each projection fused with what follows it (models/decode_gemv.h).
+  bool single = b * s == 1 && m.device.is_cuda();
+  double eps = c.rms_norm_eps;
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const auto& l = m.layers[li];
-    Tensor qkv = linear(x.rms_norm(l.ln1, c.rms_norm_eps), l.wqkv, l.bqkv);
-    // q and k heads are adjacent in qkv: one rope kernel for both.
-    Tensor qk = qkv.narrow(2, 0, (h + h_kv) * hd)
-                    .reshape({b, s, h + h_kv, hd})
-                    .transpose(1, 2)
-                    .rope(cos, sin);  // (b, h + h_kv, s, hd)
-    Tensor q = qk.narrow(1, 0, h), k = qk.narrow(1, h, h_kv);
-    Tensor v = qkv.narrow(2, (h + h_kv) * hd, h_kv * hd).reshape({b, s, h_kv, hd}).transpose(1, 2);
-    Tensor keys, values;
-    if (graph_step) {
-      detail::write_at_position(cache.k(li), k, cache.v(li), v, pos.device_pos);
-      keys = cache.k(li);
-      values = cache.v(li);
-    } else {
-      cache.k(li).narrow(2, pos.start, s).assign(k);
-      cache.v(li).narrow(2, pos.start, s).assign(v);
-      keys = cache.k(li).narrow(2, 0, len);
-      values = cache.v(li).narrow(2, 0, len);
+    Tensor q;
+    if (!(single && detail::fused_qkv_rope(normed, l.wqkv, l.bqkv, h, h_kv, cache.cos(),
+                                           cache.sin(), cache.k(li), cache.v(li), position, &q))) {
+      Tensor qkv = linear(normed, l.wqkv, Tensor());  // the bias is added by the rope kernel
+      q = detail::rope_write_at_position(qkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
+                                         cache.k(li), cache.v(li), position);
     }
+    Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
     // Prefill: causal, aligned to the end of the keys; graph step: the mask hides later rows.
     nn::AttentionOptions opts;
     opts.causal = !graph_step && s > 1;
     if (graph_step) opts.mask = mask;
-    Tensor att = nn::scaled_dot_product_attention(q, keys, values, opts);  // (b, h, s, hd)
-    x = x.add(linear(att.transpose(1, 2).reshape({b, s, h * hd}), l.wo, Tensor()));
-    Tensor gu = linear(x.rms_norm(l.ln2, c.rms_norm_eps), l.wgate_up, Tensor());
-    size_t inter = c.intermediate_size;
-    Tensor act = gu.narrow(2, 0, inter).silu().mul(gu.narrow(2, inter, inter));
-    x = x.add(linear(act, l.wdown, Tensor()));
+    Tensor att = nn::scaled_dot_product_attention(q, keys, values, opts)  // (b, h, s, hd)
+                     .transpose(1, 2)
+                     .reshape({b, s, h * hd});
+    nn::ResidualNorm r;
+    if (!(single &&
+          detail::fused_project_add_norm(att, l.wo, x, l.ln2, eps, m.decode_counter, &r))) {
+      r = nn::add_rms_norm(x, linear(att, l.wo, Tensor()), l.ln2, eps);
+    }
+    Tensor act;
+    if (!(single && detail::fused_gate_up_silu(r.normed, l.wgate_up, &act))) {
+      act = nn::silu_mul(linear(r.normed, l.wgate_up, Tensor()));
+    }
+    const Tensor& next_norm = li + 1 < m.layers.size() ? m.layers[li + 1].ln1 : m.norm;
+    nn::ResidualNorm r2;
+    if (!(single && detail::fused_project_add_norm(act, l.wdown, r.residual, next_norm, eps,
+                                                   m.decode_counter, &r2))) {
+      r2 = nn::add_rms_norm(r.residual, linear(act, l.wdown, Tensor()), next_norm, eps);
+    }
+    x = r2.residual;
+    normed = r2.normed;
   }
-  return x.rms_norm(m.norm, c.rms_norm_eps);
+  return normed;
 }
 
 void check_ids(const Llama::Impl& m, const Tensor& ids, const KvCache& cache, const char* op) {
@@ -422,7 +436,7 @@ Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
 }
 
 Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
-                          Tensor* logits) const {
+                          Tensor* logits, size_t key_window) const {
   check_ids(*impl_, token, cache, "Llama::decode_step");
   if (token.dims()[1] != 1 || token.dtype() != DType::U32) {
     throw ShapeMismatch(str("Llama::decode_step: token must be (batch, 1) u32, got ", token.shape(),
@@ -434,7 +448,12 @@ Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& 
                             ", got ", position.shape(), " ", position.dtype(), " on ",
                             position.device()));
   }
-  Tensor x = run_layers(*impl_, token, cache, Positions{0, position});
+  if (key_window == 0) key_window = cache.max_len();
+  if (key_window > cache.max_len()) {
+    throw IndexOutOfRange(
+        str("Llama::decode_step: key_window ", key_window, " > the cache's ", cache.max_len()));
+  }
+  Tensor x = run_layers(*impl_, token, cache, Positions{0, position, key_window});
   Tensor out = linear(x.squeeze(1), impl_->lm_head, Tensor());  // (b, vocab)
   if (logits != nullptr) *logits = out;
   return out.argmax(1);

@@ -22,6 +22,9 @@ struct Llama::Impl {
   DType dtype = DType::F32;
   Tensor embed, norm, lm_head;
   std::vector<Layer> layers;
+  // CUDA: one zeroed U32 that the fused projection + add + norm kernel counts its blocks with
+  // (left zeroed after each launch; launches on the device's one stream never overlap).
+  Tensor decode_counter;
 };
 
 }  // namespace wick::models

@@ -8,10 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "models/decode_gemv.h"
+#include "models/kv_write.h"
+#include "nn_reference.h"
 #include "test_util.h"
 #include "wick/cuda.h"
 #include "wick/generator.h"
 #include "wick/llama.h"
+#include "wick/nn/decoder_ops.h"
 #include "wick/wick.h"
 
 namespace wick {
@@ -191,6 +195,152 @@ TEST(CudaLlama, SampledGraphDecodeIsSeeded) {
   opt.cuda_graph = false;
   auto b = Generator(m, opt).generate({1, 2, 3});
   EXPECT_EQ(a, b);
+}
+
+// ---- the fused decoder ops: GPU against the CPU's (tested there against f64 compositions) ----
+
+TEST(CudaDecoderOps, AddRmsNormAndSiluMulMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    for (size_t d : {size_t{64}, size_t{576}, size_t{2048}, size_t{5000}}) {
+      Tensor x = testing::random_tensor({3, d}, dt), delta = testing::random_tensor({3, d}, dt);
+      Tensor w = testing::random_tensor({d}, dt);
+      nn::ResidualNorm c = nn::add_rms_norm(x, delta, w, 1e-5);
+      nn::ResidualNorm g =
+          nn::add_rms_norm(x.to_device(gpu), delta.to_device(gpu), w.to_device(gpu), 1e-5);
+      EXPECT_TRUE(testing::close_to(g.residual, testing::f64(c.residual), testing::tolerance(dt)))
+          << dt << " " << d;
+      EXPECT_TRUE(testing::close_to(g.normed, testing::f64(c.normed), 2 * testing::tolerance(dt)))
+          << dt << " " << d;
+      Tensor gu = testing::random_tensor({2, 2 * d}, dt);
+      EXPECT_TRUE(testing::close_to(nn::silu_mul(gu.to_device(gpu)), testing::f64(nn::silu_mul(gu)),
+                                    2 * testing::tolerance(dt)))
+          << dt << " " << d;
+    }
+  }
+}
+
+TEST(CudaDecoderOps, RopeWriteAtPositionMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  size_t b = 2, s = 3, h = 4, hkv = 2, d = 16, max_len = 12, p = 7;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (bool with_bias : {false, true}) {
+      Tensor qkv = testing::random_tensor({b, s, (h + 2 * hkv) * d}, dt);
+      Tensor bias = with_bias ? testing::random_tensor({(h + 2 * hkv) * d}, dt) : Tensor();
+      Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
+      Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
+      Tensor pos =
+          Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, Device::cpu());
+      auto run = [&](const Device& dev, Tensor& kc, Tensor& vc) {
+        kc = Tensor::zeros({b, hkv, max_len, d}, dt, dev);
+        vc = Tensor::zeros({b, hkv, max_len, d}, dt, dev);
+        return models::detail::rope_write_at_position(
+            qkv.to_device(dev), with_bias ? bias.to_device(dev) : bias, h, hkv, cos.to_device(dev),
+            sin.to_device(dev), kc, vc, pos.to_device(dev));
+      };
+      Tensor kc, vc, kg, vg;
+      Tensor qc = run(Device::cpu(), kc, vc), qg = run(gpu, kg, vg);
+      double tol = 2 * testing::tolerance(dt);
+      EXPECT_TRUE(testing::close_to(qg, testing::f64(qc), tol)) << dt << with_bias;
+      EXPECT_TRUE(testing::close_to(kg, testing::f64(kc), tol)) << dt << with_bias;
+      EXPECT_TRUE(testing::close_to(vg, testing::f64(vc), tol)) << dt << with_bias;
+    }
+  }
+}
+
+// A key window covering the position gives the logits of the whole-cache step.
+TEST(CudaLlama, DecodeStepKeyWindowEqualsWholeCache) {
+  SKIP_WITHOUT_GPU();
+  auto c = small_config();
+  models::Llama m = models::Llama::from_weights(c, random_weights(c), Device::cuda(0));
+  models::KvCache cache = m.make_cache(1, 300);
+  std::vector<uint32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<uint32_t>((i * 37) % 500);
+  (void)m.forward_last(Tensor::from_vec(prompt, {1, prompt.size()}, Device::cuda(0)), cache);
+  Tensor tok = Tensor::from_vec(std::vector<uint32_t>{11}, {1, 1}, Device::cuda(0));
+  Tensor pos = Tensor::from_vec(std::vector<uint32_t>{40}, {1}, Device::cuda(0));
+  Tensor whole, windowed;
+  uint32_t a = m.decode_step(tok, pos, cache, &whole).to_vec1<uint32_t>()[0];
+  uint32_t b = m.decode_step(tok, pos, cache, &windowed, 64).to_vec1<uint32_t>()[0];
+  EXPECT_EQ(a, b);
+  EXPECT_TRUE(testing::all_close(windowed.to_vec_f64(), whole.to_vec_f64(), 1e-4, 1e-4));
+  EXPECT_THROW(m.decode_step(tok, pos, cache, nullptr, 301), IndexOutOfRange);
+}
+
+// Generation past one 256-row key window: the graph of the next window takes over.
+TEST(CudaLlama, GraphDecodeAcrossKeyWindows) {
+  SKIP_WITHOUT_GPU();
+  auto c = small_config();
+  auto w = random_weights(c);
+  models::Llama m = models::Llama::from_weights(c, w, Device::cuda(0));
+  std::vector<uint32_t> prompt(250);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<uint32_t>((i * 53) % 500);
+  GenerateOptions opt;
+  opt.max_new_tokens = 20;
+  opt.stop_tokens = {100000};
+  opt.max_len = 600;
+  auto graph = Generator(m, opt).generate(prompt);
+  opt.cuda_graph = false;
+  auto plain = Generator(m, opt).generate(prompt);
+  ASSERT_EQ(graph.size(), plain.size());
+  EXPECT_EQ(std::vector<uint32_t>(graph.begin(), graph.begin() + 10),
+            std::vector<uint32_t>(plain.begin(), plain.begin() + 10));
+}
+
+// The fused one-token projections on the GPU against the same step composed from separate ops on
+// the CPU (linear, then rope_write_at_position / silu_mul / add_rms_norm).
+TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  namespace md = models::detail;
+  auto linear = [](const Tensor& x, const Tensor& w) {
+    return x.reshape({1, x.elem_count()}).matmul(w.t()).reshape({1, 1, w.dims()[0]});
+  };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    double tol = 4 * testing::tolerance(dt);
+    size_t k = 192, h = 4, hkv = 2, d = 16, max_len = 9, p = 5;
+    Tensor x = testing::random_tensor({1, 1, k}, dt);
+    // qkv + rope + cache write, with a bias.
+    Tensor w = testing::random_tensor({(h + 2 * hkv) * d, k}, dt).affine(0.1, 0);
+    Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
+    Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
+    Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
+    Tensor pos =
+        Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, Device::cpu());
+    Tensor kc = Tensor::zeros({1, hkv, max_len, d}, dt, Device::cpu()), vc = kc.copy();
+    Tensor q_ref = md::rope_write_at_position(linear(x, w), bias, h, hkv, cos, sin, kc, vc, pos);
+    Tensor kg = Tensor::zeros({1, hkv, max_len, d}, dt, gpu), vg = kg.copy(), q;
+    ASSERT_TRUE(md::fused_qkv_rope(x.to_device(gpu), w.to_device(gpu), bias.to_device(gpu), h, hkv,
+                                   cos.to_device(gpu), sin.to_device(gpu), kg, vg,
+                                   pos.to_device(gpu), &q));
+    EXPECT_TRUE(testing::close_to(q, testing::f64(q_ref), tol)) << dt;
+    EXPECT_TRUE(testing::close_to(kg, testing::f64(kc), tol)) << dt;
+    EXPECT_TRUE(testing::close_to(vg, testing::f64(vc), tol)) << dt;
+    // gate/up + silu * up.
+    Tensor wgu = testing::random_tensor({2 * 96, k}, dt).affine(0.1, 0);
+    Tensor act;
+    ASSERT_TRUE(md::fused_gate_up_silu(x.to_device(gpu), wgu.to_device(gpu), &act));
+    EXPECT_TRUE(testing::close_to(act, testing::f64(nn::silu_mul(linear(x, wgu))), tol)) << dt;
+    // projection + residual add + RMSNorm, twice through the same counter (left zeroed).
+    Tensor counter = Tensor::zeros({1}, DType::U32, gpu);
+    for (size_t n : {size_t{576}, size_t{2050}}) {
+      Tensor wo = testing::random_tensor({n, k}, dt).affine(0.1, 0);
+      Tensor res = testing::random_tensor({1, 1, n}, dt), nw = testing::random_tensor({n}, dt);
+      nn::ResidualNorm ref = nn::add_rms_norm(res, linear(x, wo), nw, 1e-5), got;
+      ASSERT_TRUE(md::fused_project_add_norm(x.to_device(gpu), wo.to_device(gpu),
+                                             res.to_device(gpu), nw.to_device(gpu), 1e-5, counter,
+                                             &got));
+      EXPECT_TRUE(testing::close_to(got.residual, testing::f64(ref.residual), tol)) << dt << n;
+      EXPECT_TRUE(testing::close_to(got.normed, testing::f64(ref.normed), 2 * tol)) << dt << n;
+      EXPECT_EQ(counter.to_vec1<uint32_t>()[0], 0u);
+    }
+    // Not for the CPU, nor for two rows: the caller composes.
+    EXPECT_FALSE(md::fused_gate_up_silu(x, wgu, &act));
+    Tensor two = testing::random_tensor({1, 2, k}, dt).to_device(gpu);
+    EXPECT_FALSE(md::fused_gate_up_silu(two, wgu.to_device(gpu), &act));
+  }
 }
 
 }  // namespace

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 15's GPU checks in one call on the GPU machine: build only the Llama targets, run
+# cuda_test_cuda_llama with WICK_REQUIRE_CUDA=1, then scripts/llama_gpu_check.py (speed beside
+# transformers, then f32 logits and bf16 greedy tokens against transformers). Each part runs even
+# when an earlier one fails; a table of all of them is printed last. Carry build-gpudeps/ when the
+# machine lacks the Debian dependencies (scripts/gpu-check.sh --fetch-deps).
+#
+#   scripts/llama_gpu_run.sh [extra args for llama_gpu_check.py, e.g. --skip accuracy]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${WICK_GPU_BUILD:-build-gpu}
+T0=$(date +%s)
+cmake_deps=()
+if ! [[ -f /usr/include/CLI/CLI.hpp && -f /usr/include/gtest/gtest.h && -f /usr/include/pcre2.h ]] &&
+  ls build-gpudeps/*.deb >/dev/null 2>&1; then
+  PREFIX=/tmp/wick-deps
+  mkdir -p $PREFIX
+  for f in build-gpudeps/*.deb; do dpkg -x "$f" $PREFIX; done
+  lib=$PREFIX/usr/lib/x86_64-linux-gnu
+  cmake_deps=(-DCMAKE_PREFIX_PATH=$PREFIX/usr -DCMAKE_LIBRARY_PATH=$lib/openblas-pthread)
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$lib/openblas-pthread:$lib
+  command -v pkg-config >/dev/null || export PATH=$PATH:$PREFIX/usr/bin
+  export PKG_CONFIG_PATH=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$PREFIX
+fi
+declare -a TABLE
+cmake -S . -B "$BUILD" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_deps[@]}" >/tmp/llama_cfg.txt 2>&1 ||
+  { tail -30 /tmp/llama_cfg.txt; echo "configure failed"; exit 1; }
+if ninja -C "$BUILD" -k 0 cuda_test_cuda_llama wick-generate bench_generate >/tmp/llama_build.txt 2>&1; then
+  TABLE+=("PASS  build ($(($(date +%s) - T0)) s)")
+else
+  grep -E "^FAILED|error" /tmp/llama_build.txt | head -30
+  TABLE+=("FAIL  build: $(grep '^FAILED' /tmp/llama_build.txt | tr '\n' ' ' | cut -c1-200)")
+fi
+if [[ -x $BUILD/tests/cuda_test_cuda_llama ]]; then
+  WICK_REQUIRE_CUDA=1 timeout 180 "$BUILD/tests/cuda_test_cuda_llama" 2>&1 | tee /tmp/llama_test.txt |
+    grep -E "^\[ +(OK|FAILED) +\]|Failure|error|exception|PASSED" | head -60
+  TABLE+=("$(grep -q '^\[  PASSED  \]' /tmp/llama_test.txt && ! grep -q '^\[  FAILED  \]' /tmp/llama_test.txt &&
+    echo PASS || echo FAIL)  cuda_test_cuda_llama: $(grep -E '^\[ +(PASSED|FAILED) +\]' /tmp/llama_test.txt | head -2 | tr '\n' ' ')")
+fi
+timeout 420 python3 scripts/llama_gpu_check.py --build "$BUILD" --budget 330 "$@" 2>&1 | tee /tmp/llama_check.txt
+TABLE+=("$(sed -n '/^==== Llama checks/,$p' /tmp/llama_check.txt)")
+echo
+echo "==== summary ($(($(date +%s) - T0)) s)"
+printf '%s\n' "${TABLE[@]}"

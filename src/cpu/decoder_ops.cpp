@@ -1,0 +1,86 @@
+// CPU halves of nn::add_rms_norm and nn::silu_mul: one pass per row, f32 arithmetic (f64 for
+// f64), rows split across the workers.
+
+#include <cmath>
+#include <memory>
+#include <type_traits>
+
+#include "cpu/cpu_storage.h"
+#include "cpu/parallel.h"
+#include "decoder_ops_backend.h"
+#include "dispatch.h"
+#include "tensor_internal.h"
+
+namespace wick::detail {
+
+namespace {
+
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <class T>
+const T* data_of(const Tensor& t) {
+  return cpu::as_cpu(backend_of(t)).as<T>() + t.impl()->layout.start_offset();
+}
+
+size_t grain_for(size_t cols) {
+  return std::max<size_t>(1, (size_t{1} << 14) / std::max<size_t>(cols, 1));
+}
+
+}  // namespace
+
+nn::ResidualNorm cpu_add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                  double eps) {
+  size_t rows = x.dims()[0], d = x.dims()[1];
+  auto sum = std::make_unique<cpu::CpuStorage>(rows * d, x.dtype());
+  auto normed = std::make_unique<cpu::CpuStorage>(rows * d, x.dtype());
+  auto locks = read_locks({&x, &delta, &weight});
+  dispatch_float(x.dtype(), "add_rms_norm", [&]<class T>() {
+    using A = acc_t<T>;
+    const T* xp = data_of<T>(x);
+    const T* dp = data_of<T>(delta);
+    const T* wp = data_of<T>(weight);
+    T* sp = sum->template as<T>();
+    T* np = normed->template as<T>();
+    cpu::parallel_for(rows, grain_for(d), [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) {
+        A sq = 0;
+        for (size_t c = 0; c < d; ++c) {
+          T s = T(static_cast<A>(xp[r * d + c]) + static_cast<A>(dp[r * d + c]));
+          sp[r * d + c] = s;
+          A v = static_cast<A>(s);
+          sq += v * v;
+        }
+        A rstd = A(1) / std::sqrt(sq / static_cast<A>(d) + static_cast<A>(eps));
+        for (size_t c = 0; c < d; ++c) {
+          np[r * d + c] = T(static_cast<A>(sp[r * d + c]) * rstd * static_cast<A>(wp[c]));
+        }
+      }
+    });
+  });
+  return {from_storage(std::move(sum), x.shape()), from_storage(std::move(normed), x.shape())};
+}
+
+Tensor cpu_silu_mul(const Tensor& gate_up) {
+  size_t rows = gate_up.dims()[0], n = gate_up.dims()[1] / 2;
+  auto out = std::make_unique<cpu::CpuStorage>(rows * n, gate_up.dtype());
+  auto locks = read_locks({&gate_up});
+  dispatch_float(gate_up.dtype(), "silu_mul", [&]<class T>() {
+    using A = acc_t<T>;
+    const T* gp = data_of<T>(gate_up);
+    T* op = out->template as<T>();
+    cpu::parallel_for(rows, grain_for(n), [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) {
+        const T* g = gp + r * 2 * n;
+        const T* u = g + n;
+        for (size_t c = 0; c < n; ++c) {
+          A gv = static_cast<A>(g[c]);
+          op[r * n + c] = T(gv / (A(1) + std::exp(-gv)) * static_cast<A>(u[c]));
+        }
+      }
+    });
+  });
+  return from_storage(std::move(out), Shape{rows, n});
+}
+
+}  // namespace wick::detail

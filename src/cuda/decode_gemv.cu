@@ -1,0 +1,196 @@
+// The decode step's fused projections (decode_gemv.h): a warp per pair of output rows, 16-byte
+// loads of the weight rows and of x, f32 sums reduced across the warp, then the epilogue on lane
+// 0. Memory-bound: each weight byte is read once per token.
+
+#include "cuda/decode_gemv.h"
+#include "cuda/kernel_utils.cuh"
+
+namespace wick::cuda {
+namespace {
+
+constexpr int kGemvWarps = 8;
+
+template <class T>
+__device__ __forceinline__ float round_to(float v) {
+  return to_compute(convert<T>(v));
+}
+
+template <class T>
+__device__ __forceinline__ float load_cg(const T* p) {
+  if constexpr (sizeof(T) == 2) {
+    unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
+    T v;
+    memcpy(&v, &bits, 2);
+    return to_compute(v);
+  } else {
+    return __ldcg(p);
+  }
+}
+
+__device__ __forceinline__ float warp_total(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
+// Rows w0 and w1 (k elements each) dotted with x, on every lane.
+template <class T>
+__device__ __forceinline__ void dot2(const T* __restrict__ w0, const T* __restrict__ w1,
+                                     const T* __restrict__ x, int64_t k, float& a0, float& a1) {
+  constexpr int N = 16 / sizeof(T);
+  const int lane = threadIdx.x % 32;
+  float s0 = 0, s1 = 0;
+#pragma unroll 4
+  for (int64_t c = lane * N; c < k; c += 32 * N) {
+    uint4 rx = __ldg(reinterpret_cast<const uint4*>(x + c));
+    uint4 r0 = __ldg(reinterpret_cast<const uint4*>(w0 + c));
+    uint4 r1 = __ldg(reinterpret_cast<const uint4*>(w1 + c));
+    Vec<T, N> vx, v0, v1;
+    memcpy(&vx, &rx, 16);
+    memcpy(&v0, &r0, 16);
+    memcpy(&v1, &r1, 16);
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float xe = to_compute(vx.v[e]);
+      s0 += to_compute(v0.v[e]) * xe;
+      s1 += to_compute(v1.v[e]) * xe;
+    }
+  }
+  a0 = warp_total(s0);
+  a1 = warp_total(s1);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
+  const T* w = static_cast<const T*>(a.w);
+  const T* x = static_cast<const T*>(a.x);
+  const int64_t pairs = a.n / 2;
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
+  const bool lane0 = threadIdx.x % 32 == 0;
+  if (p < pairs) {
+    // The two rows of this warp.
+    int64_t r0, r1;
+    const int64_t half = a.d / 2;
+    if (a.epilogue == GemvEpilogue::QkvRope) {
+      r0 = (p / half) * a.d + p % half;
+      r1 = r0 + half;
+    } else if (a.epilogue == GemvEpilogue::SiluMul) {
+      r0 = p;
+      r1 = pairs + p;
+    } else {
+      r0 = 2 * p;
+      r1 = r0 + 1;
+    }
+    float a0, a1;
+    dot2<T>(w + r0 * a.k, w + r1 * a.k, x, a.k, a0, a1);
+    // The product as a matmul would store it.
+    a0 = round_to<T>(a0);
+    a1 = round_to<T>(a1);
+    if (lane0) {
+      if (a.epilogue == GemvEpilogue::QkvRope) {
+        const int64_t head = p / half, i = p % half;
+        const int64_t pos = static_cast<int64_t>(*a.position);
+        if (a.bias != nullptr) {
+          const T* bias = static_cast<const T*>(a.bias);
+          a0 = round_to<T>(a0 + to_compute(bias[r0]));
+          a1 = round_to<T>(a1 + to_compute(bias[r1]));
+        }
+        if (pos < a.max_len) {
+          if (head < a.h + a.h_kv) {
+            float c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
+            float s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
+            float x1 = a0 * c - a1 * s, x2 = a1 * c + a0 * s;
+            a0 = x1;
+            a1 = x2;
+          }
+          T* dst;
+          if (head < a.h) {
+            dst = static_cast<T*>(a.q) + head * a.d;
+          } else if (head < a.h + a.h_kv) {
+            dst = static_cast<T*>(a.k_cache) + ((head - a.h) * a.max_len + pos) * a.d;
+          } else {
+            dst = static_cast<T*>(a.v_cache) + ((head - a.h - a.h_kv) * a.max_len + pos) * a.d;
+          }
+          dst[i] = convert<T>(a0);
+          dst[i + half] = convert<T>(a1);
+        }
+      } else if (a.epilogue == GemvEpilogue::SiluMul) {
+        static_cast<T*>(a.out)[p] = convert<T>(a0 / (1.0f + __expf(-a0)) * a1);
+      } else {
+        const T* res = static_cast<const T*>(a.residual);
+        T* sum = static_cast<T*>(a.sum);
+        sum[r0] = convert<T>(to_compute(res[r0]) + a0);
+        sum[r1] = convert<T>(to_compute(res[r1]) + a1);
+        __threadfence();  // visible to the block that normalises
+      }
+    }
+  }
+  if (a.epilogue != GemvEpilogue::AddNorm) return;
+
+  // The last block to finish normalises the whole sum (threadFenceReduction's pattern).
+  __shared__ bool is_last;
+  __shared__ float scratch[kGemvWarps];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    is_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const T* sum = static_cast<const T*>(a.sum);
+  float sq = 0;
+  for (int64_t c = threadIdx.x; c < a.n; c += blockDim.x) {
+    float v = load_cg(sum + c);
+    sq += v * v;
+  }
+  sq = warp_total(sq);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = sq;
+  __syncthreads();
+  float total = 0;
+  for (int i = 0; i < kGemvWarps; ++i) total += scratch[i];
+  float rstd = rsqrtf(total / static_cast<float>(a.n) + static_cast<float>(a.eps));
+  const T* nw = static_cast<const T*>(a.norm_weight);
+  T* normed = static_cast<T*>(a.normed);
+  for (int64_t c = threadIdx.x; c < a.n; c += blockDim.x) {
+    normed[c] = convert<T>(load_cg(sum + c) * rstd * to_compute(nw[c]));
+  }
+  if (threadIdx.x == 0) *a.counter = 0;  // ready for the next launch
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+bool gemv_fits(DType dtype, const GemvArgs& a) {
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return false;
+  int64_t per_vec = 16 / static_cast<int64_t>(size_in_bytes(dtype));
+  if (a.k <= 0 || a.k % per_vec != 0 || a.n <= 0 || a.n % 2 != 0) return false;
+  if (!aligned16(a.w) || !aligned16(a.x)) return false;
+  if (a.epilogue == GemvEpilogue::QkvRope) {
+    return a.d > 0 && a.d % 2 == 0 && a.n == (a.h + 2 * a.h_kv) * a.d;
+  }
+  return a.epilogue != GemvEpilogue::AddNorm || a.counter != nullptr;
+}
+
+void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s) {
+  unsigned grid = static_cast<unsigned>((a.n / 2 + kGemvWarps - 1) / kGemvWarps);
+  switch (dtype) {
+    case DType::F32:
+      gemv_kernel<float><<<grid, kGemvWarps * 32, 0, s>>>(a);
+      break;
+    case DType::F16:
+      gemv_kernel<__half><<<grid, kGemvWarps * 32, 0, s>>>(a);
+      break;
+    case DType::BF16:
+      gemv_kernel<__nv_bfloat16><<<grid, kGemvWarps * 32, 0, s>>>(a);
+      break;
+    default:
+      throw UnsupportedDType("decode gemv: f32, f16 or bf16");
+  }
+  WICK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace wick::cuda

@@ -1,0 +1,51 @@
+#pragma once
+// The decode step's projections for one token (one row), each fused with what follows it
+// (decode_gemv.cu): W (n, k) row-major times x (k), a warp per output row, f32 accumulation,
+// the product rounded to the dtype as a separate matmul would leave it, then
+//   QkvRope: + bias, rope of the q and k heads at *position, q out, k and v into the caches;
+//   SiluMul: rows j and n/2 + j give silu(gate) * up;
+//   AddNorm: residual + product -> sum, and the last block to finish the RMSNorm of sum -> normed
+//            (its counter is zero before and after the launch).
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "wick/dtype.h"
+
+namespace wick::cuda {
+
+enum class GemvEpilogue { QkvRope, SiluMul, AddNorm };
+
+struct GemvArgs {
+  GemvEpilogue epilogue;
+  const void* w;  // (n, k)
+  const void* x;  // (k)
+  int64_t n, k;
+  // QkvRope
+  const void* bias;  // (n) or null
+  const void* cos;   // (max_len, d / 2)
+  const void* sin;
+  void* q;  // (h, d)
+  void* k_cache;
+  void* v_cache;  // (h_kv, max_len, d)
+  const uint32_t* position;
+  int64_t h, h_kv, d, max_len;
+  // SiluMul
+  void* out;  // (n / 2)
+  // AddNorm
+  const void* residual;  // (n)
+  void* sum;             // (n)
+  void* normed;          // (n)
+  const void* norm_weight;
+  double eps;
+  unsigned* counter;
+};
+
+/// False when the operands do not suit the kernel (k % 8, 16-byte alignment, head_dim): the
+/// caller composes the step from separate ops then.
+bool gemv_fits(DType dtype, const GemvArgs& a);
+void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s);
+
+}  // namespace wick::cuda

@@ -1,0 +1,95 @@
+// The CUDA halves of nn::add_rms_norm, nn::silu_mul (decoder_ops_backend.h) and
+// models::detail::rope_write_at_position (checked by their callers).
+
+#include "cuda/decoder_ops.h"
+
+#include <memory>
+#include <mutex>
+
+#include "cuda/cuda_storage.h"
+#include "decoder_ops_backend.h"
+#include "models/kv_write.h"
+#include "tensor_internal.h"
+
+namespace wick {
+
+namespace {
+
+const void* ptr_of(const Tensor& t) {
+  const TensorImpl& i = *t.impl();
+  return cuda::as_cuda(i.storage->backend()).data_at(i.layout.start_offset());
+}
+
+cuda::CudaDevice& device_of(const Tensor& t) {
+  return cuda::as_cuda(t.impl()->storage->backend()).cuda_device();
+}
+
+}  // namespace
+
+namespace detail {
+
+nn::ResidualNorm cuda_add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                   double eps) {
+  size_t rows = x.dims()[0], d = x.dims()[1];
+  cuda::CudaDevice& dev = device_of(x);
+  auto sum = std::make_unique<cuda::CudaStorage>(dev, rows * d, x.dtype());
+  auto normed = std::make_unique<cuda::CudaStorage>(dev, rows * d, x.dtype());
+  auto locks = read_locks({&x, &delta, &weight});
+  dev.enqueue("add_rms_norm", x.dtype(), [&](cudaStream_t s) {
+    cuda::launch_add_rms_norm(x.dtype(), ptr_of(x), ptr_of(delta), ptr_of(weight), sum->data(),
+                              normed->data(), rows, d, eps, s);
+  });
+  return {from_storage(std::move(sum), x.shape()), from_storage(std::move(normed), x.shape())};
+}
+
+Tensor cuda_silu_mul(const Tensor& gate_up) {
+  size_t rows = gate_up.dims()[0], n = gate_up.dims()[1] / 2;
+  cuda::CudaDevice& dev = device_of(gate_up);
+  auto out = std::make_unique<cuda::CudaStorage>(dev, rows * n, gate_up.dtype());
+  auto locks = read_locks({&gate_up});
+  dev.enqueue("silu_mul", gate_up.dtype(), [&](cudaStream_t s) {
+    cuda::launch_silu_mul(gate_up.dtype(), ptr_of(gate_up), out->data(), rows, n, s);
+  });
+  return from_storage(std::move(out), Shape{rows, n});
+}
+
+}  // namespace detail
+
+namespace models::detail {
+
+Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
+                                   const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
+                                   const Tensor& v_cache, const Tensor& position) {
+  size_t b = qkv.dims()[0], s = qkv.dims()[1], d = k_cache.dims()[3];
+  cuda::CudaDevice& dev = device_of(qkv);
+  auto q = std::make_unique<cuda::CudaStorage>(dev, b * h * s * d, qkv.dtype());
+  cuda::RopeWriteArgs a{};
+  a.qkv = ptr_of(qkv);
+  a.bias = bias.defined() ? ptr_of(bias) : nullptr;
+  a.cos = ptr_of(cos);
+  a.sin = ptr_of(sin);
+  a.q = q->data();
+  a.k_cache = const_cast<void*>(ptr_of(k_cache));
+  a.v_cache = const_cast<void*>(ptr_of(v_cache));
+  a.position = static_cast<const uint32_t*>(ptr_of(position));
+  a.b = static_cast<int64_t>(b);
+  a.s = static_cast<int64_t>(s);
+  a.h = static_cast<int64_t>(h);
+  a.h_kv = static_cast<int64_t>(h_kv);
+  a.d = static_cast<int64_t>(d);
+  a.max_len = static_cast<int64_t>(k_cache.dims()[2]);
+  {
+    auto locks = bias.defined() ? wick::detail::read_locks({&qkv, &bias, &cos, &sin, &position})
+                                : wick::detail::read_locks({&qkv, &cos, &sin, &position});
+    // The caches are written: hold their locks as any op that writes a storage does.
+    std::lock_guard write_k(k_cache.impl()->storage->mutex());
+    std::lock_guard write_v(v_cache.impl()->storage->mutex());
+    dev.enqueue("rope_write", qkv.dtype(),
+                [&](cudaStream_t st) { cuda::launch_rope_write(qkv.dtype(), a, st); });
+  }
+  return wick::detail::from_storage(std::move(q), Shape{b, h, s, d});
+}
+
+}  // namespace models::detail
+
+}  // namespace wick
