@@ -93,6 +93,15 @@ Tensor qmatmul(const Tensor& x, const QTensor& w) {
     cpu::qmatmul(type, w_bytes, packed, n, k, xp, m, cpu::as_cpu(*out).as<float>());
     return detail::from_storage(std::move(out), Shape(out_dims));
   }
+  if (m > 8) {
+    // Prefill on CUDA: dequantise once, then cuBLAS (the mat-vec kernel takes up to 8 rows).
+    Tensor wf = w.dequantize();
+    if (wf.dtype() != x.dtype()) wf = wf.to_dtype(x.dtype());
+    return xc.reshape(Shape{m, k}).matmul(wf.t()).reshape(Shape(out_dims));
+  }
+  // The kernel reads x with 16-byte loads (f32) and the blocks 2 bytes at a time.
+  if (xc.layout().start_offset() % 4 != 0) xc = xc.copy();
+  if (raw.layout().start_offset() % 2 != 0) raw = raw.copy();
   auto locks = detail::read_locks({&xc, &raw});
   return detail::from_storage(
       cuda::qmatmul(type, detail::backend_of(raw), raw.layout().start_offset(), n, k,

@@ -117,7 +117,7 @@ __device__ __forceinline__ void chunk_values(const uint8_t* row, int c, float (&
 }
 
 template <GgmlType T>
-constexpr size_t row_bytes(size_t k) {
+__host__ __device__ constexpr size_t row_bytes(size_t k) {
   if constexpr (T == GgmlType::Q4_0) return k / 32 * 18;
   if constexpr (T == GgmlType::Q4_1) return k / 32 * 20;
   if constexpr (T == GgmlType::Q5_0) return k / 32 * 22;
