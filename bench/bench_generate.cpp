@@ -116,6 +116,8 @@ int main(int argc, char** argv) {
   app.add_option("--new", new_tokens, "tokens generated per run")->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str();
   app.add_option("--peer", peer_path, "JSON from bench/cuda/generate_peer.py (same run)");
+  bool keep_quantized = false;
+  app.add_flag("--keep-quantized", keep_quantized, "GGUF: keep the matrices quantized (qmatmul)");
   CLI11_PARSE(app, argc, argv);
   try {
     wick::Device dev = device_name == "cuda" ? wick::Device::cuda(0) : wick::Device::cpu();
@@ -124,11 +126,12 @@ int main(int argc, char** argv) {
                                            : wick::DType::F32;
     if (model_path.empty() && shape.empty()) throw wick::Error("give --model or --shape");
     wick::models::Llama m = model_path.empty() ? random_model(shape_config(shape), dev, dt)
-                                               : wick::models::Llama::load(model_path, dev, dt);
+                                               : wick::models::Llama::load(model_path, dev, dt, keep_quantized);
     std::vector<uint32_t> prompt(prompt_len);
     for (size_t i = 0; i < prompt_len; ++i)
       prompt[i] = static_cast<uint32_t>((i * 7919 + 11) % 1000);
-    std::string what = model_path.empty() ? shape + " (random)" : model_path;
+    std::string what = model_path.empty() ? shape + " (random)"
+                       : model_path + (keep_quantized ? " (kept quantized)" : "");
     std::printf("bench_generate: %s, %s, %s, prompt %zu, %zu new tokens, best of %d\n",
                 what.c_str(), device_name.c_str(), dtype_name.c_str(), prompt_len, new_tokens,
                 repeats);

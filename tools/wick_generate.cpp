@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "teacher_forced.h"
 #include "wick/generator.h"
 #include "wick/llama.h"
 #include "wick/tokenizer.h"
@@ -63,6 +64,15 @@ int main(int argc, char** argv) {
   app.add_flag("--no-graph", no_graph, "CUDA: run the decode step op by op, not as a CUDA graph");
   app.add_flag("--print-ids", print_ids, "print the generated ids on one line (ids: ...)");
   app.add_flag("-q,--quiet", quiet, "do not stream the text");
+  bool keep_quantized = true;
+  app.add_flag("--keep-quantized,!--dequantize", keep_quantized,
+               "GGUF: keep quantized matrices quantized (qmatmul; default) or dequantise at load");
+  size_t teacher_forced = 0;
+  app.add_option("--teacher-forced", teacher_forced,
+                 "GGUF: run the first N prompt tokens through the quantized and the dequantised "
+                 "model, print top-1 next-token agreement and both perplexities, and exit");
+  std::string prompt_file;
+  app.add_option("--prompt-file", prompt_file, "read the prompt text from this file");
   std::string logits_out;
   app.add_option("--logits-out", logits_out,
                  "write the prompt's logits (prompt_len x vocab, raw little-endian f32) here");
@@ -77,8 +87,15 @@ int main(int argc, char** argv) {
       throw wick::Error("--device must be cpu or cuda[:N], got " + device_name);
     }
     auto t_load = std::chrono::steady_clock::now();
-    wick::models::Llama model =
-        wick::models::Llama::load(model_path, device, parse_dtype(dtype_name));
+    if (!prompt_file.empty()) {
+      std::ifstream in(prompt_file, std::ios::binary);
+      if (!in) throw wick::Error("cannot read " + prompt_file);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      prompt = ss.str();
+    }
+    wick::models::Llama model = wick::models::Llama::load(model_path, device,
+                                                          parse_dtype(dtype_name), keep_quantized);
     double load_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
 
@@ -109,6 +126,22 @@ int main(int argc, char** argv) {
     if (ignore_eos) opt.stop_tokens = {0xffffffffu};
     opt.cuda_graph = !no_graph;
 
+    if (teacher_forced > 0) {
+      if (prompt_ids.size() < teacher_forced) {
+        throw wick::Error("--teacher-forced " + std::to_string(teacher_forced) + ": the prompt has " +
+                          std::to_string(prompt_ids.size()) + " tokens");
+      }
+      prompt_ids.resize(teacher_forced);
+      wick::models::Llama dense =
+          wick::models::Llama::load(model_path, device, parse_dtype(dtype_name), false);
+      wick::tools::TeacherForced r = wick::tools::teacher_forced(model, dense, prompt_ids);
+      std::printf("teacher-forced over %zu tokens: top-1 agreement %.2f%%, perplexity %.4f "
+                  "(%s) vs %.4f (dequantised), ratio %.4f\n",
+                  prompt_ids.size(), 100 * r.agreement, r.perplexity_a,
+                  keep_quantized ? "quantized" : "dequantised", r.perplexity_b,
+                  r.perplexity_a / r.perplexity_b);
+      return 0;
+    }
     if (!logits_out.empty()) {
       wick::models::KvCache cache = model.make_cache(1, prompt_ids.size());
       wick::Tensor ids = wick::Tensor::from_vec(prompt_ids, {1, prompt_ids.size()}, device);

@@ -94,9 +94,13 @@ class KvCache {
 class Llama {
  public:
   /// A folder with config.json and model.safetensors (or model.safetensors.index.json with its
-  /// shards), or a `.gguf` file (architecture llama; weights dequantised at load). Weights are
-  /// converted to `dtype` (F32, F16 or BF16) on `device`.
-  static Llama load(const std::string& path, const Device& device, DType dtype = DType::F32);
+  /// shards), or a `.gguf` file (architecture llama). Weights are converted to `dtype` (F32, F16
+  /// or BF16) on `device`. A GGUF file's quantized matrices are dequantised at load, or with
+  /// `keep_quantized` kept as their blocks and multiplied by qmatmul (wick/quantized.h; types
+  /// qmatmul_supports() rejects are still dequantised; the token embedding is dequantised for
+  /// the lookup and kept quantized as the tied output head).
+  static Llama load(const std::string& path, const Device& device, DType dtype = DType::F32,
+                    bool keep_quantized = false);
   /// From Hugging Face-named tensors ("model.layers.0.self_attn.q_proj.weight", ...), any dtype
   /// and device; they are converted to `dtype` on `device`.
   static Llama from_weights(const LlamaConfig& config, const std::map<std::string, Tensor>& weights,
@@ -131,6 +135,7 @@ class Llama {
   struct Impl;
 
  private:
+  friend Llama load_gguf_quantized(const std::string& path, const Device& device, DType dtype);
   explicit Llama(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "wick/device.h"
@@ -11,6 +12,13 @@
 #include "wick/tensor.h"
 
 namespace wick {
+
+namespace detail {
+/// Per-QTensor derived data (the CPU kernels' repacked blocks), made at first use and shared by
+/// copies of the QTensor (src/qmatmul.cpp).
+struct QCache;
+std::shared_ptr<QCache> make_qcache();
+}  // namespace detail
 
 /// GGML tensor types, numbered as in GGUF files (ggml.h's enum ggml_type).
 enum class GgmlType : uint32_t {
@@ -78,12 +86,28 @@ class QTensor {
   Tensor dequantize() const;
 
  private:
+  friend Tensor qmatmul(const Tensor& x, const QTensor& w);
   GgmlType type_ = GgmlType::F32;
   Shape shape_;
   Tensor data_;
+  // The CPU qmatmul repacks the blocks once, at its first call; the blocks must not be modified
+  // afterwards.
+  std::shared_ptr<detail::QCache> cache_ = detail::make_qcache();
 };
 
 /// Bytes of `n` values of `type` (n a multiple of the block size; ShapeMismatch otherwise).
 size_t ggml_bytes(GgmlType type, size_t n);
+
+/// True when qmatmul() takes weights of `type`: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K (and F32, F16,
+/// BF16 through dequantisation).
+bool qmatmul_supports(GgmlType type);
+
+/// x (..., k) times the transposed quantized matrix w (n, k): (..., n), without dequantising w.
+/// x is F32 on the CPU (F32, F16 or BF16 on CUDA; the result has x's dtype). On the CPU, x is
+/// quantized on the fly to 8-bit blocks of 32 (Q4_0, Q4_1, Q5_0, Q8_0; docs/NUMERICS.md gives
+/// the error this adds), K-quant rows are dequantised in registers. The first CPU call repacks
+/// w's blocks (kept for later calls). ShapeMismatch for a w not of rank 2 or k not matching,
+/// DeviceMismatch for x and w on different devices, UnsupportedDType for x's dtype or w's type.
+Tensor qmatmul(const Tensor& x, const QTensor& w);
 
 }  // namespace wick

@@ -188,14 +188,9 @@ std::vector<double> inverse_frequencies(const LlamaConfig& c) {
   return inv;
 }
 
-// x (..., in) times w (out, in) transposed, plus bias.
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  std::vector<size_t> dims = x.dims();
-  size_t rows = x.elem_count() / dims.back();
-  Tensor y = x.reshape(Shape{rows, dims.back()}).matmul(w.t());
-  if (bias.defined()) y = y.broadcast_add(bias);
-  dims.back() = w.dims()[0];
-  return y.reshape(Shape(dims));
+// x (..., in) times w (out, in) transposed, plus bias (w plain or quantized: models/qlinear.h).
+Tensor linear(const Tensor& x, const QLinear& w, const Tensor& bias) {
+  return w.forward(x, bias);
 }
 
 }  // namespace
@@ -217,10 +212,12 @@ size_t Llama::weight_bytes() const {
   };
   add(impl_->embed);
   add(impl_->norm);
-  if (!impl_->config.tie_word_embeddings) add(impl_->lm_head);
+  if (!impl_->config.tie_word_embeddings || impl_->lm_head.quantized()) {
+    n += impl_->lm_head.bytes();
+  }
   for (const auto& l : impl_->layers) {
-    for (const Tensor* t : {&l.ln1, &l.ln2, &l.wqkv, &l.bqkv, &l.wo, &l.wgate_up, &l.wdown})
-      add(*t);
+    for (const Tensor* t : {&l.ln1, &l.ln2, &l.bqkv}) add(*t);
+    for (const QLinear* w : {&l.wqkv, &l.wo, &l.wgate_up, &l.wdown}) n += w->bytes();
   }
   return n;
 }

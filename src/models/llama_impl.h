@@ -4,27 +4,38 @@
 
 #include <vector>
 
+#include "models/qlinear.h"
 #include "wick/llama.h"
+
+namespace wick::gguf {
+class File;
+}
 
 namespace wick::models {
 
 struct Llama::Impl {
   struct Layer {
     Tensor ln1, ln2;  // input_layernorm, post_attention_layernorm
-    Tensor wqkv;      // (q_out + 2 kv_out, d): q, k, v rows
-    Tensor bqkv;      // qwen2 only
-    Tensor wo;        // (d, q_out)
-    Tensor wgate_up;  // (2 intermediate, d): gate rows, then up rows
-    Tensor wdown;     // (d, intermediate)
+    QLinear wqkv;      // (q_out + 2 kv_out, d): q, k, v rows
+    Tensor bqkv;       // qwen2 only
+    QLinear wo;        // (d, q_out)
+    QLinear wgate_up;  // (2 intermediate, d): gate rows, then up rows
+    QLinear wdown;     // (d, intermediate)
   };
   LlamaConfig config;
   Device device = Device::cpu();
   DType dtype = DType::F32;
-  Tensor embed, norm, lm_head;
+  Tensor embed, norm;
+  QLinear lm_head;
   std::vector<Layer> layers;
   // CUDA: one zeroed U32 that the fused projection + add + norm kernel counts its blocks with
   // (left zeroed after each launch; launches on the device's one stream never overlap).
   Tensor decode_counter;
 };
+
+/// The configuration in a GGUF file's llama.* metadata (llama_load.cpp).
+LlamaConfig gguf_config(const gguf::File& f);
+/// Llama::load of a GGUF file with its quantized matrices kept quantized (llama_quantized.cpp).
+Llama load_gguf_quantized(const std::string& path, const Device& device, DType dtype);
 
 }  // namespace wick::models

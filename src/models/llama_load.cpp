@@ -21,6 +21,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+}  // namespace
+
 LlamaConfig gguf_config(const gguf::File& f) {
   std::string arch = f.architecture();
   if (arch != "llama") {
@@ -59,6 +61,8 @@ LlamaConfig gguf_config(const gguf::File& f) {
   c.validate(f.path());
   return c;
 }
+
+namespace {
 
 // GGUF stores q and k rows permuted for interleaved rope (llama.cpp's convert script):
 // rows (heads, 2, head_dim / 2) became (heads, head_dim / 2, 2). Undone here, so one
@@ -117,9 +121,13 @@ Llama load_folder(const std::string& dir, const Device& device, DType dtype) {
 
 }  // namespace
 
-Llama Llama::load(const std::string& path, const Device& device, DType dtype) {
+Llama Llama::load(const std::string& path, const Device& device, DType dtype,
+                  bool keep_quantized) {
   if (fs::is_directory(path)) return load_folder(path, device, dtype);
-  if (ends_with(path, ".gguf")) return load_gguf(path, device, dtype);
+  if (ends_with(path, ".gguf")) {
+    return keep_quantized ? load_gguf_quantized(path, device, dtype)
+                          : load_gguf(path, device, dtype);
+  }
   if (ends_with(path, "config.json")) {
     return load_folder(fs::path(path).parent_path().string(), device, dtype);
   }

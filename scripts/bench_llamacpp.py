@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""wick beside llama.cpp (llama-cpp-python) on one GGUF file, in the same run: decode tok/s with
+1 and 2 threads and the prefill of a 128-token prompt, rounds alternating between the two engines,
+best of the rounds. wick runs through bench_generate --keep-quantized (WICK_NUM_THREADS=t).
+
+    python3 scripts/bench_llamacpp.py --model SmolLM2-135M-Instruct.Q4_1.gguf \
+        --bench build/bench/bench_generate
+"""
+import argparse
+import os
+import re
+import subprocess
+import time
+
+
+def llamacpp_figures(model, threads, prompt, new_tokens):
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=model, n_ctx=len(prompt) + new_tokens + 8, n_batch=len(prompt),
+                n_threads=threads, n_threads_batch=threads, verbose=False)
+    llm.eval(prompt[:8])  # warm-up
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt)
+    prefill = len(prompt) / (time.perf_counter() - t0)
+    token = prompt[-1]
+    t0 = time.perf_counter()
+    for i in range(new_tokens):
+        llm.eval([(token + 7919 * i) % 1000])
+    decode = new_tokens / (time.perf_counter() - t0)
+    del llm
+    return prefill, decode
+
+
+def wick_figures(bench, model, threads, prompt_len, new_tokens):
+    env = dict(os.environ, WICK_NUM_THREADS=str(threads))
+    out = subprocess.run([bench, "--model", model, "--keep-quantized", "--prompt-len",
+                          str(prompt_len), "--new", str(new_tokens), "--repeats", "2"],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    m = re.search(r"wick \(op by op\)\s+([\d.]+)\s+([\d.]+)", out)
+    if not m:
+        raise RuntimeError("bench_generate output not understood:\n" + out)
+    return float(m.group(1)), float(m.group(2))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--bench", default="build/bench/bench_generate")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    prompt = [(i * 7919 + 11) % 1000 for i in range(a.prompt_len)]  # bench_generate's prompt
+    best = {}
+    for r in range(a.rounds):
+        for t in [int(x) for x in a.threads.split(",")]:
+            for engine in ("llama.cpp", "wick"):
+                if engine == "wick":
+                    p, d = wick_figures(a.bench, a.model, t, a.prompt_len, a.new)
+                else:
+                    p, d = llamacpp_figures(a.model, t, prompt, a.new)
+                bp, bd = best.get((engine, t), (0.0, 0.0))
+                best[(engine, t)] = (max(bp, p), max(bd, d))
+                print(f"round {r + 1}: {engine:9s} {t} thread(s): prefill {p:8.1f} tok/s, "
+                      f"decode {d:7.1f} tok/s", flush=True)
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    print(f"\n{os.path.basename(a.model)}: prompt {a.prompt_len}, {a.new} new tokens, best of "
+          f"{a.rounds} alternating rounds, load average {load:.1f} on {os.cpu_count()} cores")
+    print(f"{'threads':>7} {'engine':>10} {'prefill tok/s':>14} {'decode tok/s':>13}")
+    for t in sorted({t for _, t in best}):
+        for engine in ("llama.cpp", "wick"):
+            p, d = best[(engine, t)]
+            print(f"{t:>7} {engine:>10} {p:14.1f} {d:13.1f}")
+        lp, ld = best[("llama.cpp", t)]
+        wp, wd = best[("wick", t)]
+        print(f"{t:>7} {'wick/llama':>10} {wp / lp:13.2f}x {wd / ld:12.2f}x")
+
+
+if __name__ == "__main__":
+    main()

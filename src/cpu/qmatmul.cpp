@@ -1,0 +1,191 @@
+// qmatmul on the CPU: the repacking of GGML blocks into 16-row tiles, the quantization of the
+// activations (as ggml's quantize_row_q8_0: d = max|x| / 127, q = round(x / d)), the choice of
+// the tile kernels' instruction set, and the K-quant path (each weight row dequantised once into
+// a cache-resident buffer and dotted with every f32 activation row).
+
+#include "cpu/qmatmul.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "cpu/parallel.h"
+#include "formats_backend.h"
+#include "util.h"
+#include "wick/cpu.h"
+#include "wick/error.h"
+
+namespace wick::cpu {
+
+namespace {
+
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+// Value j (0..31) of a Q4_0 / Q4_1 block's nibbles.
+inline uint8_t nibble(const uint8_t* qs, int j) {
+  return j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+}
+
+void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, uint8_t* dst) {
+  const size_t nb = k / 32, row_bytes = ggml_bytes(type, k), src_block = ggml_type_size(type);
+  const size_t tb = q_tile_block_bytes(type);
+  for (size_t b = 0; b < nb; ++b) {
+    uint8_t* p = dst + b * tb;
+    std::memset(p, 0, tb);
+    for (size_t r = 0; r < kQTileRows; ++r) {
+      size_t row = t * kQTileRows + r;
+      if (row >= n) {
+        if (type == GgmlType::Q8_0) {
+          for (int g = 0; g < 8; ++g) std::memset(p + 32 + 64 * g + 4 * r, 128, 4);
+        }
+        continue;
+      }
+      const uint8_t* blk = src + row * row_bytes + b * src_block;
+      std::memcpy(p + 2 * r, blk, 2);  // d
+      if (type == GgmlType::Q8_0) {
+        const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
+        for (int j = 0; j < 32; ++j) {
+          p[32 + 64 * (j / 4) + 4 * r + j % 4] = static_cast<uint8_t>(qs[j] + 128);
+        }
+        continue;
+      }
+      size_t q_off = 32;
+      const uint8_t* qs = blk + 2;
+      if (type == GgmlType::Q4_1) {
+        std::memcpy(p + 32 + 2 * r, blk + 2, 2);  // m
+        q_off = 64;
+        qs = blk + 4;
+      }
+      for (int c = 0; c < 4; ++c) {
+        for (int j = 0; j < 4; ++j) {
+          uint8_t lo = nibble(qs, 8 * c + j), hi = nibble(qs, 8 * c + 4 + j);
+          p[q_off + 64 * c + 4 * r + j] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
+    }
+  }
+}
+
+float dot_f32(const float* a, const float* b, size_t k) {
+  size_t i = 0;
+  float total = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  for (; i + 16 <= k; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(s0, s1));
+  for (float v : lanes) total += v;
+#endif
+  for (; i < k; ++i) total += a[i] * b[i];
+  return total;
+}
+
+// Rows of a type without a tile layout: each weight row dequantised once (into a buffer that
+// stays in L1/L2), then dotted with every activation row.
+void qmatmul_rows(GgmlType type, const uint8_t* w, size_t n, size_t k, const float* x, size_t m,
+                  float* y) {
+  const size_t row_bytes = ggml_bytes(type, k);
+  size_t grain = std::max<size_t>(1, 65536 / (k * m + 1));
+  parallel_for(n, grain, [&](size_t lo, size_t hi) {
+    std::vector<float> row(k);
+    for (size_t j = lo; j < hi; ++j) {
+      dequantize(type, w + j * row_bytes, row.data(), k);
+      for (size_t i = 0; i < m; ++i) y[i * n + j] = dot_f32(row.data(), x + i * k, k);
+    }
+  });
+}
+
+}  // namespace
+
+bool q_tiled(GgmlType type) {
+  return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+}
+
+size_t q_tile_block_bytes(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_0:
+      return 32 + 256;
+    case GgmlType::Q4_1:
+      return 64 + 256;
+    case GgmlType::Q8_0:
+      return 32 + 512;
+    default:
+      throw UnsupportedDType(str("qmatmul: no tile layout for ", ggml_type_name(type)));
+  }
+}
+
+std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t n, size_t k) {
+  auto packed = std::make_shared<QPacked>();
+  packed->type = type;
+  packed->n = n;
+  packed->k = k;
+  packed->tiles = (n + kQTileRows - 1) / kQTileRows;
+  const size_t tile_bytes = (k / 32) * q_tile_block_bytes(type);
+  packed->bytes.reset(new uint8_t[packed->tiles * tile_bytes]);
+  uint8_t* dst = packed->bytes.get();
+  parallel_for(packed->tiles, 4, [&](size_t lo, size_t hi) {
+    for (size_t t = lo; t < hi; ++t) pack_tile(type, src, n, k, t, dst + t * tile_bytes);
+  });
+  return packed;
+}
+
+void Q8Rows::quantize(const float* x, size_t rows, size_t cols) {
+  m = rows;
+  k = cols;
+  const size_t nb = k / 32;
+  qs.resize(m * k);
+  d.resize(m * nb);
+  ds.resize(m * nb);
+  s.resize(m * nb);
+  for (size_t i = 0; i < m * nb; ++i) {
+    const float* v = x + i * 32;
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    float scale = amax / 127.0f;
+    float inv = scale != 0 ? 1.0f / scale : 0.0f;
+    int32_t sum = 0;
+    int8_t* q = qs.data() + i * 32;
+    for (int j = 0; j < 32; ++j) {
+      q[j] = static_cast<int8_t>(std::lrintf(v[j] * inv));
+      sum += q[j];
+    }
+    d[i] = scale;
+    s[i] = sum;
+    ds[i] = scale * static_cast<float>(sum);
+  }
+}
+
+const QKernels& q_kernels() {
+  static const bool vnni = cpu_isa() == "avx512" && cpu_has_avx512_vnni();
+  return vnni ? kQAvx512VnniKernels : kQAvx2Kernels;
+}
+
+void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t n, size_t k,
+             const float* x, size_t m, float* y) {
+  if (packed == nullptr) return qmatmul_rows(type, w_raw, n, k, x, m, y);
+  thread_local Q8Rows xq;
+  xq.quantize(x, m, k);
+  const QKernels& kern = q_kernels();
+  // A tile is 16 rows: at least ~64k multiply-adds a chunk.
+  size_t grain = std::max<size_t>(1, 65536 / (kQTileRows * k * m + 1));
+  const Q8Rows& xr = xq;
+  parallel_for(packed->tiles, grain,
+               [&](size_t lo, size_t hi) { kern.gemm_tiles(*packed, xr, y, lo, hi); });
+}
+
+}  // namespace wick::cpu

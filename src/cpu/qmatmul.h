@@ -1,0 +1,78 @@
+#pragma once
+// The CPU side of qmatmul (src/cpu/qmatmul.cpp): weights repacked into tiles of 16 rows so that
+// one 512-bit integer dot (or two 256-bit ones) serves 16 output rows, activations quantized to
+// 8-bit blocks of 32, and the per-ISA tile kernels (src/cpu/qmatmul_kernels.cpp, compiled for
+// AVX2 and for AVX-512 with VNNI).
+//
+// Tile layout, per tile of 16 rows and per block b of 32 values (tiles, then blocks, in order):
+//   d[16]  f16 scales of the 16 rows' blocks
+//   m[16]  f16 minimums (Q4_1 only)
+//   Q4_0 / Q4_1: 4 chunks of 64 bytes; byte 4r + j of chunk c holds row r's value 8c + j in its
+//     low nibble and value 8c + 4 + j in its high nibble (0..15, Q4_0's offset 8 not applied)
+//   Q8_0: 8 chunks of 64 bytes; byte 4r + j of chunk g holds row r's value 4g + j plus 128 (u8)
+// Rows past n are zero (scale 0).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cpu/isa_ns.h"
+#include "wick/quantized.h"
+
+namespace wick::cpu {
+
+constexpr size_t kQTileRows = 16;
+
+/// True for the weight types with a tile layout (the integer kernels).
+bool q_tiled(GgmlType type);
+/// Bytes of one tile-block (16 rows x 32 values) of a tiled type.
+size_t q_tile_block_bytes(GgmlType type);
+
+/// Weights in the tile layout.
+struct QPacked {
+  GgmlType type = GgmlType::Q4_0;
+  size_t n = 0, k = 0;  // rows, values per row
+  size_t tiles = 0;     // ceil(n / 16)
+  std::unique_ptr<uint8_t[]> bytes;
+  const uint8_t* tile(size_t t) const {
+    return bytes.get() + t * (k / 32) * q_tile_block_bytes(type);
+  }
+};
+
+/// Repacks n rows of k values of GGML blocks at `src` (row-major).
+std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t n, size_t k);
+
+/// Activations quantized to 8-bit blocks of 32 (as ggml's Q8_0): row i's values are
+/// qs[i k + j] * d[i nb + j / 32]; s holds the sum of each block's qs and ds = d * s.
+struct Q8Rows {
+  size_t m = 0, k = 0;
+  std::vector<int8_t> qs;
+  std::vector<float> d, ds;
+  std::vector<int32_t> s;
+  void quantize(const float* x, size_t m, size_t k);
+};
+
+/// y (m, n), rows of n, += nothing: y[i n + j] = sum_k x[i, k] w[j, k] for the rows j of tiles
+/// [t0, t1).
+struct QKernels {
+  void (*gemm_tiles)(const QPacked& w, const Q8Rows& x, float* y, size_t t0, size_t t1);
+};
+
+extern const QKernels kQAvx2Kernels;
+extern const QKernels kQAvx512VnniKernels;
+
+/// The kernels for this CPU: AVX-512 VNNI when present (and WICK_CPU_ISA does not force avx2),
+/// else AVX2.
+const QKernels& q_kernels();
+
+/// y (m, n) = x (m, k, f32) times the transposed w (n, k) of GGML blocks at `w_raw`, or of the
+/// tiles in `packed` for the tiled types.
+void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t n, size_t k,
+             const float* x, size_t m, float* y);
+
+inline namespace WICK_ISA_NS {
+void q_gemm_tiles(const QPacked& w, const Q8Rows& x, float* y, size_t t0, size_t t1);
+}
+
+}  // namespace wick::cpu
