@@ -354,8 +354,9 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const auto& l = m.layers[li];
     Tensor q;
-    if (!(single && detail::fused_qkv_rope(normed, l.wqkv, l.bqkv, h, h_kv, cache.cos(),
-                                           cache.sin(), cache.k(li), cache.v(li), position, &q))) {
+    if (!(single && !l.wqkv.quantized() &&
+          detail::fused_qkv_rope(normed, l.wqkv.dense(), l.bqkv, h, h_kv, cache.cos(), cache.sin(),
+                                 cache.k(li), cache.v(li), position, &q))) {
       Tensor qkv = linear(normed, l.wqkv, Tensor());  // the bias is added by the rope kernel
       q = detail::rope_write_at_position(qkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
                                          cache.k(li), cache.v(li), position);
@@ -369,18 +370,20 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
                      .transpose(1, 2)
                      .reshape({b, s, h * hd});
     nn::ResidualNorm r;
-    if (!(single &&
-          detail::fused_project_add_norm(att, l.wo, x, l.ln2, eps, m.decode_counter, &r))) {
+    if (!(single && !l.wo.quantized() &&
+          detail::fused_project_add_norm(att, l.wo.dense(), x, l.ln2, eps, m.decode_counter, &r))) {
       r = nn::add_rms_norm(x, linear(att, l.wo, Tensor()), l.ln2, eps);
     }
     Tensor act;
-    if (!(single && detail::fused_gate_up_silu(r.normed, l.wgate_up, &act))) {
+    if (!(single && !l.wgate_up.quantized() &&
+          detail::fused_gate_up_silu(r.normed, l.wgate_up.dense(), &act))) {
       act = nn::silu_mul(linear(r.normed, l.wgate_up, Tensor()));
     }
     const Tensor& next_norm = li + 1 < m.layers.size() ? m.layers[li + 1].ln1 : m.norm;
     nn::ResidualNorm r2;
-    if (!(single && detail::fused_project_add_norm(act, l.wdown, r.residual, next_norm, eps,
-                                                   m.decode_counter, &r2))) {
+    if (!(single && !l.wdown.quantized() &&
+          detail::fused_project_add_norm(act, l.wdown.dense(), r.residual, next_norm, eps,
+                                         m.decode_counter, &r2))) {
       r2 = nn::add_rms_norm(r.residual, linear(act, l.wdown, Tensor()), next_norm, eps);
     }
     x = r2.residual;
