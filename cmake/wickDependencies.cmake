@@ -17,3 +17,10 @@ wick_dependency(BLAS)
 if(wick_built_with_cuda)
   wick_dependency(CUDAToolkit)
 endif()
+
+# Unicode classes and normal forms (tokenizers); PCRE2 (pre-split regexes) and libzip (npz) through
+# pkg-config, whose imported targets a consumer's link needs as well.
+wick_dependency(ICU COMPONENTS uc)
+wick_dependency(PkgConfig)
+pkg_check_modules(WICK_PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(WICK_LIBZIP REQUIRED IMPORTED_TARGET libzip)
