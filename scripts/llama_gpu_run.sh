@@ -39,7 +39,11 @@ if [[ -x $BUILD/tests/cuda_test_cuda_llama ]]; then
     echo PASS || echo FAIL)  cuda_test_cuda_llama: $(grep -E '^\[ +(PASSED|FAILED) +\]' /tmp/llama_test.txt | head -2 | tr '\n' ' ')")
 fi
 timeout 420 python3 scripts/llama_gpu_check.py --build "$BUILD" --budget 330 "$@" 2>&1 | tee /tmp/llama_check.txt
-TABLE+=("$(sed -n '/^==== Llama checks/,$p' /tmp/llama_check.txt)")
+if grep -q '^==== Llama checks' /tmp/llama_check.txt; then
+  TABLE+=("$(sed -n '/^==== Llama checks/,$p' /tmp/llama_check.txt)")
+else  # stopped by the timeout: the rows printed so far
+  TABLE+=("llama_gpu_check.py stopped; rows so far:" "$(grep -E '\(bar .*\) (PASS|FAIL)$' /tmp/llama_check.txt)")
+fi
 echo
 echo "==== summary ($(($(date +%s) - T0)) s)"
 printf '%s\n' "${TABLE[@]}"

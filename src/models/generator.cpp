@@ -51,6 +51,7 @@ struct Generator::DecodeGraph {
   Tensor input;     // (2) U32: token, position
   Tensor token;     // (1, 1) view of input
   Tensor position;  // (1) view of input
+  Tensor one;       // (1) U32 holding 1: the graph advances the position itself
   std::map<size_t, Window> windows;
 };
 
@@ -161,9 +162,13 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
       g->input = Tensor::zeros({2}, DType::U32, dev);
       g->token = g->input.narrow(0, 0, 1).reshape({1, 1});
       g->position = g->input.narrow(0, 1, 1);
+      g->one = Tensor::from_vec(std::vector<uint32_t>{1}, {1}, dev);
       graph_ = std::move(g);
     }
     DecodeGraph& g = *graph_;
+    // Greedy: each replay leaves its token and the next position in `input`, so the host
+    // uploads nothing between replays (only after a host-side pick).
+    bool inputs_on_device = false;
     while (more) {
       size_t pos = g.cache.length();
       size_t window = std::min(g.cache.max_len(), (pos / kWindowStep + 1) * kWindowStep);
@@ -172,16 +177,19 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
         DecodeGraph::Window w;
         w.graph = CudaGraph::capture(dev, [&] {
           w.next = model_.decode_step(g.token, g.position, g.cache, &w.logits, window);
+          g.input.assign(Tensor::cat({w.next, g.position.add(g.one)}, 0));
         });
         it = g.windows.emplace(window, std::move(w)).first;
       }
-      g.input.assign(
-          Tensor::from_vec(std::vector<uint32_t>{next, static_cast<uint32_t>(pos)}, {2}, dev));
+      if (!inputs_on_device) {
+        g.input.assign(
+            Tensor::from_vec(std::vector<uint32_t>{next, static_cast<uint32_t>(pos)}, {2}, dev));
+      }
       it->second.graph.replay();
       stats_.graph_nodes = it->second.graph.node_count();
       g.cache.set_length(pos + 1);
-      next = options_.temperature == 0 ? it->second.next.to_vec1<uint32_t>()[0]
-                                       : pick(it->second.logits);
+      inputs_on_device = options_.temperature == 0;
+      next = inputs_on_device ? it->second.next.to_vec1<uint32_t>()[0] : pick(it->second.logits);
       more = emit(next);
     }
   } else {
