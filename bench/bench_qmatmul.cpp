@@ -27,14 +27,15 @@ wick::QTensor random_q(GgmlType type, size_t n, size_t k) {
   for (size_t off = 0; off < bytes; off += bs) {
     size_t at = type == GgmlType::Q6_K ? off + 208 : off;
     std::memcpy(raw.data() + at, &small, 2);
-    if (type == GgmlType::Q4_1 || type == GgmlType::Q4_K) std::memcpy(raw.data() + at + 2, &small, 2);
+    if (type == GgmlType::Q4_1 || type == GgmlType::Q4_K)
+      std::memcpy(raw.data() + at + 2, &small, 2);
   }
   return wick::QTensor(type, {n, k}, wick::Tensor::from_vec(raw, {bytes}, wick::Device::cpu()));
 }
 
 GgmlType type_of(int64_t i) {
-  static const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0,
-                                   GgmlType::Q4_K, GgmlType::Q6_K};
+  static const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                                   GgmlType::Q6_K};
   return types[i];
 }
 
@@ -47,10 +48,10 @@ void BM_qmatmul(benchmark::State& state) {
   wick::qmatmul(x, w);  // repacks once
   for (auto _ : state) benchmark::DoNotOptimize(wick::qmatmul(x, w));
   state.SetLabel(wick::ggml_type_name(type) + " (" + wick::cpu_isa() + ")");
-  state.counters["weight_GB/s"] = benchmark::Counter(
-      static_cast<double>(w.data().elem_count()), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GB/s"] = benchmark::Counter(static_cast<double>(w.data().elem_count()),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * m * n * k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // The peer: the same weights dequantised to f32, x times w^T through OpenBLAS.
@@ -61,10 +62,10 @@ void BM_dequantised_f32_matmul(benchmark::State& state) {
   wick::Tensor x = wick::Tensor::randn(0.0f, 1.0f, {m, k}, wick::Device::cpu());
   for (auto _ : state) benchmark::DoNotOptimize(x.matmul(wt));
   state.SetLabel(wick::ggml_type_name(type) + " as f32");
-  state.counters["weight_GB/s"] = benchmark::Counter(
-      static_cast<double>(n * k * 4), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GB/s"] = benchmark::Counter(static_cast<double>(n * k * 4),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * m * n * k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void shapes(benchmark::internal::Benchmark* b) {

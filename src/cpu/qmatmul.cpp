@@ -160,8 +160,9 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols) {
     const float* v = x + i * 32;
     __m256 a0 = _mm256_loadu_ps(v), a1 = _mm256_loadu_ps(v + 8);
     __m256 a2 = _mm256_loadu_ps(v + 16), a3 = _mm256_loadu_ps(v + 24);
-    __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, a0), _mm256_andnot_ps(sign, a1)),
-                              _mm256_max_ps(_mm256_andnot_ps(sign, a2), _mm256_andnot_ps(sign, a3)));
+    __m256 mx =
+        _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, a0), _mm256_andnot_ps(sign, a1)),
+                      _mm256_max_ps(_mm256_andnot_ps(sign, a2), _mm256_andnot_ps(sign, a3)));
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
