@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cpu/isa_begin.h"
 #include "cpu/qmatmul.h"
+
+// clang-format off
+#include "cpu/isa_begin.h"  // last: the code below is compiled for this file's instruction set
+// clang-format on
 
 #if defined(WICK_ISA_VNNI)
 #pragma GCC target("avx512vnni")
