@@ -125,13 +125,15 @@ int main(int argc, char** argv) {
                      : dtype_name == "f16" ? wick::DType::F16
                                            : wick::DType::F32;
     if (model_path.empty() && shape.empty()) throw wick::Error("give --model or --shape");
-    wick::models::Llama m = model_path.empty() ? random_model(shape_config(shape), dev, dt)
-                                               : wick::models::Llama::load(model_path, dev, dt, keep_quantized);
+    wick::models::Llama m = model_path.empty()
+                                ? random_model(shape_config(shape), dev, dt)
+                                : wick::models::Llama::load(model_path, dev, dt, keep_quantized);
     std::vector<uint32_t> prompt(prompt_len);
     for (size_t i = 0; i < prompt_len; ++i)
       prompt[i] = static_cast<uint32_t>((i * 7919 + 11) % 1000);
-    std::string what = model_path.empty() ? shape + " (random)"
-                       : model_path + (keep_quantized ? " (kept quantized)" : "");
+    std::string what = model_path.empty()
+                           ? shape + " (random)"
+                           : model_path + (keep_quantized ? " (kept quantized)" : "");
     std::printf("bench_generate: %s, %s, %s, prompt %zu, %zu new tokens, best of %d\n",
                 what.c_str(), device_name.c_str(), dtype_name.c_str(), prompt_len, new_tokens,
                 repeats);

@@ -1,10 +1,11 @@
 // wick::qmatmul: checks, then the CPU tile kernels (src/cpu/qmatmul.cpp) or the CUDA kernels
 // (src/cuda/qmatmul.cu).
 
+#include "cpu/qmatmul.h"
+
 #include <mutex>
 
 #include "cpu/cpu_storage.h"
-#include "cpu/qmatmul.h"
 #include "qmatmul_backend.h"
 #include "tensor_internal.h"
 #include "wick/quantized.h"
@@ -55,8 +56,8 @@ Tensor qmatmul(const Tensor& x, const QTensor& w) {
     throw DeviceMismatch(str("qmatmul: x on ", x.device(), ", w on ", w.device()));
   }
   if (!qmatmul_supports(w.type())) {
-    throw UnsupportedDType(str("qmatmul: weights of type ", ggml_type_name(w.type()),
-                               " are not supported"));
+    throw UnsupportedDType(
+        str("qmatmul: weights of type ", ggml_type_name(w.type()), " are not supported"));
   }
   const bool on_cpu = x.device().is_cpu();
   if (on_cpu ? x.dtype() != DType::F32

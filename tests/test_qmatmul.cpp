@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "../tools/teacher_forced.h"
-
 #include "qmatmul_test_util.h"
 #include "test_util.h"
 #include "wick/quantized.h"
@@ -25,8 +24,8 @@ struct Case {
 };
 
 void check(const Case& c, const std::vector<size_t>& x_lead = {}) {
-  SCOPED_TRACE(ggml_type_name(c.type) + " m " + std::to_string(c.m) + " n " +
-               std::to_string(c.n) + " k " + std::to_string(c.k));
+  SCOPED_TRACE(ggml_type_name(c.type) + " m " + std::to_string(c.m) + " n " + std::to_string(c.n) +
+               " k " + std::to_string(c.k));
   QTensor w = random_qtensor(c.type, c.n, c.k);
   std::vector<size_t> xd = x_lead.empty() ? std::vector<size_t>{c.m} : x_lead;
   xd.push_back(c.k);
@@ -40,8 +39,8 @@ void check(const Case& c, const std::vector<size_t>& x_lead = {}) {
   std::vector<double> xv = x.to_dtype(DType::F64).flatten_all().to_vec1<double>();
   std::vector<double> got = y.to_dtype(DType::F64).flatten_all().to_vec1<double>();
   // Half the 8-bit step of each activation's block (K-quants: x is not quantized).
-  bool quantized_x = c.type == GgmlType::Q4_0 || c.type == GgmlType::Q4_1 ||
-                     c.type == GgmlType::Q8_0;
+  bool quantized_x =
+      c.type == GgmlType::Q4_0 || c.type == GgmlType::Q4_1 || c.type == GgmlType::Q8_0;
   std::vector<double> half_step(xv.size(), 0.0);
   if (quantized_x) {
     for (size_t b = 0; b < xv.size(); b += 32) {
@@ -119,9 +118,11 @@ TEST(QMatmul, Errors) {
   EXPECT_THROW(qmatmul(testing::random_tensor({2, 32}, DType::F32), w), ShapeMismatch);
   EXPECT_THROW(qmatmul(testing::random_tensor({2, 64}, DType::F64), w), UnsupportedDType);
   EXPECT_THROW(qmatmul(testing::random_tensor({2, 64}, DType::BF16), w), UnsupportedDType);
-  QTensor w3(GgmlType::Q4_0, {2, 4, 64}, Tensor::zeros({ggml_bytes(GgmlType::Q4_0, 512)}, DType::U8, Device::cpu()));
+  QTensor w3(GgmlType::Q4_0, {2, 4, 64},
+             Tensor::zeros({ggml_bytes(GgmlType::Q4_0, 512)}, DType::U8, Device::cpu()));
   EXPECT_THROW(qmatmul(testing::random_tensor({2, 64}, DType::F32), w3), ShapeMismatch);
-  QTensor q51(GgmlType::Q5_1, {2, 64}, Tensor::zeros({ggml_bytes(GgmlType::Q5_1, 128)}, DType::U8, Device::cpu()));
+  QTensor q51(GgmlType::Q5_1, {2, 64},
+              Tensor::zeros({ggml_bytes(GgmlType::Q5_1, 128)}, DType::U8, Device::cpu()));
   EXPECT_THROW(qmatmul(testing::random_tensor({2, 64}, DType::F32), q51), UnsupportedDType);
   EXPECT_THROW(qmatmul(Tensor(), w), Error);
   EXPECT_FALSE(qmatmul_supports(GgmlType::Q2_K));

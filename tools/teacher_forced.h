@@ -12,10 +12,10 @@
 namespace wick::tools {
 
 struct TeacherForced {
-  double agreement = 0;        // fraction of positions whose argmax tokens are equal
-  double perplexity_a = 0;     // exp(mean negative log-likelihood of the next token), model a
-  double perplexity_b = 0;     // the same for model b
-  size_t positions = 0;        // predictions compared (ids.size() - 1)
+  double agreement = 0;     // fraction of positions whose argmax tokens are equal
+  double perplexity_a = 0;  // exp(mean negative log-likelihood of the next token), model a
+  double perplexity_b = 0;  // the same for model b
+  size_t positions = 0;     // predictions compared (ids.size() - 1)
 };
 
 inline std::vector<float> prompt_logits(const models::Llama& m, const std::vector<uint32_t>& ids) {

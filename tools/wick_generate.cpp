@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
       ss << in.rdbuf();
       prompt = ss.str();
     }
-    wick::models::Llama model = wick::models::Llama::load(model_path, device,
-                                                          parse_dtype(dtype_name), keep_quantized);
+    wick::models::Llama model =
+        wick::models::Llama::load(model_path, device, parse_dtype(dtype_name), keep_quantized);
     double load_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
 
@@ -128,18 +128,19 @@ int main(int argc, char** argv) {
 
     if (teacher_forced > 0) {
       if (prompt_ids.size() < teacher_forced) {
-        throw wick::Error("--teacher-forced " + std::to_string(teacher_forced) + ": the prompt has " +
-                          std::to_string(prompt_ids.size()) + " tokens");
+        throw wick::Error("--teacher-forced " + std::to_string(teacher_forced) +
+                          ": the prompt has " + std::to_string(prompt_ids.size()) + " tokens");
       }
       prompt_ids.resize(teacher_forced);
       wick::models::Llama dense =
           wick::models::Llama::load(model_path, device, parse_dtype(dtype_name), false);
       wick::tools::TeacherForced r = wick::tools::teacher_forced(model, dense, prompt_ids);
-      std::printf("teacher-forced over %zu tokens: top-1 agreement %.2f%%, perplexity %.4f "
-                  "(%s) vs %.4f (dequantised), ratio %.4f\n",
-                  prompt_ids.size(), 100 * r.agreement, r.perplexity_a,
-                  keep_quantized ? "quantized" : "dequantised", r.perplexity_b,
-                  r.perplexity_a / r.perplexity_b);
+      std::printf(
+          "teacher-forced over %zu tokens: top-1 agreement %.2f%%, perplexity %.4f "
+          "(%s) vs %.4f (dequantised), ratio %.4f\n",
+          prompt_ids.size(), 100 * r.agreement, r.perplexity_a,
+          keep_quantized ? "quantized" : "dequantised", r.perplexity_b,
+          r.perplexity_a / r.perplexity_b);
       return 0;
     }
     if (!logits_out.empty()) {

@@ -140,8 +140,8 @@ inline double sum_bound(DType dtype, size_t k, double want, double abs_sum) {
 inline double index_add_bound(DType dtype, size_t k, double want, double abs_sum) {
   if (!is_float_dtype(dtype)) return 0;
   double n = static_cast<double>(k);
-  return unit_roundoff(dtype) * std::abs(want) +
-         2 * std::sqrt(n) * unit_roundoff(dtype) * abs_sum + underflow_floor(dtype);
+  return unit_roundoff(dtype) * std::abs(want) + 2 * std::sqrt(n) * unit_roundoff(dtype) * abs_sum +
+         underflow_floor(dtype);
 }
 
 /// mean = sum * (1/k): the sum's bound divided by k, and a second rounding to T.
@@ -165,8 +165,7 @@ inline double matmul_bound(DType dtype, size_t k, double want, double abs_sum, b
 /// its block can move the result (0 where x is not quantized: K-quants on the CPU, f32 x on
 /// CUDA). The rest is an f32 accumulation over k products (block sums are exact integers,
 /// scaled by two f32 roundings), with the inputs' own f32 rounding in the scale of x.
-inline double qmatmul_bound(DType dtype, size_t k, double want, double abs_sum,
-                            double quant_abs) {
+inline double qmatmul_bound(DType dtype, size_t k, double want, double abs_sum, double quant_abs) {
   double u = 0x1p-24;
   double s = abs_sum + quant_abs;
   return unit_roundoff(dtype) * std::abs(want) + 2 * std::sqrt(static_cast<double>(k)) * u * s +

@@ -152,7 +152,43 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols) {
   d.resize(m * nb);
   ds.resize(m * nb);
   s.resize(m * nb);
-  for (size_t i = 0; i < m * nb; ++i) {
+  size_t i = 0;
+#if defined(__AVX2__)
+  // The same arithmetic 8 lanes at a time (cvtps rounds to nearest even, as lrintf does).
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (; i < m * nb; ++i) {
+    const float* v = x + i * 32;
+    __m256 a0 = _mm256_loadu_ps(v), a1 = _mm256_loadu_ps(v + 8);
+    __m256 a2 = _mm256_loadu_ps(v + 16), a3 = _mm256_loadu_ps(v + 24);
+    __m256 mx =
+        _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, a0), _mm256_andnot_ps(sign, a1)),
+                      _mm256_max_ps(_mm256_andnot_ps(sign, a2), _mm256_andnot_ps(sign, a3)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float amax = _mm_cvtss_f32(h);
+    float scale = amax / 127.0f;
+    float inv = scale != 0 ? 1.0f / scale : 0.0f;
+    __m256 vi = _mm256_set1_ps(inv);
+    __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(a0, vi));
+    __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(a1, vi));
+    __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(a2, vi));
+    __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(a3, vi));
+    __m256i sum32 = _mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum32), _mm256_extracti128_si256(sum32, 1));
+    s4 = _mm_hadd_epi32(s4, s4);
+    s4 = _mm_hadd_epi32(s4, s4);
+    // Pack to int8 in order: packs interleave 128-bit lanes, a permute restores the order.
+    __m256i p01 = _mm256_packs_epi32(q0, q1), p23 = _mm256_packs_epi32(q2, q3);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs.data() + i * 32), p);
+    d[i] = scale;
+    s[i] = _mm_cvtsi128_si32(s4);
+    ds[i] = scale * static_cast<float>(s[i]);
+  }
+#endif
+  for (; i < m * nb; ++i) {
     const float* v = x + i * 32;
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));

@@ -10,7 +10,10 @@
 #include <cstring>
 
 #include "cpu/qmatmul.h"
-#include "cpu/isa_begin.h"
+
+// clang-format off
+#include "cpu/isa_begin.h"  // last: the code below is compiled for this file's instruction set
+// clang-format on
 
 #if defined(WICK_ISA_VNNI)
 #pragma GCC target("avx512vnni")
@@ -56,8 +59,8 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
         size_t xi = (x0 + i) * nb + b;
         // The weights carry +128: subtract 128 * (sum of the activations).
         __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(d0, d1), _mm512_set1_epi32(128 * x.s[xi]));
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])),
-                                 acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
       }
     } else {
       __m512 mw = _mm512_setzero_ps();
@@ -83,8 +86,8 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
         if constexpr (T == GgmlType::Q4_0) {
           dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(8 * x.s[xi]));  // Q4_0's offset 8
         }
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])),
-                                 acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
         if constexpr (T == GgmlType::Q4_1) {
           acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x.ds[xi]), acc[i]);
         }
@@ -157,8 +160,8 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
           acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                    _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi])), acc[i]);
           if constexpr (T == GgmlType::Q4_1) {
-            __m256 mw = _mm256_cvtph_ps(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
+            __m256 mw =
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
             acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(x.ds[xi]), acc[i]);
           }
         }

@@ -14,7 +14,7 @@ namespace wick::cuda {
 
 namespace {
 
-constexpr int kMaxRows = 8;       // activation rows per launch
+constexpr int kMaxRows = 8;        // activation rows per launch
 constexpr int kWarpsPerBlock = 4;  // output rows per thread block
 
 __device__ __forceinline__ float f16_at(const uint8_t* p) {
@@ -67,7 +67,8 @@ __device__ __forceinline__ void chunk_values(const uint8_t* row, int c, float (&
     for (int h = 0; h < 2; ++h) {
       load16(b + 2 + 16 * h, q);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) v[16 * h + j] = d * static_cast<float>(static_cast<int8_t>(q[j]));
+      for (int j = 0; j < 16; ++j)
+        v[16 * h + j] = d * static_cast<float>(static_cast<int8_t>(q[j]));
     }
   } else if constexpr (T == GgmlType::Q4_K) {
     const uint8_t* b = row + (c / 8) * 144;
@@ -213,8 +214,8 @@ StoragePtr qmatmul(GgmlType type, const BackendStorage& w_storage, size_t w_offs
     throw Error(str("qmatmul: cuda kernel takes at most ", kMaxRows, " rows, got ", m));
   }
   if (w_offset % 2 != 0 || n > INT32_MAX || k > INT32_MAX) {
-    throw Error(str("qmatmul: weights at odd byte offset ", w_offset, " or too large (", n, ", ",
-                    k, ")"));
+    throw Error(
+        str("qmatmul: weights at odd byte offset ", w_offset, " or too large (", n, ", ", k, ")"));
   }
   auto out = std::make_unique<CudaStorage>(dev, m * n, dtype);
   if (m * n == 0) return out;
@@ -239,8 +240,8 @@ StoragePtr qmatmul(GgmlType type, const BackendStorage& w_storage, size_t w_offs
             break;
           case DType::BF16:
             launch_typed(type, wp, static_cast<const __nv_bfloat16*>(xp),
-                         static_cast<__nv_bfloat16*>(yp), static_cast<int>(n),
-                         static_cast<int>(k), static_cast<int>(m), s);
+                         static_cast<__nv_bfloat16*>(yp), static_cast<int>(n), static_cast<int>(k),
+                         static_cast<int>(m), s);
             break;
           default:
             throw UnsupportedDType(str("qmatmul: x must be f32, f16 or bf16, got ", dtype));

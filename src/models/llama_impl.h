@@ -15,7 +15,7 @@ namespace wick::models {
 
 struct Llama::Impl {
   struct Layer {
-    Tensor ln1, ln2;  // input_layernorm, post_attention_layernorm
+    Tensor ln1, ln2;   // input_layernorm, post_attention_layernorm
     QLinear wqkv;      // (q_out + 2 kv_out, d): q, k, v rows
     Tensor bqkv;       // qwen2 only
     QLinear wo;        // (d, q_out)

@@ -121,8 +121,7 @@ Llama load_folder(const std::string& dir, const Device& device, DType dtype) {
 
 }  // namespace
 
-Llama Llama::load(const std::string& path, const Device& device, DType dtype,
-                  bool keep_quantized) {
+Llama Llama::load(const std::string& path, const Device& device, DType dtype, bool keep_quantized) {
   if (fs::is_directory(path)) return load_folder(path, device, dtype);
   if (ends_with(path, ".gguf")) {
     return keep_quantized ? load_gguf_quantized(path, device, dtype)

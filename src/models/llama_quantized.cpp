@@ -16,8 +16,8 @@ namespace {
 QTensor unpermute_rows(const QTensor& w, size_t heads, size_t head_dim) {
   size_t n = w.shape()[0], row_bytes = ggml_bytes(w.type(), w.shape()[1]);
   if (n != heads * head_dim) {
-    throw ShapeMismatch(str("Llama: q/k weight of ", n, " rows for ", heads, " heads of ",
-                            head_dim));
+    throw ShapeMismatch(
+        str("Llama: q/k weight of ", n, " rows for ", heads, " heads of ", head_dim));
   }
   Tensor bytes = w.data()
                      .reshape({heads, head_dim / 2, 2, row_bytes})
