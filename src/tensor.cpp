@@ -48,9 +48,16 @@ bool should_record(std::initializer_list<const Tensor*> inputs) {
 }
 
 ReadLocks read_locks(std::initializer_list<const Tensor*> tensors) {
+  constexpr size_t kFew = 8;  // ops have a few operands: no allocation for them
+  if (tensors.size() <= kFew) {
+    const Storage* storages[kFew];
+    size_t n = 0;
+    for (const Tensor* t : tensors) storages[n++] = t->impl()->storage.get();
+    return ReadLocks(std::span<const Storage* const>(storages, n));
+  }
   std::vector<const Storage*> storages;
   for (const Tensor* t : tensors) storages.push_back(t->impl()->storage.get());
-  return ReadLocks(std::move(storages));
+  return ReadLocks(storages);
 }
 
 size_t physical_memory_bytes() {

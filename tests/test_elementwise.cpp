@@ -136,6 +136,8 @@ const std::vector<UnaryCase>& unary_cases() {
   const Domain any{};
   const Domain positive{0.1, 3.0};
   const Domain nonzero{-2.0, 2.0, -1000, 1000, true};
+  const Domain wide{-6.0, 6.0};
+  const Domain above_minus_one{-0.9, 3.0};
   static const std::vector<UnaryCase> cases{
       {"neg", [](const Tensor& t) { return t.neg(); }, [](double x) { return -x; }, any, true,
        true},
@@ -171,6 +173,26 @@ const std::vector<UnaryCase>& unary_cases() {
        [](double x) { return std::pow(x, 2.5); }, positive, false},
       {"clamp", [](const Tensor& t) { return t.clamp(-0.7, 1.2); },
        [](double x) { return std::min(std::max(x, -0.7), 1.2); }, any, true},
+      // Added to WICK_UNARY_OPS (ops.h) with their math in ops/unary_math.h only: the CPU loops
+      // and CUDA kernels come from the table.
+      {"erf", [](const Tensor& t) { return t.erf(); }, [](double x) { return std::erf(x); }, any,
+       false},
+      {"floor", [](const Tensor& t) { return t.floor(); }, [](double x) { return std::floor(x); },
+       wide, false},
+      {"ceil", [](const Tensor& t) { return t.ceil(); }, [](double x) { return std::ceil(x); },
+       wide, false},
+      {"round", [](const Tensor& t) { return t.round(); }, [](double x) { return std::round(x); },
+       wide, false},
+      {"sign", [](const Tensor& t) { return t.sign(); },
+       [](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }, any, false},
+      {"softplus", [](const Tensor& t) { return t.softplus(); },
+       [](double x) { return std::log1p(std::exp(x)); }, wide, false},
+      {"log1p", [](const Tensor& t) { return t.log1p(); }, [](double x) { return std::log1p(x); },
+       above_minus_one, false},
+      {"expm1", [](const Tensor& t) { return t.expm1(); }, [](double x) { return std::expm1(x); },
+       any, false},
+      {"elu", [](const Tensor& t) { return t.elu(0.7); },
+       [](double x) { return x > 0 ? x : 0.7 * std::expm1(x); }, any, false},
   };
   return cases;
 }
@@ -292,6 +314,15 @@ TEST(Unary, UnsupportedDTypesThrow) {
       {"gelu", [](const Tensor& t) { return t.gelu(); }},
       {"gelu_erf", [](const Tensor& t) { return t.gelu_erf(); }},
       {"powf", [](const Tensor& t) { return t.powf(2.0); }},
+      {"erf", [](const Tensor& t) { return t.erf(); }},
+      {"floor", [](const Tensor& t) { return t.floor(); }},
+      {"ceil", [](const Tensor& t) { return t.ceil(); }},
+      {"round", [](const Tensor& t) { return t.round(); }},
+      {"sign", [](const Tensor& t) { return t.sign(); }},
+      {"softplus", [](const Tensor& t) { return t.softplus(); }},
+      {"log1p", [](const Tensor& t) { return t.log1p(); }},
+      {"expm1", [](const Tensor& t) { return t.expm1(); }},
+      {"elu", [](const Tensor& t) { return t.elu(1.0); }},
   };
   for (DType dt : {DType::U8, DType::U32, DType::I64}) {
     Tensor x = input({2, 3}, dt);

@@ -212,9 +212,16 @@ BinarySegment cmp_kernel(CmpKind op) {
 StoragePtr run_binary(BinarySegment kernel, DType out_dtype, const CpuStorage& lhs,
                       const Layout& ll, const CpuStorage& rhs, const Layout& rl) {
   auto out = std::make_unique<CpuStorage>(ll.elem_count(), out_dtype);
-  if (ll.elem_count() == 0) return out;
-  Layout out_layout = Layout::contiguous(ll.shape());
+  const size_t n = ll.elem_count();
+  if (n == 0) return out;
   const size_t elem = size_in_bytes(lhs.dtype());
+  if (n < kElementwiseGrain && ll.is_contiguous() && rl.is_contiguous()) {
+    // Small and dense: one segment on this thread, no walk to build.
+    kernel(out->data(), static_cast<const char*>(lhs.data()) + ll.start_offset() * elem, 1,
+           static_cast<const char*>(rhs.data()) + rl.start_offset() * elem, 1, n);
+    return out;
+  }
+  Layout out_layout = Layout::contiguous(ll.shape());
   Walk<3> w = make_walk<3>({Operand{&out_layout, out->data(), size_in_bytes(out_dtype)},
                             {&ll, lhs.data(), elem},
                             {&rl, rhs.data(), elem}});
