@@ -21,6 +21,10 @@
 
 #include "cpu/isa_ns.h"
 #include "cpu/parallel.h"
+// The op tables' math, here so that it is included before cpu/isa_begin.h: its inline functions
+// keep the baseline instruction set (see isa_begin.h).
+#include "ops/binary_math.h"
+#include "ops/unary_math.h"
 #include "wick/half.h"
 #include "wick/layout.h"
 
