@@ -508,6 +508,35 @@ TEST(Binary, EveryOpEveryDTypeEveryLayout) {
   }
 }
 
+TEST(Binary, EveryBufferSizeClass) {
+  // CPU buffers of up to 64 bytes live inside the storage object, up to 4 KiB come from malloc,
+  // larger ones are 64-byte aligned; small dense operands skip the walk. Every class, its edges
+  // and a narrowed (offset) operand give exact sums and products against f64.
+  for (size_t n : {size_t{1}, size_t{16}, size_t{17}, size_t{1024}, size_t{1025}, size_t{40000}}) {
+    for (DType dt : {DType::F32, DType::F64, DType::U8}) {
+      SCOPED_TRACE(std::to_string(n) + " " + dtype_name(dt));
+      Tensor a = testing::random_tensor({n + 1}, dt), b = testing::random_tensor({n}, dt);
+      Tensor a_view = a.narrow(0, 1, n);  // starts one element in
+      std::vector<double> av = a_view.to_vec_f64(), bv = b.to_vec_f64(), sum(n), prod(n);
+      for (size_t i = 0; i < n; ++i) {
+        sum[i] = av[i] + bv[i];
+        prod[i] = av[i] * bv[i];
+        if (dt == DType::U8) {
+          sum[i] = static_cast<uint8_t>(static_cast<int>(sum[i]));
+          prod[i] = static_cast<uint8_t>(static_cast<int>(prod[i]));
+        }
+      }
+      EXPECT_TRUE(testing::all_close(a_view.add(b).to_vec_f64(), sum, tol(dt), tol(dt)));
+      EXPECT_TRUE(testing::all_close((a_view * b).to_vec_f64(), prod, tol(dt), tol(dt)));
+      if (is_float(dt)) {
+        std::vector<double> neg(av);
+        for (auto& x : neg) x = -x;
+        EXPECT_TRUE(testing::all_close(a_view.neg().to_vec_f64(), neg, 0, 0));
+      }
+    }
+  }
+}
+
 TEST(Binary, ScalarOperators) {
   for (DType dt : float_dtypes()) {
     SCOPED_TRACE(dtype_name(dt));
