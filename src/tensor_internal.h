@@ -47,6 +47,15 @@ Tensor run_op(std::initializer_list<const Tensor*> inputs, const Shape& shape, B
   return record(std::move(result), make_record());
 }
 
+/// Records `make_record()` (a BackpropOp) on `out` only when recording is on and an input is
+/// tracked: views and copies of untracked tensors build no record.
+template <class MakeRecord>
+Tensor record_if_tracked(Tensor out, std::initializer_list<const Tensor*> inputs,
+                         MakeRecord&& make_record) {
+  if (!should_record(inputs)) return out;
+  return record(std::move(out), make_record());
+}
+
 /// run_op for an op that is not differentiable (comparisons, argmax): nothing is recorded.
 template <class Backend>
 Tensor run_op(std::initializer_list<const Tensor*> inputs, const Shape& shape, Backend&& backend) {
