@@ -158,6 +158,26 @@ Tensor unary_grad(const UnaryOp& op, const Tensor& x, const Tensor& out, const T
       return g.mul(x.powf(op.p0 - 1).affine(op.p0, 0));
     case UnaryKind::Clamp:
       return g.mul(as_float(x.eq(out), g));
+    case UnaryKind::Erf: {
+      constexpr double two_over_sqrt_pi = 1.1283791670955126;
+      return g.mul(x.sqr().affine(-1, 0).exp().affine(two_over_sqrt_pi, 0));
+    }
+    case UnaryKind::Floor:
+    case UnaryKind::Ceil:
+    case UnaryKind::Round:
+    case UnaryKind::Sign:
+      return g.affine(0, 0);  // piecewise constant
+    case UnaryKind::Softplus:
+      return g.mul(x.sigmoid());
+    case UnaryKind::Log1p:
+      return g.div(x.affine(1, 1));
+    case UnaryKind::Expm1:
+      return g.mul(out.affine(1, 1));
+    case UnaryKind::Elu: {
+      // 1 for x > 0, alpha e^x = out + alpha otherwise.
+      Tensor pos = as_float(x.gt(scalar_zero(x)), g);
+      return g.mul(pos.add(pos.affine(-1, 1).mul(out.affine(1, op.p0))));
+    }
   }
   throw Error("backward: unknown unary op");
 }

@@ -24,6 +24,17 @@ const char* binary_name(BinaryKind kind) {
   return "?";
 }
 
+const char* broadcast_binary_name(BinaryKind kind) {
+  switch (kind) {
+#define WICK_BROADCAST_BINARY_NAME(K, name) \
+  case BinaryKind::K:                       \
+    return "broadcast_" name;
+    WICK_BINARY_OPS(WICK_BROADCAST_BINARY_NAME)
+#undef WICK_BROADCAST_BINARY_NAME
+  }
+  return "?";
+}
+
 const char* cmp_name(CmpKind kind) {
   switch (kind) {
 #define WICK_CMP_NAME(K, name) \

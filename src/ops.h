@@ -10,25 +10,34 @@ namespace wick {
 
 /// Every element-wise unary op, once: X(Kind, "name", dtypes) with dtypes Floats (float dtypes),
 /// FloatsI64 (and i64) or Any (every dtype). The math is UnaryMath<Kind> in ops/unary_math.h.
-#define WICK_UNARY_OPS(X)                    \
-  X(Neg, "neg", FloatsI64)                   \
-  X(Abs, "abs", Any)                         \
-  X(Exp, "exp", Floats)                      \
-  X(Log, "log", Floats)                      \
-  X(Sqrt, "sqrt", Floats)                    \
-  X(Sqr, "sqr", Any)                         \
-  X(Recip, "recip", Floats)                  \
-  X(Tanh, "tanh", Floats)                    \
-  X(Sin, "sin", Floats)                      \
-  X(Cos, "cos", Floats)                      \
-  X(Relu, "relu", Any)                       \
-  X(Silu, "silu", Floats)                    \
-  X(Sigmoid, "sigmoid", Floats)              \
-  X(Gelu, "gelu", Floats)                    \
-  X(GeluErf, "gelu_erf", Floats)             \
-  X(Affine, "affine", Any) /* x * p0 + p1 */ \
-  X(Powf, "powf", Floats)  /* x ^ p0 */      \
-  X(Clamp, "clamp", Any)   /* min(max(x, p0), p1) */
+#define WICK_UNARY_OPS(X)                            \
+  X(Neg, "neg", FloatsI64)                           \
+  X(Abs, "abs", Any)                                 \
+  X(Exp, "exp", Floats)                              \
+  X(Log, "log", Floats)                              \
+  X(Sqrt, "sqrt", Floats)                            \
+  X(Sqr, "sqr", Any)                                 \
+  X(Recip, "recip", Floats)                          \
+  X(Tanh, "tanh", Floats)                            \
+  X(Sin, "sin", Floats)                              \
+  X(Cos, "cos", Floats)                              \
+  X(Relu, "relu", Any)                               \
+  X(Silu, "silu", Floats)                            \
+  X(Sigmoid, "sigmoid", Floats)                      \
+  X(Gelu, "gelu", Floats)                            \
+  X(GeluErf, "gelu_erf", Floats)                     \
+  X(Affine, "affine", Any) /* x * p0 + p1 */         \
+  X(Powf, "powf", Floats)  /* x ^ p0 */              \
+  X(Clamp, "clamp", Any)   /* min(max(x, p0), p1) */ \
+  X(Erf, "erf", Floats)                              \
+  X(Floor, "floor", Floats)                          \
+  X(Ceil, "ceil", Floats)                            \
+  X(Round, "round", Floats) /* half away from 0 */   \
+  X(Sign, "sign", Floats)                            \
+  X(Softplus, "softplus", Floats)                    \
+  X(Log1p, "log1p", Floats)                          \
+  X(Expm1, "expm1", Floats)                          \
+  X(Elu, "elu", Floats) /* x > 0 ? x : p0 (e^x - 1) */
 
 enum class UnaryKind : uint8_t {
 #define WICK_UNARY_KIND(K, name, dtypes) K,
@@ -91,6 +100,8 @@ enum class ReduceKind : uint8_t { Sum, Max, Min, ArgMax, ArgMin };
 
 const char* unary_name(UnaryKind kind);
 const char* binary_name(BinaryKind kind);
+/// "broadcast_" + binary_name(kind), a literal (no string is built on the op path).
+const char* broadcast_binary_name(BinaryKind kind);
 const char* cmp_name(CmpKind kind);
 const char* reduce_name(ReduceKind kind);
 

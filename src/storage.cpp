@@ -7,78 +7,81 @@
 
 namespace wick {
 
-void FairSharedMutex::lock() {
+void FairSharedMutex::lock_slow() {
   std::unique_lock lock(mutex_);
-  ++writers_waiting_;
-  writers_cv_.wait(lock, [&] { return !writer_active_ && readers_ == 0; });
-  --writers_waiting_;
-  writer_active_ = true;
+  state_.fetch_add(kWriterWaitingOne, std::memory_order_relaxed);
+  for (;;) {
+    uint64_t s = state_.load(std::memory_order_relaxed);
+    if ((s & kWriter) == 0 && (s & kReaders) == 0) {
+      if (state_.compare_exchange_weak(s, (s - kWriterWaitingOne) | kWriter,
+                                       std::memory_order_acquire, std::memory_order_relaxed)) {
+        return;
+      }
+      continue;
+    }
+    writers_cv_.wait(lock);
+  }
 }
 
-void FairSharedMutex::unlock() {
-  {
-    std::lock_guard lock(mutex_);
-    writer_active_ = false;
+void FairSharedMutex::lock_shared_slow() {
+  std::unique_lock lock(mutex_);
+  state_.fetch_add(kReaderWaitingOne, std::memory_order_relaxed);
+  for (;;) {
+    uint64_t s = state_.load(std::memory_order_relaxed);
+    // Queued writers go first: a reader waits while any writer holds or waits for the lock.
+    if ((s & (kWriter | kWritersWaiting)) == 0 && (s & kReaders) != kReaders) {
+      if (state_.compare_exchange_weak(s, s - kReaderWaitingOne + 1, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        return;
+      }
+      continue;
+    }
+    readers_cv_.wait(lock);
   }
-  // Queued writers go first; readers re-check and wait again while writers are queued.
+}
+
+void FairSharedMutex::wake_all() {
+  // A waiter registers itself in state_ and checks it under mutex_ before sleeping; taking
+  // mutex_ here orders this wake-up after that check, so that no wake-up is lost.
+  { std::lock_guard lock(mutex_); }
   writers_cv_.notify_one();
   readers_cv_.notify_all();
 }
 
-void FairSharedMutex::lock_shared() {
-  std::unique_lock lock(mutex_);
-  readers_cv_.wait(lock, [&] { return !writer_active_ && writers_waiting_ == 0; });
-  ++readers_;
-}
-
-void FairSharedMutex::unlock_shared() {
-  bool last;
-  {
-    std::lock_guard lock(mutex_);
-    last = --readers_ == 0;
+StorageLocks::StorageLocks(std::span<const Storage* const> reads,
+                           std::span<const Storage* const> writes) {
+  size_t total = reads.size() + writes.size();
+  if (total > kInline) {
+    heap_ = std::make_unique<Held[]>(total);
+    held_ = heap_.get();
   }
-  if (last) writers_cv_.notify_one();
-}
-
-StoragePtr Storage::matmul(const Storage& rhs, MatmulDims dims, const Layout& lhs_layout,
-                           const Layout& rhs_layout) const {
-  if (device() != rhs.device()) {
-    throw DeviceMismatch(str("matmul: device mismatch, lhs ", device(), " rhs ", rhs.device()));
-  }
-  if (dtype() != rhs.dtype()) {
-    throw DTypeMismatch(str("matmul: dtype mismatch, lhs ", dtype(), " rhs ", rhs.dtype()));
-  }
-  return backend_->matmul(rhs.backend(), dims, lhs_layout, rhs_layout);
-}
-
-StorageLocks::StorageLocks(std::vector<const Storage*> reads, std::vector<const Storage*> writes) {
-  held_.reserve(reads.size() + writes.size());
-  for (const Storage* s : writes) held_.push_back({s, true});
-  for (const Storage* s : reads) held_.push_back({s, false});
+  for (const Storage* s : writes) held_[count_++] = {s, true};
+  for (const Storage* s : reads) held_[count_++] = {s, false};
   // By address, writes first among equals, so that a storage both read and written is kept once,
   // exclusively.
-  std::sort(held_.begin(), held_.end(), [](const Held& a, const Held& b) {
+  auto before = [](const Held& a, const Held& b) {
     return a.storage != b.storage ? std::less<const Storage*>()(a.storage, b.storage)
                                   : a.exclusive > b.exclusive;
-  });
-  held_.erase(std::unique(held_.begin(), held_.end(),
-                          [](const Held& a, const Held& b) { return a.storage == b.storage; }),
-              held_.end());
-  for (const Held& h : held_) {
-    if (h.exclusive) {
-      h.storage->mutex().lock();
+  };
+  std::sort(held_, held_ + count_, before);
+  count_ = std::unique(held_, held_ + count_,
+                       [](const Held& a, const Held& b) { return a.storage == b.storage; }) -
+           held_;
+  for (size_t i = 0; i < count_; ++i) {
+    if (held_[i].exclusive) {
+      held_[i].storage->mutex().lock();
     } else {
-      h.storage->mutex().lock_shared();
+      held_[i].storage->mutex().lock_shared();
     }
   }
 }
 
 StorageLocks::~StorageLocks() {
-  for (auto it = held_.rbegin(); it != held_.rend(); ++it) {
-    if (it->exclusive) {
-      it->storage->mutex().unlock();
+  for (size_t i = count_; i-- > 0;) {
+    if (held_[i].exclusive) {
+      held_[i].storage->mutex().unlock();
     } else {
-      it->storage->mutex().unlock_shared();
+      held_[i].storage->mutex().unlock_shared();
     }
   }
 }

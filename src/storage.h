@@ -1,12 +1,14 @@
 #pragma once
-// Storage: owns one backend buffer, guarded by a reader/writer lock that all views share, and a
-// version counter that in-place writes bump (autograd checks it).
+// Storage: the cell every view of one buffer shares: the backend buffer, the reader/writer lock
+// that guards it and the version counter that in-place writes bump (autograd checks it). Ops go
+// to the backend directly (tensor_internal.h: run_op); nothing here forwards them.
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "backend.h"
@@ -16,20 +18,53 @@ namespace wick {
 /// A reader/writer lock that does not starve writers: once a writer waits, new readers wait
 /// behind it (glibc's std::shared_mutex prefers readers, so a steady stream of readers could
 /// hold a writer off forever). Not recursive: a thread must not take it twice.
+///
+/// The state is one atomic word, so that an uncontended lock or unlock is a single atomic
+/// operation; the mutex and condition variables are touched only when someone has to wait.
 class FairSharedMutex {
  public:
-  void lock();
-  void unlock();
-  void lock_shared();
-  void unlock_shared();
+  void lock() {
+    uint64_t free = 0;
+    if (!state_.compare_exchange_strong(free, kWriter, std::memory_order_acquire,
+                                        std::memory_order_relaxed)) {
+      lock_slow();
+    }
+  }
+  void unlock() {
+    uint64_t old = state_.fetch_and(~kWriter, std::memory_order_release);
+    if (old & (kWritersWaiting | kReadersWaiting)) wake_all();
+  }
+  void lock_shared() {
+    uint64_t s = state_.load(std::memory_order_relaxed);
+    if ((s & (kWriter | kWritersWaiting)) != 0 || (s & kReaders) == kReaders ||
+        !state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire,
+                                      std::memory_order_relaxed)) {
+      lock_shared_slow();
+    }
+  }
+  void unlock_shared() {
+    uint64_t old = state_.fetch_sub(1, std::memory_order_release);
+    // The last reader out hands over to a queued writer.
+    if ((old & kReaders) == 1 && (old & kWritersWaiting)) wake_all();
+  }
 
  private:
-  std::mutex mutex_;
+  // Bits of state_: readers holding the lock, readers queued, writers queued, a writer holding it.
+  static constexpr uint64_t kReaders = (uint64_t(1) << 24) - 1;
+  static constexpr uint64_t kReaderWaitingOne = uint64_t(1) << 24;
+  static constexpr uint64_t kReadersWaiting = ((uint64_t(1) << 20) - 1) << 24;
+  static constexpr uint64_t kWriterWaitingOne = uint64_t(1) << 44;
+  static constexpr uint64_t kWritersWaiting = ((uint64_t(1) << 19) - 1) << 44;
+  static constexpr uint64_t kWriter = uint64_t(1) << 63;
+
+  void lock_slow();
+  void lock_shared_slow();
+  void wake_all();
+
+  std::atomic<uint64_t> state_{0};
+  std::mutex mutex_;  // only for waiting: guards nothing but the condition variables' sleep
   std::condition_variable readers_cv_;
   std::condition_variable writers_cv_;
-  size_t readers_ = 0;          // readers holding the lock
-  size_t writers_waiting_ = 0;  // writers queued; they block new readers
-  bool writer_active_ = false;
 };
 
 class Storage {
@@ -44,10 +79,6 @@ class Storage {
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   void bump_version() { version_.fetch_add(1, std::memory_order_acq_rel); }
 
-  /// The seeds' Storage::matmul: same device and dtype, then the backend of that device.
-  StoragePtr matmul(const Storage& rhs, MatmulDims dims, const Layout& lhs_layout,
-                    const Layout& rhs_layout) const;
-
  private:
   StoragePtr backend_;
   mutable FairSharedMutex mutex_;
@@ -56,10 +87,15 @@ class Storage {
 
 /// The locks of one op: each distinct storage locked once (a.matmul(a) reads one storage twice),
 /// exclusively when the op writes it and shared otherwise, all in one global order (by address)
-/// so that two ops never wait on each other (a.assign(b) against b.assign(a)).
+/// so that two ops never wait on each other (a.assign(b) against b.assign(a)). Up to kInline
+/// storages are kept without allocating (an op has a few operands).
 class StorageLocks {
  public:
-  StorageLocks(std::vector<const Storage*> reads, std::vector<const Storage*> writes);
+  StorageLocks(std::span<const Storage* const> reads, std::span<const Storage* const> writes);
+  StorageLocks(std::initializer_list<const Storage*> reads,
+               std::initializer_list<const Storage*> writes)
+      : StorageLocks(std::span<const Storage* const>(reads.begin(), reads.size()),
+                     std::span<const Storage* const>(writes.begin(), writes.size())) {}
   ~StorageLocks();
   StorageLocks(const StorageLocks&) = delete;
   StorageLocks& operator=(const StorageLocks&) = delete;
@@ -69,14 +105,19 @@ class StorageLocks {
     const Storage* storage;
     bool exclusive;
   };
-  std::vector<Held> held_;
+  static constexpr size_t kInline = 6;
+  Held inline_[kInline];
+  std::unique_ptr<Held[]> heap_;  // when an op has more operands
+  Held* held_ = inline_;
+  size_t count_ = 0;
 };
 
 /// Shared locks only.
 class ReadLocks : public StorageLocks {
  public:
-  explicit ReadLocks(std::vector<const Storage*> storages)
-      : StorageLocks(std::move(storages), {}) {}
+  explicit ReadLocks(std::span<const Storage* const> storages) : StorageLocks(storages, {}) {}
+  ReadLocks(std::initializer_list<const Storage*> storages)
+      : StorageLocks(std::span<const Storage* const>(storages.begin(), storages.size()), {}) {}
 };
 
 }  // namespace wick

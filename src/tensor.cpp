@@ -48,9 +48,16 @@ bool should_record(std::initializer_list<const Tensor*> inputs) {
 }
 
 ReadLocks read_locks(std::initializer_list<const Tensor*> tensors) {
+  constexpr size_t kFew = 8;  // ops have a few operands: no allocation for them
+  if (tensors.size() <= kFew) {
+    const Storage* storages[kFew];
+    size_t n = 0;
+    for (const Tensor* t : tensors) storages[n++] = t->impl()->storage.get();
+    return ReadLocks(std::span<const Storage* const>(storages, n));
+  }
   std::vector<const Storage*> storages;
   for (const Tensor* t : tensors) storages.push_back(t->impl()->storage.get());
-  return ReadLocks(std::move(storages));
+  return ReadLocks(storages);
 }
 
 size_t physical_memory_bytes() {
@@ -299,7 +306,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
   }
   Tensor src = is_contiguous() ? *this : contiguous();
   Tensor out = view_of(src, Layout::contiguous(shape, src.layout().start_offset()));
-  return record(out, BackpropOp{OpKind::Reshape, {*this}});
+  return record_if_tracked(out, {this}, [&] { return BackpropOp{OpKind::Reshape, {*this}}; });
 }
 
 Tensor Tensor::transpose(size_t dim1, size_t dim2) const {
@@ -337,9 +344,11 @@ Tensor Tensor::permute(const std::vector<size_t>& order) const {
     strides[i] = layout().strides()[order[i]];
   }
   Tensor out = view_of(*this, Layout(Shape(dims), strides, layout().start_offset()));
-  BackpropOp op{OpKind::Permute, {*this}};
-  op.dims = order;
-  return record(out, std::move(op));
+  return record_if_tracked(out, {this}, [&] {
+    BackpropOp op{OpKind::Permute, {*this}};
+    op.dims = order;
+    return op;
+  });
 }
 
 Tensor Tensor::narrow(size_t dim, size_t start, size_t len) const {
@@ -354,10 +363,12 @@ Tensor Tensor::narrow(size_t dim, size_t start, size_t len) const {
   dims[dim] = len;
   size_t offset = layout().start_offset() + (len > 0 ? start * layout().strides()[dim] : 0);
   Tensor out = view_of(*this, Layout(Shape(dims), layout().strides(), offset));
-  BackpropOp op{OpKind::Narrow, {*this}};
-  op.dim = dim;
-  op.start = start;
-  return record(out, std::move(op));
+  return record_if_tracked(out, {this}, [&] {
+    BackpropOp op{OpKind::Narrow, {*this}};
+    op.dim = dim;
+    op.start = start;
+    return op;
+  });
 }
 
 Tensor Tensor::get(size_t i) const {
@@ -378,7 +389,7 @@ Tensor Tensor::squeeze(size_t dim) const {
   dims.erase(dims.begin() + dim);
   strides.erase(strides.begin() + dim);
   Tensor out = view_of(*this, Layout(Shape(dims), strides, layout().start_offset()));
-  return record(out, BackpropOp{OpKind::Reshape, {*this}});
+  return record_if_tracked(out, {this}, [&] { return BackpropOp{OpKind::Reshape, {*this}}; });
 }
 
 Tensor Tensor::unsqueeze(size_t dim) const {
@@ -392,7 +403,7 @@ Tensor Tensor::unsqueeze(size_t dim) const {
   dims.insert(dims.begin() + dim, 1);
   strides.insert(strides.begin() + dim, stride);
   Tensor out = view_of(*this, Layout(Shape(dims), strides, layout().start_offset()));
-  return record(out, BackpropOp{OpKind::Reshape, {*this}});
+  return record_if_tracked(out, {this}, [&] { return BackpropOp{OpKind::Reshape, {*this}}; });
 }
 
 Tensor Tensor::broadcast_as(const Shape& shape) const {
@@ -412,7 +423,7 @@ Tensor Tensor::broadcast_as(const Shape& shape) const {
   if (!ok)
     throw ShapeMismatch(str("broadcast_as: cannot broadcast ", this->shape(), " to ", shape));
   Tensor out = view_of(*this, Layout(shape, strides, layout().start_offset()));
-  return record(out, BackpropOp{OpKind::BroadcastAs, {*this}});
+  return record_if_tracked(out, {this}, [&] { return BackpropOp{OpKind::BroadcastAs, {*this}}; });
 }
 
 Tensor Tensor::broadcast_left(const Shape& left) const {
@@ -444,7 +455,9 @@ Tensor Tensor::copy() const {
     auto locks = read_locks({this});
     backend_of(*this).copy_into(self.layout, *out, Layout::contiguous(shape()));
   }
-  return record(from_storage(std::move(out), shape()), BackpropOp{OpKind::Copy, {*this}});
+  return record_if_tracked(from_storage(std::move(out), shape()), {this}, [&] {
+    return BackpropOp{OpKind::Copy, {*this}};
+  });
 }
 
 Tensor Tensor::to_device(const Device& device) const {
@@ -456,19 +469,18 @@ Tensor Tensor::to_device(const Device& device) const {
   read_into(host.data());
   Tensor out = from_storage(backend_device(device).from_host(host.data(), elem_count(), self.dtype),
                             shape());
-  return record(out, BackpropOp{OpKind::ToDevice, {*this}});
+  return record_if_tracked(out, {this}, [&] { return BackpropOp{OpKind::ToDevice, {*this}}; });
 }
 
 Tensor Tensor::to_dtype(DType dtype) const {
   const TensorImpl& self = impl_of(*this, "to_dtype");
   if (dtype == self.dtype) return *this;
   check_output_bytes("to_dtype", shape(), dtype, self.device);
-  StoragePtr out;
-  {
-    auto locks = read_locks({this});
-    out = backend_of(*this).to_dtype(self.layout, dtype);
-  }
-  return record(from_storage(std::move(out), shape()), BackpropOp{OpKind::ToDType, {*this}});
+  return run_op(
+      {this}, shape(), [&] { return backend_of(*this).to_dtype(self.layout, dtype); },
+      [&] {
+        return BackpropOp{OpKind::ToDType, {*this}};
+      });
 }
 
 Tensor Tensor::cat(const std::vector<Tensor>& tensors, size_t dim) {
@@ -501,9 +513,14 @@ Tensor Tensor::cat(const std::vector<Tensor>& tensors, size_t dim) {
     backend_of(t).copy_into(t.layout(), *out, part);
     offset += t.dims()[dim];
   }
+  Tensor result = from_storage(std::move(out), shape);
+  if (!grad_enabled() || std::none_of(tensors.begin(), tensors.end(),
+                                      [](const Tensor& t) { return t.is_tracked(); })) {
+    return result;
+  }
   BackpropOp op{OpKind::Cat, tensors};
   op.dim = dim;
-  return record(from_storage(std::move(out), shape), std::move(op));
+  return record(std::move(result), std::move(op));
 }
 
 Tensor Tensor::stack(const std::vector<Tensor>& tensors, size_t dim) {

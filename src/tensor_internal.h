@@ -30,6 +30,43 @@ inline BackendStorage& backend_of(const Tensor& t) {
 /// Shared read locks on the storages of `tensors`, each locked once.
 ReadLocks read_locks(std::initializer_list<const Tensor*> tensors);
 
+/// The one op path, after the front-end checks: takes the shared locks of `inputs` (each
+/// distinct storage once), calls `backend()` (which returns the output StoragePtr) while they are
+/// held, wraps the result as a fresh row-major tensor of `shape`, and records `make_record()` (a
+/// BackpropOp) only when recording is on and an input is tracked, so untracked ops build none.
+template <class Backend, class MakeRecord>
+Tensor run_op(std::initializer_list<const Tensor*> inputs, const Shape& shape, Backend&& backend,
+              MakeRecord&& make_record) {
+  StoragePtr out;
+  {
+    auto locks = read_locks(inputs);
+    out = backend();
+  }
+  Tensor result = from_storage(std::move(out), shape);
+  if (!should_record(inputs)) return result;
+  return record(std::move(result), make_record());
+}
+
+/// Records `make_record()` (a BackpropOp) on `out` only when recording is on and an input is
+/// tracked: views and copies of untracked tensors build no record.
+template <class MakeRecord>
+Tensor record_if_tracked(Tensor out, std::initializer_list<const Tensor*> inputs,
+                         MakeRecord&& make_record) {
+  if (!should_record(inputs)) return out;
+  return record(std::move(out), make_record());
+}
+
+/// run_op for an op that is not differentiable (comparisons, argmax): nothing is recorded.
+template <class Backend>
+Tensor run_op(std::initializer_list<const Tensor*> inputs, const Shape& shape, Backend&& backend) {
+  StoragePtr out;
+  {
+    auto locks = read_locks(inputs);
+    out = backend();
+  }
+  return from_storage(std::move(out), shape);
+}
+
 /// Bytes of `count` host elements; BackendError naming `op` when they overflow or exceed the
 /// machine's physical memory (so huge requests fail cleanly, before any allocation).
 size_t check_host_bytes(const char* op, size_t count, size_t elem_size);

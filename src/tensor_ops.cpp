@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "checked.h"
 #include "dispatch.h"
@@ -46,15 +47,16 @@ Tensor matmul_impl(const char* op, const Tensor& lhs, const Tensor& rhs) {
     if (!should_record({&lhs, &rhs})) return zeros;
     return record(zeros, BackpropOp{OpKind::Matmul, {lhs, rhs}});
   }
-  StoragePtr out;
-  {
-    auto locks = read_locks({&lhs, &rhs});
-    out = lhs.impl()->storage->matmul(*rhs.impl()->storage, MatmulDims{b, m, n, k}, lhs.layout(),
+  // Device and dtype were checked by check_matmul_operands: straight to the backend.
+  return run_op(
+      {&lhs, &rhs}, out_shape,
+      [&] {
+        return backend_of(lhs).matmul(backend_of(rhs), MatmulDims{b, m, n, k}, lhs.layout(),
                                       rhs.layout());
-  }
-  Tensor result = from_storage(std::move(out), out_shape);
-  if (!should_record({&lhs, &rhs})) return result;
-  return record(result, BackpropOp{OpKind::Matmul, {lhs, rhs}});
+      },
+      [&] {
+        return BackpropOp{OpKind::Matmul, {lhs, rhs}};
+      });
 }
 
 void check_matmul_operands(const char* op, const Tensor& lhs, const Tensor& rhs) {
@@ -118,23 +120,22 @@ Tensor binary_op(BinaryKind kind, const Tensor& lhs, const Tensor& rhs) {
   check_same_dtype(op, lhs, rhs);
   check_same_device(op, lhs, rhs);
   check_output_bytes(op, lhs.shape(), lhs.dtype(), lhs.device());
-  StoragePtr out;
-  {
-    auto locks = read_locks({&lhs, &rhs});
-    out = backend_of(lhs).binary(kind, lhs.layout(), backend_of(rhs), rhs.layout());
-  }
-  Tensor result = from_storage(std::move(out), lhs.shape());
-  if (!should_record({&lhs, &rhs})) return result;
-  BackpropOp rec{OpKind::Binary, {lhs, rhs}};
-  rec.binary = kind;
-  return record(result, std::move(rec));
+  return run_op(
+      {&lhs, &rhs}, lhs.shape(),
+      [&] { return backend_of(lhs).binary(kind, lhs.layout(), backend_of(rhs), rhs.layout()); },
+      [&] {
+        BackpropOp rec{OpKind::Binary, {lhs, rhs}};
+        rec.binary = kind;
+        return rec;
+      });
 }
 
 Tensor broadcast_binary_op(BinaryKind kind, const Tensor& lhs, const Tensor& rhs) {
-  std::string op = str("broadcast_", binary_name(kind));
-  impl_of(lhs, op.c_str());
-  impl_of(rhs, op.c_str());
-  Shape shape = broadcast_shape(op.c_str(), lhs.shape(), rhs.shape());
+  const char* op = broadcast_binary_name(kind);
+  impl_of(lhs, op);
+  impl_of(rhs, op);
+  if (lhs.shape() == rhs.shape()) return binary_op(kind, lhs, rhs);  // no views to build
+  Shape shape = broadcast_shape(op, lhs.shape(), rhs.shape());
   return binary_op(kind, lhs.broadcast_as(shape), rhs.broadcast_as(shape));
 }
 
@@ -145,16 +146,21 @@ Tensor unary_op(const UnaryOp& u, const Tensor& t) {
     throw UnsupportedDType(str(op, ": unsupported dtype ", t.dtype(), ", shape ", t.shape()));
   }
   check_output_bytes(op, t.shape(), t.dtype(), t.device());
-  StoragePtr out;
-  {
-    auto locks = read_locks({&t});
-    out = backend_of(t).unary(u, t.layout());
-  }
-  Tensor result = from_storage(std::move(out), t.shape());
-  if (!should_record({&t})) return result;
-  BackpropOp rec{OpKind::Unary, {t}};
-  rec.unary = u;
-  return record(result, std::move(rec));
+  return run_op(
+      {&t}, t.shape(), [&] { return backend_of(t).unary(u, t.layout()); },
+      [&] {
+        BackpropOp rec{OpKind::Unary, {t}};
+        rec.unary = u;
+        return rec;
+      });
+}
+
+Tensor cmp_same_shape(CmpKind kind, const Tensor& l, const Tensor& r) {
+  const char* op = cmp_name(kind);
+  check_output_bytes(op, l.shape(), DType::U8, l.device());
+  // Not differentiable: nothing recorded.
+  return run_op({&l, &r}, l.shape(),
+                [&] { return backend_of(l).cmp(kind, l.layout(), backend_of(r), r.layout()); });
 }
 
 Tensor cmp_op(CmpKind kind, const Tensor& lhs, const Tensor& rhs) {
@@ -163,15 +169,9 @@ Tensor cmp_op(CmpKind kind, const Tensor& lhs, const Tensor& rhs) {
   impl_of(rhs, op);
   check_same_dtype(op, lhs, rhs);
   check_same_device(op, lhs, rhs);
+  if (lhs.shape() == rhs.shape()) return cmp_same_shape(kind, lhs, rhs);
   Shape shape = broadcast_shape(op, lhs.shape(), rhs.shape());
-  Tensor l = lhs.broadcast_as(shape), r = rhs.broadcast_as(shape);
-  check_output_bytes(op, shape, DType::U8, lhs.device());
-  StoragePtr out;
-  {
-    auto locks = read_locks({&l, &r});
-    out = backend_of(l).cmp(kind, l.layout(), backend_of(r), r.layout());
-  }
-  return from_storage(std::move(out), shape);  // not differentiable: nothing recorded
+  return cmp_same_shape(kind, lhs.broadcast_as(shape), rhs.broadcast_as(shape));
 }
 
 // A rank-0 tensor holding `value` in `like`'s dtype and on its device. Integer dtypes get the
@@ -323,6 +323,33 @@ Tensor Tensor::clamp(double lo, double hi) const {
   if (!(lo <= hi)) throw Error(str("clamp: lo ", lo, " is greater than hi ", hi));
   return unary_op({UnaryKind::Clamp, lo, hi}, *this);
 }
+Tensor Tensor::erf() const {
+  return unary_op({UnaryKind::Erf}, *this);
+}
+Tensor Tensor::floor() const {
+  return unary_op({UnaryKind::Floor}, *this);
+}
+Tensor Tensor::ceil() const {
+  return unary_op({UnaryKind::Ceil}, *this);
+}
+Tensor Tensor::round() const {
+  return unary_op({UnaryKind::Round}, *this);
+}
+Tensor Tensor::sign() const {
+  return unary_op({UnaryKind::Sign}, *this);
+}
+Tensor Tensor::softplus() const {
+  return unary_op({UnaryKind::Softplus}, *this);
+}
+Tensor Tensor::log1p() const {
+  return unary_op({UnaryKind::Log1p}, *this);
+}
+Tensor Tensor::expm1() const {
+  return unary_op({UnaryKind::Expm1}, *this);
+}
+Tensor Tensor::elu(double alpha) const {
+  return unary_op({UnaryKind::Elu, alpha}, *this);
+}
 
 // ---- comparisons and selection ----
 
@@ -360,13 +387,15 @@ Tensor Tensor::where_cond(const Tensor& on_true, const Tensor& on_false) const {
                       on_false.shape());
   Tensor c = broadcast_as(shape), t = on_true.broadcast_as(shape), f = on_false.broadcast_as(shape);
   check_output_bytes("where_cond", shape, t.dtype(), device());
-  StoragePtr out;
-  {
-    auto locks = read_locks({&c, &t, &f});
-    out =
-        backend_of(c).where_cond(c.layout(), backend_of(t), t.layout(), backend_of(f), f.layout());
-  }
-  return record(from_storage(std::move(out), shape), BackpropOp{OpKind::WhereCond, {c, t, f}});
+  return run_op(
+      {&c, &t, &f}, shape,
+      [&] {
+        return backend_of(c).where_cond(c.layout(), backend_of(t), t.layout(), backend_of(f),
+                                        f.layout());
+      },
+      [&] {
+        return BackpropOp{OpKind::WhereCond, {c, t, f}};
+      });
 }
 
 // ---- reductions ----
@@ -386,15 +415,19 @@ std::vector<size_t> reduce_dims(const char* op, const Tensor& t, std::vector<siz
   return dims;
 }
 
-Tensor reduce_keepdim(ReduceKind kind, const Tensor& t, const std::vector<size_t>& dims) {
-  StoragePtr out;
-  {
-    auto locks = read_locks({&t});
-    out = backend_of(t).reduce(kind, t.layout(), dims);
-  }
+// The reduction over `dims`, kept as size-1 dims; recorded as OpKind `rec_kind` unless it is
+// not differentiable (argmax, argmin).
+Tensor reduce_keepdim(ReduceKind kind, const Tensor& t, const std::vector<size_t>& dims,
+                      std::optional<OpKind> rec_kind) {
   std::vector<size_t> out_dims = t.dims();
   for (size_t d : dims) out_dims[d] = 1;
-  return from_storage(std::move(out), Shape(out_dims));
+  auto backend = [&] { return backend_of(t).reduce(kind, t.layout(), dims); };
+  if (!rec_kind) return run_op({&t}, Shape(out_dims), backend);
+  return run_op({&t}, Shape(out_dims), backend, [&] {
+    BackpropOp rec{*rec_kind, {t}};
+    rec.dims = dims;
+    return rec;
+  });
 }
 
 Tensor drop_dims(const Tensor& t, const std::vector<size_t>& dims) {
@@ -412,11 +445,10 @@ Tensor reduce_one(ReduceKind kind, const Tensor& t, size_t dim) {
   if (t.dims()[dim] == 0) {
     throw ShapeMismatch(str(op, ": cannot reduce the empty dim ", dim, " of shape ", t.shape()));
   }
-  Tensor out = reduce_keepdim(kind, t, {dim});
-  if (kind == ReduceKind::ArgMax || kind == ReduceKind::ArgMin) return out;
-  BackpropOp rec{kind == ReduceKind::Max ? OpKind::Max : OpKind::Min, {t}};
-  rec.dims = {dim};
-  return record(out, std::move(rec));
+  std::optional<OpKind> rec_kind;
+  if (kind == ReduceKind::Max) rec_kind = OpKind::Max;
+  if (kind == ReduceKind::Min) rec_kind = OpKind::Min;
+  return reduce_keepdim(kind, t, {dim}, rec_kind);
 }
 
 }  // namespace
@@ -425,9 +457,7 @@ Tensor Tensor::sum_keepdim(const std::vector<size_t>& dims) const {
   impl_of(*this, "sum");
   std::vector<size_t> d = reduce_dims("sum", *this, dims);
   if (d.empty()) return *this;
-  BackpropOp rec{OpKind::Sum, {*this}};
-  rec.dims = d;
-  return record(reduce_keepdim(ReduceKind::Sum, *this, d), std::move(rec));
+  return reduce_keepdim(ReduceKind::Sum, *this, d, OpKind::Sum);
 }
 
 Tensor Tensor::sum(const std::vector<size_t>& dims) const {
@@ -494,12 +524,11 @@ Tensor Tensor::softmax(size_t dim) const {
   size_t last = rank() - 1;
   if (dim != last) return transpose(dim, last).softmax(last).transpose(dim, last);
   Tensor x = contiguous();
-  StoragePtr out;
-  {
-    auto locks = read_locks({&x});
-    out = backend_of(x).softmax_last_dim(x.layout());
-  }
-  return record(from_storage(std::move(out), shape()), BackpropOp{OpKind::Softmax, {x}});
+  return run_op(
+      {&x}, shape(), [&] { return backend_of(x).softmax_last_dim(x.layout()); },
+      [&] {
+        return BackpropOp{OpKind::Softmax, {x}};
+      });
 }
 
 // ---- indexing ----
@@ -516,14 +545,14 @@ Tensor Tensor::index_select(const Tensor& ids, size_t dim) const {
   std::vector<size_t> out_dims = dims();
   out_dims[dim] = ids.elem_count();
   check_output_bytes("index_select", Shape(out_dims), dtype(), device());
-  StoragePtr out;
-  {
-    auto locks = read_locks({this, &ids});
-    out = backend_of(*this).index_select(layout(), backend_of(ids), ids.layout(), dim);
-  }
-  BackpropOp rec{OpKind::IndexSelect, {*this, ids}};
-  rec.dim = dim;
-  return record(from_storage(std::move(out), Shape(out_dims)), std::move(rec));
+  return run_op(
+      {this, &ids}, Shape(out_dims),
+      [&] { return backend_of(*this).index_select(layout(), backend_of(ids), ids.layout(), dim); },
+      [&] {
+        BackpropOp rec{OpKind::IndexSelect, {*this, ids}};
+        rec.dim = dim;
+        return rec;
+      });
 }
 
 Tensor Tensor::gather(const Tensor& ids, size_t dim) const {
@@ -538,14 +567,14 @@ Tensor Tensor::gather(const Tensor& ids, size_t dim) const {
     throw ShapeMismatch(str("gather: ids shape ", ids.shape(), " does not fit shape ", shape(),
                             " outside dim ", dim));
   }
-  StoragePtr out;
-  {
-    auto locks = read_locks({this, &ids});
-    out = backend_of(*this).gather(layout(), backend_of(ids), ids.layout(), dim);
-  }
-  BackpropOp rec{OpKind::Gather, {*this, ids}};
-  rec.dim = dim;
-  return record(from_storage(std::move(out), ids.shape()), std::move(rec));
+  return run_op(
+      {this, &ids}, ids.shape(),
+      [&] { return backend_of(*this).gather(layout(), backend_of(ids), ids.layout(), dim); },
+      [&] {
+        BackpropOp rec{OpKind::Gather, {*this, ids}};
+        rec.dim = dim;
+        return rec;
+      });
 }
 
 Tensor Tensor::embedding(const Tensor& ids) const {
@@ -587,15 +616,17 @@ Tensor Tensor::index_add(const Tensor& ids, const Tensor& src, size_t dim) const
     throw ShapeMismatch(str("index_add: ids ", ids.shape(), " and src ", src.shape(),
                             " do not fit shape ", shape(), " along dim ", dim));
   }
-  StoragePtr out;
-  {
-    auto locks = read_locks({this, &ids, &src});
-    out = backend_of(*this).index_add(layout(), backend_of(ids), ids.layout(), backend_of(src),
-                                      src.layout(), dim);
-  }
-  BackpropOp rec{OpKind::IndexAdd, {*this, ids, src}};
-  rec.dim = dim;
-  return record(from_storage(std::move(out), shape()), std::move(rec));
+  return run_op(
+      {this, &ids, &src}, shape(),
+      [&] {
+        return backend_of(*this).index_add(layout(), backend_of(ids), ids.layout(), backend_of(src),
+                                           src.layout(), dim);
+      },
+      [&] {
+        BackpropOp rec{OpKind::IndexAdd, {*this, ids, src}};
+        rec.dim = dim;
+        return rec;
+      });
 }
 
 Tensor Tensor::scatter_add(const Tensor& ids, const Tensor& src, size_t dim) const {
@@ -613,15 +644,17 @@ Tensor Tensor::scatter_add(const Tensor& ids, const Tensor& src, size_t dim) con
     throw ShapeMismatch(str("scatter_add: ids ", ids.shape(), " and src ", src.shape(),
                             " do not fit shape ", shape(), " along dim ", dim));
   }
-  StoragePtr out;
-  {
-    auto locks = read_locks({this, &ids, &src});
-    out = backend_of(*this).scatter_add(layout(), backend_of(ids), ids.layout(), backend_of(src),
-                                        src.layout(), dim);
-  }
-  BackpropOp rec{OpKind::ScatterAdd, {*this, ids, src}};
-  rec.dim = dim;
-  return record(from_storage(std::move(out), shape()), std::move(rec));
+  return run_op(
+      {this, &ids, &src}, shape(),
+      [&] {
+        return backend_of(*this).scatter_add(layout(), backend_of(ids), ids.layout(),
+                                             backend_of(src), src.layout(), dim);
+      },
+      [&] {
+        BackpropOp rec{OpKind::ScatterAdd, {*this, ids, src}};
+        rec.dim = dim;
+        return rec;
+      });
 }
 
 }  // namespace wick

@@ -141,6 +141,16 @@ TEST(AutogradGradients, UnaryOps) {
       {"powf", [](const Tensor& x) { return x.powf(2.5); }, 0.2, 2.0},
       {"powf_negative", [](const Tensor& x) { return x.powf(-1.5); }, 0.5, 2.0},
       {"clamp", [](const Tensor& x) { return x.clamp(-0.5, 0.8); }},
+      {"erf", [](const Tensor& x) { return x.erf(); }},
+      // Piecewise constant: inputs kept away from the steps, where the difference quotient jumps.
+      {"floor", [](const Tensor& x) { return x.floor(); }, 0.1, 0.9},
+      {"ceil", [](const Tensor& x) { return x.ceil(); }, 1.1, 1.9},
+      {"round", [](const Tensor& x) { return x.round(); }, 0.6, 1.4},
+      {"sign", [](const Tensor& x) { return x.sign(); }, 0.2, 2.0},
+      {"softplus", [](const Tensor& x) { return x.softplus(); }, -4.0, 4.0},
+      {"log1p", [](const Tensor& x) { return x.log1p(); }, -0.5, 2.0},
+      {"expm1", [](const Tensor& x) { return x.expm1(); }},
+      {"elu", [](const Tensor& x) { return x.elu(0.7); }},
   };
   for (const auto& c : cases) {
     for (Form form : {Form::Contiguous, Form::Transposed, Form::Narrowed}) {

@@ -136,6 +136,8 @@ const std::vector<UnaryCase>& unary_cases() {
   const Domain any{};
   const Domain positive{0.1, 3.0};
   const Domain nonzero{-2.0, 2.0, -1000, 1000, true};
+  const Domain wide{-6.0, 6.0};
+  const Domain above_minus_one{-0.9, 3.0};
   static const std::vector<UnaryCase> cases{
       {"neg", [](const Tensor& t) { return t.neg(); }, [](double x) { return -x; }, any, true,
        true},
@@ -171,6 +173,26 @@ const std::vector<UnaryCase>& unary_cases() {
        [](double x) { return std::pow(x, 2.5); }, positive, false},
       {"clamp", [](const Tensor& t) { return t.clamp(-0.7, 1.2); },
        [](double x) { return std::min(std::max(x, -0.7), 1.2); }, any, true},
+      // Added to WICK_UNARY_OPS (ops.h) with their math in ops/unary_math.h only: the CPU loops
+      // and CUDA kernels come from the table.
+      {"erf", [](const Tensor& t) { return t.erf(); }, [](double x) { return std::erf(x); }, any,
+       false},
+      {"floor", [](const Tensor& t) { return t.floor(); }, [](double x) { return std::floor(x); },
+       wide, false},
+      {"ceil", [](const Tensor& t) { return t.ceil(); }, [](double x) { return std::ceil(x); },
+       wide, false},
+      {"round", [](const Tensor& t) { return t.round(); }, [](double x) { return std::round(x); },
+       wide, false},
+      {"sign", [](const Tensor& t) { return t.sign(); },
+       [](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }, any, false},
+      {"softplus", [](const Tensor& t) { return t.softplus(); },
+       [](double x) { return std::log1p(std::exp(x)); }, wide, false},
+      {"log1p", [](const Tensor& t) { return t.log1p(); }, [](double x) { return std::log1p(x); },
+       above_minus_one, false},
+      {"expm1", [](const Tensor& t) { return t.expm1(); }, [](double x) { return std::expm1(x); },
+       any, false},
+      {"elu", [](const Tensor& t) { return t.elu(0.7); },
+       [](double x) { return x > 0 ? x : 0.7 * std::expm1(x); }, any, false},
   };
   return cases;
 }
@@ -292,6 +314,15 @@ TEST(Unary, UnsupportedDTypesThrow) {
       {"gelu", [](const Tensor& t) { return t.gelu(); }},
       {"gelu_erf", [](const Tensor& t) { return t.gelu_erf(); }},
       {"powf", [](const Tensor& t) { return t.powf(2.0); }},
+      {"erf", [](const Tensor& t) { return t.erf(); }},
+      {"floor", [](const Tensor& t) { return t.floor(); }},
+      {"ceil", [](const Tensor& t) { return t.ceil(); }},
+      {"round", [](const Tensor& t) { return t.round(); }},
+      {"sign", [](const Tensor& t) { return t.sign(); }},
+      {"softplus", [](const Tensor& t) { return t.softplus(); }},
+      {"log1p", [](const Tensor& t) { return t.log1p(); }},
+      {"expm1", [](const Tensor& t) { return t.expm1(); }},
+      {"elu", [](const Tensor& t) { return t.elu(1.0); }},
   };
   for (DType dt : {DType::U8, DType::U32, DType::I64}) {
     Tensor x = input({2, 3}, dt);
@@ -472,6 +503,35 @@ TEST(Binary, EveryOpEveryDTypeEveryLayout) {
               is_float(dt) ? op.ref(av[i], bv[i]) : int_binary_ref(op.name, av[i], bv[i], dt);
         }
         EXPECT_TRUE(testing::all_close(c.to_vec_f64(), expected, tol(dt), tol(dt)));
+      }
+    }
+  }
+}
+
+TEST(Binary, EveryBufferSizeClass) {
+  // CPU buffers of up to 64 bytes live inside the storage object, up to 4 KiB come from malloc,
+  // larger ones are 64-byte aligned; small dense operands skip the walk. Every class, its edges
+  // and a narrowed (offset) operand give exact sums and products against f64.
+  for (size_t n : {size_t{1}, size_t{16}, size_t{17}, size_t{1024}, size_t{1025}, size_t{40000}}) {
+    for (DType dt : {DType::F32, DType::F64, DType::U8}) {
+      SCOPED_TRACE(std::to_string(n) + " " + dtype_name(dt));
+      Tensor a = testing::random_tensor({n + 1}, dt), b = testing::random_tensor({n}, dt);
+      Tensor a_view = a.narrow(0, 1, n);  // starts one element in
+      std::vector<double> av = a_view.to_vec_f64(), bv = b.to_vec_f64(), sum(n), prod(n);
+      for (size_t i = 0; i < n; ++i) {
+        sum[i] = av[i] + bv[i];
+        prod[i] = av[i] * bv[i];
+        if (dt == DType::U8) {
+          sum[i] = static_cast<uint8_t>(static_cast<int>(sum[i]));
+          prod[i] = static_cast<uint8_t>(static_cast<int>(prod[i]));
+        }
+      }
+      EXPECT_TRUE(testing::all_close(a_view.add(b).to_vec_f64(), sum, tol(dt), tol(dt)));
+      EXPECT_TRUE(testing::all_close((a_view * b).to_vec_f64(), prod, tol(dt), tol(dt)));
+      if (is_float(dt)) {
+        std::vector<double> neg(av);
+        for (auto& x : neg) x = -x;
+        EXPECT_TRUE(testing::all_close(a_view.neg().to_vec_f64(), neg, 0, 0));
       }
     }
   }

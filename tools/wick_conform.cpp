@@ -157,6 +157,15 @@ void unary_ops(Conform& c) {
       {"affine", [](const Tensor& t) { return t.affine(1.5, -0.25); }, -2, 2, false},
       {"powf", [](const Tensor& t) { return t.powf(1.7); }, 0.05, 4, false},
       {"clamp", [](const Tensor& t) { return t.clamp(-0.5, 1.25); }, -2, 2, true},
+      {"erf", [](const Tensor& t) { return t.erf(); }, -3, 3, false},
+      {"floor", [](const Tensor& t) { return t.floor(); }, -5, 5, false},
+      {"ceil", [](const Tensor& t) { return t.ceil(); }, -5, 5, false},
+      {"round", [](const Tensor& t) { return t.round(); }, -5, 5, false},
+      {"sign", [](const Tensor& t) { return t.sign(); }, -2, 2, false},
+      {"softplus", [](const Tensor& t) { return t.softplus(); }, -8, 8, false},
+      {"log1p", [](const Tensor& t) { return t.log1p(); }, -0.9, 4, false},
+      {"expm1", [](const Tensor& t) { return t.expm1(); }, -4, 4, false},
+      {"elu", [](const Tensor& t) { return t.elu(0.7); }, -4, 4, false},
   };
   for (const auto& op : ops) {
     for (DType dt : kFloats) {

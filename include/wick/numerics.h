@@ -101,6 +101,15 @@ inline constexpr ElementwiseRow kElementwise[] = {
     {"gelu", 16, 16, 16, "tanh (2 ulp) and 4 roundings; 1 + tanh cancels for x < 0"},
     {"gelu_erf", 16, 16, 16, "erf (2 ulp) and 3 roundings; 1 + erf cancels for x < 0"},
     {"powf", 8, 16, 0, "glibc powf 1 ulp; CUDA powf 4 ulp (for |e| in ordinary ranges)"},
+    {"erf", 4, 8, 0, "glibc erff 1 ulp; CUDA erff 2 ulp"},
+    {"floor", 0, 0, 0, "exact"},
+    {"ceil", 0, 0, 0, "exact"},
+    {"round", 0, 0, 0, "exact"},
+    {"sign", 0, 0, 0, "exact"},
+    {"softplus", 12, 12, 0, "exp (2 ulp), log1p (1 ulp) and an add"},
+    {"log1p", 4, 4, 0, "glibc log1pf 1 ulp; CUDA log1pf 1 ulp"},
+    {"expm1", 4, 4, 0, "glibc expm1f 1 ulp; CUDA expm1f 1 ulp"},
+    {"elu", 6, 6, 0, "expm1 (1 ulp) and a multiply"},
 };
 
 /// The row of `op`, or nullptr when `op` is not element-wise.

@@ -210,6 +210,19 @@ class Tensor {
   Tensor powf(double e) const;
   /// min(max(x, lo), hi); every dtype.
   Tensor clamp(double lo, double hi) const;
+  Tensor erf() const;
+  Tensor floor() const;
+  Tensor ceil() const;
+  /// Halves round away from zero (as C's round and Candle's).
+  Tensor round() const;
+  /// -1, 0 or 1 (NaN and signed zeros kept).
+  Tensor sign() const;
+  /// log(1 + e^x), computed without overflow.
+  Tensor softplus() const;
+  Tensor log1p() const;
+  Tensor expm1() const;
+  /// x for x > 0, alpha (e^x - 1) otherwise.
+  Tensor elu(double alpha = 1.0) const;
 
   // ---- comparisons (broadcasting; result U8 with 0/1) ----
   Tensor eq(const Tensor& rhs) const;

@@ -1,8 +1,5 @@
-// Binary arithmetic, comparisons and where_cond.
-//
-// Integer semantics (no undefined behaviour anywhere): add, sub and mul wrap around modulo 2^bits
-// (two's complement for i64); division truncates toward zero, x / 0 gives 0, and i64 MIN / -1
-// gives MIN (the wrapped result). Float maximum/minimum propagate NaN.
+// Binary arithmetic, comparisons and where_cond. The ops are WICK_BINARY_OPS and WICK_CMP_OPS
+// (ops.h); their math, with its integer semantics, is ops/binary_math.h, shared with CUDA.
 
 // Float compares (maximum, minimum, cmp) only vectorise when GCC may assume they raise no visible
 // FP exceptions (clang's default); nothing in wick reads the FP flags.
@@ -17,115 +14,12 @@
 #include "cpu/isa_begin.h"  // last
 #include "cpu/kernels.h"
 #include "dispatch.h"
+#include "ops/binary_math.h"
 #include "util.h"
 
 namespace wick::cpu::inline WICK_ISA_NS {
 
 namespace {
-
-template <class C>
-constexpr bool is_signed_int_v = std::is_integral_v<C>&& std::is_signed_v<C>;
-
-// Arithmetic in the compute type C; signed integers go through unsigned to wrap without UB, u8 is
-// promoted to int by the language and truncated back on the store (well defined).
-struct AddOp {
-  template <class C>
-  C operator()(C a, C b) const {
-    if constexpr (is_signed_int_v<C>) {
-      using U = std::make_unsigned_t<C>;
-      return static_cast<C>(static_cast<U>(a) + static_cast<U>(b));
-    } else {
-      return static_cast<C>(a + b);
-    }
-  }
-};
-struct SubOp {
-  template <class C>
-  C operator()(C a, C b) const {
-    if constexpr (is_signed_int_v<C>) {
-      using U = std::make_unsigned_t<C>;
-      return static_cast<C>(static_cast<U>(a) - static_cast<U>(b));
-    } else {
-      return static_cast<C>(a - b);
-    }
-  }
-};
-struct MulOp {
-  template <class C>
-  C operator()(C a, C b) const {
-    if constexpr (is_signed_int_v<C>) {
-      using U = std::make_unsigned_t<C>;
-      return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
-    } else if constexpr (std::is_same_v<C, uint32_t>) {
-      return a * b;  // unsigned: wraps
-    } else {
-      return static_cast<C>(a * b);  // u8 (promoted to int: no overflow) and floats
-    }
-  }
-};
-struct DivOp {
-  template <class C>
-  C operator()(C a, C b) const {
-    if constexpr (std::is_integral_v<C>) {
-      if (b == 0) return C(0);
-      if constexpr (std::is_signed_v<C>) {
-        if (b == C(-1)) return SubOp{}(C(0), a);  // MIN / -1 overflows; wrap like neg
-      }
-      return static_cast<C>(a / b);
-    } else {
-      return a / b;
-    }
-  }
-};
-struct MaxOp {
-  template <class C>
-  C operator()(C a, C b) const {
-    return (a > b || a != a) ? a : b;  // a != a: NaN in a wins; NaN in b fails a > b
-  }
-};
-struct MinOp {
-  template <class C>
-  C operator()(C a, C b) const {
-    return (a < b || a != a) ? a : b;
-  }
-};
-
-struct EqOp {
-  template <class C>
-  uint8_t operator()(C a, C b) const {
-    return a == b;
-  }
-};
-struct NeOp {
-  template <class C>
-  uint8_t operator()(C a, C b) const {
-    return a != b;
-  }
-};
-struct LtOp {
-  template <class C>
-  uint8_t operator()(C a, C b) const {
-    return a < b;
-  }
-};
-struct LeOp {
-  template <class C>
-  uint8_t operator()(C a, C b) const {
-    return a <= b;
-  }
-};
-struct GtOp {
-  template <class C>
-  uint8_t operator()(C a, C b) const {
-    return a > b;
-  }
-};
-struct GeOp {
-  template <class C>
-  uint8_t operator()(C a, C b) const {
-    return a >= b;
-  }
-};
 
 // d[i] = op(x[i * sx], y[i * sy]) for i < n; d is contiguous.
 using BinarySegment = void (*)(void* d, const void* x, size_t sx, const void* y, size_t sy,
@@ -170,21 +64,15 @@ constexpr BinarySegment kernel() {
   }
 }
 
+// The kernels of the table's ops (ops.h), their math from ops/binary_math.h.
 template <class T>
 BinarySegment binary_kernel(BinaryKind op) {
   switch (op) {
-    case BinaryKind::Add:
-      return kernel<T, T, AddOp>();
-    case BinaryKind::Sub:
-      return kernel<T, T, SubOp>();
-    case BinaryKind::Mul:
-      return kernel<T, T, MulOp>();
-    case BinaryKind::Div:
-      return kernel<T, T, DivOp>();
-    case BinaryKind::Maximum:
-      return kernel<T, T, MaxOp>();
-    case BinaryKind::Minimum:
-      return kernel<T, T, MinOp>();
+#define WICK_BINARY_KERNEL(K, name) \
+  case BinaryKind::K:               \
+    return kernel<T, T, ops::BinaryMath<BinaryKind::K>>();
+    WICK_BINARY_OPS(WICK_BINARY_KERNEL)
+#undef WICK_BINARY_KERNEL
   }
   throw Error(str("binary: invalid op kind ", static_cast<int>(op)));
 }
@@ -192,18 +80,11 @@ BinarySegment binary_kernel(BinaryKind op) {
 template <class T>
 BinarySegment cmp_kernel(CmpKind op) {
   switch (op) {
-    case CmpKind::Eq:
-      return kernel<T, uint8_t, EqOp>();
-    case CmpKind::Ne:
-      return kernel<T, uint8_t, NeOp>();
-    case CmpKind::Lt:
-      return kernel<T, uint8_t, LtOp>();
-    case CmpKind::Le:
-      return kernel<T, uint8_t, LeOp>();
-    case CmpKind::Gt:
-      return kernel<T, uint8_t, GtOp>();
-    case CmpKind::Ge:
-      return kernel<T, uint8_t, GeOp>();
+#define WICK_CMP_KERNEL(K, name) \
+  case CmpKind::K:               \
+    return kernel<T, uint8_t, ops::CmpMath<CmpKind::K>>();
+    WICK_CMP_OPS(WICK_CMP_KERNEL)
+#undef WICK_CMP_KERNEL
   }
   throw Error(str("cmp: invalid op kind ", static_cast<int>(op)));
 }
@@ -212,9 +93,16 @@ BinarySegment cmp_kernel(CmpKind op) {
 StoragePtr run_binary(BinarySegment kernel, DType out_dtype, const CpuStorage& lhs,
                       const Layout& ll, const CpuStorage& rhs, const Layout& rl) {
   auto out = std::make_unique<CpuStorage>(ll.elem_count(), out_dtype);
-  if (ll.elem_count() == 0) return out;
-  Layout out_layout = Layout::contiguous(ll.shape());
+  const size_t n = ll.elem_count();
+  if (n == 0) return out;
   const size_t elem = size_in_bytes(lhs.dtype());
+  if (n < kElementwiseGrain && ll.is_contiguous() && rl.is_contiguous()) {
+    // Small and dense: one segment on this thread, no walk to build.
+    kernel(out->data(), static_cast<const char*>(lhs.data()) + ll.start_offset() * elem, 1,
+           static_cast<const char*>(rhs.data()) + rl.start_offset() * elem, 1, n);
+    return out;
+  }
+  Layout out_layout = Layout::contiguous(ll.shape());
   Walk<3> w = make_walk<3>({Operand{&out_layout, out->data(), size_in_bytes(out_dtype)},
                             {&ll, lhs.data(), elem},
                             {&rl, rhs.data(), elem}});

@@ -59,19 +59,28 @@ CpuStorage::CpuStorage(size_t count, DType dtype) : count_(count), dtype_(dtype)
   if (count > (std::numeric_limits<size_t>::max() - kAlign) / elem) {
     throw BackendError(str("cpu alloc: ", count, " elements of ", dtype, " overflow size_t"));
   }
-  // Rounded up to the alignment (aligned_alloc requires it); an empty buffer still gets one line
-  // so that data() is never null.
-  size_t bytes = std::max(kAlign, (count * elem + kAlign - 1) / kAlign * kAlign);
-  void* p = std::aligned_alloc(kAlign, bytes);
+  size_t bytes = count * elem;
+  if (bytes <= kInlineBytes) {
+    data_ptr_ = inline_;  // an empty buffer too, so that data() is never null
+    return;
+  }
+  void* p;
+  if (bytes <= kMallocBytes) {
+    p = std::malloc(bytes);
+  } else {
+    // Rounded up to the alignment (aligned_alloc requires it).
+    p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  }
   if (!p) {
     throw BackendError(str("cpu alloc: out of memory allocating ", bytes, " bytes (", count,
                            " elements of ", dtype, ")"));
   }
   data_.reset(p);
+  data_ptr_ = p;
 }
 
 CpuStorage::CpuStorage(void* data, size_t count, DType dtype, std::shared_ptr<const void> keepalive)
-    : count_(count), dtype_(dtype), view_(data), keepalive_(std::move(keepalive)) {}
+    : count_(count), dtype_(dtype), data_ptr_(data), keepalive_(std::move(keepalive)) {}
 
 StoragePtr CpuDevice::alloc(size_t count, DType dtype) {
   return std::make_unique<CpuStorage>(count, dtype);

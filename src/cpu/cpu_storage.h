@@ -19,8 +19,11 @@ class CpuStorage final : public BackendStorage {
   DType dtype() const override { return dtype_; }
   size_t elem_count() const override { return count_; }
 
-  void* data() { return view_ ? view_ : data_.get(); }
-  const void* data() const { return view_ ? view_ : data_.get(); }
+  CpuStorage(const CpuStorage&) = delete;
+  CpuStorage& operator=(const CpuStorage&) = delete;
+
+  void* data() { return data_ptr_; }
+  const void* data() const { return data_ptr_; }
   template <class T>
   T* as() {
     return static_cast<T*>(data());
@@ -65,11 +68,18 @@ class CpuStorage final : public BackendStorage {
   struct FreeDeleter {
     void operator()(void* p) const;
   };
+  // Buffers up to kInlineBytes live in the storage object itself (one allocation for both);
+  // up to kMallocBytes they come from plain malloc (16-byte aligned, glibc's fast path); larger
+  // ones are 64-byte aligned (a cache line: no false sharing between threads' chunks).
+  static constexpr size_t kInlineBytes = 64;
+  static constexpr size_t kMallocBytes = 4096;
+
   size_t count_;
   DType dtype_;
-  std::unique_ptr<void, FreeDeleter> data_;  // 64-byte aligned
-  void* view_ = nullptr;                     // set instead of data_ for a viewed buffer
-  std::shared_ptr<const void> keepalive_;    // owner of view_
+  void* data_ptr_ = nullptr;                 // inline_, data_ or a viewed buffer
+  std::unique_ptr<void, FreeDeleter> data_;  // owned heap buffer, if any
+  std::shared_ptr<const void> keepalive_;    // owner of a viewed buffer
+  alignas(16) unsigned char inline_[kInlineBytes];
 };
 
 /// The downcast every CPU op does on its operands (validated above, so never fails).

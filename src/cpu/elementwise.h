@@ -21,6 +21,10 @@
 
 #include "cpu/isa_ns.h"
 #include "cpu/parallel.h"
+// The op tables' math, here so that it is included before cpu/isa_begin.h: its inline functions
+// keep the baseline instruction set (see isa_begin.h).
+#include "ops/binary_math.h"
+#include "ops/unary_math.h"
 #include "wick/half.h"
 #include "wick/layout.h"
 
@@ -309,34 +313,6 @@ inline To float_to_int(double d) {
   if (d <= lo) return std::numeric_limits<To>::min();
   if (d >= hi_excl) return std::numeric_limits<To>::max();
   return static_cast<To>(d);
-}
-
-/// exp for float, written branch-free so that loops calling it vectorise (libm's expf does not).
-/// Within 2 ulp of the exact result over the whole range, with IEEE results at the edges: inf
-/// above ~88.72, 0 below ~-103.97 (subnormals in between), NaN for NaN.
-inline float vec_expf(float x) {
-  // x = n ln2 + r with |r| <= ln2/2; e^x = 2^n e^r. The clamp keeps n in [-150, 128].
-  x = x < -104.0f ? -104.0f : x;  // NaN fails both tests and passes through
-  x = x > 89.0f ? 89.0f : x;
-  constexpr float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  float t = x * 1.44269504088896341f + magic;
-  float n = t - magic;
-  int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(magic));
-  float r = x - n * 0.693359375f;  // ln2 split in two (Cody-Waite) so n * hi is exact
-  r = r + n * 2.12194440e-4f;
-  // Cephes' minimax polynomial for e^r on [-ln2/2, ln2/2].
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  // 2^n as two factors so that neither overflows nor goes subnormal on its own.
-  int32_t n1 = ni / 2, n2 = ni - n1;
-  float s1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
-  float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
-  return p * s1 * s2;
 }
 
 // ---- runs: the loops a segment hands to an op ----

@@ -119,6 +119,15 @@ TEST(CudaAutograd, UnaryOps) {
       {"affine", [](const Tensor& x) { return x.affine(1.5, -0.25); }, -2},
       {"powf", [](const Tensor& x) { return x.powf(2.5); }, 0.2},
       {"clamp", [](const Tensor& x) { return x.clamp(-0.5, 0.8); }, -2},
+      {"erf", [](const Tensor& x) { return x.erf(); }, -2},
+      {"floor", [](const Tensor& x) { return x.floor(); }, -2},
+      {"ceil", [](const Tensor& x) { return x.ceil(); }, -2},
+      {"round", [](const Tensor& x) { return x.round(); }, -2},
+      {"sign", [](const Tensor& x) { return x.sign(); }, -2},
+      {"softplus", [](const Tensor& x) { return x.softplus(); }, -2},
+      {"log1p", [](const Tensor& x) { return x.log1p(); }, -0.5},
+      {"expm1", [](const Tensor& x) { return x.expm1(); }, -2},
+      {"elu", [](const Tensor& x) { return x.elu(0.7); }, -2},
   };
   for (const auto& [name, f, lo] : cases) {
     for (Form form : {Form::Contiguous, Form::Transposed, Form::Narrowed}) {

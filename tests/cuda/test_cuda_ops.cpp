@@ -147,6 +147,15 @@ const std::vector<UnaryCase>& unary_cases() {
       {"affine", [](const Tensor& t) { return t.affine(1.5, 0.25); }, true},
       {"powf", [](const Tensor& t) { return t.powf(1.7); }, false, false, 0.1, 3},
       {"clamp", [](const Tensor& t) { return t.clamp(-0.5, 7); }, true},
+      {"erf", [](const Tensor& t) { return t.erf(); }, false},
+      {"floor", [](const Tensor& t) { return t.floor(); }, false, false, -5, 5},
+      {"ceil", [](const Tensor& t) { return t.ceil(); }, false, false, -5, 5},
+      {"round", [](const Tensor& t) { return t.round(); }, false, false, -5, 5},
+      {"sign", [](const Tensor& t) { return t.sign(); }, false},
+      {"softplus", [](const Tensor& t) { return t.softplus(); }, false, false, -8, 8},
+      {"log1p", [](const Tensor& t) { return t.log1p(); }, false, false, -0.9, 3},
+      {"expm1", [](const Tensor& t) { return t.expm1(); }, false},
+      {"elu", [](const Tensor& t) { return t.elu(0.7); }, false},
   };
   return cases;
 }
