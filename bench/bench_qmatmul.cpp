@@ -77,7 +77,7 @@ void shapes(benchmark::internal::Benchmark* b) {
       b->Args({t, m, 8192, 2048});  // Llama-1B up
     }
   }
-  b->Unit(benchmark::kMicrosecond)->ArgNames({"type", "m", "n", "k"});
+  b->Unit(benchmark::kMicrosecond)->UseRealTime()->ArgNames({"type", "m", "n", "k"});
 }
 
 BENCHMARK(BM_qmatmul)->Apply(shapes);

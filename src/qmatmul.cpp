@@ -3,6 +3,7 @@
 
 #include "cpu/qmatmul.h"
 
+#include <cstdlib>
 #include <mutex>
 
 #include "cpu/cpu_storage.h"
@@ -80,7 +81,10 @@ Tensor qmatmul(const Tensor& x, const QTensor& w) {
     const auto* w_bytes = static_cast<const uint8_t*>(cpu::as_cpu(detail::backend_of(raw)).data()) +
                           raw.layout().start_offset();
     const cpu::QPacked* packed = nullptr;
-    if (cpu::q_tiled(type)) {
+    // WICK_QMATMUL_F32_ACTIVATIONS=1: every type through dequantised rows and f32 dots (no 8-bit
+    // activations; slower), to measure what the activations' rounding costs.
+    static const bool f32_activations = std::getenv("WICK_QMATMUL_F32_ACTIVATIONS") != nullptr;
+    if (cpu::q_tiled(type) && !f32_activations) {
       detail::QCache& cache = *w.cache_;
       std::call_once(cache.cpu_once, [&] {
         auto locks = detail::read_locks({&raw});
