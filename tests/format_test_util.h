@@ -52,7 +52,8 @@ inline void append_le(std::vector<uint8_t>& out, uint64_t v, int bytes) {
 }
 
 inline void append_str(std::vector<uint8_t>& out, const std::string& s) {
-  out.insert(out.end(), s.begin(), s.end());
+  // A byte loop: GCC 12 reports a false -Wstringop-overflow for vector::insert of a string range.
+  for (char c : s) out.push_back(static_cast<uint8_t>(c));
 }
 
 template <class... Args>
