@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite, in two builds: the normal one (the CUDA backend is compiled when nvcc is
-# present; GPU tests skip without a GPU) and one under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The whole test suite: the normal build (the CUDA backend is compiled when nvcc is present; GPU
+# tests skip without a GPU), one under AddressSanitizer + UndefinedBehaviorSanitizer, one under
+# ThreadSanitizer for the concurrency test, then the file formats' Python round trip and fuzzing.
 # Warnings are errors here (WICK_WERROR), never in a user's build. The normal build's suite also
 # runs the CPU kernels of each instruction set (WICK_CPU_ISA forced, and under
 # `qemu-x86_64 -cpu Haswell` when qemu-user is installed) and the consumer test against the
@@ -31,3 +32,7 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWICK_CUDA=
 cmake --build build-tsan -j "$jobs" --target test_concurrency
 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ./build-tsan/tests/test_concurrency
+
+# The file formats: the round trip through Python's own readers and writers, then a bounded fuzz
+# run of each parser (scripts/formats_ci.sh; WICK_FUZZ_SECONDS=0 skips the fuzzing).
+bash scripts/formats_ci.sh
