@@ -14,7 +14,7 @@ targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(fuzz_safetensors fuzz_npy fuzz_gguf)
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DWICK_BUILD_FUZZ=ON -DWICK_CUDA=OFF -DWICK_SANITIZE=address,undefined \
+  -DWICK_BUILD_FUZZ=ON -DWICK_CUDA=OFF -DWICK_SANITIZE=address,undefined -DWICK_AVX512_KERNELS=OFF \
   -DWICK_BUILD_TESTS=OFF -DWICK_BUILD_BENCH=OFF -DWICK_BUILD_TOOLS=OFF >/dev/null
 cmake --build "$build" -j "${WICK_JOBS:-$(nproc)}" --target "${targets[@]}"
 

@@ -22,7 +22,7 @@ namespace wick::cpu {
 
 namespace {
 
-bool cpu_has_avx512_vnni() {
+[[maybe_unused]] bool cpu_has_avx512_vnni() {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -207,8 +207,12 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols) {
 }
 
 const QKernels& q_kernels() {
+#if defined(WICK_NO_AVX512_KERNELS)
+  return kQAvx2Kernels;
+#else
   static const bool vnni = cpu_isa() == "avx512" && cpu_has_avx512_vnni();
   return vnni ? kQAvx512VnniKernels : kQAvx2Kernels;
+#endif
 }
 
 void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t n, size_t k,
