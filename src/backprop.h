@@ -2,9 +2,9 @@
 // The record an op leaves on its output when an input is tracked.
 
 #include <cstdint>
-#include <string>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ops.h"
