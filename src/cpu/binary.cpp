@@ -17,7 +17,8 @@
 #include "ops/binary_math.h"
 #include "util.h"
 
-namespace wick::cpu::inline WICK_ISA_NS {
+namespace wick::cpu {
+inline namespace WICK_ISA_NS {
 
 namespace {
 
@@ -173,4 +174,5 @@ StoragePtr where_cond(const CpuStorage& cond, const Layout& layout, const CpuSto
   }
 }
 
-}  // namespace wick::cpu::inline WICK_ISA_NS
+}  // namespace WICK_ISA_NS
+}  // namespace wick::cpu

@@ -10,7 +10,8 @@
 #include "cpu/kernels.h"
 #include "dispatch.h"
 
-namespace wick::cpu::inline WICK_ISA_NS {
+namespace wick::cpu {
+inline namespace WICK_ISA_NS {
 
 namespace {
 
@@ -115,4 +116,5 @@ StoragePtr to_dtype(const CpuStorage& in, const Layout& layout, DType dtype) {
   return out;
 }
 
-}  // namespace wick::cpu::inline WICK_ISA_NS
+}  // namespace WICK_ISA_NS
+}  // namespace wick::cpu

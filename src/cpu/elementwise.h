@@ -28,7 +28,8 @@
 #include "wick/half.h"
 #include "wick/layout.h"
 
-namespace wick::cpu::inline WICK_ISA_NS {
+namespace wick::cpu {
+inline namespace WICK_ISA_NS {
 
 /// Element count below which element-wise kernels stay on the calling thread.
 inline constexpr size_t kElementwiseGrain = 32768;
@@ -406,4 +407,5 @@ void map_run2(R* d, const T* x, size_t sx, const T* y, size_t sy, size_t n, F f)
   }
 }
 
-}  // namespace wick::cpu::inline WICK_ISA_NS
+}  // namespace WICK_ISA_NS
+}  // namespace wick::cpu

@@ -25,7 +25,8 @@
 #include "cpu/strided.h"
 #include "dispatch.h"
 
-namespace wick::cpu::inline WICK_ISA_NS {
+namespace wick::cpu {
+inline namespace WICK_ISA_NS {
 namespace {
 
 // Elements of work below which a loop stays on the calling thread.
@@ -803,4 +804,5 @@ StoragePtr softmax_last_dim(const CpuStorage& in, const Layout& layout) {
   return result;
 }
 
-}  // namespace wick::cpu::inline WICK_ISA_NS
+}  // namespace WICK_ISA_NS
+}  // namespace wick::cpu

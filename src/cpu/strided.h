@@ -7,7 +7,8 @@
 #include "cpu/isa_ns.h"
 #include "wick/layout.h"
 
-namespace wick::cpu::inline WICK_ISA_NS {
+namespace wick::cpu {
+inline namespace WICK_ISA_NS {
 
 /// Yields the storage offsets of a layout's elements in row-major order. Contiguous layouts
 /// should take a fast path instead; this is the general one.
@@ -59,4 +60,5 @@ void for_each_offset(const Layout& layout, size_t begin, size_t end, F&& fn) {
   for (size_t i = begin; i < end; ++i, it.next()) fn(i, it.offset());
 }
 
-}  // namespace wick::cpu::inline WICK_ISA_NS
+}  // namespace WICK_ISA_NS
+}  // namespace wick::cpu

@@ -17,7 +17,8 @@
 #include "ops/unary_math.h"
 #include "util.h"
 
-namespace wick::cpu::inline WICK_ISA_NS {
+namespace wick::cpu {
+inline namespace WICK_ISA_NS {
 
 namespace {
 
@@ -89,4 +90,5 @@ StoragePtr unary(const CpuStorage& in, const UnaryOp& op, const Layout& layout) 
   return out;
 }
 
-}  // namespace wick::cpu::inline WICK_ISA_NS
+}  // namespace WICK_ISA_NS
+}  // namespace wick::cpu
