@@ -43,32 +43,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
   tee "$LOGS/gpu.txt"
 nvcc --version | tail -1
 
-# Dependencies the image may lack: unpack the carried Debian packages into a private prefix.
-cmake_deps=()
-have_deps() {
-  [[ -f /usr/include/gtest/gtest.h && -f /usr/include/CLI/CLI.hpp &&
-     -f /usr/include/benchmark/benchmark.h &&
-     -f /usr/include/zip.h && -f /usr/include/nlohmann/json.hpp &&
-     -f /usr/include/unicode/uchar.h && -f /usr/include/pcre2.h && -f /usr/include/zlib.h ]] &&
-    command -v pkg-config >/dev/null && ldconfig -p | grep -q libopenblas
-}
-if ! have_deps; then
-  if ls "$DEPS_DIR"/*.deb >/dev/null 2>&1; then
-    PREFIX=/tmp/wick-deps
-    mkdir -p $PREFIX
-    for f in "$DEPS_DIR"/*.deb; do dpkg -x "$f" $PREFIX; done
-    lib=$PREFIX/usr/lib/x86_64-linux-gnu
-    cmake_deps=(-DCMAKE_PREFIX_PATH=$PREFIX/usr -DCMAKE_LIBRARY_PATH=$lib/openblas-pthread)
-    # Appended, so that the system's own libraries still win.
-    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$lib/openblas-pthread:$lib
-    # PCRE2 is found through pkg-config: the carried .pc files name /usr, so the prefix is their root.
-    command -v pkg-config >/dev/null || export PATH=$PATH:$PREFIX/usr/bin
-    export PKG_CONFIG_PATH=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$PREFIX
-    echo "dependencies: unpacked $(ls "$DEPS_DIR"/*.deb | wc -l) carried packages into $PREFIX"
-  else
-    echo "dependencies: some are missing and build-gpudeps/ holds no packages (--fetch-deps)"
-  fi
-fi
+# Dependencies the image may lack: the carried Debian packages, unpacked into a private prefix.
+source scripts/gpu-env.sh
 
 stage "configure + build"
 cmake -S . -B "$BUILD" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \

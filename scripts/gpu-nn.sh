@@ -11,17 +11,7 @@ BUILD=${WICK_GPU_BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
 T0=$(date +%s)
-cmake_deps=()
-if ls build-gpudeps/*.deb >/dev/null 2>&1; then  # the image may lack some (libzip, ...)
-  D=/tmp/wick-deps
-  mkdir -p $D
-  for f in build-gpudeps/*.deb; do dpkg -x "$f" $D; done
-  L=$D/usr/lib/x86_64-linux-gnu
-  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$L/openblas-pthread:$L
-  export PKG_CONFIG_PATH=$L/pkgconfig PKG_CONFIG_SYSROOT_DIR=$D
-  command -v pkg-config >/dev/null || export PATH=$PATH:$D/usr/bin
-  cmake_deps=(-DCMAKE_PREFIX_PATH=$D/usr -DCMAKE_LIBRARY_PATH=$L/openblas-pthread)
-fi
+source scripts/gpu-env.sh  # the image may lack some dependencies (libzip, ...)
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DWICK_BUILD_TOOLS=OFF "${cmake_deps[@]}" >"$LOGS/configure.txt" 2>&1 ||
   { tail -30 "$LOGS/configure.txt"; exit 1; }

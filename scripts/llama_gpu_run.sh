@@ -10,18 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${WICK_GPU_BUILD:-build-gpu}
 T0=$(date +%s)
-cmake_deps=()
-if ! [[ -f /usr/include/CLI/CLI.hpp && -f /usr/include/gtest/gtest.h && -f /usr/include/pcre2.h ]] &&
-  ls build-gpudeps/*.deb >/dev/null 2>&1; then
-  PREFIX=/tmp/wick-deps
-  mkdir -p $PREFIX
-  for f in build-gpudeps/*.deb; do dpkg -x "$f" $PREFIX; done
-  lib=$PREFIX/usr/lib/x86_64-linux-gnu
-  cmake_deps=(-DCMAKE_PREFIX_PATH=$PREFIX/usr -DCMAKE_LIBRARY_PATH=$lib/openblas-pthread)
-  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$lib/openblas-pthread:$lib
-  command -v pkg-config >/dev/null || export PATH=$PATH:$PREFIX/usr/bin
-  export PKG_CONFIG_PATH=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$PREFIX
-fi
+source scripts/gpu-env.sh
 declare -a TABLE
 cmake -S . -B "$BUILD" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_deps[@]}" >/tmp/llama_cfg.txt 2>&1 ||

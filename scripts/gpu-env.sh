@@ -1,0 +1,36 @@
+# Sourced by the GPU scripts (gpu-check.sh, gpu-nn.sh, gpu-profile.sh, llama_gpu_run.sh): when the
+# GPU machine's image lacks a build dependency, unpack the Debian packages carried in
+# build-gpudeps/ (gpu-check.sh --fetch-deps) into a private prefix (kept on a warm machine for
+# the next call) and point CMake, pkg-config and the loader at it. Sets the array cmake_deps:
+# extra configure arguments, empty when the system has everything.
+cmake_deps=()
+gpu_env_have_deps() {
+  [[ -f /usr/include/gtest/gtest.h && -f /usr/include/CLI/CLI.hpp &&
+     -f /usr/include/benchmark/benchmark.h &&
+     -f /usr/include/zip.h && -f /usr/include/nlohmann/json.hpp &&
+     -f /usr/include/unicode/uchar.h && -f /usr/include/pcre2.h && -f /usr/include/zlib.h ]] &&
+    command -v pkg-config >/dev/null && ldconfig -p | grep -q libopenblas
+}
+WICK_DEPS_PREFIX=/tmp/wick-deps
+if ! gpu_env_have_deps; then
+  if ls build-gpudeps/*.deb >/dev/null 2>&1; then
+    mkdir -p $WICK_DEPS_PREFIX
+    for f in build-gpudeps/*.deb; do dpkg -x "$f" $WICK_DEPS_PREFIX; done
+    echo "dependencies: unpacked $(ls build-gpudeps/*.deb | wc -l) carried packages into $WICK_DEPS_PREFIX"
+  elif [[ -d $WICK_DEPS_PREFIX/usr ]]; then
+    echo "dependencies: using $WICK_DEPS_PREFIX, unpacked by an earlier call"
+  else
+    echo "dependencies: some are missing and build-gpudeps/ holds no packages (--fetch-deps)"
+  fi
+  if [[ -d $WICK_DEPS_PREFIX/usr ]]; then
+    gpu_env_lib=$WICK_DEPS_PREFIX/usr/lib/x86_64-linux-gnu
+    cmake_deps=(-DCMAKE_PREFIX_PATH=$WICK_DEPS_PREFIX/usr
+                -DCMAKE_LIBRARY_PATH=$gpu_env_lib/openblas-pthread)
+    # Appended, so that the system's own libraries still win.
+    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$gpu_env_lib/openblas-pthread:$gpu_env_lib
+    # PCRE2 is found through pkg-config: the carried .pc files name /usr, so the prefix is their
+    # root.
+    command -v pkg-config >/dev/null || export PATH=$PATH:$WICK_DEPS_PREFIX/usr/bin
+    export PKG_CONFIG_PATH=$gpu_env_lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$WICK_DEPS_PREFIX
+  fi
+fi
