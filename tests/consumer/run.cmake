@@ -3,7 +3,7 @@
 # compiles: the library is the one already built.
 #
 # cmake -DWICK_BUILD_DIR=... -DCONSUMER_SOURCE=... -DWORK=... -DGENERATOR=... -DCXX=...
-#       [-DLAUNCHER=ccache] -P run.cmake
+#       [-DLAUNCHER=ccache] [-DDEPS_PREFIX_PATH=a|b] [-DDEPS_LIBRARY_PATH=c|d] -P run.cmake
 
 function(run what)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -28,6 +28,14 @@ foreach(f ${targets_files})
       message(FATAL_ERROR "consumer: ${f} mentions ${bad}")
     endif()
   endforeach()
+endforeach()
+
+# Where the build found its dependencies, for the package's find_dependency calls.
+foreach(var PREFIX LIBRARY)
+  if(DEPS_${var}_PATH)
+    string(REPLACE "|" ":" paths "${DEPS_${var}_PATH}")
+    set(ENV{CMAKE_${var}_PATH} "${paths}")
+  endif()
 endforeach()
 
 set(configure ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release
