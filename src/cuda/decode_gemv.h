@@ -1,6 +1,6 @@
 #pragma once
 // The decode step's projections for one token (one row), each fused with what follows it
-// (decode_gemv.cu): W (n, k) row-major times x (k), a warp per output row, f32 accumulation,
+// (decode_gemv.cu): W (n, k) row-major times x (k), a block per output pair, f32 accumulation,
 // the product rounded to the dtype as a separate matmul would leave it, then
 //   QkvRope: + bias, rope of the q and k heads at *position, q out, k and v into the caches;
 //   SiluMul: rows j and n/2 + j give silu(gate) * up;
