@@ -601,6 +601,7 @@ constexpr int kDecStages = 3;  // tiles in flight per warp
 constexpr int kDecRows = 16;   // query heads per block: the mma's M
 constexpr int kDecMaxWarps = 8;
 constexpr int kDecMaxSplits = 128;
+constexpr int kDecQuickMerge = 16;  // up to this many splits, the merge loads everything at once
 constexpr int kDecCounterSlots = 4096;
 
 // Blocks done per (b, k/v head, head chunk). Zero at load; the merging block sets its slot back
@@ -870,6 +871,45 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   __syncthreads();
   if (!s_last) return;
   __threadfence();
+  if (p.splits <= kDecQuickMerge) {
+    // Few splits: each thread loads the (max, sum) pairs of its row with its outputs, all at
+    // once (one round trip to the L2), and weighs them itself.
+    for (int idx = threadIdx.x; idx < rows * (D / 4); idx += blockDim.x) {
+      const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+      const float* po = p.part_o + (out_row0 + r) * p.splits * D + c;
+      const float2* ml = reinterpret_cast<const float2*>(p.part_ml + (out_row0 + r) * p.splits * 2);
+      float4 v[kDecQuickMerge];
+      float2 mls[kDecQuickMerge];
+#pragma unroll
+      for (int i = 0; i < kDecQuickMerge; ++i) {
+        if (i < p.splits) {
+          v[i] = __ldcg(reinterpret_cast<const float4*>(po + i * D));
+          mls[i] = __ldcg(ml + i);
+        } else {
+          v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+          mls[i] = make_float2(neg_inf(), 0.f);
+        }
+      }
+      float mx = neg_inf();
+#pragma unroll
+      for (int i = 0; i < kDecQuickMerge; ++i) mx = fmaxf(mx, mls[i].x);
+      float sum = 0.f;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int i = 0; i < kDecQuickMerge; ++i) {
+        const float wgt = mls[i].x == neg_inf() ? 0.f : exp2_approx(mls[i].x - mx);
+        sum += wgt * mls[i].y;
+        acc.x += wgt * v[i].x;
+        acc.y += wgt * v[i].y;
+        acc.z += wgt * v[i].z;
+        acc.w += wgt * v[i].w;
+      }
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      *reinterpret_cast<uint2*>(p.out + (out_row0 + r) * D + c) =
+          make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
+    }
+    return;
+  }
   // Weights of the splits, a warp per row; the merge buffer is free again.
   float* s_w = reinterpret_cast<float*>(ring);  // [kDecRows][kDecMaxSplits]
   for (int r = warp; r < rows; r += warps) {
@@ -1050,10 +1090,11 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   auto kernel = attn_decode_kernel<T, D>;
   const int warps = decode_warps();
   const size_t smem = decode_smem<D>(warps);
+  // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
+  WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
   // Blocks resident per multiprocessor (shared memory decides), asked once.
   static const int per_sm = [&] {
-    WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(decode_smem<D>(kDecMaxWarps))));
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, smem) !=
         cudaSuccess) {
