@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(kRowMaxThreads, 2)
 // Registers decide how many rows are in flight per multiprocessor: at 4096 bf16 18-24 (80-99
 // registers a thread), where the block kernel above keeps 4-9.
 
-constexpr int kRowWarpRows = 2;  // rows (warps) per block: fine steps of occupancy
+constexpr int kRowWarpMaxRows = 4;  // rows (warps) per block at most
 
 template <class C>
 __device__ __forceinline__ C warp_max_nan(C x) {
@@ -397,7 +397,7 @@ __device__ __forceinline__ compute_t<T> elem(const V& vec, int e) {
 }
 
 template <class T, int VPT, RowOp Op>
-__global__ void __launch_bounds__(kRowWarpRows * 32)
+__global__ void __launch_bounds__(kRowWarpMaxRows * 32)
     row_warp_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                     T* __restrict__ y, unsigned rows, unsigned nvec, compute_t<T> eps) {
   using C = compute_t<T>;
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(kRowWarpRows * 32)
   constexpr int N = 16 / sizeof(T);
   constexpr int A = 4;  // independent partial sums: short dependency chains
   const unsigned lane = threadIdx.x % 32;
-  const unsigned row = blockIdx.x * kRowWarpRows + threadIdx.x / 32;
+  const unsigned row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
   const unsigned cols = nvec * N;
   const V* xr = reinterpret_cast<const V*>(x + static_cast<uint64_t>(row) * cols);
@@ -522,12 +522,18 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
     const char* k = std::getenv("WICK_ROW_KERNEL");
     return k != nullptr && std::string_view(k) == "block";
   }();
+  // Two rows a block: fine steps of occupancy (WICK_ROW_WARPS=1/4 for one or four; benchmarks).
+  static const unsigned row_warps = [] {
+    const char* k = std::getenv("WICK_ROW_WARPS");
+    int n = k != nullptr ? std::atoi(k) : 0;
+    return n == 1 || n == 4 ? static_cast<unsigned>(n) : 2u;
+  }();
   if constexpr (sizeof(T) <= 4) {
-    if (!force_block && nvec <= 32 * 16 && rows <= 0xffffffffu - kRowWarpRows) {
-      unsigned blocks = static_cast<unsigned>((rows + kRowWarpRows - 1) / kRowWarpRows);
+    if (!force_block && nvec <= 32 * 16 && rows <= 0xffffffffu - kRowWarpMaxRows) {
+      unsigned blocks = static_cast<unsigned>((rows + row_warps - 1) / row_warps);
       auto go = [&](auto kernel) {
-        kernel<<<blocks, kRowWarpRows * 32, 0, s>>>(x, w, b, y, static_cast<unsigned>(rows),
-                                                    static_cast<unsigned>(nvec), e);
+        kernel<<<blocks, row_warps * 32, 0, s>>>(x, w, b, y, static_cast<unsigned>(rows),
+                                                 static_cast<unsigned>(nvec), e);
         WICK_CUDA_CHECK_LAUNCH();
       };
       if (nvec <= 32 * 8) {
