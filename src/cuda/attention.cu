@@ -7,7 +7,7 @@
 //   online softmax (running max and sum per row) in registers and reuses the probabilities as
 //   the A operand of P V without a trip through shared memory. Causal blocks stop at their last
 //   visible key and run longest-first.
-// - attn_decode_kernel (f16/bf16, s = 1, d = 64 or 128): flash-decoding with tensor cores, the
+// - attn_decode_kernel (f16/bf16, s = 1, d = 16 to 128): flash-decoding with tensor cores, the
 //   query heads of a k/v head as the rows of one tile, split-KV over the whole GPU and the merge
 //   done by the last block of each head (see its section).
 // - attn_split_kernel (every float dtype and d <= 256, short queries): the warps of a block are
@@ -585,11 +585,11 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 
 // ---------------------------------------------------------------------------------------------
 // Decode path (flash-decoding): one query (s = 1) per head against a long KV cache; f16/bf16,
-// d 64 or 128, any number of query heads per k/v head, an optional additive mask. Grid (splits,
-// b x h_kv x head chunks): a block reads K and V of one k/v head once for up to 16 of its query
-// heads, the rows of an m16n8k16 tensor-core tile (missing rows are zeros). Keys come in tiles of
-// 16, dealt round-robin to the blocks of a head and within a block to its warps, so that any
-// prefix of visible keys is spread evenly: the graph-captured Llama step masks the cache rows
+// d 16, 32, 64, 96 or 128, any number of query heads per k/v head, an optional additive mask. Grid
+// (splits, b x h_kv x head chunks): a block reads K and V of one k/v head once for up to 16 of its
+// query heads, the rows of an m16n8k16 tensor-core tile (missing rows are zeros). Keys come in
+// tiles of 16, dealt round-robin to the blocks of a head and within a block to its warps, so that
+// any prefix of visible keys is spread evenly: the graph-captured Llama step masks the cache rows
 // past the position with -inf, and tiles with no visible key are neither read nor computed. Each
 // warp streams its tiles through its own shared-memory ring (cp.async, kDecStages deep, no block
 // barrier), keeps S = Q K^T, the online softmax and O += P V in registers as flash_mma_kernel
@@ -1034,11 +1034,12 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   }
 }
 
-// The decode kernel: s = 1, f16/bf16, d 64/128, 16-byte aligned k/v rows, an 8-byte aligned
-// output (any group, with or without a mask; causal is moot for one end-aligned query).
+// The decode kernel: s = 1, f16/bf16, d 16/32/64/96/128, 16-byte aligned k/v rows, an 8-byte
+// aligned output (any group, with or without a mask; causal is moot for one end-aligned query).
 bool decode_fits(DType dtype, const AttentionArgs& a) {
   if (dtype != DType::BF16 && dtype != DType::F16) return false;
-  if (a.s != 1 || (a.d != 64 && a.d != 128) || a.s_kv == 0) return false;
+  if (a.s != 1 || a.s_kv == 0) return false;
+  if (a.d != 16 && a.d != 32 && a.d != 64 && a.d != 96 && a.d != 128) return false;
   const int64_t chunks = (a.h / a.h_kv + kDecRows - 1) / kDecRows;
   if (static_cast<int64_t>(a.b) * a.h_kv * chunks > 65535) return false;  // grid.y
   auto al = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
@@ -1187,11 +1188,22 @@ void launch_attention(DType dtype, const AttentionArgs& a, const TempAlloc& temp
         str("scaled_dot_product_attention: head dim ", a.d, " is above 256 on cuda"));
   }
   if (decode_fits(dtype, a)) {
-    if (dtype == DType::BF16) {
-      return a.d == 64 ? run_decode<__nv_bfloat16, 64>(a, temp, s)
-                       : run_decode<__nv_bfloat16, 128>(a, temp, s);
-    }
-    return a.d == 64 ? run_decode<__half, 64>(a, temp, s) : run_decode<__half, 128>(a, temp, s);
+    auto by_dim = [&]<class T>() {
+      switch (a.d) {
+        case 16:
+          return run_decode<T, 16>(a, temp, s);
+        case 32:
+          return run_decode<T, 32>(a, temp, s);
+        case 64:
+          return run_decode<T, 64>(a, temp, s);
+        case 96:
+          return run_decode<T, 96>(a, temp, s);
+        default:
+          return run_decode<T, 128>(a, temp, s);
+      }
+    };
+    if (dtype == DType::BF16) return by_dim.template operator()<__nv_bfloat16>();
+    return by_dim.template operator()<__half>();
   }
   if (dtype == DType::BF16 && mma_fits(a)) return run_mma<__nv_bfloat16>(a, s);
   if (dtype == DType::F16 && mma_fits(a)) return run_mma<__half>(a, s);

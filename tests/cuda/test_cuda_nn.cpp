@@ -118,6 +118,10 @@ std::vector<Case> attention_cases() {
       {"decode-group-7-masked", 2, 14, 2, 1, 333, 64, false, true},
       {"decode-group-20-chunks", 1, 20, 1, 1, 300, 128, true, false},
       {"decode-short-cache", 1, 8, 2, 1, 5, 128, false, false},
+      // The other head dims of the decode kernel: 16, 32, 96.
+      {"decode-d16", 1, 8, 2, 1, 48, 16, false, false},
+      {"decode-d32-masked", 2, 8, 2, 1, 130, 32, false, true},
+      {"decode-d96", 1, 8, 2, 1, 200, 96, true, false},
   };
 }
 
