@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The nn kernels alone on the GPU machine, in one call (a quicker loop than gpu-check.sh): build
-# cuda_test_cuda_nn and cuda_bench_nn_cuda for sm_90, run the tests (WICK_REQUIRE_CUDA=1), the
-# benchmark with its variants, PyTorch's figures (bench/cuda/torch_nn.py), a table of wick beside
-# PyTorch, and SASS counts of the attention kernels. Logs under $OUT (the device tool) or
-# build-gpu/logs.
+# cuda_test_cuda_nn, cuda_test_cuda_llama and cuda_bench_nn_cuda for sm_90, run the tests
+# (WICK_REQUIRE_CUDA=1), the benchmark with its variants, PyTorch's figures
+# (bench/cuda/torch_nn.py), a table of wick beside PyTorch, and SASS counts of the attention
+# kernels. Logs under $OUT (the device tool) or build-gpu/logs.
 #
 #   scripts/gpu-nn.sh            (carry build-gpudeps when the machine lacks the dependencies)
 set -uo pipefail
@@ -26,12 +26,17 @@ fi
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DWICK_BUILD_TOOLS=OFF "${cmake_deps[@]}" >"$LOGS/configure.txt" 2>&1 ||
   { tail -30 "$LOGS/configure.txt"; exit 1; }
-ninja -C "$BUILD" -j"$(nproc)" cuda_test_cuda_nn cuda_bench_nn_cuda >"$LOGS/build.txt" 2>&1 ||
+ninja -C "$BUILD" -j"$(nproc)" cuda_test_cuda_nn cuda_test_cuda_llama cuda_bench_nn_cuda \
+  >"$LOGS/build.txt" 2>&1 ||
   { grep -E "error|FAILED" "$LOGS/build.txt" | head -30; exit 1; }
 echo "built in $(($(date +%s) - T0)) s"
 WICK_REQUIRE_CUDA=1 timeout 120 stdbuf -oL "$BUILD"/tests/cuda_test_cuda_nn >"$LOGS/test.txt" 2>&1
 echo "tests: exit $?"
 grep -E "Failure|FAILED|PASSED|^[a-z].* d [0-9]+$|error" "$LOGS/test.txt" | head -30
+# The callers of decode attention: Llama's graph-captured and op-by-op decode steps.
+WICK_REQUIRE_CUDA=1 timeout 300 stdbuf -oL "$BUILD"/tests/cuda_test_cuda_llama >"$LOGS/test_llama.txt" 2>&1
+echo "llama tests: exit $?"
+grep -E "Failure|FAILED|PASSED|error" "$LOGS/test_llama.txt" | head -20
 B="$BUILD"/bench/cuda_bench_nn_cuda
 timeout 180 "$B" >"$LOGS/bench_raw.txt" 2>&1
 echo "bench: exit $?"
