@@ -1099,6 +1099,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, smem) !=
         cudaSuccess) {
+      (void)cudaGetLastError();  // not left for the launch check below
       n = 1;
     }
     return std::max(n, 1);
