@@ -654,8 +654,9 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   const int count = first < p.tiles ? (p.tiles - 1 - first) / step + 1 : 0;
   uint16_t* my_ring = ring + warp * kDecStages * STAGE;
 
-  // Whether tile t has a key visible to some row (a mask value of -inf hides a key).
-  auto visible = [&](int t) {
+  // Whether this lane sees a visible key of tile t (a mask value of -inf hides a key); a tile is
+  // loaded when some lane does.
+  auto lane_sees = [&](int t) {
     if (mb == nullptr) return true;
     const int key = t * kDecKeys + (lane & 15);
     bool vis = false;
@@ -664,8 +665,9 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
         vis = vis || bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) != neg_inf();
       }
     }
-    return __any_sync(0xffffffffu, vis) != 0;
+    return vis;
   };
+  auto visible = [&](int t) { return __any_sync(0xffffffffu, lane_sees(t)) != 0; };
   // Tile t into ring stage st: 16-byte copies, zeros past the last key (0 * garbage could be nan).
   auto issue = [&](int st, int t) {
     uint16_t* kt = my_ring + st * STAGE;
@@ -682,10 +684,13 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   };
   // The first tiles start streaming before anything else. Every lane commits one group per tile
   // slot, loaded or not, so that cp.async.wait_group counts tiles.
-  unsigned live = 0;  // bit st: the tile in ring stage st was loaded (it has a visible key)
+  unsigned live = 0;          // bit st: the tile in ring stage st was loaded (it has a visible key)
+  bool sees[kDecStages - 1];  // the mask reads of these tiles are in flight together
+#pragma unroll
+  for (int st = 0; st < kDecStages - 1; ++st) sees[st] = st < count && lane_sees(first + step * st);
 #pragma unroll
   for (int st = 0; st < kDecStages - 1; ++st) {
-    if (st < count && visible(first + step * st)) {
+    if (st < count && __any_sync(0xffffffffu, sees[st])) {
       issue(st, first + step * st);
       live |= 1u << st;
     }
