@@ -601,7 +601,7 @@ constexpr int kDecStages = 3;  // tiles in flight per warp
 constexpr int kDecRows = 16;   // query heads per block: the mma's M
 constexpr int kDecMaxWarps = 8;
 constexpr int kDecMaxSplits = 128;
-constexpr int kDecQuickMerge = 16;  // up to this many splits, the merge loads everything at once
+constexpr int kDecMerge = 16;  // splits merged per round trip by the last block
 constexpr int kDecCounterSlots = 4096;
 
 // Blocks done per (b, k/v head, head chunk). Zero at load; the merging block sets its slot back
@@ -633,7 +633,6 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   auto q_tile = reinterpret_cast<uint16_t(*)[LD]>(dec_smem);
   uint16_t* ring = reinterpret_cast<uint16_t*>(dec_smem + kDecRows * LD * 2);
   __shared__ float s_m[kDecMaxWarps][kDecRows], s_l[kDecMaxWarps][kDecRows];
-  __shared__ float s_inv[kDecRows];
   __shared__ bool s_last;
 
   const int warps = static_cast<int>(blockDim.x) / 32;
@@ -876,32 +875,40 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  if (p.splits <= kDecQuickMerge) {
-    // Few splits: each thread loads the (max, sum) pairs of its row with its outputs, all at
-    // once (one round trip to the L2), and weighs them itself.
-    for (int idx = threadIdx.x; idx < rows * (D / 4); idx += blockDim.x) {
-      const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-      const float* po = p.part_o + (out_row0 + r) * p.splits * D + c;
-      const float2* ml = reinterpret_cast<const float2*>(p.part_ml + (out_row0 + r) * p.splits * 2);
-      float4 v[kDecQuickMerge];
-      float2 mls[kDecQuickMerge];
+  // Each thread merges four outputs of a row: the (max, sum) pairs and outputs of kDecMerge
+  // splits are loaded at once (one round trip to the L2 per chunk), the running sums rescaled
+  // to each chunk's max.
+  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += blockDim.x) {
+    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    const float* po = p.part_o + (out_row0 + r) * p.splits * D + c;
+    const float2* ml = reinterpret_cast<const float2*>(p.part_ml + (out_row0 + r) * p.splits * 2);
+    float mx = neg_inf(), sum = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i0 = 0; i0 < p.splits; i0 += kDecMerge) {
+      float4 v[kDecMerge];
+      float2 mls[kDecMerge];
 #pragma unroll
-      for (int i = 0; i < kDecQuickMerge; ++i) {
-        if (i < p.splits) {
-          v[i] = __ldcg(reinterpret_cast<const float4*>(po + i * D));
-          mls[i] = __ldcg(ml + i);
+      for (int i = 0; i < kDecMerge; ++i) {
+        if (i0 + i < p.splits) {
+          v[i] = __ldcg(reinterpret_cast<const float4*>(po + (i0 + i) * D));
+          mls[i] = __ldcg(ml + i0 + i);
         } else {
           v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
           mls[i] = make_float2(neg_inf(), 0.f);
         }
       }
-      float mx = neg_inf();
+      float cmx = mx;
 #pragma unroll
-      for (int i = 0; i < kDecQuickMerge; ++i) mx = fmaxf(mx, mls[i].x);
-      float sum = 0.f;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int i = 0; i < kDecMerge; ++i) cmx = fmaxf(cmx, mls[i].x);
+      const float f = mx == neg_inf() ? 0.f : exp2_approx(mx - cmx);  // sums so far are 0 then
+      mx = cmx;
+      sum *= f;
+      acc.x *= f;
+      acc.y *= f;
+      acc.z *= f;
+      acc.w *= f;
 #pragma unroll
-      for (int i = 0; i < kDecQuickMerge; ++i) {
+      for (int i = 0; i < kDecMerge; ++i) {
         const float wgt = mls[i].x == neg_inf() ? 0.f : exp2_approx(mls[i].x - mx);
         sum += wgt * mls[i].y;
         acc.x += wgt * v[i].x;
@@ -909,47 +916,8 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
         acc.z += wgt * v[i].z;
         acc.w += wgt * v[i].w;
       }
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      *reinterpret_cast<uint2*>(p.out + (out_row0 + r) * D + c) =
-          make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
     }
-    return;
-  }
-  // Weights of the splits, a warp per row; the merge buffer is free again.
-  float* s_w = reinterpret_cast<float*>(ring);  // [kDecRows][kDecMaxSplits]
-  for (int r = warp; r < rows; r += warps) {
-    const float* ml = p.part_ml + (out_row0 + r) * p.splits * 2;
-    float mx = neg_inf();
-    for (int i = lane; i < p.splits; i += 32) mx = fmaxf(mx, __ldcg(ml + 2 * i));
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float sum = 0.f;
-    for (int i = lane; i < p.splits; i += 32) {
-      const float mi_split = __ldcg(ml + 2 * i);
-      const float wgt = mi_split == neg_inf() ? 0.f : exp2_approx(mi_split - mx);
-      s_w[r * kDecMaxSplits + i] = wgt;
-      sum += wgt * __ldcg(ml + 2 * i + 1);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) s_inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += blockDim.x) {
-    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-    const float* po = p.part_o + (out_row0 + r) * p.splits * D + c;
-    const float* wr = s_w + r * kDecMaxSplits;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int i = 0; i < p.splits; ++i) {
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(i) * D));
-      const float wgt = wr[i];
-      acc.x += wgt * v.x;
-      acc.y += wgt * v.y;
-      acc.z += wgt * v.z;
-      acc.w += wgt * v.w;
-    }
-    const float inv = s_inv[r];
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
     *reinterpret_cast<uint2*>(p.out + (out_row0 + r) * D + c) =
         make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
   }
@@ -1110,12 +1078,17 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     return std::max(n, 1);
   }();
   // Splits: one wave of blocks over the GPU, each warp with a tile at least
-  // (WICK_DECODE_SPLITS forces a count; benchmarks).
+  // (WICK_DECODE_SPLITS forces a count up to kDecMaxSplits; benchmarks).
   const int units = a.b * a.h_kv * p.chunks;
   int splits = 1;
   if (units <= kDecCounterSlots) {
     static const int forced = env_int("WICK_DECODE_SPLITS");
-    const int64_t want = forced > 0 ? forced : static_cast<int64_t>(sm_count()) * per_sm / units;
+    int64_t want = forced > 0 ? forced : static_cast<int64_t>(sm_count()) * per_sm / units;
+    // Splits beyond one merge round trip only when fewer would leave a tenth of the GPU idle.
+    if (forced == 0 && want > kDecMerge &&
+        static_cast<int64_t>(units) * kDecMerge * 10 >= 9 * static_cast<int64_t>(sm_count())) {
+      want = kDecMerge;
+    }
     const int64_t useful = (p.tiles + warps - 1) / warps;
     splits = static_cast<int>(std::clamp<int64_t>(
         want, 1, std::min<int64_t>(kDecMaxSplits, std::max<int64_t>(useful, 1))));
