@@ -52,6 +52,7 @@ if [[ -z "${WICK_NN_NO_TORCH:-}" ]]; then
   grep -v '^RESULT' "$LOGS/torch_raw.txt" | tee "$LOGS/torch.txt"
 fi
 # One table: wick beside PyTorch from this run.
+touch "$LOGS/bench_raw.txt" "$LOGS/torch_raw.txt"
 awk '
   $1 == "RESULT" && $2 ~ /^nn_/ { w[substr($2, 4)] = $3 }
   $1 == "RESULT" && $2 ~ /^torch_nn_/ { t[substr($2, 10)] = $3 }
@@ -77,7 +78,7 @@ awk '
     row("decode kernel, one cache", "decode_l2_us", "us", "low")
     row("decode, half masked (visible bytes)", "decode_masked_gbs", "GB/s", "high")
     row("decode through the op, one cache", "decode_op_us", "us", "low")
-  }' "$LOGS/bench_raw.txt" "$LOGS/torch_raw.txt" 2>/dev/null | tee "$LOGS/table.txt"
+  }' "$LOGS/bench_raw.txt" "$LOGS/torch_raw.txt" | tee "$LOGS/table.txt"
 obj=$(find "$BUILD" -name 'attention.cu.o' | head -1)
 if command -v cuobjdump >/dev/null && [[ -n "$obj" ]]; then
   # Instruction counts of the attention kernels' SASS, to a file.
