@@ -1,4 +1,4 @@
-// Scaled dot-product attention on CUDA, two kernels:
+// Scaled dot-product attention on CUDA, three kernels:
 // - flash_mma_kernel (f16/bf16, d = 64 or 128, aligned operands): FlashAttention-2 style. A block
 //   of 4 warps owns 128 queries of one head (Q in shared memory); each warp computes 32 query
 //   rows (two m16 tiles sharing each K/V fragment) with mma.sync m16n8k16,
@@ -7,10 +7,13 @@
 //   online softmax (running max and sum per row) in registers and reuses the probabilities as
 //   the A operand of P V without a trip through shared memory. Causal blocks stop at their last
 //   visible key and run longest-first.
-// - attn_split_kernel (every float dtype and d <= 256; the decode path for short queries against
-//   a long KV cache): the warps of a block are the query heads that share one k/v head, so each
-//   k/v tile is read from memory once for all of them; the keys are split across blocks
-//   (split-KV) and a second kernel merges the partial (max, sum, output) of the splits.
+// - attn_decode_kernel (f16/bf16, s = 1, d = 16 to 128): flash-decoding with tensor cores, the
+//   query heads of a k/v head as the rows of one tile, split-KV over the whole GPU and the merge
+//   done by the last block of each head (see its section).
+// - attn_split_kernel (every float dtype and d <= 256, short queries): the warps of a block are
+//   the query heads that share one k/v head, so each k/v tile is read from memory once for all
+//   of them; the keys are split across blocks (split-KV) and the last block of a row merges the
+//   partial (max, sum, output) of the splits.
 
 #include <algorithm>
 #include <cmath>
@@ -581,264 +584,342 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode path: one query (s = 1) per head against a long KV cache; f16/bf16, d 64 or 128, a
-// group of 1, 2, 4 or 8 query heads per k/v head, no mask. Grid (splits, b x h_kv): a block reads
-// its range of keys of one k/v head once for the whole query-head group, D / 8 lanes per key (one
-// 16-byte vector each), U keys per thread in flight (K and V loaded together); scores reduce by
-// shuffles, the online softmax runs per thread, then one merge in the block. With several splits
-// each block leaves (max, sum, output) and the last block of its k/v head merges them.
+// Decode path (flash-decoding): one query (s = 1) per head against a long KV cache; f16/bf16,
+// d 16, 32, 64, 96 or 128, any number of query heads per k/v head, an optional additive mask. Grid
+// (splits, b x h_kv x head chunks): a block reads K and V of one k/v head once for up to 16 of its
+// query heads, the rows of an m16n8k16 tensor-core tile (missing rows are zeros). Keys come in
+// tiles of 16, dealt round-robin to the blocks of a head and within a block to its warps, so that
+// any prefix of visible keys is spread evenly: the graph-captured Llama step masks the cache rows
+// past the position with -inf, and tiles with no visible key are neither read nor computed. Each
+// warp streams its tiles through its own shared-memory ring (cp.async, kDecStages deep, no block
+// barrier), keeps S = Q K^T, the online softmax and O += P V in registers as flash_mma_kernel
+// does, then the warps merge in shared memory. With several splits each block leaves (max, sum,
+// output) and the last block of its head group (an atomic count) merges them: one kernel.
 
-constexpr int kDecThreads = 256;
+constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
+constexpr int kDecStages = 3;  // tiles in flight per warp
+constexpr int kDecRows = 16;   // query heads per block: the mma's M
+constexpr int kDecMaxWarps = 8;
 constexpr int kDecMaxSplits = 128;
+constexpr int kDecMerge = 16;  // splits merged per round trip by the last block
 constexpr int kDecCounterSlots = 4096;
 
-// Blocks done per (b, k/v head). Zero at load; the merging block sets its slot back to zero, so
-// no memset is needed per call (one attention at a time on the device's stream).
+// Blocks done per (b, k/v head, head chunk). Zero at load; the merging block sets its slot back
+// to zero, so no memset is needed per call (one attention at a time on the device's stream).
 __device__ unsigned int g_decode_done[kDecCounterSlots];
 
 struct DecodeArgs {
   const uint16_t* q;
   const uint16_t* k;
   const uint16_t* v;
+  const uint16_t* mask;  // null when absent
   uint16_t* out;
-  float* part_ml;  // (b, h, splits, 2)
-  float* part_o;   // (b, h, splits, d)
-  int64_t qs[3], ks[3], vs[3];
-  int h, h_kv, s_kv, splits, keys_per_split;
-  float scale_log2;
+  float* part_ml;  // (b, h, splits, 2): max (base 2) and sum per split, when splits > 1
+  float* part_o;   // (b, h, splits, d): unnormalised outputs
+  int64_t qs[3], ks[3], vs[3], ms[4];
+  int h, h_kv, group, chunks, s_kv, tiles, splits;
+  float scale_log2;  // scale * log2(e): the softmax runs in base 2
 };
 
-template <class T>
-__device__ __forceinline__ void unpack8(const uint4& r, float (&f)[8]) {
-  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = bits_to_float<T>(static_cast<uint16_t>(w[i] & 0xffffu));
-    f[2 * i + 1] = bits_to_float<T>(static_cast<uint16_t>(w[i] >> 16));
-  }
-}
-
-template <class T, int D, int G>
-__global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(DecodeArgs p) {
-  constexpr int LPK = D / 8;                        // lanes per key
-  constexpr int SPW = 32 / LPK;                     // key streams per warp
-  constexpr int NS = SPW * kDecThreads / 32;        // key streams per block
-  constexpr int U = G >= 8 ? 2 : (G >= 4 ? 6 : 8);  // keys per stream and step (two in flight)
-  __shared__ float s_m[NS][G];
-  __shared__ float s_o[kDecThreads / 32][G][D];
-  __shared__ float s_l[kDecThreads / 32][G];
-  __shared__ float s_w[G][kDecMaxSplits];
-  __shared__ float s_tot[G];
+template <class T, int D>
+__global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeArgs p) {
+  constexpr int LD = D + kPad;              // halves per shared row (no ldmatrix conflicts)
+  constexpr int KSTEPS = D / 16;            // k-steps of Q K^T
+  constexpr int NT_O = D / 8;               // output tiles of 8 dims
+  constexpr int PIECES = D / 8;             // 16-byte pieces per K or V row
+  constexpr int STAGE = 2 * kDecKeys * LD;  // halves per ring stage: K tile, then V tile
+  constexpr int OLD = D + 8;                // floats per row of the merge buffer
+  extern __shared__ __align__(16) unsigned char dec_smem[];
+  auto q_tile = reinterpret_cast<uint16_t(*)[LD]>(dec_smem);
+  uint16_t* ring = reinterpret_cast<uint16_t*>(dec_smem + kDecRows * LD * 2);
+  __shared__ float s_m[kDecMaxWarps][kDecRows], s_l[kDecMaxWarps][kDecRows];
   __shared__ bool s_last;
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int slot = lane % LPK, stream = warp * SPW + lane / LPK;
-  const int split = blockIdx.x, bkv = blockIdx.y;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tg = lane & 3, mi = lane >> 3, ri = lane & 7;
+  const int split = blockIdx.x, unit = blockIdx.y;
+  const int chunk = unit % p.chunks, bkv = unit / p.chunks;
   const int bi = bkv / p.h_kv, hk = bkv % p.h_kv;
+  const int head0 = hk * p.group + chunk * kDecRows;  // this block's first query head
+  const int rows = min(kDecRows, p.group - chunk * kDecRows);
+  const uint16_t* kb = p.k + bi * p.ks[0] + hk * p.ks[1];
+  const uint16_t* vb = p.v + bi * p.vs[0] + hk * p.vs[1];
+  const uint16_t* mb = p.mask == nullptr ? nullptr : p.mask + bi * p.ms[0] + head0 * p.ms[1];
+  const int mask_rows = p.ms[1] == 0 ? 1 : rows;  // a mask shared by the heads is read once
 
-  float qf[G][8];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const uint16_t* qr = p.q + bi * p.qs[0] + (hk * G + g) * p.qs[1] + slot * 8;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) qf[g][e] = bits_to_float<T>(qr[e]) * p.scale_log2;
-  }
+  // This warp's tiles: first + step * i for i < count.
+  const int first = split + p.splits * warp, step = p.splits * warps;
+  const int count = first < p.tiles ? (p.tiles - 1 - first) / step + 1 : 0;
+  uint16_t* my_ring = ring + warp * kDecStages * STAGE;
 
-  const int key_lo = split * p.keys_per_split;
-  const int key_hi = min(p.s_kv, key_lo + p.keys_per_split);
-  const uint16_t* kb = p.k + bi * p.ks[0] + hk * p.ks[1] + slot * 8;
-  const uint16_t* vb = p.v + bi * p.vs[0] + hk * p.vs[1] + slot * 8;
-
-  float o[G][8], m[G], l[G];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m[g] = neg_inf();
-    l[g] = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) o[g][e] = 0.f;
-  }
-  // Keys k0 + NS u of this stream; zeros past the split (their scores are masked below).
-  auto load_keys = [&](int k0, uint4(&kr)[U], uint4(&vr)[U]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      int key = k0 + NS * u;
-      if (key < key_hi) {
-        kr[u] = __ldg(reinterpret_cast<const uint4*>(kb + key * p.ks[2]));
-        vr[u] = __ldg(reinterpret_cast<const uint4*>(vb + key * p.vs[2]));
-      } else {
-        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+  // Whether this lane sees a visible key of tile t (a mask value of -inf hides a key); a tile is
+  // loaded when some lane does.
+  auto lane_sees = [&](int t) {
+    if (mb == nullptr) return true;
+    const int key = t * kDecKeys + (lane & 15);
+    bool vis = false;
+    if (key < p.s_kv) {
+      for (int r = lane >> 4; r < mask_rows; r += 2) {
+        vis = vis || bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) != neg_inf();
       }
+    }
+    return vis;
+  };
+  auto visible = [&](int t) { return __any_sync(0xffffffffu, lane_sees(t)) != 0; };
+  // Tile t into ring stage st: 16-byte copies, zeros past the last key (0 * garbage could be nan).
+  auto issue = [&](int st, int t) {
+    uint16_t* kt = my_ring + st * STAGE;
+    uint16_t* vt = kt + kDecKeys * LD;
+    const int k0 = t * kDecKeys;
+#pragma unroll
+    for (int j = 0; j < kDecKeys * PIECES / 32; ++j) {
+      const int i = lane + 32 * j, r = i / PIECES, c = (i % PIECES) * 8;
+      const bool valid = k0 + r < p.s_kv;
+      const int64_t key = valid ? k0 + r : 0;
+      cp_async16(kt + r * LD + c, kb + key * p.ks[2] + c, valid);
+      cp_async16(vt + r * LD + c, vb + key * p.vs[2] + c, valid);
     }
   };
-  uint4 kr[U], vr[U];
-  load_keys(key_lo + stream, kr, vr);
-  // The trip count is the same for every lane (the shuffles below need the whole warp); a
-  // stream past the split's end sees only masked keys.
-  for (int base = key_lo; base < key_hi; base += NS * U) {
-    const int k0 = base + stream;
-    // The next keys are in flight while these are used.
-    uint4 kn[U], vn[U];
-    load_keys(k0 + NS * U, kn, vn);
-    float sc[U][G];
+  // The first tiles start streaming before anything else. Every lane commits one group per tile
+  // slot, loaded or not, so that cp.async.wait_group counts tiles.
+  unsigned live = 0;          // bit st: the tile in ring stage st was loaded (it has a visible key)
+  bool sees[kDecStages - 1];  // the mask reads of these tiles are in flight together
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float kf[8];
-      unpack8<T>(kr[u], kf);
+  for (int st = 0; st < kDecStages - 1; ++st) sees[st] = st < count && lane_sees(first + step * st);
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float a = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) a = fmaf(qf[g][e], kf[e], a);
-        sc[u][g] = a;
-      }
+  for (int st = 0; st < kDecStages - 1; ++st) {
+    if (st < count && __any_sync(0xffffffffu, sees[st])) {
+      issue(st, first + step * st);
+      live |= 1u << st;
     }
-#pragma unroll
-    for (int off = LPK / 2; off > 0; off >>= 1) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) sc[u][g] += __shfl_xor_sync(0xffffffffu, sc[u][g], off);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (k0 + NS * u >= key_hi) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) sc[u][g] = neg_inf();
-      }
-    }
-    float pr[U][G];
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float mx = m[g];
-#pragma unroll
-      for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u][g]);
-      // While this stream has seen no key, mx = -inf: exponents against 0 give 0, not nan.
-      const float m_use = mx == neg_inf() ? 0.f : mx;
-      float corr = exp2_approx(m[g] - m_use);  // 0 while m = -inf
-      m[g] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        pr[u][g] = exp2_approx(sc[u][g] - m_use);
-        sum += pr[u][g];
-      }
-      l[g] = l[g] * corr + sum;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) o[g][e] *= corr;
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float vf[8];
-      unpack8<T>(vr[u], vf);
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) o[g][e] = fmaf(pr[u][g], vf[e], o[g][e]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      kr[u] = kn[u];
-      vr[u] = vn[u];
-    }
+    cp_async_commit();
   }
 
-  // Merge the block's key streams: common max, then sums across streams and warps.
-  if (slot == 0) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) s_m[stream][g] = m[g];
+  // The query rows, zeros past this block's heads; then their A fragments, kept in registers.
+  for (int i = threadIdx.x; i < kDecRows * (D / 2); i += blockDim.x) {
+    const int r = i / (D / 2), c = (i % (D / 2)) * 2;
+    uint32_t val = 0;
+    if (r < rows) {
+      const uint16_t* qr = p.q + bi * p.qs[0] + (head0 + r) * p.qs[1] + c;
+      val = static_cast<uint32_t>(qr[0]) | (static_cast<uint32_t>(qr[1]) << 16);
+    }
+    *reinterpret_cast<uint32_t*>(&q_tile[r][c]) = val;
   }
   __syncthreads();
-  float mb[G];
+  uint32_t qf[KSTEPS][4];
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+  for (int kk = 0; kk < KSTEPS; ++kk) {
+    ldmatrix_x4(qf[kk], &q_tile[lane & 15][kk * 16 + (lane >> 4) * 8]);
+  }
+
+  float o[NT_O][4];
+#pragma unroll
+  for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  // Rows g (r = 0) and g + 8 (r = 1) of the tile: running max (base 2) and this lane's sum.
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+  for (int i = 0; i < count; ++i) {
+    {
+      const int ahead = i + kDecStages - 1, st = ahead % kDecStages;
+      live &= ~(1u << st);
+      if (ahead < count && visible(first + step * ahead)) {
+        issue(st, first + step * ahead);
+        live |= 1u << st;
+      }
+      cp_async_commit();
+    }
+    cp_async_wait<kDecStages - 1>();  // tile i has landed (this lane's copies)
+    __syncwarp();                     // ... and every lane's
+    const int st = i % kDecStages;
+    if ((live >> st) & 1u) {
+      const uint16_t* kt = my_ring + st * STAGE;
+      const uint16_t* vt = kt + kDecKeys * LD;
+      const int k0 = (first + step * i) * kDecKeys;
+      // S = Q K^T, 16 rows x 16 keys; even and odd k-steps accumulate apart (shorter chains).
+      // One ldmatrix gives (b0, b1) of keys 0-7 and of keys 8-15.
+      float sc[2][2][4];
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+#pragma unroll
+        for (int n = 0; n < 2; ++n) sc[a][n][0] = sc[a][n][1] = sc[a][n][2] = sc[a][n][3] = 0.f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk) {
+        uint32_t b[4];
+        ldmatrix_x4(b, kt + ((mi >> 1) * 8 + ri) * LD + kk * 16 + (mi & 1) * 8);
+        mma_16816<T>(sc[kk & 1][0], qf[kk], b[0], b[1]);
+        mma_16816<T>(sc[kk & 1][1], qf[kk], b[2], b[3]);
+      }
+      // Scale, mask, online softmax.
+      float s[2][4];
+      float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = (sc[0][n][e] + sc[1][n][e]) * p.scale_log2;
+          const int key = k0 + n * 8 + tg * 2 + (e & 1);
+          const int r = g + 8 * (e >> 1);
+          if (key >= p.s_kv) {
+            x = neg_inf();
+          } else if (mb != nullptr && r < rows) {
+            x += bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) * kLog2e;
+          }
+          s[n][e] = x;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+      }
+      float corr[2], m_use[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m[r], mx[r]);
+        // A row with no visible key so far keeps exp2(-inf - 0) = 0 instead of nan.
+        m_use[r] = m_new == neg_inf() ? 0.f : m_new;
+        corr[r] = exp2_approx(m[r] - m_use[r]);
+        m[r] = m_new;
+        l[r] *= corr[r];
+      }
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pe = exp2_approx(s[n][e] - m_use[e >> 1]);
+          s[n][e] = pe;
+          l[e >> 1] += pe;
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+      }
+      // O += P V: the score accumulators of keys 0-7 and 8-15 are the A fragment; V^T
+      // fragments by transposed ldmatrix give (b0, b1) of output tiles n and n + 1.
+      const uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
+                             pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+      for (int n = 0; n < NT_O; n += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vt + ((mi & 1) * 8 + ri) * LD + (n + (mi >> 1)) * 8);
+        mma_16816<T>(o[n], a, b[0], b[1]);
+        mma_16816<T>(o[n + 1], a, b[2], b[3]);
+      }
+    }
+    __syncwarp();  // the next iteration refills stage (i + kDecStages) % kDecStages = this one
+  }
+  cp_async_wait<0>();  // no copy outlives the loop (tiles that were not computed)
+
+  // Merge the warps: each leaves (max, sum, output) of its rows; the ring becomes the buffer.
+  __syncthreads();
+  float* s_o = reinterpret_cast<float*>(ring);  // [warps][kDecRows][OLD]
+#pragma unroll
+  for (int r2 = 0; r2 < 2; ++r2) {
+    float lr = l[r2];  // this lane's quarter of the row: finish across the quad
+    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+    const int r = g + 8 * r2;
+    if (r < rows) {
+      if (tg == 0) {
+        s_m[warp][r] = m[r2];
+        s_l[warp][r] = lr;
+      }
+      float* orow = s_o + (warp * kDecRows + r) * OLD;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n) {
+        *reinterpret_cast<float2*>(orow + n * 8 + tg * 2) =
+            make_float2(o[n][2 * r2], o[n][2 * r2 + 1]);
+      }
+    }
+  }
+  __syncthreads();
+  const int64_t out_row0 = static_cast<int64_t>(bi) * p.h + head0;
+  for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
+    const int r = idx / (D / 2), c = (idx % (D / 2)) * 2;
     float mx = neg_inf();
-    for (int i = 0; i < NS; ++i) mx = fmaxf(mx, s_m[i][g]);
-    mb[g] = mx;
-    float f = m[g] == neg_inf() ? 0.f : exp2_approx(m[g] - mx);
-    l[g] *= f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) o[g][e] *= f;
-  }
-#pragma unroll
-  for (int off = LPK; off < 32; off <<= 1) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) o[g][e] += __shfl_xor_sync(0xffffffffu, o[g][e], off);
-    }
-  }
-  if (lane < LPK) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) s_o[warp][g][slot * 8 + e] = o[g][e];
-      if (lane == 0) s_l[warp][g] = l[g];
-    }
-  }
-  __syncthreads();
-  const int64_t head0 = static_cast<int64_t>(bi) * p.h + hk * G;  // first query head's row
-  for (int idx = threadIdx.x; idx < G * D; idx += kDecThreads) {
-    int g = idx / D, c = idx % D;
-    float acc = 0.f, sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kDecThreads / 32; ++w) {
-      acc += s_o[w][g][c];
-      sum += s_l[w][g];
+    for (int w = 0; w < warps; ++w) mx = fmaxf(mx, s_m[w][r]);
+    float sum = 0.f, a0 = 0.f, a1 = 0.f;
+    for (int w = 0; w < warps; ++w) {
+      const float mw = s_m[w][r];
+      const float f = mw == neg_inf() ? 0.f : exp2_approx(mw - mx);  // 0: the warp saw no key
+      const float2 ov = *reinterpret_cast<const float2*>(s_o + (w * kDecRows + r) * OLD + c);
+      sum += f * s_l[w][r];
+      a0 += f * ov.x;
+      a1 += f * ov.y;
     }
     if (p.splits == 1) {
-      float r = sum > 0.f ? acc / sum : 0.f;
-      p.out[(head0 + g) * D + c] = static_cast<uint16_t>(pack2<T>(r, 0.f) & 0xffffu);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      *reinterpret_cast<uint32_t*>(p.out + (out_row0 + r) * D + c) = pack2<T>(a0 * inv, a1 * inv);
     } else {
-      int64_t part = (head0 + g) * p.splits + split;
-      p.part_o[part * D + c] = acc;
+      const int64_t part = (out_row0 + r) * p.splits + split;
+      *reinterpret_cast<float2*>(p.part_o + part * D + c) = make_float2(a0, a1);
       if (c == 0) {
-        p.part_ml[part * 2] = mb[g];
+        p.part_ml[part * 2] = mx;
         p.part_ml[part * 2 + 1] = sum;
       }
     }
   }
   if (p.splits == 1) return;
 
-  // The last block of this (b, k/v head) merges the splits.
+  // The last block of this head group merges the splits.
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    unsigned done = atomicAdd(&g_decode_done[bkv], 1u);
+    const unsigned done = atomicAdd(&g_decode_done[unit], 1u);
     s_last = done == static_cast<unsigned>(p.splits) - 1;
-    if (s_last) g_decode_done[bkv] = 0;  // ready for the next call
+    if (s_last) g_decode_done[unit] = 0;  // ready for the next call
   }
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  for (int idx = threadIdx.x; idx < G * p.splits; idx += kDecThreads) {
-    int g = idx / p.splits, i = idx % p.splits;
-    s_w[g][i] = __ldcg(p.part_ml + ((head0 + g) * p.splits + i) * 2);
-  }
-  __syncthreads();
-  if (threadIdx.x < G) {
-    int g = threadIdx.x;
-    float mx = neg_inf();
-    for (int i = 0; i < p.splits; ++i) mx = fmaxf(mx, s_w[g][i]);
-    float tot = 0.f;
-    for (int i = 0; i < p.splits; ++i) {
-      float mi = s_w[g][i];
-      float w = mi == neg_inf() ? 0.f : exp2f(mi - mx);
-      tot += w * __ldcg(p.part_ml + ((head0 + g) * p.splits + i) * 2 + 1);
-      s_w[g][i] = w;
+  // Each thread merges four outputs of a row: the (max, sum) pairs and outputs of kDecMerge
+  // splits are loaded at once (one round trip to the L2 per chunk), the running sums rescaled
+  // to each chunk's max.
+  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += blockDim.x) {
+    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    const float* po = p.part_o + (out_row0 + r) * p.splits * D + c;
+    const float2* ml = reinterpret_cast<const float2*>(p.part_ml + (out_row0 + r) * p.splits * 2);
+    float mx = neg_inf(), sum = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i0 = 0; i0 < p.splits; i0 += kDecMerge) {
+      float4 v[kDecMerge];
+      float2 mls[kDecMerge];
+#pragma unroll
+      for (int i = 0; i < kDecMerge; ++i) {
+        if (i0 + i < p.splits) {
+          v[i] = __ldcg(reinterpret_cast<const float4*>(po + (i0 + i) * D));
+          mls[i] = __ldcg(ml + i0 + i);
+        } else {
+          v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+          mls[i] = make_float2(neg_inf(), 0.f);
+        }
+      }
+      float cmx = mx;
+#pragma unroll
+      for (int i = 0; i < kDecMerge; ++i) cmx = fmaxf(cmx, mls[i].x);
+      const float f = mx == neg_inf() ? 0.f : exp2_approx(mx - cmx);  // sums so far are 0 then
+      mx = cmx;
+      sum *= f;
+      acc.x *= f;
+      acc.y *= f;
+      acc.z *= f;
+      acc.w *= f;
+#pragma unroll
+      for (int i = 0; i < kDecMerge; ++i) {
+        const float wgt = mls[i].x == neg_inf() ? 0.f : exp2_approx(mls[i].x - mx);
+        sum += wgt * mls[i].y;
+        acc.x += wgt * v[i].x;
+        acc.y += wgt * v[i].y;
+        acc.z += wgt * v[i].z;
+        acc.w += wgt * v[i].w;
+      }
     }
-    s_tot[g] = tot > 0.f ? 1.f / tot : 0.f;
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += kDecThreads) {
-    int g = idx / D, c = idx % D;
-    const float* po = p.part_o + (head0 + g) * p.splits * D + c;
-    float acc = 0.f;
-#pragma unroll 8
-    for (int i = 0; i < p.splits; ++i) acc += s_w[g][i] * __ldcg(po + i * D);
-    p.out[(head0 + g) * D + c] = static_cast<uint16_t>(pack2<T>(acc * s_tot[g], 0.f) & 0xffffu);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    *reinterpret_cast<uint2*>(p.out + (out_row0 + r) * D + c) =
+        make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
   }
 }
 
@@ -926,81 +1007,99 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   }
 }
 
-// The decode kernel: s = 1, no mask, f16/bf16, d 64/128, group 1/2/4/8, 16-byte aligned k/v rows.
+// The decode kernel: s = 1, f16/bf16, d 16/32/64/96/128, 16-byte aligned k/v rows, an 8-byte
+// aligned output (any group, with or without a mask; causal is moot for one end-aligned query).
 bool decode_fits(DType dtype, const AttentionArgs& a) {
   if (dtype != DType::BF16 && dtype != DType::F16) return false;
-  if (a.s != 1 || a.mask != nullptr || (a.d != 64 && a.d != 128) || a.s_kv == 0) return false;
-  int group = a.h / a.h_kv;
-  if (group != 1 && group != 2 && group != 4 && group != 8) return false;
-  auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!al(a.k) || !al(a.v)) return false;
+  if (a.s != 1 || a.s_kv == 0) return false;
+  if (a.d != 16 && a.d != 32 && a.d != 64 && a.d != 96 && a.d != 128) return false;
+  const int64_t chunks = (a.h / a.h_kv + kDecRows - 1) / kDecRows;
+  if (static_cast<int64_t>(a.b) * a.h_kv * chunks > 65535) return false;  // grid.y
+  auto al = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  if (!al(a.k, 16) || !al(a.v, 16) || !al(a.out, 8)) return false;
   for (int i = 0; i < 3; ++i) {
     if (a.k_strides[i] % 8 != 0 || a.v_strides[i] % 8 != 0) return false;
   }
   return true;
 }
 
-// Splits per k/v head: WICK_DECODE_BLOCKS_PER_SM (default 1) blocks per multiprocessor in all.
-int decode_blocks_per_sm() {
-  static int n = [] {
-    const char* e = std::getenv("WICK_DECODE_BLOCKS_PER_SM");
-    int v = e != nullptr ? std::atoi(e) : 0;
-    return v > 0 ? v : 1;
-  }();
+int env_int(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr ? std::atoi(e) : 0;
+}
+
+// Warps per decode block: 8 (WICK_DECODE_WARPS=4 for 4; benchmarks).
+int decode_warps() {
+  static const int n = env_int("WICK_DECODE_WARPS") == 4 ? 4 : kDecMaxWarps;
   return n;
 }
 
-template <class T>
+template <int D>
+constexpr size_t decode_smem(int warps) {
+  return static_cast<size_t>(kDecRows + warps * kDecStages * 2 * kDecKeys) * (D + kPad) * 2;
+}
+
+template <class T, int D>
 void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   DecodeArgs p{};
   p.q = static_cast<const uint16_t*>(a.q);
   p.k = static_cast<const uint16_t*>(a.k);
   p.v = static_cast<const uint16_t*>(a.v);
+  p.mask = static_cast<const uint16_t*>(a.mask);
   p.out = static_cast<uint16_t*>(a.out);
   for (int i = 0; i < 3; ++i) {
     p.qs[i] = a.q_strides[i];
     p.ks[i] = a.k_strides[i];
     p.vs[i] = a.v_strides[i];
   }
+  for (int i = 0; i < 4; ++i) p.ms[i] = a.mask != nullptr ? a.mask_strides[i] : 0;
   p.h = a.h;
   p.h_kv = a.h_kv;
+  p.group = a.h / a.h_kv;
+  p.chunks = (p.group + kDecRows - 1) / kDecRows;
   p.s_kv = a.s_kv;
+  p.tiles = (a.s_kv + kDecKeys - 1) / kDecKeys;
   p.scale_log2 = a.scale * kLog2e;
-  const int heads = a.b * a.h_kv;
-  // Keys per split: a multiple of one pass of the block's key streams, at least one pass.
-  constexpr int kPass = 64;
-  int splits = 1;
-  if (heads <= kDecCounterSlots) {
-    int64_t want = (static_cast<int64_t>(decode_blocks_per_sm()) * sm_count() + heads - 1) / heads;
-    splits = static_cast<int>(std::clamp<int64_t>(want, 1, kDecMaxSplits));
-  }
-  int kps = (a.s_kv + splits - 1) / splits;
-  kps = std::max(kPass, (kps + kPass - 1) / kPass * kPass);
-  p.keys_per_split = kps;
-  p.splits = (a.s_kv + kps - 1) / kps;
-  if (p.splits > 1) {
-    size_t rows = static_cast<size_t>(a.b) * a.h * p.splits;
-    p.part_ml = static_cast<float*>(temp(rows * 2 * sizeof(float)));
-    p.part_o = static_cast<float*>(temp(rows * a.d * sizeof(float)));
-  }
-  dim3 grid(p.splits, heads);
-  auto go = [&]<int D>() {
-    switch (a.h / a.h_kv) {
-      case 1:
-        return attn_decode_kernel<T, D, 1><<<grid, kDecThreads, 0, s>>>(p);
-      case 2:
-        return attn_decode_kernel<T, D, 2><<<grid, kDecThreads, 0, s>>>(p);
-      case 4:
-        return attn_decode_kernel<T, D, 4><<<grid, kDecThreads, 0, s>>>(p);
-      default:
-        return attn_decode_kernel<T, D, 8><<<grid, kDecThreads, 0, s>>>(p);
+
+  auto kernel = attn_decode_kernel<T, D>;
+  const int warps = decode_warps();
+  const size_t smem = decode_smem<D>(warps);
+  // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
+  WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  // Blocks resident per multiprocessor (shared memory decides), asked once.
+  static const int per_sm = [&] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, smem) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();  // not left for the launch check below
+      n = 1;
     }
-  };
-  if (a.d == 64) {
-    go.template operator()<64>();
-  } else {
-    go.template operator()<128>();
+    return std::max(n, 1);
+  }();
+  // Splits: one wave of blocks over the GPU, each warp with a tile at least
+  // (WICK_DECODE_SPLITS forces a count up to kDecMaxSplits; benchmarks).
+  const int units = a.b * a.h_kv * p.chunks;
+  int splits = 1;
+  if (units <= kDecCounterSlots) {
+    static const int forced = env_int("WICK_DECODE_SPLITS");
+    int64_t want = forced > 0 ? forced : static_cast<int64_t>(sm_count()) * per_sm / units;
+    // Splits beyond one merge round trip only when fewer would leave a tenth of the GPU idle.
+    if (forced == 0 && want > kDecMerge &&
+        static_cast<int64_t>(units) * kDecMerge * 10 >= 9 * static_cast<int64_t>(sm_count())) {
+      want = kDecMerge;
+    }
+    const int64_t useful = (p.tiles + warps - 1) / warps;
+    splits = static_cast<int>(std::clamp<int64_t>(
+        want, 1, std::min<int64_t>(kDecMaxSplits, std::max<int64_t>(useful, 1))));
   }
+  p.splits = splits;
+  if (splits > 1) {
+    const size_t rows = static_cast<size_t>(a.b) * a.h * splits;
+    p.part_ml = static_cast<float*>(temp(rows * 2 * sizeof(float)));
+    p.part_o = static_cast<float*>(temp(rows * D * sizeof(float)));
+  }
+  kernel<<<dim3(splits, units), warps * 32, smem, s>>>(p);
   WICK_CUDA_CHECK_LAUNCH();
 }
 
@@ -1068,8 +1167,22 @@ void launch_attention(DType dtype, const AttentionArgs& a, const TempAlloc& temp
         str("scaled_dot_product_attention: head dim ", a.d, " is above 256 on cuda"));
   }
   if (decode_fits(dtype, a)) {
-    if (dtype == DType::BF16) return run_decode<__nv_bfloat16>(a, temp, s);
-    return run_decode<__half>(a, temp, s);
+    auto by_dim = [&]<class T>() {
+      switch (a.d) {
+        case 16:
+          return run_decode<T, 16>(a, temp, s);
+        case 32:
+          return run_decode<T, 32>(a, temp, s);
+        case 64:
+          return run_decode<T, 64>(a, temp, s);
+        case 96:
+          return run_decode<T, 96>(a, temp, s);
+        default:
+          return run_decode<T, 128>(a, temp, s);
+      }
+    };
+    if (dtype == DType::BF16) return by_dim.template operator()<__nv_bfloat16>();
+    return by_dim.template operator()<__half>();
   }
   if (dtype == DType::BF16 && mma_fits(a)) return run_mma<__nv_bfloat16>(a, s);
   if (dtype == DType::F16 && mma_fits(a)) return run_mma<__half>(a, s);

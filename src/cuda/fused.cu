@@ -1,9 +1,12 @@
 // layer_norm, rms_norm, softmax_last_dim and rope kernels. Rows: a warp per row up to 1024
-// columns; above, when rows are 16-byte aligned, a block per row held in registers (16-byte
-// vectors, one read and one write of each element, one block reduction); else a block per row up
-// to 8192 in registers, a looping block above. Statistics in f32 (f64 for f64).
+// columns; above, when rows are 16-byte aligned and up to 512 vectors long (4096 bf16/f16, 2048
+// f32), a warp per row held in registers (16-byte vectors, one read and one write of each
+// element, shuffles only); longer aligned rows take a block per row in registers (one block
+// reduction); else a block per row up to 8192 in registers, a looping block above. Statistics
+// in f32 (f64 for f64).
 
 #include <cstdlib>
+#include <string_view>
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
@@ -353,6 +356,152 @@ __global__ void __launch_bounds__(kRowMaxThreads, 2)
   }
 }
 
+// ---- Warp row kernel: a warp per row of up to 512 16-byte vectors (4096 bf16/f16, 2048 f32) ----
+// The row stays in registers as loaded (VPT vectors a lane), the statistics need warp shuffles
+// alone (no shared memory, no block barrier), every element is read once and written once.
+// Registers decide how many rows are in flight per multiprocessor: at 4096 bf16 18-24 (80-99
+// registers a thread), where the block kernel above keeps 4-9.
+
+constexpr int kRowWarpMaxRows = 4;  // rows (warps) per block at most
+
+template <class C>
+__device__ __forceinline__ C warp_max_nan(C x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    C o = shfl_xor(x, m);
+    x = (o > x || o != o) ? o : x;  // NaN wins
+  }
+  return x;
+}
+
+/// Element e of a 16-byte vector as a float, converted anew at every call: the asm is volatile so
+/// that the compiler does not keep a float copy of the whole row alive between the passes (twice
+/// the registers: fewer rows in flight).
+template <class T, class V>
+__device__ __forceinline__ compute_t<T> elem(const V& vec, int e) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    uint32_t pair = reinterpret_cast<const uint32_t*>(vec.v)[e / 2], bits;
+    if (e % 2 == 0) {
+      asm volatile("shl.b32 %0, %1, 16;" : "=r"(bits) : "r"(pair));
+    } else {
+      asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(bits) : "r"(pair));
+    }
+    return __uint_as_float(bits);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    float f;
+    asm volatile("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(__half_as_ushort(vec.v[e])));
+    return f;
+  } else {
+    return vec.v[e];
+  }
+}
+
+template <class T, int VPT, RowOp Op>
+__global__ void __launch_bounds__(kRowWarpMaxRows * 32)
+    row_warp_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                    T* __restrict__ y, unsigned rows, unsigned nvec, compute_t<T> eps) {
+  using C = compute_t<T>;
+  using V = Vec<T, 16 / sizeof(T)>;
+  constexpr int N = 16 / sizeof(T);
+  constexpr int A = 4;  // independent partial sums: short dependency chains
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const unsigned cols = nvec * N;
+  const V* xr = reinterpret_cast<const V*>(x + static_cast<uint64_t>(row) * cols);
+  // Every load of the row is issued before the first use.
+  V raw[VPT];
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const unsigned vi = lane + 32 * j;
+    raw[j] = vi < nvec ? xr[vi] : V{};
+  }
+  auto in_row = [&](int j) { return lane + 32 * j < nvec; };
+  auto sum_of = [](const C(&part)[A]) { return (part[0] + part[1]) + (part[2] + part[3]); };
+  C shift = 0, mul;
+  if constexpr (Op == RowOp::RmsNorm) {
+    C sq[A] = {};
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        C v = elem<T>(raw[j], e);  // zeros past the row add nothing
+        sq[e % A] += v * v;
+      }
+    }
+    mul = rsqrt_c(warp_sum(sum_of(sq)) / C(cols) + eps);
+  } else if constexpr (Op == RowOp::LayerNorm) {
+    // Two passes over the registers: the mean, then the squared deviations from it.
+    C s[A] = {};
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) s[e % A] += elem<T>(raw[j], e);
+    }
+    shift = warp_sum(sum_of(s)) / C(cols);
+    C sq[A] = {};
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      if (!in_row(j)) continue;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        C dv = elem<T>(raw[j], e) - shift;
+        sq[e % A] += dv * dv;
+      }
+    }
+    mul = rsqrt_c(warp_sum(sum_of(sq)) / C(cols) + eps);
+  } else {
+    // The row's max first, then the sum of exp(x - max); the output pass recomputes exp (the
+    // row of floats would halve the rows in flight).
+    C mx = lowest<C>();
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      if (!in_row(j)) continue;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        C v = elem<T>(raw[j], e);
+        mx = (v > mx || v != v) ? v : mx;
+      }
+    }
+    shift = warp_max_nan(mx);
+    C s[A] = {};
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      if (!in_row(j)) continue;
+#pragma unroll
+      for (int e = 0; e < N; ++e) s[e % A] += exp_fast(elem<T>(raw[j], e) - shift);
+    }
+    mul = C(1) / warp_sum(sum_of(s));
+  }
+  V* yr = reinterpret_cast<V*>(y + static_cast<uint64_t>(row) * cols);
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const unsigned vi = lane + 32 * j;
+    if (vi >= nvec) continue;
+    // Weights are read here (L1/L2 hits for every row but the first), not held in registers.
+    V wr{}, br{};
+    if constexpr (Op != RowOp::Softmax) wr = reinterpret_cast<const V*>(w)[vi];
+    if constexpr (Op == RowOp::LayerNorm) {
+      if (b != nullptr) br = reinterpret_cast<const V*>(b)[vi];
+    }
+    V o;
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      C r;
+      if constexpr (Op == RowOp::Softmax) {
+        r = exp_fast(elem<T>(raw[j], e) - shift) * mul;
+      } else {
+        r = (elem<T>(raw[j], e) - shift) * mul * to_compute(wr.v[e]);
+        if constexpr (Op == RowOp::LayerNorm) {
+          if (b != nullptr) r += to_compute(br.v[e]);
+        }
+      }
+      o.v[e] = convert<T>(r);
+    }
+    yr[vi] = o;
+  }
+}
+
 /// The vector row kernel when rows are 16-byte aligned and short enough to sit in registers;
 /// false (nothing launched) otherwise.
 template <class T, RowOp Op>
@@ -365,11 +514,39 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   if (Op != RowOp::Softmax && !aligned16(w, 0, 1)) return false;
   if (Op == RowOp::LayerNorm && b != nullptr && !aligned16(b, 0, 1)) return false;
   size_t nvec = cols / N;
+  using C = compute_t<T>;
+  C e = static_cast<C>(eps);
+  // A warp per row when the row fits in 16 vectors a lane (WICK_ROW_KERNEL=block forces the
+  // block kernel; benchmarks).
+  static const bool force_block = [] {
+    const char* k = std::getenv("WICK_ROW_KERNEL");
+    return k != nullptr && std::string_view(k) == "block";
+  }();
+  // Two rows a block: fine steps of occupancy (WICK_ROW_WARPS=1/4 for one or four; benchmarks).
+  static const unsigned row_warps = [] {
+    const char* k = std::getenv("WICK_ROW_WARPS");
+    int n = k != nullptr ? std::atoi(k) : 0;
+    return n == 1 || n == 4 ? static_cast<unsigned>(n) : 2u;
+  }();
+  if constexpr (sizeof(T) <= 4) {
+    if (!force_block && nvec <= 32 * 16 && rows <= 0xffffffffu - kRowWarpMaxRows) {
+      unsigned blocks = static_cast<unsigned>((rows + row_warps - 1) / row_warps);
+      auto go = [&](auto kernel) {
+        kernel<<<blocks, row_warps * 32, 0, s>>>(x, w, b, y, static_cast<unsigned>(rows),
+                                                 static_cast<unsigned>(nvec), e);
+        WICK_CUDA_CHECK_LAUNCH();
+      };
+      if (nvec <= 32 * 8) {
+        go(row_warp_kernel<T, 8, Op>);
+      } else {
+        go(row_warp_kernel<T, 16, Op>);
+      }
+      return true;
+    }
+  }
   auto threads_for = [&](size_t vpt) {
     return static_cast<unsigned>((nvec + vpt - 1) / vpt + 31) / 32 * 32;
   };
-  using C = compute_t<T>;
-  C e = static_cast<C>(eps);
   unsigned grid = static_cast<unsigned>(std::min<size_t>(rows, 1u << 20));
   auto go = [&](auto kernel, unsigned threads) {
     kernel<<<grid, threads, 0, s>>>(x, w, b, y, static_cast<unsigned>(rows),

@@ -2,6 +2,7 @@
 // float dtype, contiguous / transposed / broadcast inputs, the tensor-core attention path
 // (f16/bf16, d 64 and 128) and the split-KV path (f32, other head dims, decode), gradients.
 
+#include <limits>
 #include <string>
 
 #include "nn_reference.h"
@@ -29,9 +30,10 @@ double attn_tol(DType dt) {
 
 TEST(CudaNn, NormsMatchCompositionOnEveryRowLength) {
   WICK_REQUIRE_GPU();
-  // 1024 and below: a warp per row; 8192 and below: registers; above: the looping kernel.
+  // 1024 and below: a warp per row; up to 512 16-byte vectors (2000, and 4096 for f16/bf16):
+  // a warp per row in registers; 8192 and below: a block in registers; above: the looping kernel.
   for (DType dt : gpu_dtypes()) {
-    for (size_t d : {64, 100, 1024, 4096, 5000, 9000}) {
+    for (size_t d : {64, 100, 1024, 2000, 4096, 5000, 9000}) {
       Tensor x = random_tensor({3, d}, dt), w = random_tensor({d}, dt), b = random_tensor({d}, dt);
       Tensor ln = x.to_device(gpu()).layer_norm(w.to_device(gpu()), b.to_device(gpu()), 1e-5);
       EXPECT_TRUE(close_to(ln, layer_norm_ref(f64(x), f64(w), f64(b), 1e-5), 2 * tolerance(dt)))
@@ -111,6 +113,15 @@ std::vector<Case> attention_cases() {
       {"decode-mha-long", 1, 4, 4, 1, 4100, 128, true, false},
       {"decode-group-2-two-splits", 3, 4, 2, 1, 65, 128, false, false},
       {"decode-group-8-d64", 2, 16, 2, 1, 777, 64, true, false},
+      // Groups of 3 (SmolLM2) and 7 (Qwen2-0.5B, masked); 20 heads: chunks of 16 and 4 rows.
+      {"decode-group-3", 1, 9, 3, 1, 700, 64, false, false},
+      {"decode-group-7-masked", 2, 14, 2, 1, 333, 64, false, true},
+      {"decode-group-20-chunks", 1, 20, 1, 1, 300, 128, true, false},
+      {"decode-short-cache", 1, 8, 2, 1, 5, 128, false, false},
+      // The other head dims of the decode kernel: 16, 32, 96.
+      {"decode-d16", 1, 8, 2, 1, 48, 16, false, false},
+      {"decode-d32-masked", 2, 8, 2, 1, 130, 32, false, true},
+      {"decode-d96", 1, 8, 2, 1, 200, 96, true, false},
   };
 }
 
@@ -132,6 +143,43 @@ TEST(CudaNn, AttentionMatchesPlainSoftmaxQkv) {
                                                     v.to_device(gpu()).transpose(1, 2), og);
       Tensor ref = attention_ref(f64(q), f64(k), f64(v).transpose(1, 2), o);
       EXPECT_TRUE(close_to(got, ref, attn_tol(dt))) << c.name << " " << dt;
+    }
+  }
+}
+
+TEST(CudaNn, DecodeAttentionSkipsMaskedKeys) {
+  WICK_REQUIRE_GPU();
+  const double inf = std::numeric_limits<double>::infinity();
+  const size_t b = 2, h = 8, hk = 2, skv = 1000;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (size_t d : {64, 128}) {
+      Tensor q = random_tensor({b, h, 1, d}, dt), k = random_tensor({b, hk, skv, d}, dt),
+             v = random_tensor({b, hk, skv, d}, dt);
+      Tensor qg = q.to_device(gpu()), kg = k.to_device(gpu()), vg = v.to_device(gpu());
+      auto check = [&](const Tensor& mask, const std::string& what) {
+        Tensor got =
+            nn::scaled_dot_product_attention(qg, kg, vg, {false, 0, mask.to_device(gpu())});
+        Tensor ref = attention_ref(f64(q), f64(k), f64(v), {false, 0, mask});
+        EXPECT_TRUE(close_to(got, ref, attn_tol(dt))) << what << " " << dt << " d " << d;
+      };
+      // The graph-captured Llama step: one mask row for every head, 0 up to the position and
+      // -inf after (inside a tile, on a tile's edges, the first and the last key).
+      for (size_t pos : {0, 5, 15, 16, 500, 999}) {
+        std::vector<double> m(skv);
+        for (size_t j = 0; j < skv; ++j) m[j] = j <= pos ? 0.0 : -inf;
+        check(tensor_from(m, {1, skv}, dt), "position " + std::to_string(pos));
+      }
+      // A mask per batch and head: head i sees keys [37 i, 37 i + 300) with random values there,
+      // so whole tiles are hidden from some heads and not from others.
+      std::vector<double> vals = random_values(b * h * skv), m(b * h * skv);
+      for (size_t bh = 0; bh < b * h; ++bh) {
+        size_t lo = 37 * (bh % h);
+        for (size_t j = 0; j < skv; ++j) {
+          size_t i = bh * skv + j;
+          m[i] = j >= lo && j < lo + 300 ? vals[i] : -inf;
+        }
+      }
+      check(tensor_from(m, {b, h, 1, skv}, dt), "per-head windows");
     }
   }
 }
