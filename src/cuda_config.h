@@ -9,13 +9,27 @@
 //   WICK_ALLOW_TF32=1                f32 matmuls may use TF32 (cuda_allow_tf32)
 //   WICK_CUDA_MATMUL=auto|cublas|wick  the GEMM (cuda_set_matmul_path)
 //   WICK_CUDA_MATMUL_GRAPHS=0        no graph replay of repeated identical matmuls
-//   WICK_CUDA_WARMUP=0               no cuBLASLt warm-up thread at device creation
+//   WICK_CUDA_WARMUP=0|handle        0: no cuBLASLt warm-up thread at device creation (auto
+//                                    matmuls then stay on wick's GEMM; with cublas the first
+//                                    matmul creates cuBLASLt); handle: a warm-up thread that
+//                                    creates the cuBLASLt handle but runs no GEMM
+//   WICK_DECODE_GRAPH=0              Llama decode steps op by op, not as captured CUDA graphs
+//   WICK_DECODE_GEMV=0               one-token projections without their fused epilogues
+//   WICK_ROW_VPT=2|4|8               vectors per thread of the row kernels (benchmarks)
+//   WICK_DECODE_BLOCKS_PER_SM=N      blocks per multiprocessor of decode attention (default 1)
 
 #include <atomic>
 
 #include "wick/cuda.h"
 
 namespace wick::cuda {
+
+/// What the device starts at creation to make cuBLASLt ready before the first matmul needs it.
+enum class WarmUp {
+  Off,     // nothing: the first matmul on the cublas path creates the handle itself
+  Handle,  // a thread creates the handle and workspace
+  Full,    // that thread also runs one 1024^3 GEMM per dtype (cuBLAS loads its kernels)
+};
 
 struct Config {
   bool trace = false;
@@ -25,7 +39,11 @@ struct Config {
   bool allow_tf32 = false;                            // initial value of the run-time switch
   CudaMatmulPath matmul_path = CudaMatmulPath::Auto;  // initial value
   bool matmul_graphs = true;                          // initial value
-  bool warmup = true;
+  WarmUp warmup = WarmUp::Full;
+  bool decode_graph = true;
+  bool decode_gemv = true;
+  int row_vectors_per_thread = 0;  // 0: the kernel's own choice
+  int decode_blocks_per_sm = 1;
 };
 
 /// The settings, read from the environment at first use.

@@ -14,10 +14,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
+#include "cuda_config.h"
 #include "util.h"
 
 namespace wick::cuda {
@@ -942,12 +942,7 @@ bool decode_fits(DType dtype, const AttentionArgs& a) {
 
 // Splits per k/v head: WICK_DECODE_BLOCKS_PER_SM (default 1) blocks per multiprocessor in all.
 int decode_blocks_per_sm() {
-  static int n = [] {
-    const char* e = std::getenv("WICK_DECODE_BLOCKS_PER_SM");
-    int v = e != nullptr ? std::atoi(e) : 0;
-    return v > 0 ? v : 1;
-  }();
-  return n;
+  return config().decode_blocks_per_sm;
 }
 
 template <class T>

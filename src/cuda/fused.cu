@@ -3,10 +3,9 @@
 // vectors, one read and one write of each element, one block reduction); else a block per row up
 // to 8192 in registers, a looping block above. Statistics in f32 (f64 for f64).
 
-#include <cstdlib>
-
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
+#include "cuda_config.h"
 
 namespace wick::cuda {
 namespace {
@@ -378,10 +377,7 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   };
   // Four vectors a thread (64 bytes in flight each) up to 256 threads, then eight up to 512;
   // WICK_ROW_VPT=2/4/8 forces one (for benchmarks).
-  static const int forced = [] {
-    const char* e = std::getenv("WICK_ROW_VPT");
-    return e != nullptr ? std::atoi(e) : 0;
-  }();
+  const int forced = config().row_vectors_per_thread;
   // softmax keeps exp(x) as floats: two vectors a thread keep it in registers.
   const bool two = forced == 2 || (forced == 0 && Op == RowOp::Softmax && threads_for(2) <= 256);
   if (two && threads_for(2) <= kRowMaxThreads) {
