@@ -199,7 +199,14 @@ bool measure_warm_up(const char* self, const std::vector<WarmUpVariant>& variant
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--warm-up-child") == 0) return warm_up_child();
+  if (argc > 1 && std::strcmp(argv[1], "--warm-up-child") == 0) {
+    try {
+      return warm_up_child();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_graphs --warm-up-child: %s\n", e.what());
+      return 1;
+    }
+  }
   if (!cuda_is_available()) {
     std::fprintf(stderr, "bench_graphs: no CUDA device\n");
     return 2;
