@@ -942,7 +942,8 @@ bool decode_fits(DType dtype, const AttentionArgs& a) {
 
 // Splits per k/v head: WICK_DECODE_BLOCKS_PER_SM (default 1) blocks per multiprocessor in all.
 int decode_blocks_per_sm() {
-  return config().decode_blocks_per_sm;
+  static const int n = config().decode_blocks_per_sm;
+  return n;
 }
 
 template <class T>

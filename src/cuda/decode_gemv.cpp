@@ -45,7 +45,8 @@ cuda::CudaDevice& device_of(const Tensor& t) {
 }  // namespace
 
 bool decode_gemv_enabled() {
-  return cuda::config().decode_gemv;
+  static const bool enabled = cuda::config().decode_gemv;
+  return enabled;
 }
 
 bool fused_qkv_rope(const Tensor& x, const Tensor& wqkv, const Tensor& bias, size_t h, size_t h_kv,

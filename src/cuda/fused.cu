@@ -377,7 +377,7 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   };
   // Four vectors a thread (64 bytes in flight each) up to 256 threads, then eight up to 512;
   // WICK_ROW_VPT=2/4/8 forces one (for benchmarks).
-  const int forced = config().row_vectors_per_thread;
+  static const int forced = config().row_vectors_per_thread;
   // softmax keeps exp(x) as floats: two vectors a thread keep it in registers.
   const bool two = forced == 2 || (forced == 0 && Op == RowOp::Softmax && threads_for(2) <= 256);
   if (two && threads_for(2) <= kRowMaxThreads) {
