@@ -199,6 +199,18 @@ if "graphs_mlp_graph_us" in r and "graphs_mlp_stream_us" in r:
 row("MLP 12x256 b1, graphs / stream (us/op)", "graphs<stream",
     f("graphs_mlp_graph_us", "{:.2f}") + " / " + f("graphs_mlp_stream_us", "{:.2f}"),
     f("torch_graphs_mlp_us", "{:.2f}"), mlp_ok)
+row("matmul 1024 f32 returns: graph mode / stream + replay / stream, no replay (us)", "",
+    f("matmul_return_graph_mode_us", "{:.2f}") + " / " + f("matmul_return_stream_replay_us", "{:.2f}")
+    + " / " + f("matmul_return_stream_plain_us", "{:.2f}"), "-", None)
+row("  MLP stream mode, matmul replay / none (us/op)", "",
+    f("graphs_mlp_stream_us", "{:.2f}") + " / " + f("graphs_mlp_stream_no_matmul_graphs_us", "{:.2f}"),
+    "-", None)
+for v, name in (("full", "warm-up GEMMs (default)"), ("handle", "warm-up, handle only"),
+                ("none", "no warm-up")):
+    k = f"warmup_{v}_"
+    row(f"fresh process, {name}: first f32/bf16 matmul, 200 f32, process (ms)", "",
+        " / ".join(f(k + x, "{:.1f}") for x in ("first_f32_ms", "first_bf16_ms", "loop_f32_ms",
+                                                  "process_ms")), "-", None)
 for dt in ("f32", "bf16"):
     k = f"embed_cuda_{dt}"
     row(f"MiniLM embeddings {dt}: wick/ST (sent/s)", ">= 2",

@@ -38,7 +38,18 @@ Config read_config() {
   if (env_is("WICK_CUDA_MATMUL", "cublas")) c.matmul_path = CudaMatmulPath::Cublas;
   if (env_is("WICK_CUDA_MATMUL", "wick")) c.matmul_path = CudaMatmulPath::Wick;
   c.matmul_graphs = !env_is("WICK_CUDA_MATMUL_GRAPHS", "0");
-  c.warmup = !env_is("WICK_CUDA_WARMUP", "0");
+  if (env_is("WICK_CUDA_WARMUP", "0")) c.warmup = WarmUp::Off;
+  if (env_is("WICK_CUDA_WARMUP", "handle")) c.warmup = WarmUp::Handle;
+  c.decode_graph = !env_is("WICK_DECODE_GRAPH", "0");
+  c.decode_gemv = !env_is("WICK_DECODE_GEMV", "0");
+  if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);
+  c.row_kernel_block = env_is("WICK_ROW_KERNEL", "block");
+  if (env_is("WICK_ROW_WARPS", "1")) c.row_warps = 1;
+  if (env_is("WICK_ROW_WARPS", "4")) c.row_warps = 4;
+  if (env_is("WICK_DECODE_WARPS", "4")) c.decode_warps = 4;
+  if (const char* v = env("WICK_DECODE_SPLITS"); v != nullptr && std::atoi(v) > 0) {
+    c.decode_splits = std::atoi(v);
+  }
   return c;
 }
 

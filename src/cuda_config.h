@@ -9,13 +9,32 @@
 //   WICK_ALLOW_TF32=1                f32 matmuls may use TF32 (cuda_allow_tf32)
 //   WICK_CUDA_MATMUL=auto|cublas|wick  the GEMM (cuda_set_matmul_path)
 //   WICK_CUDA_MATMUL_GRAPHS=0        no graph replay of repeated identical matmuls
-//   WICK_CUDA_WARMUP=0               no cuBLASLt warm-up thread at device creation
+//   WICK_CUDA_WARMUP=0|handle        0: no cuBLASLt warm-up thread at device creation (auto
+//                                    matmuls then stay on wick's GEMM; with cublas the first
+//                                    matmul creates cuBLASLt); handle: a warm-up thread that
+//                                    creates the cuBLASLt handle but runs no GEMM
+//   WICK_DECODE_GRAPH=0              Llama decode steps op by op, not as captured CUDA graphs
+//   WICK_DECODE_GEMV=0               one-token projections without their fused epilogues
+//   WICK_ROW_VPT=2|4|8               vectors per thread of the row kernels (benchmarks)
+//   WICK_ROW_KERNEL=block            the block-per-row kernel for rows a warp could hold
+//   (benchmarks) WICK_ROW_WARPS=1|4               rows (warps) per block of the warp-per-row kernel
+//   (default 2) WICK_DECODE_WARPS=4              warps per decode-attention block (default 8;
+//   benchmarks) WICK_DECODE_SPLITS=N             key splits per k/v head of decode attention
+//   (default: one
+//                                    wave over the GPU; benchmarks)
 
 #include <atomic>
 
 #include "wick/cuda.h"
 
 namespace wick::cuda {
+
+/// What the device starts at creation to make cuBLASLt ready before the first matmul needs it.
+enum class WarmUp {
+  Off,     // nothing: the first matmul on the cublas path creates the handle itself
+  Handle,  // a thread creates the handle and workspace
+  Full,    // that thread also runs one 1024^3 GEMM per dtype (cuBLAS loads its kernels)
+};
 
 struct Config {
   bool trace = false;
@@ -25,7 +44,14 @@ struct Config {
   bool allow_tf32 = false;                            // initial value of the run-time switch
   CudaMatmulPath matmul_path = CudaMatmulPath::Auto;  // initial value
   bool matmul_graphs = true;                          // initial value
-  bool warmup = true;
+  WarmUp warmup = WarmUp::Full;
+  bool decode_graph = true;
+  bool decode_gemv = true;
+  int row_vectors_per_thread = 0;  // 0: the kernel's own choice
+  bool row_kernel_block = false;
+  int row_warps = 2;
+  int decode_warps = 8;
+  int decode_splits = 0;  // 0: the kernel's own choice
 };
 
 /// The settings, read from the environment at first use.

@@ -16,6 +16,7 @@
 
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_storage.h"
+#include "cuda_config.h"
 #include "tensor_impl.h"
 #include "wick/cuda.h"
 #include "wick/wick.h"
@@ -124,7 +125,7 @@ int main() {
   cudaStream_t stream = dev.stream();
   // This program records its own events and cuBLAS calls on the device stream, which a graph
   // capture would reject: it measures the stream queue (bench_graphs measures graph mode).
-  dev.set_graph_mode(false);
+  dev.queue().set_graph_mode(false);
   // Benchmarks measure the steady state: wait for cuBLASLt's warm-up.
   cuda_set_matmul_path(CudaMatmulPath::Cublas);
   (void)Tensor::ones({2, 2}, DType::F32, gpu).matmul(Tensor::ones({2, 2}, DType::F32, gpu));

@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   Device gpu = Device::cuda(0);
   cuda::CudaDevice& dev = cuda::cuda_device(0);
   // Events are recorded on the device stream, which a graph capture would reject.
-  dev.set_graph_mode(false);
+  dev.queue().set_graph_mode(false);
   cudaStream_t stream = dev.stream();
 
   // ---- row ops at (4096, 4096) bf16: read 32 MiB, write 32 MiB ----

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "cuda/check.h"
-#include "cuda/cuda_device.h"
 #include "util.h"
 #include "wick/error.h"
 

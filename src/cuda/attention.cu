@@ -17,10 +17,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
+#include "cuda_config.h"
 #include "util.h"
 
 namespace wick::cuda {
@@ -1023,14 +1023,9 @@ bool decode_fits(DType dtype, const AttentionArgs& a) {
   return true;
 }
 
-int env_int(const char* name) {
-  const char* e = std::getenv(name);
-  return e != nullptr ? std::atoi(e) : 0;
-}
-
 // Warps per decode block: 8 (WICK_DECODE_WARPS=4 for 4; benchmarks).
 int decode_warps() {
-  static const int n = env_int("WICK_DECODE_WARPS") == 4 ? 4 : kDecMaxWarps;
+  static const int n = config().decode_warps == 4 ? 4 : kDecMaxWarps;
   return n;
 }
 
@@ -1082,7 +1077,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   const int units = a.b * a.h_kv * p.chunks;
   int splits = 1;
   if (units <= kDecCounterSlots) {
-    static const int forced = env_int("WICK_DECODE_SPLITS");
+    static const int forced = config().decode_splits;
     int64_t want = forced > 0 ? forced : static_cast<int64_t>(sm_count()) * per_sm / units;
     // Splits beyond one merge round trip only when fewer would leave a tenth of the GPU idle.
     if (forced == 0 && want > kDecMerge &&

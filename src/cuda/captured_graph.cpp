@@ -20,7 +20,7 @@ struct CudaGraph::Impl {
       // A replay may still be queued: the executable is destroyed after the stream has run it
       // (an open graph-mode batch is launched first: a capturing stream cannot be waited on).
       try {
-        device->flush();
+        device->queue().flush();
       } catch (...) {
         // Destructors stay silent; a lost batch is reported at the next synchronize.
       }
@@ -68,7 +68,7 @@ CudaGraph CudaGraph::capture(const Device& device, const std::function<void()>& 
 
 void CudaGraph::replay() const {
   if (!impl_) throw Error("CudaGraph::replay: an empty graph");
-  impl_->device->launch_graph(impl_->exec);
+  impl_->device->queue().launch_graph(impl_->exec);
 }
 
 size_t CudaGraph::node_count() const {

@@ -1,6 +1,6 @@
 #pragma once
 // Every CUDA, cuBLAS and cuBLASLt call goes through these: a failure throws BackendError with
-// the call's text and status.
+// the call's text and status. Also the one helper every part of a device uses: make_current.
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -16,6 +16,9 @@ namespace wick::cuda {
                                    int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
+
+/// Makes GPU `ordinal` current on this thread (cheap when it already is).
+void make_current(int ordinal);
 
 }  // namespace wick::cuda
 

@@ -26,8 +26,8 @@ void copy_strided(CudaDevice& dev, DType dtype, const void* src, const Layout& s
   if (n == 0) return;
   StridedView sv, dv;
   if (make_view(src_layout, sv) && make_view(dst_layout, dv)) {
-    dev.enqueue("copy", dtype,
-                [&](cudaStream_t s) { launch_copy_strided(dtype, src, sv, dst, dv, n, s); });
+    dev.queue().enqueue(
+        "copy", dtype, [&](cudaStream_t s) { launch_copy_strided(dtype, src, sv, dst, dv, n, s); });
     return;
   }
   auto tail = [](const Layout& l, size_t i) {
@@ -105,11 +105,11 @@ void CudaStorage::copy_to_host(const Layout& layout, void* dst) const {
   size_t bytes = n * size_in_bytes(dtype_);
   if (layout.is_contiguous()) {
     // Only the view's bytes cross the bus: one element of a 1024x1024 result is one element.
-    dev_->read_back(data_at(layout.start_offset()), bytes, dst);
+    dev_->queue().read_back(data_at(layout.start_offset()), bytes, dst);
     return;
   }
   auto gathered = contiguous_copy(layout);  // gathered on the GPU, then one copy
-  dev_->read_back(gathered->data(), bytes, dst);
+  dev_->queue().read_back(gathered->data(), bytes, dst);
 }
 
 void CudaStorage::copy_into(const Layout& src_layout, BackendStorage& dst,
@@ -123,7 +123,7 @@ StoragePtr CudaStorage::to_dtype(const Layout& layout, DType dtype) const {
   auto out = fresh(*this, n, dtype);
   if (n == 0) return out;
   ViewOperand src = view_operand(*this, layout);
-  dev_->enqueue("cast", dtype_, [&](cudaStream_t s) {
+  dev_->queue().enqueue("cast", dtype_, [&](cudaStream_t s) {
     launch_cast(dtype_, src.ptr, src.view, dtype, out->data(), n, s);
   });
   return out;
@@ -134,7 +134,7 @@ StoragePtr CudaStorage::unary(const UnaryOp& op, const Layout& layout) const {
   auto out = fresh(*this, n, dtype_);
   if (n == 0) return out;
   ViewOperand src = view_operand(*this, layout);
-  dev_->enqueue(unary_name(op.kind), dtype_, [&](cudaStream_t s) {
+  dev_->queue().enqueue(unary_name(op.kind), dtype_, [&](cudaStream_t s) {
     launch_unary(op, dtype_, src.ptr, src.view, out->data(), n, s);
   });
   return out;
@@ -147,7 +147,7 @@ StoragePtr CudaStorage::binary(BinaryKind op, const Layout& layout, const Backen
   if (n == 0) return out;
   ViewOperand a = view_operand(*this, layout);
   ViewOperand b = view_operand(as_cuda(rhs), rhs_layout);
-  dev_->enqueue(binary_name(op), dtype_, [&](cudaStream_t s) {
+  dev_->queue().enqueue(binary_name(op), dtype_, [&](cudaStream_t s) {
     launch_binary(op, dtype_, a.ptr, a.view, b.ptr, b.view, out->data(), n, s);
   });
   return out;
@@ -160,7 +160,7 @@ StoragePtr CudaStorage::cmp(CmpKind op, const Layout& layout, const BackendStora
   if (n == 0) return out;
   ViewOperand a = view_operand(*this, layout);
   ViewOperand b = view_operand(as_cuda(rhs), rhs_layout);
-  dev_->enqueue(cmp_name(op), dtype_, [&](cudaStream_t s) {
+  dev_->queue().enqueue(cmp_name(op), dtype_, [&](cudaStream_t s) {
     launch_cmp(op, dtype_, a.ptr, a.view, b.ptr, b.view, out->data(), n, s);
   });
   return out;
@@ -176,7 +176,7 @@ StoragePtr CudaStorage::where_cond(const Layout& layout, const BackendStorage& o
   ViewOperand c = view_operand(*this, layout);
   ViewOperand t = view_operand(as_cuda(on_true), true_layout);
   ViewOperand f = view_operand(as_cuda(on_false), false_layout);
-  dev_->enqueue("where_cond", dtype, [&](cudaStream_t s) {
+  dev_->queue().enqueue("where_cond", dtype, [&](cudaStream_t s) {
     launch_where(c.ptr, c.view, dtype, t.ptr, t.view, f.ptr, f.view, out->data(), n, s);
   });
   return out;
@@ -207,7 +207,7 @@ StoragePtr CudaStorage::reduce(ReduceKind op, const Layout& layout,
     temps.push_back(std::make_shared<DeviceBuffer>(*dev_, bytes));
     return temps.back()->data();
   };
-  dev_->enqueue(reduce_name(op), dtype_, [&](cudaStream_t s) {
+  dev_->queue().enqueue(reduce_name(op), dtype_, [&](cudaStream_t s) {
     launch_reduce(op, dtype_, src.ptr, src.layout, dims, out->data(), temp, s);
   });
   return out;
@@ -224,7 +224,7 @@ StoragePtr CudaStorage::softmax_last_dim(const Layout& layout) const {
     copy = contiguous_copy(layout);
     src = copy->data();
   }
-  dev_->enqueue("softmax", dtype_, [&](cudaStream_t s) {
+  dev_->queue().enqueue("softmax", dtype_, [&](cudaStream_t s) {
     launch_softmax_last_dim(dtype_, src, out->data(), n / cols, cols, s);
   });
   return out;
@@ -240,8 +240,8 @@ StoragePtr CudaStorage::index_select(const Layout& layout, const BackendStorage&
   if (out_count == 0) return out;
   LayoutOperand src = layout_operand(*this, layout);
   LayoutOperand idx = layout_operand(as_cuda(ids), ids_layout);
-  int* flag = dev_->error_flag("index_select");
-  dev_->enqueue("index_select", dtype_, [&](cudaStream_t s) {
+  int* flag = dev_->queue().error_flag("index_select");
+  dev_->queue().enqueue("index_select", dtype_, [&](cudaStream_t s) {
     launch_index_select(dtype_, src.ptr, src.layout, ids.dtype(), idx.ptr, idx.layout, dim,
                         out->data(), flag, s);
   });
@@ -255,8 +255,8 @@ StoragePtr CudaStorage::gather(const Layout& layout, const BackendStorage& ids,
   if (out_count == 0) return out;
   LayoutOperand src = layout_operand(*this, layout);
   LayoutOperand idx = layout_operand(as_cuda(ids), ids_layout);
-  int* flag = dev_->error_flag("gather");
-  dev_->enqueue("gather", dtype_, [&](cudaStream_t s) {
+  int* flag = dev_->queue().error_flag("gather");
+  dev_->queue().enqueue("gather", dtype_, [&](cudaStream_t s) {
     launch_gather(dtype_, src.ptr, src.layout, ids.dtype(), idx.ptr, idx.layout, dim, out->data(),
                   flag, s);
   });
@@ -270,8 +270,8 @@ StoragePtr CudaStorage::index_add(const Layout& layout, const BackendStorage& id
   if (layout.elem_count() == 0 || src_layout.elem_count() == 0) return out;
   LayoutOperand idx = layout_operand(as_cuda(ids), ids_layout);
   LayoutOperand add = layout_operand(as_cuda(src), src_layout);
-  int* flag = dev_->error_flag("index_add");
-  dev_->enqueue("index_add", dtype_, [&](cudaStream_t s) {
+  int* flag = dev_->queue().error_flag("index_add");
+  dev_->queue().enqueue("index_add", dtype_, [&](cudaStream_t s) {
     launch_index_add(dtype_, out->data(), layout.shape(), ids.dtype(), idx.ptr, idx.layout, add.ptr,
                      add.layout, dim, flag, s);
   });
@@ -285,8 +285,8 @@ StoragePtr CudaStorage::scatter_add(const Layout& layout, const BackendStorage& 
   if (layout.elem_count() == 0 || src_layout.elem_count() == 0) return out;
   LayoutOperand idx = layout_operand(as_cuda(ids), ids_layout);
   LayoutOperand add = layout_operand(as_cuda(src), src_layout);
-  int* flag = dev_->error_flag("scatter_add");
-  dev_->enqueue("scatter_add", dtype_, [&](cudaStream_t s) {
+  int* flag = dev_->queue().error_flag("scatter_add");
+  dev_->queue().enqueue("scatter_add", dtype_, [&](cudaStream_t s) {
     launch_scatter_add(dtype_, out->data(), layout.shape(), ids.dtype(), idx.ptr, idx.layout,
                        add.ptr, add.layout, dim, flag, s);
   });

@@ -2,12 +2,11 @@
 
 #include "cuda/decode_gemv.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <mutex>
 
 #include "cuda/cuda_storage.h"
+#include "cuda_config.h"
 #include "models/decode_gemv.h"
 #include "tensor_internal.h"
 
@@ -46,10 +45,7 @@ cuda::CudaDevice& device_of(const Tensor& t) {
 }  // namespace
 
 bool decode_gemv_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("WICK_DECODE_GEMV");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = cuda::config().decode_gemv;
   return enabled;
 }
 
@@ -84,7 +80,7 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& wqkv, const Tensor& bias, siz
                      : wick::detail::read_locks({&x, &wqkv, &cos, &sin, &position});
     std::lock_guard write_k(k_cache.impl()->storage->mutex());
     std::lock_guard write_v(v_cache.impl()->storage->mutex());
-    dev.enqueue("qkv_rope_gemv", dt, [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
+    dev.queue().enqueue("qkv_rope_gemv", dt, [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
   }
   *q = wick::detail::from_storage(std::move(out), Shape{1, h, 1, d});
   return true;
@@ -101,7 +97,8 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& w_gate_up, Tensor* act) {
   a.out = out->data();
   {
     auto locks = wick::detail::read_locks({&x, &w_gate_up});
-    dev.enqueue("gate_up_silu_gemv", dt, [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
+    dev.queue().enqueue("gate_up_silu_gemv", dt,
+                        [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
   }
   *act = wick::detail::from_storage(std::move(out), Shape{1, 1, n});
   return true;
@@ -132,7 +129,8 @@ bool fused_project_add_norm(const Tensor& x, const Tensor& w, const Tensor& resi
   {
     auto locks = wick::detail::read_locks({&x, &w, &residual, &norm_weight});
     std::lock_guard write_counter(counter.impl()->storage->mutex());
-    dev.enqueue("project_add_norm_gemv", dt, [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
+    dev.queue().enqueue("project_add_norm_gemv", dt,
+                        [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
   }
   out->residual = wick::detail::from_storage(std::move(sum), residual.shape());
   out->normed = wick::detail::from_storage(std::move(normed), residual.shape());

@@ -35,7 +35,7 @@ nn::ResidualNorm cuda_add_rms_norm(const Tensor& x, const Tensor& delta, const T
   auto sum = std::make_unique<cuda::CudaStorage>(dev, rows * d, x.dtype());
   auto normed = std::make_unique<cuda::CudaStorage>(dev, rows * d, x.dtype());
   auto locks = read_locks({&x, &delta, &weight});
-  dev.enqueue("add_rms_norm", x.dtype(), [&](cudaStream_t s) {
+  dev.queue().enqueue("add_rms_norm", x.dtype(), [&](cudaStream_t s) {
     cuda::launch_add_rms_norm(x.dtype(), ptr_of(x), ptr_of(delta), ptr_of(weight), sum->data(),
                               normed->data(), rows, d, eps, s);
   });
@@ -47,7 +47,7 @@ Tensor cuda_silu_mul(const Tensor& gate_up) {
   cuda::CudaDevice& dev = device_of(gate_up);
   auto out = std::make_unique<cuda::CudaStorage>(dev, rows * n, gate_up.dtype());
   auto locks = read_locks({&gate_up});
-  dev.enqueue("silu_mul", gate_up.dtype(), [&](cudaStream_t s) {
+  dev.queue().enqueue("silu_mul", gate_up.dtype(), [&](cudaStream_t s) {
     cuda::launch_silu_mul(gate_up.dtype(), ptr_of(gate_up), out->data(), rows, n, s);
   });
   return from_storage(std::move(out), Shape{rows, n});
@@ -84,8 +84,8 @@ Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t
     // The caches are written: hold their locks as any op that writes a storage does.
     std::lock_guard write_k(k_cache.impl()->storage->mutex());
     std::lock_guard write_v(v_cache.impl()->storage->mutex());
-    dev.enqueue("rope_write", qkv.dtype(),
-                [&](cudaStream_t st) { cuda::launch_rope_write(qkv.dtype(), a, st); });
+    dev.queue().enqueue("rope_write", qkv.dtype(),
+                        [&](cudaStream_t st) { cuda::launch_rope_write(qkv.dtype(), a, st); });
   }
   return wick::detail::from_storage(std::move(q), Shape{b, h, s, d});
 }

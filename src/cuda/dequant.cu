@@ -188,7 +188,7 @@ StoragePtr upload_staged(int ordinal, const void* src, size_t count, DType dtype
   size_t bytes = count * size_in_bytes(dtype);
   if (bytes == 0) return out;
   if (bytes < kStageMin) {
-    dev.upload(src, bytes, out->data());
+    dev.queue().upload(src, bytes, out->data());
     return out;
   }
   Stager& s = stager(ordinal);
@@ -196,7 +196,7 @@ StoragePtr upload_staged(int ordinal, const void* src, size_t count, DType dtype
   make_current(ordinal);
   // The buffer may come from the allocator's cache with work still queued on the device's
   // stream: the staging stream starts after it. flush() ends an open graph capture first.
-  dev.flush();
+  dev.queue().flush();
   WICK_CUDA_CHECK(cudaEventRecord(s.ready, dev.stream()));
   WICK_CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.ready, 0));
   const auto* from = static_cast<const char*>(src);
@@ -222,7 +222,7 @@ StoragePtr dequantize(GgmlType type, const BackendStorage& raw_storage, size_t n
   const auto* src = static_cast<const uint8_t*>(raw.data());
   float* dst = out->as<float>();
   auto launch = [&](const char* name, void (*kernel)(const uint8_t*, float*, uint64_t)) {
-    dev.enqueue(
+    dev.queue().enqueue(
         name, DType::F32,
         [&](cudaStream_t s) {
           kernel<<<grid_for(n), kBlock, 0, s>>>(src, dst, n);
@@ -232,7 +232,7 @@ StoragePtr dequantize(GgmlType type, const BackendStorage& raw_storage, size_t n
   };
   switch (type) {
     case GgmlType::F32:
-      dev.enqueue("dequantize_f32", DType::F32, [&](cudaStream_t s) {
+      dev.queue().enqueue("dequantize_f32", DType::F32, [&](cudaStream_t s) {
         WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice, s));
       });
       break;
@@ -264,7 +264,7 @@ StoragePtr dequantize(GgmlType type, const BackendStorage& raw_storage, size_t n
       throw UnsupportedDType(
           str("dequantize: ggml type ", ggml_type_name(type), " is not supported on cuda"));
   }
-  dev.retain(raw.buffer());  // the blocks stay alive until the batch has run
+  dev.queue().retain(raw.buffer());  // the blocks stay alive until the batch has run
   return out;
 }
 

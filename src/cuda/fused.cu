@@ -5,11 +5,9 @@
 // reduction); else a block per row up to 8192 in registers, a looping block above. Statistics
 // in f32 (f64 for f64).
 
-#include <cstdlib>
-#include <string_view>
-
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
+#include "cuda_config.h"
 
 namespace wick::cuda {
 namespace {
@@ -518,16 +516,9 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   C e = static_cast<C>(eps);
   // A warp per row when the row fits in 16 vectors a lane (WICK_ROW_KERNEL=block forces the
   // block kernel; benchmarks).
-  static const bool force_block = [] {
-    const char* k = std::getenv("WICK_ROW_KERNEL");
-    return k != nullptr && std::string_view(k) == "block";
-  }();
+  static const bool force_block = config().row_kernel_block;
   // Two rows a block: fine steps of occupancy (WICK_ROW_WARPS=1/4 for one or four; benchmarks).
-  static const unsigned row_warps = [] {
-    const char* k = std::getenv("WICK_ROW_WARPS");
-    int n = k != nullptr ? std::atoi(k) : 0;
-    return n == 1 || n == 4 ? static_cast<unsigned>(n) : 2u;
-  }();
+  static const unsigned row_warps = static_cast<unsigned>(config().row_warps);
   if constexpr (sizeof(T) <= 4) {
     if (!force_block && nvec <= 32 * 16 && rows <= 0xffffffffu - kRowWarpMaxRows) {
       unsigned blocks = static_cast<unsigned>((rows + row_warps - 1) / row_warps);
@@ -555,10 +546,7 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   };
   // Four vectors a thread (64 bytes in flight each) up to 256 threads, then eight up to 512;
   // WICK_ROW_VPT=2/4/8 forces one (for benchmarks).
-  static const int forced = [] {
-    const char* e = std::getenv("WICK_ROW_VPT");
-    return e != nullptr ? std::atoi(e) : 0;
-  }();
+  static const int forced = config().row_vectors_per_thread;
   // softmax keeps exp(x) as floats: two vectors a thread keep it in registers.
   const bool two = forced == 2 || (forced == 0 && Op == RowOp::Softmax && threads_for(2) <= 256);
   if (two && threads_for(2) <= kRowMaxThreads) {

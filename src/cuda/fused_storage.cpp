@@ -34,7 +34,7 @@ StoragePtr CudaStorage::fused(const FusedParams& params,
       size_t cols = xl.dims().back();
       const void* bias =
           !rms && operands.size() > 2 && operands[2].storage ? ptr_of(operands[2]) : nullptr;
-      dev_->enqueue(name, dtype_, [&](cudaStream_t s) {
+      dev_->queue().enqueue(name, dtype_, [&](cudaStream_t s) {
         launch_norm(dtype_, rms, ptr_of(operands[0]), ptr_of(operands[1]), bias, out->data(),
                     n / cols, cols, params.eps, s);
       });
@@ -45,7 +45,7 @@ StoragePtr CudaStorage::fused(const FusedParams& params,
       int64_t strides[3];
       strides3(xl, strides);
       size_t dims[4] = {xl.dims()[0], xl.dims()[1], xl.dims()[2], xl.dims()[3]};
-      dev_->enqueue(name, dtype_, [&](cudaStream_t s) {
+      dev_->queue().enqueue(name, dtype_, [&](cudaStream_t s) {
         launch_rope(dtype_, params.kind == FusedKind::RopeInterleaved, ptr_of(operands[0]), strides,
                     dims, ptr_of(operands[1]), ptr_of(operands[2]), out->data(), s);
       });
@@ -80,7 +80,7 @@ StoragePtr CudaStorage::fused(const FusedParams& params,
         return temps.back()->data();
       };
       double work = 4.0 * a.b * a.h * a.s * double(a.s_kv) * a.d;
-      dev_->enqueue(
+      dev_->queue().enqueue(
           name, dtype_, [&](cudaStream_t s) { launch_attention(dtype_, a, temp, s); }, work);
       return out;
     }

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "cuda/check.h"
-#include "cuda/cuda_device.h"
+#include "cuda/trace.h"
 #include "cuda_config.h"
 #include "util.h"
 

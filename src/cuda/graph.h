@@ -8,12 +8,12 @@
 //
 // Captures run in relaxed mode: the caching allocator may cudaMalloc during a capture (the
 // allocation is not part of the graph, and every launch is updated with the addresses of its own
-// capture), other threads may use CUDA freely, and any thread holding the device lock may add
+// capture), other threads may use CUDA freely, and any thread holding the queue lock may add
 // ops. Work that cannot be captured (host read-back, pageable uploads, stream waits) closes the
 // batch first. A failed capture loses the ops captured so far: the next synchronize or
 // read-back throws naming them, and the device stays usable.
 //
-// Every member is called with the device lock held.
+// Every member is called with the queue lock held (queue.h).
 
 #include <cuda_runtime.h>
 
@@ -54,7 +54,7 @@ class GraphQueue {
   GraphQueue(const GraphQueue&) = delete;
   GraphQueue& operator=(const GraphQueue&) = delete;
 
-  /// Read without the device lock too (DeviceBuffer): atomic.
+  /// Read without the queue lock too (DeviceBuffer, the matmul engine): atomic.
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   /// Only between batches (the device closes the open one first).
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }

@@ -36,7 +36,7 @@ void cuda_write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor
   // The caches are written: hold their locks as any op that writes a storage does.
   std::lock_guard write_k(k_cache.impl()->storage->mutex());
   std::lock_guard write_v(v_cache.impl()->storage->mutex());
-  dev.enqueue("kv_write", k_cache.dtype(), [&](cudaStream_t s) {
+  dev.queue().enqueue("kv_write", k_cache.dtype(), [&](cudaStream_t s) {
     cuda::launch_kv_write(elem, kw, vw, dims, max_len, pos_ptr, s);
   });
 }

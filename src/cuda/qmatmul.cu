@@ -226,7 +226,7 @@ StoragePtr qmatmul(GgmlType type, const BackendStorage& w_storage, size_t w_offs
   if (dtype == DType::F32 && reinterpret_cast<uintptr_t>(xp) % 16 != 0) {
     throw Error("qmatmul: f32 activations must be 16-byte aligned on cuda");
   }
-  dev.enqueue(
+  dev.queue().enqueue(
       "qmatmul", dtype,
       [&](cudaStream_t s) {
         switch (dtype) {
@@ -248,8 +248,8 @@ StoragePtr qmatmul(GgmlType type, const BackendStorage& w_storage, size_t w_offs
         }
       },
       2.0 * static_cast<double>(m * n * k));
-  dev.retain(w.buffer());
-  dev.retain(x.buffer());
+  dev.queue().retain(w.buffer());
+  dev.queue().retain(x.buffer());
   return out;
 }
 

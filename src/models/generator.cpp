@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <numeric>
 
+#include "cuda_config.h"
 #include "util.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
@@ -29,8 +28,7 @@ uint64_t next_random(uint64_t& state) {
 }
 
 bool graph_allowed_by_env() {
-  const char* v = std::getenv("WICK_DECODE_GRAPH");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return cuda::config().decode_graph;
 }
 
 }  // namespace

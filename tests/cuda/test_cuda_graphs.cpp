@@ -34,8 +34,8 @@ class CudaGraphs : public ::testing::Test {
     if (testing::cuda_missing()) GTEST_SKIP() << "no CUDA device available";
     ASSERT_TRUE(cuda_is_available()) << "WICK_REQUIRE_CUDA=1 but no CUDA device is available";
     dev_ = &cuda::cuda_device(0);
-    was_ = dev_->graph_mode();
-    dev_->set_graph_mode(true);
+    was_ = dev_->queue().graph_mode();
+    dev_->queue().set_graph_mode(true);
   }
   void TearDown() override {
     if (dev_ == nullptr) return;
@@ -43,7 +43,7 @@ class CudaGraphs : public ::testing::Test {
       gpu.synchronize();
     } catch (...) {
     }
-    dev_->set_graph_mode(was_);
+    dev_->queue().set_graph_mode(was_);
   }
   cuda::CudaDevice* dev_ = nullptr;
   bool was_ = false;
@@ -64,9 +64,9 @@ Pair pair_from(const std::vector<double>& v, const Shape& shape) {
 }
 
 TEST_F(CudaGraphs, RepeatedBatchesHitTheCacheAndUpdateAddresses) {
-  size_t per = static_cast<size_t>(dev_->ops_per_batch());
+  size_t per = static_cast<size_t>(dev_->queue().ops_per_batch());
   gpu.synchronize();
-  cuda::GraphStats s0 = dev_->graph_stats();
+  cuda::GraphStats s0 = dev_->queue().graph_stats();
   Pair y = pair_from(random_values(64), {8, 8});
   Pair x = y;
   // 6 full batches of the same structure; buffers move between allocator blocks as they go.
@@ -76,13 +76,13 @@ TEST_F(CudaGraphs, RepeatedBatchesHitTheCacheAndUpdateAddresses) {
     x.c = (x.c + y.c).affine(0.5, 0.0);
     if (i % 7 == 3) keep.push_back(x.g);  // shifts later buffers to other addresses
   }
-  cuda::GraphStats s1 = dev_->graph_stats();
+  cuda::GraphStats s1 = dev_->queue().graph_stats();
   EXPECT_GE(s1.commits, s0.commits + 10);
   EXPECT_GE(s1.updates, s0.updates + 8) << "repeated batches should update the cached graph";
   EXPECT_LE(s1.instantiations, s0.instantiations + 3);
   EXPECT_EQ(s1.lost, s0.lost);
   EXPECT_TRUE(same(x));
-  EXPECT_EQ(dev_->open_batch_ops(), 0u);  // the read-back closed the batch
+  EXPECT_EQ(dev_->queue().open_batch_ops(), 0u);  // the read-back closed the batch
 }
 
 TEST_F(CudaGraphs, ReadBacksAndUploadsMidBatch) {
@@ -91,10 +91,10 @@ TEST_F(CudaGraphs, ReadBacksAndUploadsMidBatch) {
   for (int round = 0; round < 5; ++round) {
     a.g = a.g.mul(b.g).tanh();
     a.c = a.c.mul(b.c).tanh();
-    EXPECT_GT(dev_->open_batch_ops(), 0u);
+    EXPECT_GT(dev_->queue().open_batch_ops(), 0u);
     // A read-back in the middle of a batch: the captured ops run before the copy.
     EXPECT_TRUE(same(a)) << "round " << round;
-    EXPECT_EQ(dev_->open_batch_ops(), 0u);
+    EXPECT_EQ(dev_->queue().open_batch_ops(), 0u);
     // A small (pinned, captured) upload between captured ops.
     auto v = random_values(30);
     b = pair_from(v, {5, 6});
@@ -120,14 +120,14 @@ TEST_F(CudaGraphs, ABigMatmulStartsAtOnce) {
   Pair s = pair_from(random_values(16), {4, 4});
   s.g = s.g.sqr();  // a small op opens a capture
   s.c = s.c.sqr();
-  ASSERT_GT(dev_->open_batch_ops(), 0u);
-  cuda::GraphStats s0 = dev_->graph_stats();
+  ASSERT_GT(dev_->queue().open_batch_ops(), 0u);
+  cuda::GraphStats s0 = dev_->queue().graph_stats();
   size_t n = 1024;  // 2.1 GFLOP: far past the batch work limit
   Pair a = pair_from(random_values(n * n), {n, n});
   Pair b = pair_from(random_values(n * n), {n, n});
   Tensor cg = a.g.matmul(b.g);
-  cuda::GraphStats s1 = dev_->graph_stats();
-  EXPECT_EQ(dev_->open_batch_ops(), 0u) << "the matmul should not wait for more ops";
+  cuda::GraphStats s1 = dev_->queue().graph_stats();
+  EXPECT_EQ(dev_->queue().open_batch_ops(), 0u) << "the matmul should not wait for more ops";
   EXPECT_GE(s1.direct, s0.direct + 1);
   EXPECT_GE(s1.commits, s0.commits + 1) << "the ops before it were launched first";
   Tensor cc = a.c.matmul(b.c);
@@ -152,9 +152,9 @@ TEST_F(CudaGraphs, StreamAndGraphModesAgree) {
     for (int l = 0; l < 6; ++l) h = h.matmul(w[l]).broadcast_add(b[l]).relu();
     return h.softmax(1);
   };
-  dev_->set_graph_mode(false);
+  dev_->queue().set_graph_mode(false);
   auto stream = forward().to_vec_f64();
-  dev_->set_graph_mode(true);
+  dev_->queue().set_graph_mode(true);
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(all_close(forward().to_vec_f64(), stream, 1e-6, 1e-7));
   cuda_set_matmul_path(path);
 }
@@ -175,15 +175,16 @@ TEST_F(CudaGraphs, OutOfRangeIdsAreReportedAfterAGraphRan) {
 TEST_F(CudaGraphs, ALaunchThatThrowsDuringCaptureLeavesTheDeviceUsable) {
   Pair a = pair_from(random_values(20), {4, 5});
   Tensor lost = a.g.exp().sin();  // captured, then lost with the batch
-  cuda::GraphStats s0 = dev_->graph_stats();
+  cuda::GraphStats s0 = dev_->queue().graph_stats();
   try {
-    dev_->enqueue("boom", DType::F32, [](cudaStream_t) { throw BackendError("boom: refused"); });
+    dev_->queue().enqueue("boom", DType::F32,
+                          [](cudaStream_t) { throw BackendError("boom: refused"); });
     FAIL() << "the launch error was swallowed";
   } catch (const BackendError& e) {
     EXPECT_TRUE(contains(e.what(), "boom")) << e.what();
   }
-  EXPECT_FALSE(dev_->graph_capturing());
-  EXPECT_EQ(dev_->graph_stats().lost, s0.lost + 1);
+  EXPECT_FALSE(dev_->queue().graph_capturing());
+  EXPECT_EQ(dev_->queue().graph_stats().lost, s0.lost + 1);
   try {
     gpu.synchronize();
     FAIL() << "the lost batch was not reported";
@@ -203,7 +204,7 @@ TEST_F(CudaGraphs, AnInvalidatedCaptureIsReportedAtTheNextSync) {
   Pair a = pair_from(random_values(20), {4, 5});
   Tensor t = a.g.cos();
   // A forbidden call inside the capture invalidates it without an exception here.
-  dev_->enqueue("stray_sync", DType::F32, [](cudaStream_t s) {
+  dev_->queue().enqueue("stray_sync", DType::F32, [](cudaStream_t s) {
     (void)cudaStreamSynchronize(s);
     (void)cudaGetLastError();
   });
@@ -247,7 +248,7 @@ TEST_F(CudaGraphs, SeveralThreadsShareTheCapture) {
 TEST_F(CudaGraphs, RandomOpSequencesMatchTheCpu) {
   constexpr size_t n = 12;
   constexpr int kSlots = 6;
-  cuda::GraphStats s0 = dev_->graph_stats();
+  cuda::GraphStats s0 = dev_->queue().graph_stats();
   for (uint64_t seed : {1u, 2u, 3u}) {
     std::mt19937_64 r(seed * 7919);
     auto pick = [&](int k) { return static_cast<int>(r() % static_cast<uint64_t>(k)); };
@@ -358,8 +359,8 @@ TEST_F(CudaGraphs, RandomOpSequencesMatchTheCpu) {
     }
     EXPECT_GT(readbacks, 5u);
   }
-  EXPECT_EQ(dev_->graph_stats().lost, s0.lost);
-  EXPECT_GT(dev_->graph_stats().commits, s0.commits + 10);
+  EXPECT_EQ(dev_->queue().graph_stats().lost, s0.lost);
+  EXPECT_GT(dev_->queue().graph_stats().commits, s0.commits + 10);
 }
 
 }  // namespace

@@ -1,0 +1,32 @@
+#include "cuda/check.h"
+
+#include <cstring>
+
+#include "util.h"
+
+namespace wick::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
+                                   int line) {
+  const char* base = std::strrchr(file, '/');
+  throw BackendError(str("CUDA error: ", call, " failed with ", cudaGetErrorName(status), " (",
+                         cudaGetErrorString(status), ") at ", base ? base + 1 : file, ":", line));
+}
+
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
+                                     int line) {
+  const char* base = std::strrchr(file, '/');
+  throw BackendError(str("cuBLAS error: ", call, " failed with ", cublasGetStatusName(status), " (",
+                         cublasGetStatusString(status), ") at ", base ? base + 1 : file, ":",
+                         line));
+}
+
+void make_current(int ordinal) {
+  thread_local int current = -1;
+  if (current != ordinal) {
+    WICK_CUDA_CHECK(cudaSetDevice(ordinal));
+    current = ordinal;
+  }
+}
+
+}  // namespace wick::cuda
