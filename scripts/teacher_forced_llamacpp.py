@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Teacher-forced top-1 agreement and perplexity over the first N tokens of several texts: wick's
-quantized model (f32 and 8-bit activations) and llama.cpp (llama-cpp-python, same GGUF file), each
+quantized model (16-bit, 8-bit and f32 activations) and llama.cpp (llama-cpp-python, same GGUF file), each
 against wick's dequantised f32 model. The ids come from llama.cpp's tokenizer and go to
 wick-generate through --prompt-ids, so every engine sees the same tokens.
 
@@ -48,7 +48,7 @@ def main():
     llm = Llama(model_path=a.model, n_ctx=a.tokens + 8, n_batch=a.tokens, n_ubatch=a.tokens,
                 logits_all=True, verbose=False)
     vocab = llm.n_vocab()
-    engines = [("wick f32 act", {}, []), ("wick int8 act", {"WICK_QMATMUL_ACTIVATIONS": "int8"}, [])]
+    engines = [(f"wick {a} act", {"WICK_QMATMUL_ACTIVATIONS": a}, []) for a in ("int16", "int8", "f32")]
     print(f"{'text':24s} {'engine':14s} {'top-1':>7s} {'ppl':>9s} {'ppl f32':>9s} {'ratio':>7s}")
     with tempfile.TemporaryDirectory() as tmp:
         for path in a.texts:
