@@ -13,6 +13,13 @@ import subprocess
 import time
 
 
+def load_average():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
 def llamacpp_figures(model, threads, prompt, new_tokens):
     from llama_cpp import Llama
 
@@ -64,11 +71,8 @@ def main():
                 bp, bd = best.get((engine, t), (0.0, 0.0))
                 best[(engine, t)] = (max(bp, p), max(bd, d))
                 print(f"round {r + 1}: {engine:9s} {t} thread(s): prefill {p:8.1f} tok/s, "
-                      f"decode {d:7.1f} tok/s", flush=True)
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = float("nan")
+                      f"decode {d:7.1f} tok/s (load average {load_average():.1f})", flush=True)
+    load = load_average()
     print(f"\n{os.path.basename(a.model)}: prompt {a.prompt_len}, {a.new} new tokens, best of "
           f"{a.rounds} alternating rounds, load average {load:.1f} on {os.cpu_count()} cores")
     print(f"{'threads':>7} {'engine':>10} {'prefill tok/s':>14} {'decode tok/s':>13}")
