@@ -2,6 +2,8 @@
 """wick beside llama.cpp (llama-cpp-python) on one GGUF file, in the same run: decode tok/s with
 1 and 2 threads and the prefill of a 128-token prompt, rounds alternating between the two engines,
 best of the rounds. wick runs through bench_generate --keep-quantized (WICK_NUM_THREADS=t).
+On a loaded machine llama.cpp's OpenMP threads spin-wait and its 2-thread figures collapse;
+OMP_WAIT_POLICY=PASSIVE in the environment makes them sleep instead (wick ignores it).
 
     python3 scripts/bench_llamacpp.py --model SmolLM2-135M-Instruct.Q4_1.gguf \
         --bench build/bench/bench_generate
