@@ -2,6 +2,8 @@
 """wick beside llama.cpp (llama-cpp-python) on one GGUF file, in the same run: decode tok/s with
 1 and 2 threads and the prefill of a 128-token prompt, rounds alternating between the two engines,
 best of the rounds. wick runs through bench_generate --keep-quantized (WICK_NUM_THREADS=t).
+On a loaded machine llama.cpp's OpenMP threads spin-wait and its 2-thread figures collapse;
+OMP_WAIT_POLICY=PASSIVE in the environment makes them sleep instead (wick ignores it).
 
     python3 scripts/bench_llamacpp.py --model SmolLM2-135M-Instruct.Q4_1.gguf \
         --bench build/bench/bench_generate
@@ -11,6 +13,13 @@ import os
 import re
 import subprocess
 import time
+
+
+def load_average():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
 
 
 def llamacpp_figures(model, threads, prompt, new_tokens):
@@ -64,11 +73,8 @@ def main():
                 bp, bd = best.get((engine, t), (0.0, 0.0))
                 best[(engine, t)] = (max(bp, p), max(bd, d))
                 print(f"round {r + 1}: {engine:9s} {t} thread(s): prefill {p:8.1f} tok/s, "
-                      f"decode {d:7.1f} tok/s", flush=True)
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = float("nan")
+                      f"decode {d:7.1f} tok/s (load average {load_average():.1f})", flush=True)
+    load = load_average()
     print(f"\n{os.path.basename(a.model)}: prompt {a.prompt_len}, {a.new} new tokens, best of "
           f"{a.rounds} alternating rounds, load average {load:.1f} on {os.cpu_count()} cores")
     print(f"{'threads':>7} {'engine':>10} {'prefill tok/s':>14} {'decode tok/s':>13}")

@@ -3,7 +3,6 @@
 
 #include "cpu/qmatmul.h"
 
-#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -41,6 +40,18 @@ bool qmatmul_supports(GgmlType type) {
       return true;
     default:
       return false;
+  }
+}
+
+int qmatmul_cpu_activation_bits(GgmlType type) {
+  if (!cpu::q_tiled(type)) return 0;
+  switch (cpu::q_activations()) {
+    case cpu::QActivations::Int8:
+      return 8;
+    case cpu::QActivations::Int16:
+      return 16;
+    default:
+      return 0;
   }
 }
 
@@ -82,15 +93,10 @@ Tensor qmatmul(const Tensor& x, const QTensor& w) {
     const auto* w_bytes = static_cast<const uint8_t*>(cpu::as_cpu(detail::backend_of(raw)).data()) +
                           raw.layout().start_offset();
     const cpu::QPacked* packed = nullptr;
-    // Activations stay f32 (dequantised weight rows, f32 dots) unless
-    // WICK_QMATMUL_ACTIVATIONS=int8 picks the integer tile kernels over 8-bit activations, as
-    // llama.cpp does: faster, but on SmolLM2 their top-1 agreement with the f32 model is 95-99%
-    // and a chat answer can change, so they are opt-in until that gap is closed.
-    static const bool int8_activations = [] {
-      const char* v = std::getenv("WICK_QMATMUL_ACTIVATIONS");
-      return v != nullptr && std::string(v) == "int8";
-    }();
-    if (cpu::q_tiled(type) && int8_activations) {
+    // The tiled types run the integer tile kernels over 16-bit activations (8-bit as llama.cpp,
+    // or f32, through WICK_QMATMUL_ACTIVATIONS; docs/NUMERICS.md says why 16).
+    const cpu::QActivations acts = cpu::q_activations();
+    if (cpu::q_tiled(type) && acts != cpu::QActivations::F32) {
       detail::QCache& cache = *w.cache_;
       std::call_once(cache.cpu_once, [&] {
         auto locks = detail::read_locks({&raw});
@@ -101,7 +107,7 @@ Tensor qmatmul(const Tensor& x, const QTensor& w) {
     auto out = cpu::device().alloc(m * n, DType::F32);
     auto locks = detail::read_locks({&xc, &raw});
     const float* xp = cpu::as_cpu(detail::backend_of(xc)).as<float>() + xc.layout().start_offset();
-    cpu::qmatmul(type, w_bytes, packed, n, k, xp, m, cpu::as_cpu(*out).as<float>());
+    cpu::qmatmul(type, w_bytes, packed, n, k, xp, m, cpu::as_cpu(*out).as<float>(), acts);
     return detail::from_storage(std::move(out), Shape(out_dims));
   }
   if (m > 8) {

@@ -38,15 +38,16 @@ void check(const Case& c, const std::vector<size_t>& x_lead = {}) {
   std::vector<double> wv = w.dequantize().to_dtype(DType::F64).flatten_all().to_vec1<double>();
   std::vector<double> xv = x.to_dtype(DType::F64).flatten_all().to_vec1<double>();
   std::vector<double> got = y.to_dtype(DType::F64).flatten_all().to_vec1<double>();
-  // Half the 8-bit step of each activation's block (K-quants: x is not quantized).
-  bool quantized_x =
-      c.type == GgmlType::Q4_0 || c.type == GgmlType::Q4_1 || c.type == GgmlType::Q8_0;
+  // Half the step of each activation's 8- or 16-bit block (0 where x stays f32).
+  const int bits = qmatmul_cpu_activation_bits(c.type);
+  const bool quantized_x = bits != 0;
+  const double top = bits == 16 ? 32512 : 127;  // the block's max |x| scales to this integer
   std::vector<double> half_step(xv.size(), 0.0);
   if (quantized_x) {
     for (size_t b = 0; b < xv.size(); b += 32) {
       double amax = 0;
       for (size_t j = b; j < b + 32; ++j) amax = std::max(amax, std::abs(xv[j]));
-      for (size_t j = b; j < b + 32; ++j) half_step[j] = amax / 254;
+      for (size_t j = b; j < b + 32; ++j) half_step[j] = amax / (2 * top);
     }
   }
   std::vector<double> want(c.m * c.n), abs_sum(want.size()), quant_abs(want.size());
@@ -69,11 +70,14 @@ void check(const Case& c, const std::vector<size_t>& x_lead = {}) {
   }));
   // The bound is the worst case; the rounding errors of x are independent, so the typical
   // error is far smaller: a kernel that mishandles a block (a scale, an offset) stands out.
+  // With 16-bit x the f32 sums over the k / 32 blocks are of the same order, so they count too.
   if (quantized_x) {
     double err2 = 0, expect2 = 0;
+    const double f32_sum = 2 * std::sqrt(c.k / 32.0) * 0x1p-24;
     for (size_t i = 0; i < want.size(); ++i) {
       err2 += (got[i] - want[i]) * (got[i] - want[i]);
       expect2 += quant_abs[i] * quant_abs[i] / c.k;  // ~ sum w^2 h^2 per output
+      expect2 += (f32_sum * abs_sum[i]) * (f32_sum * abs_sum[i]);
     }
     EXPECT_LE(err2, 4 * expect2 + 1e-12) << "rms error above the rounding's expected spread";
   }

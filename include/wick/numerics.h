@@ -170,9 +170,9 @@ inline double matmul_bound(DType dtype, size_t k, double want, double abs_sum, b
 
 /// One output of qmatmul (x times quantized weights w, against the dequantised w in f64):
 /// `abs_sum` = sum_j |w_j x_j|; `quant_abs` = sum_j |w_j| * h_j where h_j is half the step of the
-/// 8-bit block holding x_j (max |x| over its 32 values / 254), the most that rounding x_j to
-/// its block can move the result (0 where x is not quantized: K-quants on the CPU, f32 x on
-/// CUDA). The rest is an f32 accumulation over k products (block sums are exact integers,
+/// 8- or 16-bit block holding x_j (max |x| over its 32 values / 254, or / 65024), the most that
+/// rounding x_j to its block can move the result (0 where x is not quantized: K-quants on the CPU,
+/// f32 x on CUDA). The rest is an f32 accumulation over k products (block sums are exact integers,
 /// scaled by two f32 roundings), with the inputs' own f32 rounding in the scale of x.
 inline double qmatmul_bound(DType dtype, size_t k, double want, double abs_sum, double quant_abs) {
   double u = 0x1p-24;

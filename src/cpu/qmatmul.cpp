@@ -1,5 +1,6 @@
 // qmatmul on the CPU: the repacking of GGML blocks into 16-row tiles, the quantization of the
-// activations (as ggml's quantize_row_q8_0: d = max|x| / 127, q = round(x / d)), the choice of
+// activations (8-bit as ggml's quantize_row_q8_0: d = max|x| / 127, q = round(x / d); or 16-bit
+// as two base-255 digits), the choice of
 // the tile kernels' instruction set, and the K-quant path (each weight row dequantised once into
 // a cache-resident buffer and dotted with every f32 activation row).
 
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -144,11 +146,14 @@ std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t 
   return packed;
 }
 
-void Q8Rows::quantize(const float* x, size_t rows, size_t cols) {
+void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits) {
   m = rows;
   k = cols;
+  wide = wide_digits;
   const size_t nb = k / 32;
+  const float top = wide ? kQ16Max : kQ8Max;
   qs.resize(m * k);
+  lo.resize(wide ? m * k : 0);
   d.resize(m * nb);
   ds.resize(m * nb);
   s.resize(m * nb);
@@ -156,33 +161,46 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols) {
 #if defined(__AVX2__)
   // The same arithmetic 8 lanes at a time (cvtps rounds to nearest even, as lrintf does).
   const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 inv255 = _mm256_set1_ps(1.0f / 255);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // 32 i32 lanes to 32 i8 in order: packs interleave 128-bit lanes, a permute restores it.
+  auto pack_store = [&](const __m256i(&v)[4], int8_t* dst) {
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permutevar8x32_epi32(p, order));
+  };
   for (; i < m * nb; ++i) {
     const float* v = x + i * 32;
-    __m256 a0 = _mm256_loadu_ps(v), a1 = _mm256_loadu_ps(v + 8);
-    __m256 a2 = _mm256_loadu_ps(v + 16), a3 = _mm256_loadu_ps(v + 24);
+    __m256 a[4];
+    for (int j = 0; j < 4; ++j) a[j] = _mm256_loadu_ps(v + 8 * j);
     __m256 mx =
-        _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, a0), _mm256_andnot_ps(sign, a1)),
-                      _mm256_max_ps(_mm256_andnot_ps(sign, a2), _mm256_andnot_ps(sign, a3)));
+        _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, a[0]), _mm256_andnot_ps(sign, a[1])),
+                      _mm256_max_ps(_mm256_andnot_ps(sign, a[2]), _mm256_andnot_ps(sign, a[3])));
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
     float amax = _mm_cvtss_f32(h);
-    float scale = amax / 127.0f;
+    float scale = amax / top;
     float inv = scale != 0 ? 1.0f / scale : 0.0f;
     __m256 vi = _mm256_set1_ps(inv);
-    __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(a0, vi));
-    __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(a1, vi));
-    __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(a2, vi));
-    __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(a3, vi));
-    __m256i sum32 = _mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3));
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(a[j], vi));
+    __m256i sum32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum32), _mm256_extracti128_si256(sum32, 1));
     s4 = _mm_hadd_epi32(s4, s4);
     s4 = _mm_hadd_epi32(s4, s4);
-    // Pack to int8 in order: packs interleave 128-bit lanes, a permute restores the order.
-    __m256i p01 = _mm256_packs_epi32(q0, q1), p23 = _mm256_packs_epi32(q2, q3);
-    __m256i p = _mm256_packs_epi16(p01, p23);
-    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs.data() + i * 32), p);
+    if (wide) {
+      // q = 255 hi + lo: hi = round(q / 255) (|q / 255 - hi| is never near 1/2 for |q| <=
+      // 32512), so |lo| <= 127.
+      __m256i hi[4], low[4];
+      for (int j = 0; j < 4; ++j) {
+        hi[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(q[j]), inv255));
+        low[j] = _mm256_sub_epi32(q[j], _mm256_sub_epi32(_mm256_slli_epi32(hi[j], 8), hi[j]));
+      }
+      pack_store(hi, qs.data() + i * 32);
+      pack_store(low, lo.data() + i * 32);
+    } else {
+      pack_store(q, qs.data() + i * 32);
+    }
     d[i] = scale;
     s[i] = _mm_cvtsi128_si32(s4);
     ds[i] = scale * static_cast<float>(s[i]);
@@ -192,18 +210,35 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols) {
     const float* v = x + i * 32;
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
-    float scale = amax / 127.0f;
+    float scale = amax / top;
     float inv = scale != 0 ? 1.0f / scale : 0.0f;
     int32_t sum = 0;
-    int8_t* q = qs.data() + i * 32;
-    for (int j = 0; j < 32; ++j) {
-      q[j] = static_cast<int8_t>(std::lrintf(v[j] * inv));
-      sum += q[j];
+    for (size_t j = i * 32; j < i * 32 + 32; ++j) {
+      auto q = static_cast<int32_t>(std::lrintf(x[j] * inv));
+      sum += q;
+      if (wide) {
+        auto hi = static_cast<int32_t>(std::lrintf(static_cast<float>(q) * (1.0f / 255)));
+        qs[j] = static_cast<int8_t>(hi);
+        lo[j] = static_cast<int8_t>(q - 255 * hi);
+      } else {
+        qs[j] = static_cast<int8_t>(q);
+      }
     }
     d[i] = scale;
     s[i] = sum;
     ds[i] = scale * static_cast<float>(sum);
   }
+}
+
+QActivations q_activations() {
+  static const QActivations acts = [] {
+    const char* v = std::getenv("WICK_QMATMUL_ACTIVATIONS");
+    std::string name = v != nullptr ? v : "";
+    if (name == "f32") return QActivations::F32;
+    if (name == "int8") return QActivations::Int8;
+    return QActivations::Int16;
+  }();
+  return acts;
 }
 
 const QKernels& q_kernels() {
@@ -216,10 +251,12 @@ const QKernels& q_kernels() {
 }
 
 void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t n, size_t k,
-             const float* x, size_t m, float* y) {
-  if (packed == nullptr) return qmatmul_rows(type, w_raw, n, k, x, m, y);
+             const float* x, size_t m, float* y, QActivations acts) {
+  if (packed == nullptr || acts == QActivations::F32) {
+    return qmatmul_rows(type, w_raw, n, k, x, m, y);
+  }
   thread_local Q8Rows xq;
-  xq.quantize(x, m, k);
+  xq.quantize(x, m, k, acts == QActivations::Int16);
   const QKernels& kern = q_kernels();
   // A tile is 16 rows: at least ~64k multiply-adds a chunk.
   size_t grain = std::max<size_t>(1, 65536 / (kQTileRows * k * m + 1));

@@ -43,15 +43,23 @@ struct QPacked {
 /// Repacks n rows of k values of GGML blocks at `src` (row-major).
 std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t n, size_t k);
 
-/// Activations quantized to 8-bit blocks of 32 (as ggml's Q8_0): row i's values are
-/// qs[i k + j] * d[i nb + j / 32]; s holds the sum of each block's qs and ds = d * s.
+/// Activations quantized per block of 32 values, either to 8 bits (as ggml's Q8_0: value
+/// qs * d, d = max|x| / 127) or, `wide`, to 16 bits written as two base-255 digits that each fit
+/// the 8-bit kernels: value (255 qs + lo) * d with qs, lo in [-127, 127] and d = max|x| / 32512.
+/// The wide form costs two integer dots per block instead of one; its rounding is 256 times
+/// smaller (docs/NUMERICS.md). Row i's block b is at i nb + b; s holds each block's integer
+/// sum (of 255 qs + lo when wide) and ds = d * s.
 struct Q8Rows {
   size_t m = 0, k = 0;
-  std::vector<int8_t> qs;
+  bool wide = false;
+  std::vector<int8_t> qs, lo;  // lo: wide only
   std::vector<float> d, ds;
   std::vector<int32_t> s;
-  void quantize(const float* x, size_t m, size_t k);
+  void quantize(const float* x, size_t m, size_t k, bool wide);
 };
+
+/// The largest |integer| a block's values are scaled to.
+constexpr int kQ8Max = 127, kQ16Max = 32512;  // 32512 = 255 * 127 + 127
 
 /// y (m, n), rows of n, += nothing: y[i n + j] = sum_k x[i, k] w[j, k] for the rows j of tiles
 /// [t0, t1).
@@ -66,10 +74,15 @@ extern const QKernels kQAvx512VnniKernels;
 /// else AVX2.
 const QKernels& q_kernels();
 
+/// How the tiled types take their activations (WICK_QMATMUL_ACTIVATIONS=f32|int8|int16):
+/// f32 (dequantised rows, f32 dots), 8-bit or 16-bit blocks (the integer tile kernels).
+enum class QActivations { F32, Int8, Int16 };
+QActivations q_activations();
+
 /// y (m, n) = x (m, k, f32) times the transposed w (n, k) of GGML blocks at `w_raw`, or of the
-/// tiles in `packed` for the tiled types.
+/// tiles in `packed` for the tiled types (activations quantized as `acts`: Int8 or Int16).
 void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t n, size_t k,
-             const float* x, size_t m, float* y);
+             const float* x, size_t m, float* y, QActivations acts);
 
 inline namespace WICK_ISA_NS {
 void q_gemm_tiles(const QPacked& w, const Q8Rows& x, float* y, size_t t0, size_t t1);

@@ -77,7 +77,10 @@ TEST(CudaQMatmul, AgreesWithTheCpu) {
     spread = std::max(spread, std::abs(double(cpu[i])));
     diff = std::max(diff, std::abs(double(cpu[i]) - gpu[i]));
   }
-  EXPECT_LT(diff, 0.05 * spread);  // the CPU quantizes x to 8 bits; CUDA does not
+  // The CPU quantizes x to 16-bit blocks (8-bit with WICK_QMATMUL_ACTIVATIONS=int8); CUDA does
+  // not. 16 bits move an output by about 4e-4 of the spread at most here.
+  const int bits = qmatmul_cpu_activation_bits(GgmlType::Q4_1);
+  EXPECT_LT(diff, (bits == 8 ? 0.05 : 0.005) * spread);
 }
 
 TEST(CudaQMatmul, Errors) {
