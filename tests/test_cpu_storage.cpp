@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <thread>
+#include <vector>
 
 #include "test_util.h"
 
@@ -583,6 +585,30 @@ double var_of(const std::vector<double>& v) {
   double m = mean_of(v), s = 0;
   for (double x : v) s += (x - m) * (x - m);
   return s / static_cast<double>(v.size());
+}
+
+TEST(CpuDevice, LargeBuffersFreedAndReusedAcrossThreads) {
+  // Buffers of 1 MiB and more go through a cache of freed buffers by size class: results stay
+  // right when sizes of one class (and others) come and go, from several threads at once.
+  auto work = [](size_t seed) {
+    for (size_t i = 0; i < 12; ++i) {
+      size_t n = (size_t{1} << 18) + ((seed * 7 + i) % 5) * 20000;  // 1 MiB and up, in f32
+      float v = static_cast<float>(seed + i);
+      Tensor x = Tensor::full(v, {n}, kCpu);
+      Tensor y = x + x;
+      std::vector<float> got = y.to_vec1<float>();
+      for (size_t j = 0; j < n; j += 4097) {
+        if (got[j] != 2 * v) return false;
+      }
+      if (got.back() != 2 * v) return false;
+    }
+    return true;
+  };
+  std::vector<std::thread> threads;
+  std::vector<char> ok(4, 0);
+  for (size_t t = 0; t < ok.size(); ++t) threads.emplace_back([&, t] { ok[t] = work(t); });
+  for (auto& t : threads) t.join();
+  for (size_t t = 0; t < ok.size(); ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
 }
 
 TEST(CpuRandom, UniformStatisticsEveryFloatDType) {

@@ -2,6 +2,7 @@
 // against a double-precision reference on fresh random inputs, every supported dtype, contiguous
 // and non-contiguous (transposed, narrowed, broadcast, permuted) operands, and empty tensors.
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -283,6 +284,56 @@ TEST(Unary, F32ExpAccuracyOverItsRange) {
   std::vector<double> xs = x.to_vec_f64(), expected(xs.size());
   for (size_t i = 0; i < xs.size(); ++i) expected[i] = std::exp(xs[i]);
   EXPECT_TRUE(testing::all_close(x.exp().to_vec_f64(), expected, 4e-7, 0));
+}
+
+TEST(Unary, F32ErfAndGeluErfWithinNumericsBounds) {
+  // The CPU's vectorised erf (src/cpu/vec_erf.h) switches formulas at |x| = 1.25 and stops at 4:
+  // a sweep of f32 values (every 2^11th pattern from 1e-30 to 8, both signs), edge values, and
+  // random inputs in GELU's usual range, against double erf under numerics.h's rows.
+  std::vector<float> xf{0.0f,
+                        -0.0f,
+                        1e-40f,
+                        -1e-40f,
+                        1.25f,
+                        -1.25f,
+                        1.2499999f,
+                        4.0f,
+                        3.999999f,
+                        4.000001f,
+                        10.0f,
+                        -10.0f,
+                        std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()};
+  for (float f = 1e-30f; f < 8.0f;) {
+    xf.push_back(f);
+    xf.push_back(-f);
+    f = std::bit_cast<float>(std::bit_cast<uint32_t>(f) + 2048);
+  }
+  for (double v : random_values(20000, -8.0, 8.0)) xf.push_back(static_cast<float>(v));
+  Tensor x = Tensor::from_vec(xf, {xf.size()}, kCpu);
+  std::vector<double> want_erf(xf.size()), want_gelu(xf.size());
+  for (size_t i = 0; i < xf.size(); ++i) {
+    double v = xf[i];
+    want_erf[i] = std::erf(v);
+    want_gelu[i] = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+  }
+  using numerics::Backend;
+  EXPECT_TRUE(testing::within_bounds(x.erf().to_vec_f64(), want_erf, [&](size_t, double e) {
+    return numerics::elementwise_bound("erf", DType::F32, Backend::Cpu, e);
+  }));
+  // gelu(-inf) is 0.5 * -inf * 0: NaN in float arithmetic; the reference says the same.
+  EXPECT_TRUE(testing::within_bounds(x.gelu_erf().to_vec_f64(), want_gelu, [&](size_t i, double e) {
+    return numerics::elementwise_bound("gelu_erf", DType::F32, Backend::Cpu, e, std::abs(xf[i]));
+  }));
+  std::vector<float> nan =
+      Tensor::from_vec(std::vector<float>{std::nanf("")}, {1}, kCpu).erf().to_vec1<float>();
+  EXPECT_TRUE(std::isnan(nan[0]));
+  // Odd, with the sign of zero kept.
+  std::vector<float> y = x.erf().to_vec1<float>();
+  EXPECT_TRUE(std::signbit(y[1]) && !std::signbit(y[0]));
+  for (size_t i = 14; i + 1 < xf.size() && xf[i + 1] == -xf[i]; i += 2) {
+    ASSERT_EQ(y[i + 1], -y[i]) << xf[i];
+  }
 }
 
 TEST(Unary, IntegerWrapAndSaturation) {

@@ -201,6 +201,24 @@ TEST(NnFused, AttentionMatchesPlainSoftmaxQkv) {
   }
 }
 
+TEST(NnFused, AttentionReadsStridedMasks) {
+  // A mask whose key dim is not contiguous (a transposed view) and one broadcast over queries
+  // (stride 0), with key counts that leave a short last tile.
+  for (size_t skv : {7, 40, 83}) {
+    Tensor q = random_tensor({2, 3, 6, 8}, DType::F32);
+    Tensor k = random_tensor({2, 3, skv, 8}, DType::F32);
+    Tensor v = random_tensor({2, 3, skv, 8}, DType::F32);
+    Tensor transposed = random_tensor({2, 3, skv, 6}, DType::F32).transpose(2, 3);
+    Tensor per_key = random_tensor({2, 1, 1, skv}, DType::F32).broadcast_as({2, 3, 6, skv});
+    for (const Tensor& m : {transposed, per_key}) {
+      nn::AttentionOptions o{false, 0, m};
+      Tensor got = nn::scaled_dot_product_attention(q, k, v, o);
+      Tensor ref = attention_ref(f64(q), f64(k), f64(v), o);
+      EXPECT_TRUE(close_to(got, ref, 2 * tolerance(DType::F32))) << "s_kv " << skv;
+    }
+  }
+}
+
 TEST(NnFused, AttentionQueriesThatSeeNoKeyGetZeros) {
   // causal with s > s_kv: the first s - s_kv queries see no key.
   Tensor q = random_tensor({1, 1, 4, 8}, DType::F32), k = random_tensor({1, 1, 2, 8}, DType::F32);

@@ -46,14 +46,15 @@ View4 view4(const Layout& l) {
 
 // ---- tile products: scores = Q K^T and O += P V over one key tile ----
 
-// s[r][j] = sum_t q[r][t] kt[t][j] for r < nq, j < kKeyTile (kt is K transposed).
+// s[r][j] = sum_t q[r][t] kt[t][j] for r < nq, j < kw (kt is K transposed, rows kKeyTile long;
+// kw a multiple of 16 up to kKeyTile).
 template <class C>
-void tile_scores(const C* q, const C* kt, C* s, size_t nq, size_t d) {
+void tile_scores(const C* q, const C* kt, C* s, size_t nq, size_t d, size_t kw) {
   size_t r = 0;
   if constexpr (std::is_same_v<C, float>) {
     // 4 rows x 16 keys of accumulators in registers; each K load serves 4 rows.
     for (; r + 4 <= nq; r += 4) {
-      for (size_t j0 = 0; j0 < kKeyTile; j0 += 16) {
+      for (size_t j0 = 0; j0 < kw; j0 += 16) {
         v8f acc[4][2] = {};
         for (size_t t = 0; t < d; ++t) {
           v8f k0 = load8(kt + t * kKeyTile + j0), k1 = load8(kt + t * kKeyTile + j0 + 8);
@@ -72,11 +73,11 @@ void tile_scores(const C* q, const C* kt, C* s, size_t nq, size_t d) {
   }
   for (; r < nq; ++r) {
     C* sr = s + r * kKeyTile;
-    for (size_t j = 0; j < kKeyTile; ++j) sr[j] = 0;
+    for (size_t j = 0; j < kw; ++j) sr[j] = 0;
     for (size_t t = 0; t < d; ++t) {
       C a = q[r * d + t];
       const C* row = kt + t * kKeyTile;
-      for (size_t j = 0; j < kKeyTile; ++j) sr[j] += a * row[j];
+      for (size_t j = 0; j < kw; ++j) sr[j] += a * row[j];
     }
   }
 }
@@ -174,14 +175,16 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
         last_visible = std::max(
             last_visible, p.causal ? static_cast<long>(qi) + shift : static_cast<long>(s_kv) - 1);
       }
-      std::fill(o.begin(), o.end(), C(0));
+      std::fill_n(o.begin(), nq * d, C(0));
       size_t key_end = static_cast<size_t>(std::clamp(last_visible + 1, 0L, long(s_kv)));
       const T* kbase = kp + bi * kv.strides[0] + hk * kv.strides[1];
       const T* vbase = vp + bi * vv.strides[0] + hk * vv.strides[1];
       for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
         size_t nk = std::min(kKeyTile, key_end - k0);
+        // Short tiles (short sequences) compute scores for nk keys rounded up to 16, not 64.
+        size_t kw = std::min(kKeyTile, (nk + 15) / 16 * 16);
         // K transposed (d, tile) so that scores are axpys along the tile; zeros past the end.
-        for (size_t j = 0; j < kKeyTile; ++j) {
+        for (size_t j = 0; j < kw; ++j) {
           if (j < nk) {
             const T* kr = kbase + (k0 + j) * kv.strides[2];
             const T* vr = vbase + (k0 + j) * vv.strides[2];
@@ -193,28 +196,29 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
             for (size_t t = 0; t < d; ++t) kt[t * kKeyTile + j] = 0;
           }
         }
-        tile_scores(q.data(), kt.data(), sc.data(), nq, d);
+        tile_scores(q.data(), kt.data(), sc.data(), nq, d, kw);
         // The online softmax of each row over this tile; p overwrites the scores.
         for (size_t r = 0; r < nq; ++r) {
           C* sr = sc.data() + r * kKeyTile;
           long qi = static_cast<long>(row_query[r]);
           size_t hi = row_head[r];
           long limit = p.causal ? qi + shift : static_cast<long>(s_kv) - 1;
-          long visible = std::clamp(limit - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk));
-          if (visible < static_cast<long>(kKeyTile) || has_mask) {
-            for (long j = 0; j < static_cast<long>(kKeyTile); ++j) {
-              if (j >= visible) {
-                sr[j] = kNegInf;
-              } else if (has_mask) {
-                sr[j] += static_cast<C>(
-                    mp[bi * mv.strides[0] + hi * mv.strides[1] +
-                       static_cast<size_t>(qi) * mv.strides[2] + (k0 + j) * mv.strides[3]]);
-              }
+          size_t visible = static_cast<size_t>(
+              std::clamp(limit - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk)));
+          if (has_mask) {
+            const T* mrow = mp + bi * mv.strides[0] + hi * mv.strides[1] +
+                            static_cast<size_t>(qi) * mv.strides[2] + k0 * mv.strides[3];
+            const size_t ms = mv.strides[3];
+            if (ms == 1) {  // a row of keys read in a vectorised loop
+              for (size_t j = 0; j < visible; ++j) sr[j] += static_cast<C>(mrow[j]);
+            } else {
+              for (size_t j = 0; j < visible; ++j) sr[j] += static_cast<C>(mrow[j * ms]);
             }
           }
+          for (size_t j = visible; j < kw; ++j) sr[j] = kNegInf;
           // Eight running maxima and sums so that the loops vectorise.
           C mx8[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
-          for (size_t j = 0; j < kKeyTile; j += 8) {
+          for (size_t j = 0; j < kw; j += 8) {
             for (size_t e = 0; e < 8; ++e) mx8[e] = sr[j + e] > mx8[e] ? sr[j + e] : mx8[e];
           }
           C mx = kNegInf;
@@ -222,13 +226,13 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
           C m_new = std::max(m[r], mx);
           C* orow = o.data() + r * d;
           if (m_new == kNegInf) {  // every key so far is masked out
-            for (size_t j = 0; j < kKeyTile; ++j) sr[j] = 0;
+            for (size_t j = 0; j < kw; ++j) sr[j] = 0;
             continue;
           }
           C corr = m[r] == kNegInf ? C(0) : exp_le0(m[r] - m_new);
-          for (size_t j = 0; j < kKeyTile; ++j) sr[j] = exp_le0(sr[j] - m_new);
+          for (size_t j = 0; j < kw; ++j) sr[j] = exp_le0(sr[j] - m_new);
           C sum8[8] = {};
-          for (size_t j = 0; j < kKeyTile; j += 8) {
+          for (size_t j = 0; j < kw; j += 8) {
             for (size_t e = 0; e < 8; ++e) sum8[e] += sr[j + e];
           }
           C sum = ((sum8[0] + sum8[1]) + (sum8[2] + sum8[3])) +

@@ -66,11 +66,13 @@ class CpuStorage final : public BackendStorage {
 
  private:
   struct FreeDeleter {
+    size_t cached_bytes;  // the size class when the buffer cache may keep it (0: free it)
     void operator()(void* p) const;
   };
   // Buffers up to kInlineBytes live in the storage object itself (one allocation for both);
   // up to kMallocBytes they come from plain malloc (16-byte aligned, glibc's fast path); larger
-  // ones are 64-byte aligned (a cache line: no false sharing between threads' chunks).
+  // ones are 64-byte aligned (a cache line: no false sharing between threads' chunks); from
+  // 1 MiB they go through a cache of freed buffers (cpu_device.cpp).
   static constexpr size_t kInlineBytes = 64;
   static constexpr size_t kMallocBytes = 4096;
 
