@@ -99,20 +99,25 @@ def shape_config(shape, layers, hidden):
     return cfg
 
 
-def check(build, shape, device, layers=0, hidden=0, n_new=64, n_prompts=5, work=None,
-          teacher_forced=False, with_f32=True, log=print):
-    """Runs the comparison; returns (equal leading tokens per prompt, summary dict)."""
+def check(builds, shape, device, layers=0, hidden=0, n_new=64, n_prompts=5, work=None,
+          teacher_forced=False, with_f32=True, log=print, folder=None):
+    """Runs the comparison for each build (a list of build dirs, e.g. before and after a
+    change; transformers runs once); returns {build: (equal leading tokens per prompt, summary)}.
+    """
     import torch
     from transformers import AutoModelForCausalLM
+    if isinstance(builds, str):
+        builds = [builds]
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     work = work or tempfile.mkdtemp(prefix="wick-bf16-")
-    folder = os.path.join(work, f"{shape}_l{layers}_h{hidden}")
+    folder = folder or os.path.join(work, f"{shape}_l{layers}_h{hidden}")
     cfg = shape_config(shape, layers, hidden)
     if not os.path.exists(os.path.join(folder, "model.safetensors")):
         save_folder(make_model(cfg, seed=0), folder)
     ps = prompts(cfg["vocab_size"], n_prompts)
+    n = n_new * len(ps)
     ref_tokens, ref_gaps, ref_tops = [], [], []
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16,
                                                  attn_implementation="eager").to(device).eval()
@@ -121,58 +126,85 @@ def check(build, shape, device, layers=0, hidden=0, n_new=64, n_prompts=5, work=
         ref_tokens.append(t)
         ref_gaps.append(g)
         ref_tops.append(top)
-    tf_equal = []
+    # Teacher-forced: one prefill of prompt + reference continuation; the argmax at each of the
+    # n_new positions, compared position by position (no cascade after a first difference).
+    tf_full, tf_ref, hf_self = [], [], 0
     if teacher_forced:
-        for i, (ids, t) in enumerate(zip(ps, ref_tokens)):
+        for ids, t in zip(ps, ref_tokens):
             full = ids + t[:-1]
+            tf_full.append(full)
             with torch.no_grad():
                 ref = model(torch.tensor([full], device=device)).logits[0].float().cpu().numpy()
-            got = wick_logits(build, folder, full, device,
-                              os.path.join(work, f"tf_{i}.f32")).reshape(ref.shape)
-            tf_equal.append(float((got == ref).mean()))
+            tf_ref.append(ref)
+            hf_self += int((ref[len(ids) - 1:].argmax(1) == np.array(t)).sum())
     del model
-    f32_lead = []
+    f32_lead, f32_tf_agree = [], 0
     if with_f32:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                      attn_implementation="eager").to(device)
         for ids, t in zip(ps, ref_tokens):
             f32_lead.append(leading(hf_greedy(model.eval(), ids, n_new, device)[0], t))
+        for ids, full, t in zip(ps, tf_full, ref_tokens):
+            with torch.no_grad():
+                ref = model(torch.tensor([full], device=device)).logits[0].float().cpu().numpy()
+            f32_tf_agree += int((ref[len(ids) - 1:].argmax(1) == np.array(t)).sum())
         del model
-    leads, gap_at_split = [], []
-    for i, ids in enumerate(ps):
-        got = wick_greedy(build, folder, ids, n_new, device)
-        lead = leading(got, ref_tokens[i])
-        leads.append(lead)
-        if lead < n_new:
-            gap_at_split.append(ref_gaps[i][lead] / bf16_spacing(ref_tops[i][lead]))
     gaps = np.concatenate(ref_gaps) / bf16_spacing(np.concatenate(ref_tops))
-    summary = dict(
-        config=f"{shape} d{cfg['hidden_size']} L{cfg['num_hidden_layers']} "
-               f"h{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} v{cfg['vocab_size']}",
-        wick_vs_hf_bf16=leads, hf_bf16_vs_f32=f32_lead,
-        median_gap_ulps=float(np.median(gaps)), ties=int((gaps == 0).sum()), steps=len(gaps),
-        gap_at_first_divergence_ulps=[round(float(g), 2) for g in gap_at_split],
-        median_top_logit=float(np.median(np.abs(np.concatenate(ref_tops)))),
-        teacher_forced_bit_equal=[round(x, 5) for x in tf_equal])
-    log(f"{summary['config']} on {device}:")
-    log(f"  equal leading tokens, wick bf16 vs transformers bf16: {sum(leads)}/"
-        f"{n_new * len(ps)} per prompt {leads}")
+    config = (f"{shape} d{cfg['hidden_size']} L{cfg['num_hidden_layers']} "
+              f"h{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} v{cfg['vocab_size']}")
+    log(f"{config} on {device}, {len(ps)} prompts x {n_new} greedy tokens; transformers "
+        f"bf16 (eager) is the reference:")
     if with_f32:
-        log(f"  equal leading tokens, transformers bf16 vs transformers f32 (noise floor): "
-            f"{sum(f32_lead)}/{n_new * len(ps)} per prompt {f32_lead}")
-    log(f"  top1-top2 gap of transformers' bf16 logits: median {summary['median_gap_ulps']:.1f} "
-        f"bf16 spacings (top logit median {summary['median_top_logit']:.3f}); exact ties "
-        f"{summary['ties']}/{summary['steps']} steps; gap at each first divergence "
-        f"{summary['gap_at_first_divergence_ulps']}")
+        log(f"  transformers f32 vs bf16, equal leading tokens (noise floor): {sum(f32_lead)}/{n}"
+            f" per prompt {f32_lead}")
+    log(f"  top1-top2 gap of transformers' bf16 logits: median {np.median(gaps):.1f} bf16 "
+        f"spacings (top logit median {np.median(np.abs(np.concatenate(ref_tops))):.3f}); exact "
+        f"ties {int((gaps == 0).sum())}/{len(gaps)} steps; <= 1 spacing "
+        f"{int((gaps <= 1).sum())}/{len(gaps)}")
     if teacher_forced:
-        log(f"  bf16 logits bit-equal over prompt + continuation (prefill): {tf_equal}")
-    return leads, summary
+        log(f"  transformers' own bf16 prefill argmax vs its decode-path tokens: {hf_self}/{n}"
+            + (f"; its f32 prefill argmax vs the bf16 tokens: {f32_tf_agree}/{n}"
+               if with_f32 else ""))
+    results = {}
+    for build in builds:
+        leads, gap_at_split = [], []
+        for i, ids in enumerate(ps):
+            got = wick_greedy(build, folder, ids, n_new, device)
+            lead = leading(got, ref_tokens[i])
+            leads.append(lead)
+            if lead < n_new:
+                gap_at_split.append(round(float(ref_gaps[i][lead] /
+                                                bf16_spacing(ref_tops[i][lead])), 2))
+        summary = dict(config=config, leads=leads, gap_at_first_divergence=gap_at_split)
+        log(f"  [{build}] wick bf16 vs transformers bf16, equal leading tokens: {sum(leads)}/{n} "
+            f"per prompt {leads}; transformers' gap at each first divergence {gap_at_split} "
+            f"bf16 spacings")
+        if teacher_forced:
+            bit_equal, agree, tf_gaps = [], 0, []
+            for i, (ids, full) in enumerate(zip(ps, tf_full)):
+                ref = tf_ref[i]
+                got = wick_logits(build, folder, full, device,
+                                  os.path.join(work, f"tf_{i}.f32")).reshape(ref.shape)
+                sl = slice(len(ids) - 1, len(full))
+                bit_equal.append(float((got[sl] == ref[sl]).mean()))
+                ra, ga = ref[sl].argmax(1), got[sl].argmax(1)
+                agree += int((ra == ga).sum())
+                top2 = np.sort(ref[sl], axis=1)[:, -2:]
+                gap = (top2[:, 1] - top2[:, 0]) / bf16_spacing(top2[:, 1])
+                tf_gaps += [round(float(g), 2) for g in gap[ra != ga]]
+            summary.update(tf_bit_equal=bit_equal, tf_agree=agree, tf_gaps=tf_gaps)
+            log(f"  [{build}] teacher-forced (one prefill of prompt + transformers' "
+                f"continuation): argmax equal {agree}/{n}, where not: transformers' gap "
+                f"{tf_gaps} bf16 spacings; logits bit-equal "
+                f"{np.round(bit_equal, 4).tolist()}")
+        results[build] = (leads, summary)
+    return results
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--build", default="build")
+    ap.add_argument("--build", default="build", help="comma list: several builds compared")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--shape", default="llama1b", choices=sorted(SHAPES))
     ap.add_argument("--layers", type=int, default=0, help="fewer layers (0: the shape's)")
@@ -183,7 +215,7 @@ def main():
     ap.add_argument("--teacher-forced", action="store_true")
     ap.add_argument("--no-f32", action="store_true")
     a = ap.parse_args()
-    check(a.build, a.shape, a.device, a.layers, a.hidden, a.new, a.prompts, a.work,
+    check(a.build.split(","), a.shape, a.device, a.layers, a.hidden, a.new, a.prompts, a.work,
           a.teacher_forced, not a.no_f32)
 
 
