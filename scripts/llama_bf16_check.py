@@ -111,6 +111,10 @@ def check(builds, shape, device, layers=0, hidden=0, n_new=64, n_prompts=5, work
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        # cuBLAS may otherwise reduce split-K partial sums in bf16 (PyTorch's default allows
+        # it): a rounding inside the matmul that no op boundary shows. wick sums in f32.
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     work = work or tempfile.mkdtemp(prefix="wick-bf16-")
     folder = folder or os.path.join(work, f"{shape}_l{layers}_h{hidden}")
     cfg = shape_config(shape, layers, hidden)
