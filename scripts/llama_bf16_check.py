@@ -100,7 +100,7 @@ def shape_config(shape, layers, hidden):
 
 
 def check(builds, shape, device, layers=0, hidden=0, n_new=64, n_prompts=5, work=None,
-          teacher_forced=False, with_f32=True, log=print, folder=None):
+          teacher_forced=False, with_f32=True, log=print, folder=None, with_peer=False):
     """Runs the comparison for each build (a list of build dirs, e.g. before and after a
     change; transformers runs once); returns {build: (equal leading tokens per prompt, summary)}.
     """
@@ -153,6 +153,26 @@ def check(builds, shape, device, layers=0, hidden=0, n_new=64, n_prompts=5, work
                 ref = model(torch.tensor([full], device=device)).logits[0].float().cpu().numpy()
             f32_tf_agree += int((ref[len(ids) - 1:].argmax(1) == np.array(t)).sum())
         del model
+    # The floor for "same rounding points": transformers bf16 itself with every nn.Linear
+    # summed in another order (an f32 matmul of the widened operands, rounded once: the same
+    # single rounding, other f32 sums).
+    peer_lead, peer_tf = [], 0
+    if with_peer:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16,
+                                                     attn_implementation="eager").to(device).eval()
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Linear):
+                w32 = mod.weight.detach().float()
+                b32 = None if mod.bias is None else mod.bias.detach().float()
+                mod.forward = (lambda w, b: lambda x: torch.nn.functional.linear(
+                    x.float(), w, b).to(x.dtype))(w32, b32)
+        for ids, t in zip(ps, ref_tokens):
+            peer_lead.append(leading(hf_greedy(model, ids, n_new, device)[0], t))
+        for ids, full, t in zip(ps, tf_full, ref_tokens):
+            with torch.no_grad():
+                ref = model(torch.tensor([full], device=device)).logits[0].float().cpu().numpy()
+            peer_tf += int((ref[len(ids) - 1:].argmax(1) == np.array(t)).sum())
+        del model
     gaps = np.concatenate(ref_gaps) / bf16_spacing(np.concatenate(ref_tops))
     config = (f"{shape} d{cfg['hidden_size']} L{cfg['num_hidden_layers']} "
               f"h{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} v{cfg['vocab_size']}")
@@ -165,6 +185,10 @@ def check(builds, shape, device, layers=0, hidden=0, n_new=64, n_prompts=5, work
         f"spacings (top logit median {np.median(np.abs(np.concatenate(ref_tops))):.3f}); exact "
         f"ties {int((gaps == 0).sum())}/{len(gaps)} steps; <= 1 spacing "
         f"{int((gaps <= 1).sum())}/{len(gaps)}")
+    if with_peer:
+        log(f"  transformers bf16 with nn.Linear summed in another order (f32 matmul, one "
+            f"rounding), vs the reference: equal leading tokens {sum(peer_lead)}/{n} per prompt "
+            f"{peer_lead}" + (f"; teacher-forced argmax {peer_tf}/{n}" if teacher_forced else ""))
     if teacher_forced:
         log(f"  transformers' own bf16 prefill argmax vs its decode-path tokens: {hf_self}/{n}"
             + (f"; its f32 prefill argmax vs the bf16 tokens: {f32_tf_agree}/{n}"
@@ -218,9 +242,12 @@ def main():
     ap.add_argument("--work", default=None)
     ap.add_argument("--teacher-forced", action="store_true")
     ap.add_argument("--no-f32", action="store_true")
+    ap.add_argument("--peer", action="store_true",
+                    help="also transformers with nn.Linear summed in f32 (the summation-order "
+                         "floor)")
     a = ap.parse_args()
     check(a.build.split(","), a.shape, a.device, a.layers, a.hidden, a.new, a.prompts, a.work,
-          a.teacher_forced, not a.no_f32)
+          a.teacher_forced, not a.no_f32, with_peer=a.peer)
 
 
 if __name__ == "__main__":
