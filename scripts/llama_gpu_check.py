@@ -107,7 +107,7 @@ def accuracy_bf16(shape, build, work, folder):
     # f32; model.to(bfloat16) would round it and move every rope angle), eager attention.
     from llama_bf16_check import check
     results = check([build], shape, "cuda", work=work, folder=folder, teacher_forced=True,
-                    with_f32=True, log=lambda m: print(m, flush=True))
+                    with_f32=True, with_peer=True, log=lambda m: print(m, flush=True))
     leads, summary = results[build]
     total = len(leads) * 64
     # Random weights give logits whose top two can sit within a bf16 spacing; the per-prompt
