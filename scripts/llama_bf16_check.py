@@ -2,13 +2,17 @@
 """Issue 15's bf16 bar: wick's greedy tokens against transformers' in bf16 on the same weights.
 
   python3 scripts/llama_bf16_check.py --build build --device cpu --shape llama1b --layers 4
-  python3 scripts/llama_bf16_check.py --build build-gpu --device cuda --shape qwen05b
+  python3 scripts/llama_bf16_check.py --build build-gpu --device cuda --shape qwen05b \
+      --teacher-forced --peer
 
 For each of 5 seeded prompts, 64 greedy tokens from:
   - transformers in bf16, loaded as users load it (from_pretrained(dtype=bfloat16), eager
     attention): the reference. NB `model.to(torch.bfloat16)` also rounds the rotary inv_freq
     buffer to bf16 (from_pretrained keeps it f32), which moves the rope angles: not a reference.
   - transformers in f32 (the noise floor: how far bf16 itself is from f32);
+  - with --peer, transformers bf16 with every nn.Linear summed in another order (f32 matmul
+    rounded once): the same rounding points, other f32 sums. Its agreement with the reference
+    is the floor that any other implementation (wick included) can be held to;
   - wick-generate --dtype bf16.
 Printed per prompt: equal leading tokens (wick vs transformers bf16, and transformers bf16 vs
 f32); the top-1/top-2 logit gap of transformers' bf16 logits at each step, in units of the bf16
