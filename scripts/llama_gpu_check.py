@@ -6,7 +6,10 @@
 1. Accuracy, Llama-3.2-1B shape and Qwen2-0.5B shape (random seeded weights built here by
    transformers, saved as HF folders): f32 prompt logits of wick-generate vs transformers on 5
    prompts (max |diff| / logit range, bar 1e-3); bf16 greedy tokens, 64 per prompt, wick vs
-   transformers (equal leading tokens, bar 64/64). TF32 is off on both sides.
+   transformers loaded with from_pretrained(dtype=bfloat16), eager attention (equal leading
+   tokens per prompt, bar 64/64; scripts/llama_bf16_check.py, which also prints transformers'
+   own bf16-vs-f32 agreement and the teacher-forced argmax agreement). TF32 is off on both
+   sides.
 2. Speed (batch 1): bench/cuda/generate_peer.py (transformers eager and static cache +
    torch.compile) then bench_generate with --peer, for SmolLM2-135M shape and Llama-1B shape,
    bf16 (bars: >= 2,000 and >= 1,300 tok/s with the CUDA graph).
@@ -42,7 +45,9 @@ def prompts(vocab, n=5):
 
 def wick(build, args, timeout=300):
     exe = os.path.join(build, "tools", "wick-generate")
-    r = subprocess.run([exe] + args, capture_output=True, text=True, timeout=timeout)
+    # Accuracy: short f16/bf16 attention rounded as transformers rounds (opt-in on CUDA).
+    env = dict(os.environ, WICK_ATTENTION_ROUNDING="transformers")
+    r = subprocess.run([exe] + args, capture_output=True, text=True, timeout=timeout, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"wick-generate {' '.join(args)}\n{r.stderr[-1500:]}")
     return r.stdout
@@ -66,19 +71,6 @@ def guarded(name, fn, *args):
     print(f"  ({name}: {time.time() - t:.0f} s)", flush=True)
 
 
-def hf_greedy(model, ids, n):
-    import torch
-    seq = list(ids)
-    with torch.no_grad():
-        out = model(torch.tensor([seq], device="cuda"), use_cache=True)
-        for _ in range(n):
-            nxt = int(out.logits[0, -1].argmax())
-            seq.append(nxt)
-            out = model(torch.tensor([[nxt]], device="cuda"), past_key_values=out.past_key_values,
-                        use_cache=True)
-    return seq[len(ids):]
-
-
 def accuracy(shape, build, work):
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -90,9 +82,9 @@ def accuracy(shape, build, work):
     model = model.to("cuda")
     ps = prompts(model.config.vocab_size)
     guarded(f"{shape} f32 logits", accuracy_f32, shape, build, work, folder, model, ps)
-    model = model.to(torch.bfloat16)
-    guarded(f"{shape} bf16 greedy", accuracy_bf16, shape, build, folder, model, ps)
     del model
+    torch.cuda.empty_cache()
+    guarded(f"{shape} bf16 greedy", accuracy_bf16, shape, build, work, folder)
     torch.cuda.empty_cache()
 
 
@@ -112,22 +104,21 @@ def accuracy_f32(shape, build, work, folder, model, ps):
         worst <= 1e-3)
 
 
-def accuracy_bf16(shape, build, folder, model, ps):
-    equal, total, first_diff = 0, 0, []
-    for ids in ps:
-        ref = hf_greedy(model, ids, 64)
-        text = wick(build, [folder, "--prompt-ids", ",".join(map(str, ids)), "--device", "cuda",
-                            "--dtype", "bf16", "--max-new", "64", "--ignore-eos", "--print-ids",
-                            "-q"])
-        got = [int(x) for x in next(l for l in text.splitlines() if l.startswith("ids:")).split()[1:]]
-        lead = next((j for j, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), 64))
-        equal += lead
-        total += 64
-        first_diff.append(lead)
-    # Random weights give flat logits with near-ties that bf16 rounding order can flip: the
-    # leading run is the figure, the per-prompt list shows where each one parted.
-    row(f"{shape} bf16 greedy, equal leading tokens (5 prompts x 64)",
-        f"{equal}/{total} (per prompt {first_diff})", "320/320", equal == total)
+def accuracy_bf16(shape, build, work, folder):
+    # transformers loaded in bf16 as users load it (from_pretrained: the rotary inv_freq stays
+    # f32; model.to(bfloat16) would round it and move every rope angle), eager attention.
+    from llama_bf16_check import check
+    results = check([build], shape, "cuda", work=work, folder=folder, teacher_forced=True,
+                    with_f32=True, with_peer=True, log=lambda m: print(m, flush=True))
+    leads, summary = results[build]
+    total = len(leads) * 64
+    # Random weights give logits whose top two can sit within a bf16 spacing; the per-prompt
+    # leading runs say where each one parted, the teacher-forced figures whether any difference
+    # happened away from such near-ties.
+    row(f"{shape} bf16 greedy, equal leading tokens (5 prompts x 64; teacher-forced argmax "
+        f"{summary.get('tf_agree', '?')}/{total}, differing at transformers' gaps "
+        f"{summary.get('tf_gaps', [])} bf16 spacings)",
+        f"{sum(leads)}/{total} (per prompt {leads})", f"{total}/{total}", sum(leads) == total)
 
 
 def speed(shape, build, work, bar, peer_timeout, engines):

@@ -15,12 +15,23 @@ declare -a TABLE
 cmake -S . -B "$BUILD" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_deps[@]}" >/tmp/llama_cfg.txt 2>&1 ||
   { tail -30 /tmp/llama_cfg.txt; echo "configure failed"; exit 1; }
-if ninja -C "$BUILD" -k 0 cuda_test_cuda_llama wick-generate bench_generate >/tmp/llama_build.txt 2>&1; then
+if ninja -C "$BUILD" -k 0 cuda_test_cuda_llama cuda_test_cuda_half_rounding cuda_test_cuda_nn wick-generate \
+  bench_generate >/tmp/llama_build.txt 2>&1; then
   TABLE+=("PASS  build ($(($(date +%s) - T0)) s)")
 else
   grep -E "^FAILED|error" /tmp/llama_build.txt | head -30
   TABLE+=("FAIL  build: $(grep '^FAILED' /tmp/llama_build.txt | tr '\n' ' ' | cut -c1-200)")
 fi
+# f16/bf16 rounding points: CUDA against the CPU (tests/cuda/test_cuda_half_rounding.cpp), and
+# the attention kernels' accuracy tests.
+for t in cuda_test_cuda_half_rounding cuda_test_cuda_nn; do
+  if [[ -x $BUILD/tests/$t ]]; then
+    WICK_REQUIRE_CUDA=1 timeout 120 "$BUILD/tests/$t" >/tmp/llama_$t.txt 2>&1
+    grep -E "^\[ +FAILED +\]|Failure|differ" /tmp/llama_$t.txt | head -20
+    TABLE+=("$(grep -q '^\[  PASSED  \]' /tmp/llama_$t.txt && ! grep -q '^\[  FAILED  \]' /tmp/llama_$t.txt &&
+      echo PASS || echo FAIL)  $t: $(grep -E '^\[ +(PASSED|FAILED) +\]' /tmp/llama_$t.txt | head -2 | tr '\n' ' ')")
+  fi
+done
 if [[ -x $BUILD/tests/cuda_test_cuda_llama ]]; then
   WICK_REQUIRE_CUDA=1 timeout 180 "$BUILD/tests/cuda_test_cuda_llama" 2>&1 | tee /tmp/llama_test.txt |
     grep -E "^\[ +(OK|FAILED) +\]|Failure|error|exception|PASSED" | head -60

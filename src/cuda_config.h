@@ -48,6 +48,7 @@ struct Config {
   bool decode_graph = true;
   bool decode_gemv = true;
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice
+  bool attention_rounding_transformers = false;
   bool row_kernel_block = false;
   int row_warps = 2;
   int decode_warps = 8;

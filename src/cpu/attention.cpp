@@ -3,7 +3,8 @@
 // grouped-query heads share each k/v tile (and a decoding step reads the cache once per group).
 // Keys and values stream through in tiles of 64 with an online softmax (running max and sum per
 // row), so the (s, s_kv) score matrix is never stored; causal tiles past an item's last visible
-// key are skipped.
+// key are skipped. f16/bf16 take a two-pass version that rounds where transformers' eager
+// attention does (attention_rounded).
 
 #include <algorithm>
 #include <cmath>
@@ -255,6 +256,124 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
   });
 }
 
+// f16/bf16 attention rounded where transformers' eager attention rounds in the model's dtype:
+// scores = round(round(Q K^T) * scale), + mask rounded, softmax in f32 over the whole row, the
+// probabilities rounded, P V accumulated in f32 and rounded once. The softmax needs each row's
+// final max and sum before any probability is rounded, so the scores of the item's rows are
+// kept whole (nq x visible keys floats) instead of streamed: two passes over the keys.
+template <class T>
+void attention_rounded(const FusedParams& p, const std::vector<FusedOperand>& ops, T* out) {
+  using C = float;
+  constexpr C kNegInf = -std::numeric_limits<C>::infinity();
+  View4 qv = view4(ops[0].layout), kv = view4(ops[1].layout), vv = view4(ops[2].layout);
+  const T* qp = as_cpu(*ops[0].storage).as<T>() + ops[0].layout.start_offset();
+  const T* kp = as_cpu(*ops[1].storage).as<T>() + ops[1].layout.start_offset();
+  const T* vp = as_cpu(*ops[2].storage).as<T>() + ops[2].layout.start_offset();
+  bool has_mask = ops.size() > 3 && ops[3].storage != nullptr;
+  View4 mv{};
+  const T* mp = nullptr;
+  if (has_mask) {
+    mv = view4(ops[3].layout);
+    mp = as_cpu(*ops[3].storage).as<T>() + ops[3].layout.start_offset();
+  }
+  size_t nb = qv.dims[0], nh = qv.dims[1], s = qv.dims[2], d = qv.dims[3];
+  size_t nh_kv = kv.dims[1], s_kv = kv.dims[2];
+  size_t group = nh / nh_kv;
+  long shift = static_cast<long>(s_kv) - static_cast<long>(s);
+  C scale = static_cast<C>(p.scale);
+  size_t group_rows = group * s;
+  size_t q_tiles = (group_rows + kQueryTile - 1) / kQueryTile;
+  size_t items = nb * nh_kv * q_tiles;
+
+  parallel_for(items, 1, [&](size_t i0, size_t i1) {
+    std::vector<C> kt(d * kKeyTile), vt(kKeyTile * d), q(kQueryTile * d), o(kQueryTile * d),
+        sc(kQueryTile * kKeyTile), rows;
+    size_t row_head[kQueryTile], row_query[kQueryTile];
+    long row_limit[kQueryTile];
+    for (size_t item = i0; item < i1; ++item) {
+      size_t qt = item % q_tiles, bk = item / q_tiles;
+      size_t bi = bk / nh_kv, hk = bk % nh_kv;
+      size_t r0 = qt * kQueryTile, nq = std::min(kQueryTile, group_rows - r0);
+      long last_visible = -1;
+      for (size_t r = 0; r < nq; ++r) {
+        size_t hi = hk * group + (r0 + r) / s, qi = (r0 + r) % s;
+        row_head[r] = hi;
+        row_query[r] = qi;
+        row_limit[r] = p.causal ? static_cast<long>(qi) + shift : static_cast<long>(s_kv) - 1;
+        const T* qr = qp + bi * qv.strides[0] + hi * qv.strides[1] + qi * qv.strides[2];
+        for (size_t t = 0; t < d; ++t) q[r * d + t] = static_cast<C>(qr[t]);
+        last_visible = std::max(last_visible, row_limit[r]);
+      }
+      size_t key_end = static_cast<size_t>(std::clamp(last_visible + 1, 0L, long(s_kv)));
+      rows.assign(nq * key_end, kNegInf);
+      const T* kbase = kp + bi * kv.strides[0] + hk * kv.strides[1];
+      const T* vbase = vp + bi * vv.strides[0] + hk * vv.strides[1];
+      // Pass 1: the rounded scores of every visible key.
+      for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+        size_t nk = std::min(kKeyTile, key_end - k0);
+        for (size_t j = 0; j < kKeyTile; ++j) {
+          if (j < nk) {
+            const T* kr = kbase + (k0 + j) * kv.strides[2];
+            for (size_t t = 0; t < d; ++t) kt[t * kKeyTile + j] = static_cast<C>(kr[t]);
+          } else {
+            for (size_t t = 0; t < d; ++t) kt[t * kKeyTile + j] = 0;
+          }
+        }
+        tile_scores(q.data(), kt.data(), sc.data(), nq, d);
+        for (size_t r = 0; r < nq; ++r) {
+          long visible =
+              std::clamp(row_limit[r] - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk));
+          C* dst = rows.data() + r * key_end + k0;
+          for (long j = 0; j < visible; ++j) {
+            C v = round_as<T>(round_as<T>(sc[r * kKeyTile + j]) * scale);
+            if (has_mask) {
+              v = round_as<T>(
+                  v + static_cast<C>(mp[bi * mv.strides[0] + row_head[r] * mv.strides[1] +
+                                        row_query[r] * mv.strides[2] + (k0 + j) * mv.strides[3]]));
+            }
+            dst[j] = v;
+          }
+        }
+      }
+      // The softmax of each row in f32, the probabilities rounded.
+      for (size_t r = 0; r < nq; ++r) {
+        C* row = rows.data() + r * key_end;
+        C mx = kNegInf;
+        for (size_t j = 0; j < key_end; ++j) mx = std::max(mx, row[j]);
+        if (mx == kNegInf) {  // no visible key: zeros
+          std::fill(row, row + key_end, C(0));
+          continue;
+        }
+        C sum = 0;
+        for (size_t j = 0; j < key_end; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        for (size_t j = 0; j < key_end; ++j) row[j] = round_as<T>(row[j] / sum);
+      }
+      // Pass 2: O = P V, accumulated in f32.
+      std::fill(o.begin(), o.end(), C(0));
+      for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+        size_t nk = std::min(kKeyTile, key_end - k0);
+        for (size_t j = 0; j < nk; ++j) {
+          const T* vr = vbase + (k0 + j) * vv.strides[2];
+          for (size_t t = 0; t < d; ++t) vt[j * d + t] = static_cast<C>(vr[t]);
+        }
+        for (size_t r = 0; r < nq; ++r) {
+          for (size_t j = 0; j < kKeyTile; ++j) {
+            sc[r * kKeyTile + j] = j < nk ? rows[r * key_end + k0 + j] : C(0);
+          }
+        }
+        tile_pv(sc.data(), vt.data(), o.data(), nq, nk, d);
+      }
+      for (size_t r = 0; r < nq; ++r) {
+        T* orow = out + ((bi * nh + row_head[r]) * s + row_query[r]) * d;
+        for (size_t t = 0; t < d; ++t) orow[t] = T(o[r * d + t]);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 StoragePtr attention(const FusedParams& params, const std::vector<FusedOperand>& operands) {
@@ -262,8 +381,13 @@ StoragePtr attention(const FusedParams& params, const std::vector<FusedOperand>&
   DType dtype = operands[0].storage->dtype();
   auto out = std::make_unique<CpuStorage>(ql.elem_count(), dtype);
   if (ql.elem_count() == 0) return out;
-  dispatch_float(dtype, "scaled_dot_product_attention",
-                 [&]<class T>() { attention_typed<T>(params, operands, out->as<T>()); });
+  dispatch_float(dtype, "scaled_dot_product_attention", [&]<class T>() {
+    if constexpr (std::is_same_v<T, compute_t<T>>) {
+      attention_typed<T>(params, operands, out->as<T>());
+    } else {
+      attention_rounded<T>(params, operands, out->as<T>());
+    }
+  });
   return out;
 }
 

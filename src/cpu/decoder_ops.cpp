@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "cpu/cpu_storage.h"
+#include "cpu/fused.h"
 #include "cpu/parallel.h"
 #include "decoder_ops_backend.h"
 #include "dispatch.h"
@@ -53,7 +54,9 @@ nn::ResidualNorm cpu_add_rms_norm(const Tensor& x, const Tensor& delta, const Te
         }
         A rstd = A(1) / std::sqrt(sq / static_cast<A>(d) + static_cast<A>(eps));
         for (size_t c = 0; c < d; ++c) {
-          np[r * d + c] = T(static_cast<A>(sp[r * d + c]) * rstd * static_cast<A>(wp[c]));
+          // Rounded before the weight multiplies it, as transformers' RMSNorm (cpu/fused.h).
+          np[r * d + c] =
+              T(static_cast<A>(wp[c]) * cpu::round_as<T>(static_cast<A>(sp[r * d + c]) * rstd));
         }
       }
     });
@@ -75,7 +78,8 @@ Tensor cpu_silu_mul(const Tensor& gate_up) {
         const T* u = g + n;
         for (size_t c = 0; c < n; ++c) {
           A gv = static_cast<A>(g[c]);
-          op[r * n + c] = T(gv / (A(1) + std::exp(-gv)) * static_cast<A>(u[c]));
+          // silu rounded, then the product: transformers' act_fn(gate) * up in the dtype.
+          op[r * n + c] = T(cpu::round_as<T>(gv / (A(1) + std::exp(-gv))) * static_cast<A>(u[c]));
         }
       }
     });

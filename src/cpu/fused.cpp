@@ -83,6 +83,14 @@ void norm_out(const C* v, const C* w, const C* b, C mean, C rstd, T* y, size_t n
   for (; i < n; ++i) y[i] = T((v[i] - mean) * rstd * w[i] + b[i]);
 }
 
+// RMS norm's output: y = w * round(v * rstd), rounded to T. As transformers' LlamaRMSNorm (and
+// Qwen2's, Mistral's): the normalised row is cast back to the input dtype before the weight
+// multiplies it, so f16/bf16 round twice (f32: the same product).
+template <class T, class C>
+void rms_out(const C* v, const C* w, C rstd, T* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = T(w[i] * round_as<T>(v[i] * rstd));
+}
+
 // One kernel for both norms: layer_norm centres and adds the bias, rms_norm does neither.
 template <class T, bool kLayer>
 void norm_rows(const FusedParams& p, const std::vector<FusedOperand>& ops, T* y) {
@@ -117,7 +125,11 @@ void norm_rows(const FusedParams& p, const std::vector<FusedOperand>& ops, T* y)
                    C mean = kLayer ? lane_sum(v, d) / static_cast<C>(d) : C(0);
                    C var = lane_sum_sq_dev(v, d, mean) / static_cast<C>(d);
                    C rstd = C(1) / std::sqrt(var + eps);
-                   norm_out(v, w.data(), b.data(), mean, rstd, yr, d);
+                   if constexpr (kLayer) {
+                     norm_out(v, w.data(), b.data(), mean, rstd, yr, d);
+                   } else {
+                     rms_out(v, w.data(), rstd, yr, d);
+                   }
                  }
                });
 }
@@ -134,28 +146,32 @@ void rope_rows(const std::vector<FusedOperand>& ops, T* y) {
   const T* cs = data_of<T>(ops[1]);
   const T* sn = data_of<T>(ops[2]);
   size_t rows = nb * nh * s;
-  parallel_for(rows, std::max<size_t>(1, kParallelWork / std::max<size_t>(d, 1)),
-               [&](size_t r0, size_t r1) {
-                 for (size_t r = r0; r < r1; ++r) {
-                   size_t t = r % s, bh = r / s;
-                   const T* xr = x + (bh / nh) * sb + (bh % nh) * sh + t * ss;
-                   const T* c = cs + t * half;
-                   const T* sr = sn + t * half;
-                   T* yr = y + r * d;
-                   for (size_t i = 0; i < half; ++i) {
-                     C ci = static_cast<C>(c[i]), si = static_cast<C>(sr[i]);
-                     if constexpr (kInterleaved) {
-                       C a = static_cast<C>(xr[2 * i]), b = static_cast<C>(xr[2 * i + 1]);
-                       yr[2 * i] = T(a * ci - b * si);
-                       yr[2 * i + 1] = T(b * ci + a * si);
-                     } else {
-                       C a = static_cast<C>(xr[i]), b = static_cast<C>(xr[i + half]);
-                       yr[i] = T(a * ci - b * si);
-                       yr[i + half] = T(b * ci + a * si);
-                     }
-                   }
-                 }
-               });
+  parallel_for(
+      rows, std::max<size_t>(1, kParallelWork / std::max<size_t>(d, 1)), [&](size_t r0, size_t r1) {
+        for (size_t r = r0; r < r1; ++r) {
+          size_t t = r % s, bh = r / s;
+          const T* xr = x + (bh / nh) * sb + (bh % nh) * sh + t * ss;
+          const T* c = cs + t * half;
+          const T* sr = sn + t * half;
+          T* yr = y + r * d;
+          for (size_t i = 0; i < half; ++i) {
+            C ci = static_cast<C>(c[i]), si = static_cast<C>(sr[i]);
+            // f16/bf16: each product rounded, then the sum, as transformers'
+            // q * cos + rotate_half(q) * sin in the model's dtype.
+            auto lo = [&](C a, C b) { return T(round_as<T>(a * ci) - round_as<T>(b * si)); };
+            auto hi = [&](C a, C b) { return T(round_as<T>(b * ci) + round_as<T>(a * si)); };
+            if constexpr (kInterleaved) {
+              C a = static_cast<C>(xr[2 * i]), b = static_cast<C>(xr[2 * i + 1]);
+              yr[2 * i] = lo(a, b);
+              yr[2 * i + 1] = hi(a, b);
+            } else {
+              C a = static_cast<C>(xr[i]), b = static_cast<C>(xr[i + half]);
+              yr[i] = lo(a, b);
+              yr[i + half] = hi(a, b);
+            }
+          }
+        }
+      });
 }
 
 }  // namespace

@@ -13,6 +13,18 @@ namespace wick::cpu {
 
 class CpuStorage;
 
+/// x rounded to T and widened back to C: the points where PyTorch rounds an f16/bf16
+/// intermediate (each op's result), so that wick's half-precision models round where
+/// transformers' do (docs/NUMERICS.md, "Half-precision rounding points"). Identity for f32/f64.
+template <class T, class C>
+inline C round_as(C x) {
+  if constexpr (std::is_same_v<T, C>) {
+    return x;
+  } else {
+    return static_cast<C>(T(x));
+  }
+}
+
 /// Online-softmax attention (see FusedParams::Attention); f16/bf16 compute in f32.
 StoragePtr attention(const FusedParams& params, const std::vector<FusedOperand>& operands);
 

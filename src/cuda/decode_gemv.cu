@@ -112,23 +112,27 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
     }
     float a0, a1;
     dot2<T>(w + r0 * a.k, w + r1 * a.k, x, a.k, a0, a1);
-    // The product as a matmul would store it.
+    // The product as a matmul (nn.Linear) would store it: a bias joins the f32 sum, then one
+    // rounding.
+    if (a.epilogue == GemvEpilogue::QkvRope && a.bias != nullptr) {
+      const T* bias = static_cast<const T*>(a.bias);
+      a0 += to_compute(bias[r0]);
+      a1 += to_compute(bias[r1]);
+    }
     a0 = round_to<T>(a0);
     a1 = round_to<T>(a1);
     if (first) {
       if (a.epilogue == GemvEpilogue::QkvRope) {
         const int64_t head = p / half, i = p % half;
         const int64_t pos = static_cast<int64_t>(*a.position);
-        if (a.bias != nullptr) {
-          const T* bias = static_cast<const T*>(a.bias);
-          a0 = round_to<T>(a0 + to_compute(bias[r0]));
-          a1 = round_to<T>(a1 + to_compute(bias[r1]));
-        }
         if (pos < a.max_len) {
           if (head < a.h + a.h_kv) {
+            // Each product rounded, then the sum: transformers' q * cos + rotate_half(q) * sin
+            // in the model's dtype (f32: plain products).
             float c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
             float s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
-            float x1 = a0 * c - a1 * s, x2 = a1 * c + a0 * s;
+            float x1 = round_to<T>(__fmul_rn(a0, c)) - round_to<T>(__fmul_rn(a1, s));
+            float x2 = round_to<T>(__fmul_rn(a1, c)) + round_to<T>(__fmul_rn(a0, s));
             a0 = x1;
             a1 = x2;
           }
@@ -144,7 +148,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
           dst[i + half] = convert<T>(a1);
         }
       } else if (a.epilogue == GemvEpilogue::SiluMul) {
-        static_cast<T*>(a.out)[p] = convert<T>(a0 / (1.0f + __expf(-a0)) * a1);
+        // silu rounded, then the product: transformers' act_fn(gate) * up in the dtype.
+        static_cast<T*>(a.out)[p] = convert<T>(round_to<T>(a0 / (1.0f + expf(-a0))) * a1);
       } else {
         const T* res = static_cast<const T*>(a.residual);
         T* sum = static_cast<T*>(a.sum);
@@ -182,7 +187,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   const T* nw = static_cast<const T*>(a.norm_weight);
   T* normed = static_cast<T*>(a.normed);
   for (int64_t c = threadIdx.x; c < a.n; c += blockDim.x) {
-    normed[c] = convert<T>(load_cg(sum + c) * rstd * to_compute(nw[c]));
+    // Normalised, rounded, then times the weight: transformers' RMSNorm casts the normalised
+    // row back to the dtype before the weight multiplies it.
+    normed[c] = convert<T>(to_compute(nw[c]) * round_to<T>(load_cg(sum + c) * rstd));
   }
   if (threadIdx.x == 0) *a.counter = 0;  // ready for the next launch
 }

@@ -29,9 +29,16 @@ __device__ __forceinline__ C rsqrt_of(C x) {
 template <class C>
 __device__ __forceinline__ C exp_of(C x) {
   if constexpr (std::is_same_v<C, float>)
-    return __expf(x);
+    return expf(x);  // not __expf: silu's rounding to f16/bf16 should follow PyTorch's expf
   else
     return exp(x);
+}
+
+// x rounded to T and widened back: where transformers rounds an f16/bf16 intermediate (each
+// op's result) in the model's dtype. Identity for f32 and f64.
+template <class T>
+__device__ __forceinline__ compute_t<T> round_as(compute_t<T> x) {
+  return to_compute(convert<T>(x));
 }
 
 // One block per row; each thread re-reads only the sums it wrote itself.
@@ -52,7 +59,8 @@ __global__ void __launch_bounds__(1024)
   }
   C rstd = rsqrt_of(block_sum_all(sq, scratch) / C(cols) + eps);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    normed[base + c] = convert<T>(to_compute(sum[base + c]) * rstd * to_compute(w[c]));
+    // Rounded before the weight multiplies it, as transformers' RMSNorm.
+    normed[base + c] = convert<T>(to_compute(w[c]) * round_as<T>(to_compute(sum[base + c]) * rstd));
   }
 }
 
@@ -64,7 +72,8 @@ __global__ void __launch_bounds__(kBlock)
     uint64_t r = i / n, c = i % n;
     C g = to_compute(gu[r * 2 * n + c]);
     C u = to_compute(gu[r * 2 * n + n + c]);
-    out[i] = convert<T>(g / (C(1) + exp_of(-g)) * u);
+    // silu rounded, then the product: transformers' act_fn(gate) * up in the dtype.
+    out[i] = convert<T>(round_as<T>(g / (C(1) + exp_of(-g))) * u);
   }
 }
 
@@ -88,14 +97,17 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
     int64_t in = (bi * a.s + si) * heads * a.d + head * a.d;
     C x1 = to_compute(qkv[in + i]), x2 = to_compute(qkv[in + i + half]);
     if (bias != nullptr) {
-      // Rounded as the separate bias add would leave it.
-      x1 = to_compute(convert<T>(x1 + to_compute(bias[head * a.d + i])));
-      x2 = to_compute(convert<T>(x2 + to_compute(bias[head * a.d + i + half])));
+      // Rounded as the separate bias add would leave it (Llama passes f16/bf16 biases already
+      // added, rounded once with the product as nn.Linear does).
+      x1 = round_as<T>(x1 + to_compute(bias[head * a.d + i]));
+      x2 = round_as<T>(x2 + to_compute(bias[head * a.d + i + half]));
     }
     if (head < a.h + a.h_kv) {
+      // Each product rounded, then the sum: transformers' q * cos + rotate_half(q) * sin.
       C c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
       C s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
-      C r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
+      C r1 = round_as<T>(x1 * c) - round_as<T>(x2 * s);
+      C r2 = round_as<T>(x2 * c) + round_as<T>(x1 * s);
       x1 = r1;
       x2 = r2;
     }

@@ -39,6 +39,19 @@ __device__ __forceinline__ C rsqrt_c(C x) {
     return rsqrt(x);
 }
 
+// One normalised output before its rounding: layer norm (v - mean) * rstd * w (+ b, by the
+// caller), rounded once; RMS norm w * round(v * rstd), as transformers' RMSNorm casts the
+// normalised row back to the dtype before the weight multiplies it (f16/bf16 round twice).
+template <class T, bool kRms>
+__device__ __forceinline__ compute_t<T> norm_value(compute_t<T> v, compute_t<T> mean,
+                                                   compute_t<T> rstd, compute_t<T> w) {
+  if constexpr (kRms) {
+    return w * to_compute(convert<T>(v * rstd));
+  } else {
+    return (v - mean) * rstd * w;
+  }
+}
+
 constexpr int kWarpPerLane = 32;  // a warp keeps rows up to 1024 in registers
 
 /// A warp per row of up to 1024 elements.
@@ -74,7 +87,7 @@ __global__ void __launch_bounds__(kBlock)
     for (int j = 0; j < kWarpPerLane; ++j) {
       unsigned c = lane + 32 * j;
       if (c < cols) {
-        C o = (v[j] - mean) * rstd * to_compute(w[c]);
+        C o = norm_value<T, kRms>(v[j], mean, rstd, to_compute(w[c]));
         if (!kRms && b != nullptr) o += to_compute(b[c]);
         yr[c] = convert<T>(o);
       }
@@ -137,7 +150,7 @@ __global__ void __launch_bounds__(kBlock)
         Vec<T, N> o;
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          C r = (v[j][e] - mean) * rstd * to_compute(wt.v[e]);
+          C r = norm_value<T, kRms>(v[j][e], mean, rstd, to_compute(wt.v[e]));
           if (!kRms && b != nullptr) r += to_compute(bt.v[e]);
           o.v[e] = convert<T>(r);
         }
@@ -147,7 +160,7 @@ __global__ void __launch_bounds__(kBlock)
         for (int e = 0; e < N; ++e) {
           unsigned c = c0 + e;
           if (c < cols) {
-            C r = (v[j][e] - mean) * rstd * to_compute(w[c]);
+            C r = norm_value<T, kRms>(v[j][e], mean, rstd, to_compute(w[c]));
             if (!kRms && b != nullptr) r += to_compute(b[c]);
             yr[c] = convert<T>(r);
           }
@@ -180,7 +193,7 @@ __global__ void __launch_bounds__(kBlock)
     C rstd = rsqrt_c(block_sum(sq, scratch) / C(cols) + eps);
     T* yr = y + row * cols;
     for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      C r = (to_compute(xr[c]) - mean) * rstd * to_compute(w[c]);
+      C r = norm_value<T, kRms>(to_compute(xr[c]), mean, rstd, to_compute(w[c]));
       if (!kRms && b != nullptr) r += to_compute(b[c]);
       yr[c] = convert<T>(r);
     }
@@ -342,7 +355,8 @@ __global__ void __launch_bounds__(kRowMaxThreads, 2)
         if constexpr (Op == RowOp::Softmax) {
           r = ex[j][e] * mul;
         } else {
-          r = (to_compute(raw[j].v[e]) - shift) * mul * to_compute(wr.v[e]);
+          r = norm_value<T, Op == RowOp::RmsNorm>(to_compute(raw[j].v[e]), shift, mul,
+                                                  to_compute(wr.v[e]));
           if constexpr (Op == RowOp::LayerNorm) {
             if (b != nullptr) r += to_compute(br.v[e]);
           }
@@ -602,8 +616,10 @@ __global__ void __launch_bounds__(kBlock)
     C sn = to_compute(sin[static_cast<uint64_t>(t) * half + i]);
     uint32_t ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + half;
     C a = to_compute(xr[ia]), b = to_compute(xr[ib]);
-    yr[ia] = convert<T>(a * c - b * sn);
-    yr[ib] = convert<T>(b * c + a * sn);
+    // f16/bf16: each product rounded, then the sum, as transformers' q * cos +
+    // rotate_half(q) * sin in the model's dtype.
+    yr[ia] = convert<T>(to_compute(convert<T>(a * c)) - to_compute(convert<T>(b * sn)));
+    yr[ib] = convert<T>(to_compute(convert<T>(b * c)) + to_compute(convert<T>(a * sn)));
   }
 }
 

@@ -357,9 +357,23 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     if (!(single && !l.wqkv.quantized() &&
           detail::fused_qkv_rope(normed, l.wqkv.dense(), l.bqkv, h, h_kv, cache.cos(), cache.sin(),
                                  cache.k(li), cache.v(li), position, &q))) {
-      Tensor qkv = linear(normed, l.wqkv, Tensor());  // the bias is added by the rope kernel
-      q = detail::rope_write_at_position(qkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
-                                         cache.k(li), cache.v(li), position);
+      Tensor qkv, bias = l.bqkv;
+      if (bias.defined() && m.dtype != DType::F32 && !l.wqkv.quantized()) {
+        // transformers' f16/bf16 nn.Linear rounds the product and its bias once (the bias
+        // joins the f32 accumulation); adding it to the rounded product would round twice.
+        size_t n = l.wqkv.dense().dims()[0];
+        qkv = normed.reshape({b * s, c.hidden_size})
+                  .to_dtype(DType::F32)
+                  .matmul(l.wqkv.dense().to_dtype(DType::F32).t())
+                  .broadcast_add(bias.to_dtype(DType::F32))
+                  .to_dtype(m.dtype)
+                  .reshape({b, s, n});
+        bias = Tensor();
+      } else {
+        qkv = linear(normed, l.wqkv, Tensor());  // the bias is added by the rope kernel
+      }
+      q = detail::rope_write_at_position(qkv, bias, h, h_kv, cache.cos(), cache.sin(), cache.k(li),
+                                         cache.v(li), position);
     }
     Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
     // Prefill: causal, aligned to the end of the keys; graph step: the mask hides later rows.
