@@ -319,7 +319,7 @@ void attention_rounded(const FusedParams& p, const std::vector<FusedOperand>& op
             for (size_t t = 0; t < d; ++t) kt[t * kKeyTile + j] = 0;
           }
         }
-        tile_scores(q.data(), kt.data(), sc.data(), nq, d);
+        tile_scores(q.data(), kt.data(), sc.data(), nq, d, kKeyTile);
         for (size_t r = 0; r < nq; ++r) {
           long visible =
               std::clamp(row_limit[r] - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk));
