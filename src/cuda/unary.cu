@@ -24,7 +24,7 @@ void run(const UnaryOp& op, DType dtype, const void* src, const StridedView& vie
   dispatch(dtype, [&]<class H>() {
     // Only the dtypes the table lists are instantiated, to keep nvcc builds short.
     if constexpr (unary_supports(K, dtype_of<H>())) {
-      using T = typename device_type<H>::type;
+      using T = device_t<H>;
       launch_map1(static_cast<const T*>(src), view, static_cast<T*>(dst), count,
                   UnaryFn<K, T>{{op.p0, op.p1}}, s);
     } else {
