@@ -102,82 +102,14 @@ Tensor sum_to_shape(const Tensor& grad, const Shape& target) {
   return out.shape() == target ? out : out.reshape(target);
 }
 
-Tensor unary_grad(const UnaryOp& op, const Tensor& x, const Tensor& out, const Tensor& g) {
-  switch (op.kind) {
-    case UnaryKind::Neg:
-      return g.neg();
-    case UnaryKind::Abs: {
-      Tensor zero = scalar_zero(x);
-      return g.mul(as_float(x.gt(zero), g).sub(as_float(x.lt(zero), g)));
-    }
-    case UnaryKind::Exp:
-      return g.mul(out);
-    case UnaryKind::Log:
-      return g.div(x);
-    case UnaryKind::Sqrt:
-      return g.div(out.affine(2, 0));
-    case UnaryKind::Sqr:
-      return g.mul(x.affine(2, 0));
-    case UnaryKind::Recip:
-      return g.mul(out.sqr()).neg();
-    case UnaryKind::Tanh:
-      return g.mul(out.sqr().affine(-1, 1));
-    case UnaryKind::Sin:
-      return g.mul(x.cos());
-    case UnaryKind::Cos:
-      return g.mul(x.sin()).neg();
-    case UnaryKind::Relu:
-      return g.mul(as_float(x.gt(scalar_zero(x)), g));
-    case UnaryKind::Silu: {
-      // d/dx x*s(x) = s * (1 + x * (1 - s))
-      Tensor s = x.sigmoid();
-      return g.mul(s.mul(x.mul(s.affine(-1, 1)).affine(1, 1)));
-    }
-    case UnaryKind::Sigmoid:
-      return g.mul(out.mul(out.affine(-1, 1)));
-    case UnaryKind::Gelu: {
-      // out = 0.5 x (1 + tanh(u)), u = c (x + a x^3)
-      constexpr double c = 0.7978845608028654;  // sqrt(2 / pi)
-      constexpr double a = 0.044715;
-      Tensor x2 = x.sqr();
-      Tensor t = x.mul(x2.affine(c * a, c)).tanh();
-      Tensor du = x2.affine(0.5 * c * 3 * a, 0.5 * c);  // 0.5 * du/dx
-      return g.mul(t.affine(0.5, 0.5).add(x.mul(t.sqr().affine(-1, 1)).mul(du)));
-    }
-    case UnaryKind::GeluErf: {
-      // out = x * Phi(x), d = Phi(x) + x * phi(x). There is no erf op: Phi = out / x, and 1/2 at 0.
-      Tensor at_zero = as_float(x.eq(scalar_zero(x)), x);
-      Tensor cdf = out.div(x.add(at_zero)).add(at_zero.affine(0.5, 0));
-      constexpr double inv_sqrt_2pi = 0.3989422804014327;
-      Tensor pdf = x.sqr().affine(-0.5, 0).exp().affine(inv_sqrt_2pi, 0);
-      return g.mul(cdf.add(x.mul(pdf)));
-    }
-    case UnaryKind::Affine:
-      return g.affine(op.p0, 0);
-    case UnaryKind::Powf:
-      return g.mul(x.powf(op.p0 - 1).affine(op.p0, 0));
-    case UnaryKind::Clamp:
-      return g.mul(as_float(x.eq(out), g));
-    case UnaryKind::Erf: {
-      constexpr double two_over_sqrt_pi = 1.1283791670955126;
-      return g.mul(x.sqr().affine(-1, 0).exp().affine(two_over_sqrt_pi, 0));
-    }
-    case UnaryKind::Floor:
-    case UnaryKind::Ceil:
-    case UnaryKind::Round:
-    case UnaryKind::Sign:
-      return g.affine(0, 0);  // piecewise constant
-    case UnaryKind::Softplus:
-      return g.mul(x.sigmoid());
-    case UnaryKind::Log1p:
-      return g.div(x.affine(1, 1));
-    case UnaryKind::Expm1:
-      return g.mul(out.affine(1, 1));
-    case UnaryKind::Elu: {
-      // 1 for x > 0, alpha e^x = out + alpha otherwise.
-      Tensor pos = as_float(x.gt(scalar_zero(x)), g);
-      return g.mul(pos.add(pos.affine(-1, 1).mul(out.affine(1, op.p0))));
-    }
+// dL/dx of every entry of wick/unary_ops.def: its gradient body on x, out, g and p (p0, p1).
+Tensor unary_grad(const UnaryOp& p, const Tensor& x, const Tensor& out, const Tensor& g) {
+  switch (p.kind) {
+#define WICK_UNARY_OP(K, name, dtypes, doc, rel_cpu, rel_cuda, abs, why, lo, hi, math, grad) \
+  case UnaryKind::K: {                                                                       \
+    WICK_UNPAREN grad                                                                        \
+  }
+#include "wick/unary_ops.def"
   }
   throw Error("backward: unknown unary op");
 }

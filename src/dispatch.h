@@ -1,5 +1,12 @@
 #pragma once
-// Dtype dispatch, written once: dispatch(dtype, [&]<class T>() { ... }).
+// Dtype dispatch, written once for both backends: dispatch(dtype, [&]<class T>() { ... }) calls
+// the lambda with the element type of `dtype`. The element types come from a type map: HostTypes
+// here (wick::f16, wick::bf16), DeviceTypes in cuda/kernel_utils.cuh (__half, __nv_bfloat16) for
+// the kernels: dispatch<DeviceTypes>(dtype, f).
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "wick/dtype.h"
 #include "wick/error.h"
@@ -7,77 +14,68 @@
 
 namespace wick {
 
-template <class F>
-decltype(auto) dispatch(DType dtype, F&& f) {
+/// The element type of each dtype on the host.
+struct HostTypes {
+  using u8 = uint8_t;
+  using u32 = uint32_t;
+  using i64 = int64_t;
+  using bf16 = wick::bf16;
+  using f16 = wick::f16;
+  using f32 = float;
+  using f64 = double;
+};
+
+/// f.template operator()<T>() with T the element type of `dtype` in the type map `Types`. With
+/// kFloatsOnly, integer dtypes throw UnsupportedDType naming `op` (and are never instantiated).
+template <class Types, bool kFloatsOnly, class F>
+decltype(auto) dispatch_in(DType dtype, const char* op, F&& f) {
   switch (dtype) {
+    case DType::BF16:
+      return f.template operator()<typename Types::bf16>();
+    case DType::F16:
+      return f.template operator()<typename Types::f16>();
+    case DType::F32:
+      return f.template operator()<typename Types::f32>();
+    case DType::F64:
+      return f.template operator()<typename Types::f64>();
     case DType::U8:
-      return f.template operator()<uint8_t>();
+      if constexpr (kFloatsOnly)
+        break;
+      else
+        return f.template operator()<typename Types::u8>();
     case DType::U32:
-      return f.template operator()<uint32_t>();
+      if constexpr (kFloatsOnly)
+        break;
+      else
+        return f.template operator()<typename Types::u32>();
     case DType::I64:
-      return f.template operator()<int64_t>();
-    case DType::BF16:
-      return f.template operator()<bf16>();
-    case DType::F16:
-      return f.template operator()<f16>();
-    case DType::F32:
-      return f.template operator()<float>();
-    case DType::F64:
-      return f.template operator()<double>();
+      if constexpr (kFloatsOnly)
+        break;
+      else
+        return f.template operator()<typename Types::i64>();
   }
-  throw Error("dispatch: invalid dtype");
+  if (kFloatsOnly && (dtype == DType::U8 || dtype == DType::U32 || dtype == DType::I64)) {
+    throw UnsupportedDType(std::string(op) + ": unsupported dtype " + dtype_name(dtype) +
+                           " (float dtypes only)");
+  }
+  throw Error(std::string(op) + ": invalid dtype");
 }
 
-/// Like dispatch, but only for float dtypes; integer dtypes throw UnsupportedDType naming `op`.
-template <class F>
+/// Every dtype; the element types of `Types` (the host's unless named).
+template <class Types = HostTypes, class F>
+decltype(auto) dispatch(DType dtype, F&& f) {
+  return dispatch_in<Types, false>(dtype, "dispatch", f);
+}
+
+/// Float dtypes only; integer dtypes throw UnsupportedDType naming `op`.
+template <class Types = HostTypes, class F>
 decltype(auto) dispatch_float(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::BF16:
-      return f.template operator()<bf16>();
-    case DType::F16:
-      return f.template operator()<f16>();
-    case DType::F32:
-      return f.template operator()<float>();
-    case DType::F64:
-      return f.template operator()<double>();
-    default:
-      throw UnsupportedDType(std::string(op) + ": unsupported dtype " + dtype_name(dtype) +
-                             " (float dtypes only)");
-  }
+  return dispatch_in<Types, true>(dtype, op, f);
 }
 
-/// dispatch through a type map: f.template operator()<Map<T>::type>() for the host type T of
-/// `dtype`. The CUDA backend's map (kernel_utils.cuh) gives __half and __nv_bfloat16 for f16 and
-/// bf16, so both backends share this one switch.
-template <template <class> class Map, class F>
-decltype(auto) dispatch_as(DType dtype, F&& f) {
-  return dispatch(dtype, [&]<class T>() -> decltype(auto) {
-    return f.template operator()<typename Map<T>::type>();
-  });
-}
-
-/// dispatch_float through a type map.
-template <template <class> class Map, class F>
-decltype(auto) dispatch_float_as(DType dtype, const char* op, F&& f) {
-  return dispatch_float(dtype, op, [&]<class T>() -> decltype(auto) {
-    return f.template operator()<typename Map<T>::type>();
-  });
-}
-
-/// The type arithmetic runs in: float for f16/bf16, the type itself otherwise.
+/// The type arithmetic runs in: the type itself for C++'s arithmetic types, float for the half
+/// types of either backend (wick::f16 and wick::bf16, CUDA's __half and __nv_bfloat16).
 template <class T>
-struct compute_type {
-  using type = T;
-};
-template <>
-struct compute_type<f16> {
-  using type = float;
-};
-template <>
-struct compute_type<bf16> {
-  using type = float;
-};
-template <class T>
-using compute_t = typename compute_type<T>::type;
+using compute_t = std::conditional_t<std::is_arithmetic_v<T>, T, float>;
 
 }  // namespace wick

@@ -1,6 +1,6 @@
 #pragma once
-// The one call path of the fused ops (tensor_fused.cpp, nn/attention.cpp): lock each distinct
-// storage once, call the backend's fused family, wrap the result and record its gradient.
+// The call path of the fused ops (tensor_fused.cpp, nn/attention.cpp): run_op (tensor_internal.h)
+// over the present operands, calling the backend's fused family and recording its gradient.
 
 #include <vector>
 

@@ -4,11 +4,10 @@ namespace wick {
 
 const char* unary_name(UnaryKind kind) {
   switch (kind) {
-#define WICK_UNARY_NAME(K, name, dtypes) \
-  case UnaryKind::K:                     \
-    return name;
-    WICK_UNARY_OPS(WICK_UNARY_NAME)
-#undef WICK_UNARY_NAME
+#define WICK_UNARY_OP(K, name, ...) \
+  case UnaryKind::K:                \
+    return #name;
+#include "wick/unary_ops.def"
   }
   return "?";
 }

@@ -8,42 +8,16 @@
 
 namespace wick {
 
-/// Every element-wise unary op, once: X(Kind, "name", dtypes) with dtypes Floats (float dtypes),
-/// FloatsI64 (and i64) or Any (every dtype). The math is UnaryMath<Kind> in ops/unary_math.h.
-#define WICK_UNARY_OPS(X)                            \
-  X(Neg, "neg", FloatsI64)                           \
-  X(Abs, "abs", Any)                                 \
-  X(Exp, "exp", Floats)                              \
-  X(Log, "log", Floats)                              \
-  X(Sqrt, "sqrt", Floats)                            \
-  X(Sqr, "sqr", Any)                                 \
-  X(Recip, "recip", Floats)                          \
-  X(Tanh, "tanh", Floats)                            \
-  X(Sin, "sin", Floats)                              \
-  X(Cos, "cos", Floats)                              \
-  X(Relu, "relu", Any)                               \
-  X(Silu, "silu", Floats)                            \
-  X(Sigmoid, "sigmoid", Floats)                      \
-  X(Gelu, "gelu", Floats)                            \
-  X(GeluErf, "gelu_erf", Floats)                     \
-  X(Affine, "affine", Any) /* x * p0 + p1 */         \
-  X(Powf, "powf", Floats)  /* x ^ p0 */              \
-  X(Clamp, "clamp", Any)   /* min(max(x, p0), p1) */ \
-  X(Erf, "erf", Floats)                              \
-  X(Floor, "floor", Floats)                          \
-  X(Ceil, "ceil", Floats)                            \
-  X(Round, "round", Floats) /* half away from 0 */   \
-  X(Sign, "sign", Floats)                            \
-  X(Softplus, "softplus", Floats)                    \
-  X(Log1p, "log1p", Floats)                          \
-  X(Expm1, "expm1", Floats)                          \
-  X(Elu, "elu", Floats) /* x > 0 ? x : p0 (e^x - 1) */
-
+/// Every element-wise unary op: one entry of wick/unary_ops.def each (name, dtypes, tolerance,
+/// doc, math, gradient).
 enum class UnaryKind : uint8_t {
-#define WICK_UNARY_KIND(K, name, dtypes) K,
-  WICK_UNARY_OPS(WICK_UNARY_KIND)
-#undef WICK_UNARY_KIND
+#define WICK_UNARY_OP(K, ...) K,
+#include "wick/unary_ops.def"
 };
+
+/// The parenthesised statements of a table entry (its math, its gradient), without the
+/// parentheses: WICK_UNPAREN math.
+#define WICK_UNPAREN(...) __VA_ARGS__
 
 /// Which dtypes a unary op takes.
 enum class UnaryDTypes : uint8_t { Floats, FloatsI64, Any };
@@ -63,14 +37,13 @@ constexpr bool unary_dtypes_include(UnaryDTypes dtypes, DType dtype) {
   return false;
 }
 
-/// The dtypes of `kind`, from WICK_UNARY_OPS.
+/// The dtypes of `kind`, from wick/unary_ops.def.
 constexpr UnaryDTypes unary_dtypes(UnaryKind kind) {
   switch (kind) {
-#define WICK_UNARY_DTYPES(K, name, dtypes) \
-  case UnaryKind::K:                       \
+#define WICK_UNARY_OP(K, name, dtypes, ...) \
+  case UnaryKind::K:                        \
     return UnaryDTypes::dtypes;
-    WICK_UNARY_OPS(WICK_UNARY_DTYPES)
-#undef WICK_UNARY_DTYPES
+#include "wick/unary_ops.def"
   }
   return UnaryDTypes::Floats;
 }
@@ -105,7 +78,7 @@ const char* broadcast_binary_name(BinaryKind kind);
 const char* cmp_name(CmpKind kind);
 const char* reduce_name(ReduceKind kind);
 
-/// Whether `kind` takes `dtype` (WICK_UNARY_OPS says).
+/// Whether `kind` takes `dtype` (wick/unary_ops.def says).
 constexpr bool unary_supports(UnaryKind kind, DType dtype) {
   return unary_dtypes_include(unary_dtypes(kind), dtype);
 }

@@ -39,7 +39,7 @@ Tensor view_of(const Tensor& t, Layout layout) {
                                               src.dtype, src.device, nullptr, false}));
 }
 
-bool should_record(std::initializer_list<const Tensor*> inputs) {
+bool should_record(Inputs inputs) {
   if (!grad_enabled()) return false;
   for (const Tensor* t : inputs) {
     if (t->is_tracked()) return true;
@@ -47,7 +47,7 @@ bool should_record(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
-ReadLocks read_locks(std::initializer_list<const Tensor*> tensors) {
+ReadLocks read_locks(Inputs tensors) {
   constexpr size_t kFew = 8;  // ops have a few operands: no allocation for them
   if (tensors.size() <= kFew) {
     const Storage* storages[kFew];

@@ -5,9 +5,7 @@
 #include <algorithm>
 
 #include "fused_op.h"
-#include "storage.h"
 #include "tensor_internal.h"
-#include "wick/autograd.h"
 
 namespace wick {
 
@@ -33,33 +31,28 @@ namespace detail {
 
 Tensor run_fused(const FusedParams& params, const std::vector<Tensor>& operands,
                  const Shape& out_shape, FusedGrad grad) {
-  std::vector<FusedOperand> ops(operands.size());
-  std::vector<const Storage*> storages;
+  // The present operands go through run_op; the backend sees every slot (absent ones empty).
+  std::vector<FusedOperand> slots(operands.size());
+  std::vector<const Tensor*> present;
+  present.reserve(operands.size());
   for (size_t i = 0; i < operands.size(); ++i) {
     if (!operands[i].defined()) continue;
-    ops[i].storage = &backend_of(operands[i]);
-    ops[i].layout = operands[i].layout();
-    storages.push_back(operands[i].impl()->storage.get());
+    slots[i] = {&backend_of(operands[i]), operands[i].layout()};
+    present.push_back(&operands[i]);
   }
-  StoragePtr out;
-  {
-    ReadLocks locks(std::move(storages));
-    out = backend_of(operands[0]).fused(params, ops);
-  }
-  Tensor result = from_storage(std::move(out), out_shape);
-  bool tracked =
-      grad_enabled() && std::any_of(operands.begin(), operands.end(),
-                                    [](const Tensor& t) { return t.defined() && t.is_tracked(); });
-  if (!tracked) return result;
-  // Absent operands are recorded as untracked placeholders so that indices stay aligned.
-  std::vector<Tensor> inputs;
-  for (const Tensor& t : operands) {
-    inputs.push_back(
-        t.defined() ? t : Tensor::zeros(Shape{}, operands[0].dtype(), operands[0].device()));
-  }
-  BackpropOp rec{OpKind::Fused, std::move(inputs)};
-  rec.fused_grad = std::move(grad);
-  return record(result, std::move(rec));
+  return run_op(
+      present, out_shape, [&] { return backend_of(operands[0]).fused(params, slots); },
+      [&] {
+        // Absent operands are recorded as untracked placeholders so that indices stay aligned.
+        std::vector<Tensor> inputs;
+        for (const Tensor& t : operands) {
+          inputs.push_back(
+              t.defined() ? t : Tensor::zeros(Shape{}, operands[0].dtype(), operands[0].device()));
+        }
+        BackpropOp rec{OpKind::Fused, std::move(inputs)};
+        rec.fused_grad = std::move(grad);
+        return rec;
+      });
 }
 
 Tensor last_dim_contiguous(const Tensor& t) {

@@ -1,7 +1,10 @@
 #pragma once
 // Helpers shared by the Tensor front-end sources (tensor.cpp, tensor_ops.cpp).
 
+#include <initializer_list>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor_impl.h"
@@ -18,9 +21,15 @@ Tensor from_storage(StoragePtr storage, const Shape& shape);
 /// A view of `t`'s storage with another layout (no recording).
 Tensor view_of(const Tensor& t, Layout layout);
 
+/// The tensor operands of an op (every one defined).
+using Inputs = std::span<const Tensor* const>;
+
 /// True when an op on `inputs` must record itself: recording is on and an input is tracked.
 /// Hot ops test this first so that untracked ops build no BackpropOp.
-bool should_record(std::initializer_list<const Tensor*> inputs);
+bool should_record(Inputs inputs);
+inline bool should_record(std::initializer_list<const Tensor*> inputs) {
+  return should_record(Inputs(inputs.begin(), inputs.size()));
+}
 
 /// The backend storage of a tensor.
 inline BackendStorage& backend_of(const Tensor& t) {
@@ -28,15 +37,17 @@ inline BackendStorage& backend_of(const Tensor& t) {
 }
 
 /// Shared read locks on the storages of `tensors`, each locked once.
-ReadLocks read_locks(std::initializer_list<const Tensor*> tensors);
+ReadLocks read_locks(Inputs tensors);
+inline ReadLocks read_locks(std::initializer_list<const Tensor*> tensors) {
+  return read_locks(Inputs(tensors.begin(), tensors.size()));
+}
 
 /// The one op path, after the front-end checks: takes the shared locks of `inputs` (each
 /// distinct storage once), calls `backend()` (which returns the output StoragePtr) while they are
 /// held, wraps the result as a fresh row-major tensor of `shape`, and records `make_record()` (a
 /// BackpropOp) only when recording is on and an input is tracked, so untracked ops build none.
 template <class Backend, class MakeRecord>
-Tensor run_op(std::initializer_list<const Tensor*> inputs, const Shape& shape, Backend&& backend,
-              MakeRecord&& make_record) {
+Tensor run_op(Inputs inputs, const Shape& shape, Backend&& backend, MakeRecord&& make_record) {
   StoragePtr out;
   {
     auto locks = read_locks(inputs);
@@ -45,6 +56,12 @@ Tensor run_op(std::initializer_list<const Tensor*> inputs, const Shape& shape, B
   Tensor result = from_storage(std::move(out), shape);
   if (!should_record(inputs)) return result;
   return record(std::move(result), make_record());
+}
+template <class Backend, class MakeRecord>
+Tensor run_op(std::initializer_list<const Tensor*> inputs, const Shape& shape, Backend&& backend,
+              MakeRecord&& make_record) {
+  return run_op(Inputs(inputs.begin(), inputs.size()), shape, std::forward<Backend>(backend),
+                std::forward<MakeRecord>(make_record));
 }
 
 /// Records `make_record()` (a BackpropOp) on `out` only when recording is on and an input is

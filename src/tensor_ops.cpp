@@ -268,51 +268,14 @@ Tensor operator-(const Tensor& a) {
 
 // ---- element-wise unary ----
 
-Tensor Tensor::neg() const {
-  return unary_op({UnaryKind::Neg}, *this);
-}
-Tensor Tensor::abs() const {
-  return unary_op({UnaryKind::Abs}, *this);
-}
-Tensor Tensor::exp() const {
-  return unary_op({UnaryKind::Exp}, *this);
-}
-Tensor Tensor::log() const {
-  return unary_op({UnaryKind::Log}, *this);
-}
-Tensor Tensor::sqrt() const {
-  return unary_op({UnaryKind::Sqrt}, *this);
-}
-Tensor Tensor::sqr() const {
-  return unary_op({UnaryKind::Sqr}, *this);
-}
-Tensor Tensor::recip() const {
-  return unary_op({UnaryKind::Recip}, *this);
-}
-Tensor Tensor::tanh() const {
-  return unary_op({UnaryKind::Tanh}, *this);
-}
-Tensor Tensor::sin() const {
-  return unary_op({UnaryKind::Sin}, *this);
-}
-Tensor Tensor::cos() const {
-  return unary_op({UnaryKind::Cos}, *this);
-}
-Tensor Tensor::relu() const {
-  return unary_op({UnaryKind::Relu}, *this);
-}
-Tensor Tensor::silu() const {
-  return unary_op({UnaryKind::Silu}, *this);
-}
-Tensor Tensor::sigmoid() const {
-  return unary_op({UnaryKind::Sigmoid}, *this);
-}
-Tensor Tensor::gelu() const {
-  return unary_op({UnaryKind::Gelu}, *this);
-}
-Tensor Tensor::gelu_erf() const {
-  return unary_op({UnaryKind::GeluErf}, *this);
-}
+// The ops without parameters: one method per entry of wick/unary_ops.def.
+#define WICK_UNARY_OP(K, name, ...)         \
+  Tensor Tensor::name() const {             \
+    return unary_op({UnaryKind::K}, *this); \
+  }
+#define WICK_UNARY_PARAM_OP(...)
+#include "wick/unary_ops.def"
+
 Tensor Tensor::affine(double mul, double add) const {
   return unary_op({UnaryKind::Affine, mul, add}, *this);
 }
@@ -322,30 +285,6 @@ Tensor Tensor::powf(double e) const {
 Tensor Tensor::clamp(double lo, double hi) const {
   if (!(lo <= hi)) throw Error(str("clamp: lo ", lo, " is greater than hi ", hi));
   return unary_op({UnaryKind::Clamp, lo, hi}, *this);
-}
-Tensor Tensor::erf() const {
-  return unary_op({UnaryKind::Erf}, *this);
-}
-Tensor Tensor::floor() const {
-  return unary_op({UnaryKind::Floor}, *this);
-}
-Tensor Tensor::ceil() const {
-  return unary_op({UnaryKind::Ceil}, *this);
-}
-Tensor Tensor::round() const {
-  return unary_op({UnaryKind::Round}, *this);
-}
-Tensor Tensor::sign() const {
-  return unary_op({UnaryKind::Sign}, *this);
-}
-Tensor Tensor::softplus() const {
-  return unary_op({UnaryKind::Softplus}, *this);
-}
-Tensor Tensor::log1p() const {
-  return unary_op({UnaryKind::Log1p}, *this);
-}
-Tensor Tensor::expm1() const {
-  return unary_op({UnaryKind::Expm1}, *this);
 }
 Tensor Tensor::elu(double alpha) const {
   return unary_op({UnaryKind::Elu, alpha}, *this);

@@ -174,7 +174,7 @@ const std::vector<UnaryCase>& unary_cases() {
        [](double x) { return std::pow(x, 2.5); }, positive, false},
       {"clamp", [](const Tensor& t) { return t.clamp(-0.7, 1.2); },
        [](double x) { return std::min(std::max(x, -0.7), 1.2); }, any, true},
-      // Added to WICK_UNARY_OPS (ops.h) with their math in ops/unary_math.h only: the CPU loops
+      // Added as entries of wick/unary_ops.def only: the CPU loops
       // and CUDA kernels come from the table.
       {"erf", [](const Tensor& t) { return t.erf(); }, [](double x) { return std::erf(x); }, any,
        false},

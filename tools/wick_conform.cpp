@@ -139,32 +139,15 @@ struct UnarySpec {
 
 void unary_ops(Conform& c) {
   const std::vector<UnarySpec> ops{
-      {"neg", [](const Tensor& t) { return t.neg(); }, -2, 2, false},
-      {"abs", [](const Tensor& t) { return t.abs(); }, -2, 2, true},
-      {"exp", [](const Tensor& t) { return t.exp(); }, -4, 4, false},
-      {"log", [](const Tensor& t) { return t.log(); }, 0.05, 8, false},
-      {"sqrt", [](const Tensor& t) { return t.sqrt(); }, 0, 8, false},
-      {"sqr", [](const Tensor& t) { return t.sqr(); }, -3, 3, true},
-      {"recip", [](const Tensor& t) { return t.recip(); }, 0.1, 4, false},
-      {"tanh", [](const Tensor& t) { return t.tanh(); }, -4, 4, false},
-      {"sin", [](const Tensor& t) { return t.sin(); }, -4, 4, false},
-      {"cos", [](const Tensor& t) { return t.cos(); }, -4, 4, false},
-      {"relu", [](const Tensor& t) { return t.relu(); }, -2, 2, true},
-      {"silu", [](const Tensor& t) { return t.silu(); }, -6, 6, false},
-      {"sigmoid", [](const Tensor& t) { return t.sigmoid(); }, -6, 6, false},
-      {"gelu", [](const Tensor& t) { return t.gelu(); }, -5, 5, false},
-      {"gelu_erf", [](const Tensor& t) { return t.gelu_erf(); }, -5, 5, false},
-      {"affine", [](const Tensor& t) { return t.affine(1.5, -0.25); }, -2, 2, false},
+  // Every op without parameters, on its domain, from the op table; those with parameters at
+  // sample values.
+#define WICK_UNARY_OP(K, name, dtypes, doc, rel_cpu, rel_cuda, abs, why, lo, hi, ...) \
+  {#name, [](const Tensor& t) { return t.name(); }, lo, hi, std::string(#dtypes) == "Any"},
+#define WICK_UNARY_PARAM_OP(...)
+#include "wick/unary_ops.def"
+      {"affine", [](const Tensor& t) { return t.affine(1.5, -0.25); }, -2, 2, true},
       {"powf", [](const Tensor& t) { return t.powf(1.7); }, 0.05, 4, false},
       {"clamp", [](const Tensor& t) { return t.clamp(-0.5, 1.25); }, -2, 2, true},
-      {"erf", [](const Tensor& t) { return t.erf(); }, -3, 3, false},
-      {"floor", [](const Tensor& t) { return t.floor(); }, -5, 5, false},
-      {"ceil", [](const Tensor& t) { return t.ceil(); }, -5, 5, false},
-      {"round", [](const Tensor& t) { return t.round(); }, -5, 5, false},
-      {"sign", [](const Tensor& t) { return t.sign(); }, -2, 2, false},
-      {"softplus", [](const Tensor& t) { return t.softplus(); }, -8, 8, false},
-      {"log1p", [](const Tensor& t) { return t.log1p(); }, -0.9, 4, false},
-      {"expm1", [](const Tensor& t) { return t.expm1(); }, -4, 4, false},
       {"elu", [](const Tensor& t) { return t.elu(0.7); }, -4, 4, false},
   };
   for (const auto& op : ops) {

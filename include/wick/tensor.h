@@ -186,41 +186,19 @@ class Tensor {
   Tensor broadcast_maximum(const Tensor& rhs) const;
   Tensor broadcast_minimum(const Tensor& rhs) const;
 
-  // ---- element-wise unary (float dtypes unless noted) ----
-  Tensor neg() const;  // float and i64
-  Tensor abs() const;  // every dtype
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor sqrt() const;
-  Tensor sqr() const;  // every dtype
-  Tensor recip() const;
-  Tensor tanh() const;
-  Tensor sin() const;
-  Tensor cos() const;
-  Tensor relu() const;  // every dtype
-  Tensor silu() const;
-  Tensor sigmoid() const;
-  /// tanh approximation, as Candle's gelu.
-  Tensor gelu() const;
-  /// Exact gelu with erf.
-  Tensor gelu_erf() const;
-  /// x * mul + add.
+  // ---- element-wise unary ----
+  // One method per entry of wick/unary_ops.def, which gives each op's doc and dtypes: neg abs
+  // exp log sqrt sqr recip tanh sin cos relu silu sigmoid gelu gelu_erf erf floor ceil round sign
+  // softplus log1p expm1 and more. An unsupported dtype throws UnsupportedDType.
+#define WICK_UNARY_OP(K, name, ...) Tensor name() const;
+#define WICK_UNARY_PARAM_OP(...)
+#include "wick/unary_ops.def"
+  /// x * mul + add; every dtype (integers: computed in double, then saturated).
   Tensor affine(double mul, double add) const;
   /// x ^ e.
   Tensor powf(double e) const;
   /// min(max(x, lo), hi); every dtype.
   Tensor clamp(double lo, double hi) const;
-  Tensor erf() const;
-  Tensor floor() const;
-  Tensor ceil() const;
-  /// Halves round away from zero (as C's round and Candle's).
-  Tensor round() const;
-  /// -1, 0 or 1 (NaN and signed zeros kept).
-  Tensor sign() const;
-  /// log(1 + e^x), computed without overflow.
-  Tensor softplus() const;
-  Tensor log1p() const;
-  Tensor expm1() const;
   /// x for x > 0, alpha (e^x - 1) otherwise.
   Tensor elu(double alpha = 1.0) const;
 
@@ -290,7 +268,9 @@ class Tensor {
 
   // Internal: used by the library's own sources.
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
-  const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
+  const std::shared_ptr<TensorImpl>& impl() const {
+    return impl_;
+  }
 
  private:
   static Tensor full_bytes(const void* value, DType dtype, const Shape& shape, const Device& dev);

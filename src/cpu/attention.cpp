@@ -14,6 +14,7 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/fused.h"
 #include "cpu/parallel.h"
+#include "cpu/vec_exp.h"
 #include "dispatch.h"
 
 namespace wick::cpu {
@@ -21,15 +22,6 @@ namespace {
 
 constexpr size_t kQueryTile = 64;
 constexpr size_t kKeyTile = 64;
-
-template <class C>
-inline C exp_le0(C x) {
-  if constexpr (std::is_same_v<C, float>) {
-    return exp_nonpositive_f32(x);
-  } else {
-    return std::exp(x);
-  }
-}
 
 struct View4 {
   size_t dims[4];

@@ -23,6 +23,7 @@
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 #include "cpu/strided.h"
+#include "cpu/vec_exp.h"
 #include "dispatch.h"
 
 namespace wick::cpu {
@@ -721,40 +722,6 @@ StoragePtr reduce_typed(const CpuStorage& in, ReduceKind op, const Layout& layou
   return result;
 }
 
-// exp(x) for x <= 0 or nan (softmax after the max subtraction), in a form the compiler
-// vectorises: 2^n * p(r) with x = n ln2 + r, |r| <= ln2 / 2, and a degree-7 polynomial
-// (relative error ~1e-7). Below -87 (where exp underflows f32) it returns 0. The selects are
-// bit masks because GCC will not if-convert float selects under -ftrapping-math.
-inline float exp_nonpositive(float x) {
-  uint32_t small = 0u - static_cast<uint32_t>(x < -87.0f);  // all ones where x < -87
-  float xc = std::bit_cast<float>((std::bit_cast<uint32_t>(x) & ~small) |
-                                  (std::bit_cast<uint32_t>(-87.0f) & small));
-  // Round x / ln2 to an integer with the 1.5 * 2^23 trick; its low bits are n.
-  float t = xc * 1.44269504088896341f + 12582912.0f;
-  float n = t - 12582912.0f;
-  float r = xc - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  // n + 127 is the biased exponent of 2^n (n >= -126 here).
-  float scale = std::bit_cast<float>((std::bit_cast<uint32_t>(t) - 0x4B400000u + 127u) << 23);
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & ~small);
-}
-
-template <class C>
-inline C exp_softmax(C x) {
-  if constexpr (std::is_same_v<C, float>) {
-    return exp_nonpositive(x);
-  } else {
-    return std::exp(x);
-  }
-}
-
 }  // namespace
 
 StoragePtr reduce(const CpuStorage& in, ReduceKind op, const Layout& layout,
@@ -795,7 +762,7 @@ StoragePtr softmax_last_dim(const CpuStorage& in, const Layout& layout) {
           std::fill_n(yr, len, T(std::numeric_limits<C>::quiet_NaN()));
           continue;
         }
-        for (size_t i = 0; i < len; ++i) buf[i] = exp_softmax(static_cast<C>(xr[i]) - mx);
+        for (size_t i = 0; i < len; ++i) buf[i] = exp_le0(static_cast<C>(xr[i]) - mx);
         C inv = C(1) / pairwise_sum<C, true>(buf, len, 1);
         for (size_t i = 0; i < len; ++i) yr[i] = T(buf[i] * inv);
       }

@@ -1,4 +1,4 @@
-// Unary element-wise ops: every op of WICK_UNARY_OPS (ops.h) on the dtypes it lists.
+// Unary element-wise ops: every op of wick/unary_ops.def on the dtypes it lists.
 //
 // Float compares (relu, clamp, the range checks in the float exp) only vectorise when GCC may
 // assume they raise no visible FP exceptions (clang's default); nothing in wick reads the FP flags.
@@ -26,9 +26,9 @@ namespace {
 // d[i] = op(x[i * sx]) for i < n; d is contiguous.
 using UnarySegment = void (*)(void* d, const void* x, size_t sx, size_t n, const UnaryOp& op);
 
-// One op of WICK_UNARY_OPS on a run: its math is ops::UnaryMath<K> (ops/unary_math.h), the same
-// functor the CUDA kernels call, in the compute type (T itself for f32, f64 and integers). The
-// float erf and exact GELU use vec_erff instead of libm's erff, which does not vectorise.
+// One op of wick/unary_ops.def on a run: its math is ops::UnaryMath<K> (ops/unary_math.h), the
+// same functor the CUDA kernels call, in the compute type (T itself for f32, f64 and integers).
+// The float erf and exact GELU use vec_erff instead of libm's erff, which does not vectorise.
 template <class T, UnaryKind K>
 void plain_segment(void* dv, const void* xv, size_t sx, size_t n, const UnaryOp& op) {
   const ops::UnaryParams p{op.p0, op.p1};
@@ -62,7 +62,7 @@ void half_segment(void* dv, const void* xv, size_t sx, size_t n, const UnaryOp& 
 template <class T>
 UnarySegment unary_kernel(UnaryKind kind) {
   switch (kind) {
-#define WICK_UNARY_KERNEL(K, name, dtypes)                       \
+#define WICK_UNARY_OP(K, ...)                                    \
   case UnaryKind::K:                                             \
     if constexpr (unary_supports(UnaryKind::K, dtype_of<T>())) { \
       if constexpr (is_half_v<T>) {                              \
@@ -72,8 +72,7 @@ UnarySegment unary_kernel(UnaryKind kind) {
       }                                                          \
     }                                                            \
     break;
-    WICK_UNARY_OPS(WICK_UNARY_KERNEL)
-#undef WICK_UNARY_KERNEL
+#include "wick/unary_ops.def"
   }
   throw UnsupportedDType(str(unary_name(kind), ": unsupported dtype ", dtype_of<T>()));
 }

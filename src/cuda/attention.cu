@@ -1339,8 +1339,8 @@ void launch_attention(DType dtype, const AttentionArgs& a, const TempAlloc& temp
         a.out, 0, static_cast<size_t>(a.b) * a.h * a.s * a.d * size_in_bytes(dtype), s));
     return;
   }
-  dispatch_dev_float(dtype, "scaled_dot_product_attention",
-                     [&]<class T>() { run_split<T>(a, temp, s); });
+  dispatch_float<DeviceTypes>(dtype, "scaled_dot_product_attention",
+                              [&]<class T>() { run_split<T>(a, temp, s); });
 }
 
 }  // namespace wick::cuda

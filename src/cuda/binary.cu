@@ -33,7 +33,7 @@ struct WhereFn {
 template <BinaryKind K>
 void run(DType dtype, const void* lhs, const StridedView& lv, const void* rhs,
          const StridedView& rv, void* dst, size_t count, cudaStream_t s) {
-  dispatch_dev(dtype, [&]<class T>() {
+  dispatch<DeviceTypes>(dtype, [&]<class T>() {
     launch_map2(static_cast<const T*>(lhs), lv, static_cast<const T*>(rhs), rv,
                 static_cast<T*>(dst), count, BinaryFn<K, T>{}, s);
   });
@@ -62,7 +62,7 @@ void launch_cmp(CmpKind op, DType dtype, const void* lhs, const StridedView& lhs
   switch (op) {
 #define WICK_CMP_CASE(K, name)                                                                \
   case CmpKind::K:                                                                            \
-    return dispatch_dev(dtype, [&]<class T>() {                                               \
+    return dispatch<DeviceTypes>(dtype, [&]<class T>() {                                      \
       launch_map2(static_cast<const T*>(lhs), lhs_view, static_cast<const T*>(rhs), rhs_view, \
                   static_cast<uint8_t*>(dst), count, CmpFn<CmpKind::K, T>{}, s);              \
     });

@@ -123,8 +123,8 @@ void launch_cast(DType from, const void* src, const StridedView& src_view, DType
     launch_copy_strided(from, src, src_view, dst, contiguous_view(count), count, s);
     return;
   }
-  dispatch_dev(from, [&]<class A>() {
-    dispatch_dev(to, [&]<class Out>() {
+  dispatch<DeviceTypes>(from, [&]<class A>() {
+    dispatch<DeviceTypes>(to, [&]<class Out>() {
       if constexpr (!std::is_same_v<A, Out>) {
         launch_map1(static_cast<const A*>(src), src_view, static_cast<Out*>(dst), count,
                     Convert<Out>{}, s);

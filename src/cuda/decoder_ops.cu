@@ -133,7 +133,7 @@ void launch_add_rms_norm(DType dtype, const void* x, const void* delta, const vo
   if (rows == 0 || cols == 0) return;
   // About four elements per thread, whole warps, at most 1024.
   unsigned threads = static_cast<unsigned>(std::clamp<size_t>((cols / 4 + 31) / 32 * 32, 32, 1024));
-  dispatch_dev_float(dtype, "add_rms_norm", [&]<class T>() {
+  dispatch_float<DeviceTypes>(dtype, "add_rms_norm", [&]<class T>() {
     add_rms_norm_kernel<T><<<static_cast<unsigned>(rows), threads, 0, s>>>(
         static_cast<const T*>(x), static_cast<const T*>(delta), static_cast<const T*>(weight),
         static_cast<T*>(sum), static_cast<T*>(normed), static_cast<int64_t>(cols),
@@ -145,7 +145,7 @@ void launch_add_rms_norm(DType dtype, const void* x, const void* delta, const vo
 void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, size_t n,
                      cudaStream_t s) {
   if (rows * n == 0) return;
-  dispatch_dev_float(dtype, "silu_mul", [&]<class T>() {
+  dispatch_float<DeviceTypes>(dtype, "silu_mul", [&]<class T>() {
     silu_mul_kernel<T><<<grid_for(rows * n), kBlock, 0, s>>>(static_cast<const T*>(gate_up),
                                                              static_cast<T*>(out), rows, n);
     WICK_CUDA_CHECK_LAUNCH();
@@ -155,7 +155,7 @@ void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, s
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s) {
   uint64_t count = static_cast<uint64_t>(a.b * a.s * (a.h + 2 * a.h_kv) * (a.d / 2));
   if (count == 0) return;
-  dispatch_dev_float(dtype, "rope_write", [&]<class T>() {
+  dispatch_float<DeviceTypes>(dtype, "rope_write", [&]<class T>() {
     rope_write_kernel<T><<<grid_for(count), kBlock, 0, s>>>(a);
     WICK_CUDA_CHECK_LAUNCH();
   });

@@ -628,7 +628,7 @@ __global__ void __launch_bounds__(kBlock)
 void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const void* bias,
                  void* y, size_t rows, size_t cols, double eps, cudaStream_t s) {
   if (rows == 0 || cols == 0) return;
-  dispatch_dev_float(dtype, rms ? "rms_norm" : "layer_norm", [&]<class T>() {
+  dispatch_float<DeviceTypes>(dtype, rms ? "rms_norm" : "layer_norm", [&]<class T>() {
     auto xp = static_cast<const T*>(x);
     auto wp = static_cast<const T*>(weight);
     auto bp = static_cast<const T*>(bias);
@@ -644,7 +644,7 @@ void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const
 bool launch_softmax_rows_vec(DType dtype, const void* src, void* dst, size_t rows, size_t cols,
                              cudaStream_t s) {
   if (rows == 0 || cols == 0) return true;
-  return dispatch_dev_float(dtype, "softmax", [&]<class T>() {
+  return dispatch_float<DeviceTypes>(dtype, "softmax", [&]<class T>() {
     return try_row_vec<T, RowOp::Softmax>(static_cast<const T*>(src), nullptr, nullptr,
                                           static_cast<T*>(dst), rows, cols, 0.0, s);
   });
@@ -655,7 +655,7 @@ void launch_rope(DType dtype, bool interleaved, const void* x, const int64_t x_s
   uint64_t half = dims[3] / 2;
   uint64_t pairs = dims[0] * dims[1] * dims[2] * half;
   if (pairs == 0) return;
-  dispatch_dev_float(dtype, interleaved ? "rope_interleaved" : "rope", [&]<class T>() {
+  dispatch_float<DeviceTypes>(dtype, interleaved ? "rope_interleaved" : "rope", [&]<class T>() {
     auto args = [&](auto kernel) {
       kernel<<<grid_for(pairs), kBlock, 0, s>>>(
           static_cast<const T*>(x), x_strides[0], x_strides[1], x_strides[2],

@@ -207,7 +207,7 @@ void launch_index_add(DType dtype, void* dst, const Shape& dst_shape, DType ids_
   if (n == 0) return;
   StridedView sv = view_or_throw("index_add", src_layout);
   const auto& sd = src_layout.dims();
-  dispatch_dev(dtype, [&]<class T>() {
+  dispatch<DeviceTypes>(dtype, [&]<class T>() {
     index_add_kernel<T><<<grid_for(n), kBlock, 0, s>>>(
         static_cast<T*>(dst), static_cast<int64_t>(dst_shape[dim]), ids, ids64,
         static_cast<int64_t>(ids_layout.start_offset()),
@@ -231,7 +231,7 @@ void launch_scatter_add(DType dtype, void* dst, const Shape& dst_shape, DType id
   StridedView dv = view_or_throw("scatter_add", src_layout.dims(), dst_strides, 0);
   StridedView iv = view_or_throw("scatter_add", ids_layout);
   StridedView sv = view_or_throw("scatter_add", src_layout);
-  dispatch_dev(dtype, [&]<class T>() {
+  dispatch<DeviceTypes>(dtype, [&]<class T>() {
     scatter_add_kernel<T><<<grid_for(n), kBlock, 0, s>>>(
         static_cast<T*>(dst), dv, static_cast<int64_t>(dst_shape[dim]),
         static_cast<int64_t>(dim_stride), ids, ids64, iv, static_cast<const T*>(src), sv, n,

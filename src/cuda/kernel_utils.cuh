@@ -29,53 +29,20 @@ inline constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T,
 template <class T>
 inline constexpr bool is_float_v = is_half_v<T> || std::is_floating_point_v<T>;
 
-/// The device element type of a host element type: __half and __nv_bfloat16 for f16 and bf16.
-template <class T>
-struct device_type {
-  using type = T;
-};
-template <>
-struct device_type<f16> {
-  using type = __half;
-};
-template <>
-struct device_type<bf16> {
-  using type = __nv_bfloat16;
+/// The element type of each dtype on the device, dispatch.h's map with CUDA's half types:
+/// dispatch<DeviceTypes>(dtype, f), dispatch_float<DeviceTypes>(dtype, op, f).
+struct DeviceTypes : HostTypes {
+  using bf16 = __nv_bfloat16;
+  using f16 = __half;
 };
 
-/// Calls f.template operator()<T>() with T the device element type of `dtype` (dispatch.h's
-/// switch, through the type map).
-template <class F>
-decltype(auto) dispatch_dev(DType dtype, F&& f) {
-  return dispatch_as<device_type>(dtype, f);
-}
+/// The device element type of host element type H.
+template <class H>
+using device_t =
+    std::conditional_t<std::is_same_v<H, wick::f16>, __half,
+                       std::conditional_t<std::is_same_v<H, wick::bf16>, __nv_bfloat16, H>>;
 
-/// Float dtypes only; others throw UnsupportedDType naming `op`.
-template <class F>
-decltype(auto) dispatch_dev_float(DType dtype, const char* op, F&& f) {
-  return dispatch_float_as<device_type>(dtype, op, f);
-}
-
-/// Unsigned integer of the same size: kernels that only move bits are instantiated per size.
-template <size_t Bytes>
-struct bits_type;
-template <>
-struct bits_type<1> {
-  using type = uint8_t;
-};
-template <>
-struct bits_type<2> {
-  using type = uint16_t;
-};
-template <>
-struct bits_type<4> {
-  using type = uint32_t;
-};
-template <>
-struct bits_type<8> {
-  using type = unsigned long long;
-};
-
+/// Unsigned integer of `bytes` bytes: kernels that only move bits are instantiated per size.
 template <class F>
 decltype(auto) dispatch_size(size_t bytes, F&& f) {
   switch (bytes) {
@@ -91,18 +58,6 @@ decltype(auto) dispatch_size(size_t bytes, F&& f) {
 }
 
 }  // namespace wick::cuda
-
-// f16/bf16 compute in float on the device too (dispatch.h's compute_type, for the device types).
-namespace wick {
-template <>
-struct compute_type<__half> {
-  using type = float;
-};
-template <>
-struct compute_type<__nv_bfloat16> {
-  using type = float;
-};
-}  // namespace wick
 
 namespace wick::cuda {
 

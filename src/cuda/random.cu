@@ -90,7 +90,7 @@ void launch_random(bool normal, DType dtype, void* dst, size_t count, double a, 
                    uint64_t seed, uint64_t offset, cudaStream_t s) {
   if (count == 0) return;
   uint64_t blocks = (offset + count - 1) / 4 - offset / 4 + 1;
-  dispatch_dev(dtype, [&]<class T>() {
+  dispatch<DeviceTypes>(dtype, [&]<class T>() {
     random_kernel<T><<<grid_for(blocks), kBlock, 0, s>>>(static_cast<T*>(dst), count, offset, seed,
                                                          normal, a, b);
     WICK_CUDA_CHECK_LAUNCH();

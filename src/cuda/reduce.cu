@@ -568,7 +568,7 @@ void launch_reduce(ReduceKind op, DType dtype, const void* src, const Layout& la
                            kMaxDims, " dims after merging on cuda"));
   }
   if (len == 0) red = contiguous_view(0);
-  dispatch_dev(dtype, [&]<class T>() {
+  dispatch<DeviceTypes>(dtype, [&]<class T>() {
     const T* p = static_cast<const T*>(src);
     switch (op) {
       case ReduceKind::Sum:
@@ -588,7 +588,7 @@ void launch_reduce(ReduceKind op, DType dtype, const void* src, const Layout& la
 void launch_softmax_last_dim(DType dtype, const void* src, void* dst, size_t rows, size_t cols,
                              cudaStream_t s) {
   if (rows == 0 || cols == 0) return;
-  dispatch_dev_float(dtype, "softmax", [&]<class T>() {
+  dispatch_float<DeviceTypes>(dtype, "softmax", [&]<class T>() {
     const T* x = static_cast<const T*>(src);
     T* y = static_cast<T*>(dst);
     if (cols <= 32 * kSoftmaxPerLane) {

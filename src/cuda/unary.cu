@@ -1,4 +1,4 @@
-// Unary element-wise ops: every op of WICK_UNARY_OPS (ops.h) on the dtypes it lists, its math
+// Unary element-wise ops: every op of wick/unary_ops.def on the dtypes it lists, its math
 // from ops/unary_math.h (the functor the CPU loops call too); f16/bf16 compute in float.
 
 #include "cuda/kernel_utils.cuh"
@@ -24,7 +24,7 @@ void run(const UnaryOp& op, DType dtype, const void* src, const StridedView& vie
   dispatch(dtype, [&]<class H>() {
     // Only the dtypes the table lists are instantiated, to keep nvcc builds short.
     if constexpr (unary_supports(K, dtype_of<H>())) {
-      using T = typename device_type<H>::type;
+      using T = device_t<H>;
       launch_map1(static_cast<const T*>(src), view, static_cast<T*>(dst), count,
                   UnaryFn<K, T>{{op.p0, op.p1}}, s);
     } else {
@@ -40,11 +40,10 @@ void launch_unary(const UnaryOp& op, DType dtype, const void* src, const Strided
                   void* dst, size_t count, cudaStream_t s) {
   if (count == 0) return;
   switch (op.kind) {
-#define WICK_UNARY_CASE(K, name, dtypes) \
-  case UnaryKind::K:                     \
+#define WICK_UNARY_OP(K, ...) \
+  case UnaryKind::K:          \
     return run<UnaryKind::K>(op, dtype, src, src_view, dst, count, s);
-    WICK_UNARY_OPS(WICK_UNARY_CASE)
-#undef WICK_UNARY_CASE
+#include "wick/unary_ops.def"
   }
   throw Error("unary: invalid op on cuda");
 }

@@ -1,8 +1,8 @@
 #pragma once
 // The math of every element-wise unary op, written once: UnaryMath<K> is a functor on the compute
 // type (float for f16/bf16/f32, double for f64, the integer type itself) that the CPU loops and
-// the CUDA kernels both call, so the two backends cannot drift apart. The list of ops, their
-// names and dtypes is WICK_UNARY_OPS in ops.h.
+// the CUDA kernels both call, so the two backends cannot drift apart. Each op's body is its entry
+// in wick/unary_ops.def; this file provides the functions those bodies call (namespace math).
 
 #include <bit>
 #include <cmath>
@@ -68,18 +68,35 @@ inline float vec_expf(float x) {
     return std::name(x);  \
   }
 #endif
+// libm's one-argument functions, for the table's math bodies.
 WICK_MATH_1(log)
+WICK_MATH_1(log2)
+WICK_MATH_1(log10)
+WICK_MATH_1(log1p)
+WICK_MATH_1(exp2)
+WICK_MATH_1(expm1)
 WICK_MATH_1(sqrt)
-WICK_MATH_1(tanh)
+WICK_MATH_1(cbrt)
 WICK_MATH_1(sin)
 WICK_MATH_1(cos)
+WICK_MATH_1(tan)
+WICK_MATH_1(asin)
+WICK_MATH_1(acos)
+WICK_MATH_1(atan)
+WICK_MATH_1(sinh)
+WICK_MATH_1(cosh)
+WICK_MATH_1(tanh)
+WICK_MATH_1(asinh)
+WICK_MATH_1(acosh)
+WICK_MATH_1(atanh)
 WICK_MATH_1(erf)
+WICK_MATH_1(erfc)
 WICK_MATH_1(fabs)
 WICK_MATH_1(floor)
 WICK_MATH_1(ceil)
 WICK_MATH_1(round)
-WICK_MATH_1(log1p)
-WICK_MATH_1(expm1)
+WICK_MATH_1(trunc)
+WICK_MATH_1(rint)
 #undef WICK_MATH_1
 
 /// e^x; float on the host through vec_expf (vectorisable, within 2 ulp).
@@ -159,96 +176,16 @@ struct UnaryParams {
 template <UnaryKind K>
 struct UnaryMath;
 
-/// Declares UnaryMath<K>: the body (after K) computes the result from `x` (compute type C)
-/// and `p`.
-#define WICK_UNARY_MATH(K, ...)                             \
-  template <>                                               \
-  struct UnaryMath<UnaryKind::K> {                          \
-    template <class C>                                      \
-    WICK_HD C operator()(C x, const UnaryParams& p) const { \
-      (void)p;                                              \
-      __VA_ARGS__                                           \
-    }                                                       \
+// UnaryMath<K> of every entry of wick/unary_ops.def: its math body on `x` (compute type C) and `p`.
+#define WICK_UNARY_OP(K, name, dtypes, doc, rel_cpu, rel_cuda, abs, why, lo, hi, math, grad) \
+  template <>                                                                                \
+  struct UnaryMath<UnaryKind::K> {                                                           \
+    template <class C>                                                                       \
+    WICK_HD C operator()(C x, const UnaryParams& p) const {                                  \
+      (void)p;                                                                               \
+      WICK_UNPAREN math                                                                      \
+    }                                                                                        \
   };
-
-WICK_UNARY_MATH(Neg, {
-  if constexpr (std::is_integral_v<C>)
-    return math::wrap_neg(x);
-  else
-    return -x;
-})
-WICK_UNARY_MATH(Abs, {
-  if constexpr (std::is_unsigned_v<C>)
-    return x;
-  else if constexpr (std::is_integral_v<C>)
-    return x < 0 ? math::wrap_neg(x) : x;
-  else
-    return math::fabs(x);
-})
-WICK_UNARY_MATH(Exp, { return math::exp(x); })
-WICK_UNARY_MATH(Log, { return math::log(x); })
-WICK_UNARY_MATH(Sqrt, { return math::sqrt(x); })
-WICK_UNARY_MATH(Sqr, {
-  // Integers wrap (u8 is promoted to int and truncated on the store).
-  if constexpr (std::is_integral_v<C> && sizeof(C) >= 4)
-    return math::wrap_mul(x, x);
-  else
-    return static_cast<C>(x * x);
-})
-WICK_UNARY_MATH(Recip, { return C(1) / x; })
-WICK_UNARY_MATH(Tanh, { return math::tanh(x); })
-WICK_UNARY_MATH(Sin, { return math::sin(x); })
-WICK_UNARY_MATH(Cos, { return math::cos(x); })
-WICK_UNARY_MATH(Relu, { return x > C(0) ? x : C(0); })
-WICK_UNARY_MATH(Silu, { return x * math::sigmoid(x); })
-WICK_UNARY_MATH(Sigmoid, { return math::sigmoid(x); })
-WICK_UNARY_MATH(Gelu, {
-  // Candle's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))).
-  const C k = static_cast<C>(0.7978845608028654);  // sqrt(2 / pi)
-  return C(0.5) * x * (C(1) + math::tanh(k * x * (C(1) + static_cast<C>(0.044715) * x * x)));
-})
-WICK_UNARY_MATH(GeluErf,
-                { return C(0.5) * x * (C(1) + math::erf(x * static_cast<C>(0.7071067811865476))); })
-WICK_UNARY_MATH(Affine, {
-  // Integers: in double, then back with saturation, as Candle's `(v as f64 * mul + add) as T`.
-  if constexpr (std::is_integral_v<C>) {
-    return math::float_to_int<C>(static_cast<double>(x) * p.p0 + p.p1);
-  } else {
-    return x * static_cast<C>(p.p0) + static_cast<C>(p.p1);
-  }
-})
-WICK_UNARY_MATH(Powf, { return math::pow(x, static_cast<C>(p.p0)); })
-WICK_UNARY_MATH(Clamp, {
-  // min(max(x, lo), hi) with NaN kept; integer bounds converted to T first (truncated,
-  // saturated), as Candle's clamp.
-  C lo, hi;
-  if constexpr (std::is_integral_v<C>) {
-    lo = math::float_to_int<C>(p.p0);
-    hi = math::float_to_int<C>(p.p1);
-  } else {
-    lo = static_cast<C>(p.p0);
-    hi = static_cast<C>(p.p1);
-  }
-  C m = x < lo ? lo : x;
-  return hi < m ? hi : m;
-})
-
-WICK_UNARY_MATH(Erf, { return math::erf(x); })
-WICK_UNARY_MATH(Floor, { return math::floor(x); })
-WICK_UNARY_MATH(Ceil, { return math::ceil(x); })
-WICK_UNARY_MATH(Round, { return math::round(x); })
-WICK_UNARY_MATH(Sign, {
-  // NaN and signed zeros pass through.
-  return x > C(0) ? C(1) : (x < C(0) ? C(-1) : x);
-})
-WICK_UNARY_MATH(Softplus, {
-  // log(1 + e^x) = max(x, 0) + log1p(e^-|x|): e^x never overflows.
-  return (x > C(0) ? x : C(0)) + math::log1p(math::exp(-math::fabs(x)));
-})
-WICK_UNARY_MATH(Log1p, { return math::log1p(x); })
-WICK_UNARY_MATH(Expm1, { return math::expm1(x); })
-WICK_UNARY_MATH(Elu, { return x > C(0) ? x : static_cast<C>(p.p0) * math::expm1(x); })
-
-#undef WICK_UNARY_MATH
+#include "wick/unary_ops.def"
 
 }  // namespace wick::ops

@@ -129,32 +129,20 @@ struct UnaryCase {
 
 const std::vector<UnaryCase>& unary_cases() {
   static const std::vector<UnaryCase> cases{
-      {"neg", [](const Tensor& t) { return t.neg(); }, false, true},
-      {"abs", [](const Tensor& t) { return t.abs(); }, true},
-      {"exp", [](const Tensor& t) { return t.exp(); }, false},
-      {"log", [](const Tensor& t) { return t.log(); }, false, false, 0.1, 3},
-      {"sqrt", [](const Tensor& t) { return t.sqrt(); }, false, false, 0.1, 3},
-      {"sqr", [](const Tensor& t) { return t.sqr(); }, true},
-      {"recip", [](const Tensor& t) { return t.recip(); }, false, false, 0.25, 3},
-      {"tanh", [](const Tensor& t) { return t.tanh(); }, false},
-      {"sin", [](const Tensor& t) { return t.sin(); }, false},
-      {"cos", [](const Tensor& t) { return t.cos(); }, false},
-      {"relu", [](const Tensor& t) { return t.relu(); }, true},
-      {"silu", [](const Tensor& t) { return t.silu(); }, false},
-      {"sigmoid", [](const Tensor& t) { return t.sigmoid(); }, false},
-      {"gelu", [](const Tensor& t) { return t.gelu(); }, false},
-      {"gelu_erf", [](const Tensor& t) { return t.gelu_erf(); }, false},
+  // Every op without parameters, on its domain, from the op table (wick/unary_ops.def); those
+  // with parameters at sample values.
+#define WICK_UNARY_OP(K, name, dtypes, doc, rel_cpu, rel_cuda, abs, why, lo, hi, ...) \
+  {#name,                                                                             \
+   [](const Tensor& t) { return t.name(); },                                          \
+   std::string(#dtypes) == "Any",                                                     \
+   std::string(#dtypes) == "FloatsI64",                                               \
+   lo,                                                                                \
+   hi},
+#define WICK_UNARY_PARAM_OP(...)
+#include "wick/unary_ops.def"
       {"affine", [](const Tensor& t) { return t.affine(1.5, 0.25); }, true},
       {"powf", [](const Tensor& t) { return t.powf(1.7); }, false, false, 0.1, 3},
       {"clamp", [](const Tensor& t) { return t.clamp(-0.5, 7); }, true},
-      {"erf", [](const Tensor& t) { return t.erf(); }, false},
-      {"floor", [](const Tensor& t) { return t.floor(); }, false, false, -5, 5},
-      {"ceil", [](const Tensor& t) { return t.ceil(); }, false, false, -5, 5},
-      {"round", [](const Tensor& t) { return t.round(); }, false, false, -5, 5},
-      {"sign", [](const Tensor& t) { return t.sign(); }, false},
-      {"softplus", [](const Tensor& t) { return t.softplus(); }, false, false, -8, 8},
-      {"log1p", [](const Tensor& t) { return t.log1p(); }, false, false, -0.9, 3},
-      {"expm1", [](const Tensor& t) { return t.expm1(); }, false},
       {"elu", [](const Tensor& t) { return t.elu(0.7); }, false},
   };
   return cases;

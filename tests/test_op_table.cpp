@@ -1,0 +1,194 @@
+// The op table (include/wick/unary_ops.def) end to end: every entry, with nothing written for it
+// here, has its Tensor method, runs on every dtype it lists against the float64 reference under
+// its own tolerance row, refuses the others, has a gradient that matches finite differences, and
+// appears in docs/NUMERICS.md (generated from the table: WICK_UPDATE_DOCS=1 rewrites it).
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "wick/autograd.h"
+#include "wick/numerics.h"
+#include "wick/wick.h"
+
+namespace wick {
+namespace {
+
+using testing::within_bounds;
+
+// One entry of the table, as the tests see it.
+struct Entry {
+  const char* name;
+  const char* dtypes;  // "Floats", "FloatsI64" or "Any"
+  const char* doc;
+  double rel_cpu, rel_cuda, abs;
+  const char* why;
+  double lo, hi;
+  Tensor (Tensor::*method)() const;  // null for the ops with parameters
+};
+
+const std::vector<Entry>& table() {
+  static const std::vector<Entry> entries{
+#define WICK_UNARY_OP(K, name, dtypes, doc, rel_cpu, rel_cuda, abs, why, lo, hi, ...) \
+  {#name, #dtypes, doc, rel_cpu, rel_cuda, abs, why, lo, hi, &Tensor::name},
+#define WICK_UNARY_PARAM_OP(K, name, dtypes, doc, rel_cpu, rel_cuda, abs, why, lo, hi, ...) \
+  {#name, #dtypes, doc, rel_cpu, rel_cuda, abs, why, lo, hi, nullptr},
+#include "wick/unary_ops.def"
+  };
+  return entries;
+}
+
+bool takes(const Entry& e, DType dt) {
+  std::string d = e.dtypes;
+  return is_float(dt) || d == "Any" || (d == "FloatsI64" && dt == DType::I64);
+}
+
+Tensor input(const Shape& shape, DType dt, double lo, double hi) {
+  return testing::tensor_from(testing::random_values(shape.elem_count(), lo, hi), shape, dt);
+}
+
+TEST(OpTable, EveryEntryHasItsToleranceRow) {
+  for (const Entry& e : table()) {
+    const numerics::ElementwiseRow* row = numerics::elementwise_row(e.name);
+    ASSERT_NE(row, nullptr) << e.name;
+    EXPECT_EQ(row->cpu_rel, e.rel_cpu) << e.name;
+    EXPECT_EQ(row->why, e.why) << e.name;
+    EXPECT_LT(e.lo, e.hi) << e.name;
+  }
+}
+
+TEST(OpTable, EveryOpAgainstFloat64OnEveryFloatDType) {
+  for (const Entry& e : table()) {
+    if (!e.method) continue;
+    for (DType dt : testing::float_dtypes()) {
+      // Contiguous, and a transposed view (the strided loops).
+      for (bool transposed : {false, true}) {
+        SCOPED_TRACE(std::string(e.name) + " " + dtype_name(dt) + (transposed ? " t" : ""));
+        Tensor x =
+            transposed ? input({53, 37}, dt, e.lo, e.hi).t() : input({37, 53}, dt, e.lo, e.hi);
+        Tensor want = (x.to_dtype(DType::F64).*e.method)();
+        testing::poison_allocations(x.elem_count(), dt, Device::cpu());
+        Tensor got = (x.*e.method)();
+        ASSERT_EQ(got.dtype(), dt);
+        ASSERT_EQ(got.shape(), x.shape());
+        std::vector<double> xv = x.to_vec_f64();
+        EXPECT_TRUE(within_bounds(got.to_vec_f64(), want.to_vec_f64(), [&](size_t i, double w) {
+          return numerics::elementwise_bound(e.name, dt, numerics::Backend::Cpu, w,
+                                             std::abs(xv[i]));
+        }));
+      }
+    }
+  }
+}
+
+TEST(OpTable, OtherDTypesThrowNamingTheOp) {
+  for (const Entry& e : table()) {
+    if (!e.method) continue;
+    for (DType dt : {DType::U8, DType::U32, DType::I64}) {
+      Tensor x = Tensor::zeros({2, 3}, dt, Device::cpu());
+      if (takes(e, dt)) {
+        EXPECT_EQ((x.*e.method)().dtype(), dt) << e.name;
+        continue;
+      }
+      try {
+        (x.*e.method)();
+        ADD_FAILURE() << e.name << " " << dtype_name(dt) << ": no exception";
+      } catch (const UnsupportedDType& err) {
+        EXPECT_EQ(std::string(err.what()).rfind(e.name, 0), 0u) << err.what();
+        EXPECT_NE(std::string(err.what()).find(dtype_name(dt)), std::string::npos) << err.what();
+      }
+    }
+  }
+}
+
+// For an element-wise op, d out_i / d x_i is the central difference of the op applied to the
+// whole shifted tensor: one pair of calls checks every element.
+TEST(OpTable, EveryGradientMatchesFiniteDifferences) {
+  const double h = 1e-6;
+  for (const Entry& e : table()) {
+    if (!e.method) continue;
+    for (bool transposed : {false, true}) {
+      SCOPED_TRACE(std::string(e.name) + (transposed ? " t" : ""));
+      Tensor x0 = transposed ? input({5, 4}, DType::F64, e.lo, e.hi).t()
+                             : input({4, 5}, DType::F64, e.lo, e.hi);
+      Tensor w = input({4, 5}, DType::F64, -1.5, 1.5);
+      Tensor x = x0.requires_grad();
+      GradStore grads = (x.*e.method)().mul(w).sum_all().backward();
+      ASSERT_TRUE(grads.get(x).has_value());
+      Tensor up = (x0.affine(1, h).*e.method)(), down = (x0.affine(1, -h).*e.method)();
+      std::vector<double> fd = up.sub(down).affine(0.5 / h, 0).mul(w).to_vec_f64();
+      EXPECT_TRUE(testing::all_close(grads.get(x)->to_vec_f64(), fd, 1e-6, 1e-6));
+    }
+  }
+}
+
+// ---- docs/NUMERICS.md ----
+
+std::string dtype_words(const std::string& dtypes) {
+  if (dtypes == "Floats") return "floats";
+  if (dtypes == "FloatsI64") return "floats, i64";
+  return "all";
+}
+
+std::string number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// A table cell: '|' escaped.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// The generated section: one row per entry.
+std::string unary_section() {
+  std::string s =
+      "| op | dtypes | what | rel, CPU | rel, CUDA | abs | derivation |\n"
+      "|----|--------|------|---------:|----------:|----:|------------|\n";
+  for (const Entry& e : table()) {
+    s += "| " + std::string(e.name) + " | " + dtype_words(e.dtypes) + " | " + cell(e.doc) + " | " +
+         number(e.rel_cpu) + " | " + number(e.rel_cuda) + " | " + number(e.abs) + " | " +
+         cell(e.why) + " |\n";
+  }
+  return s;
+}
+
+TEST(OpTable, NumericsDocIsGeneratedFromTheTable) {
+  const std::string path = std::string(WICK_SOURCE_DIR) + "/docs/NUMERICS.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot read " << path;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::string doc = buf.str();
+  const std::string begin =
+      "<!-- unary ops: generated from include/wick/unary_ops.def by tests/test_op_table.cpp -->\n";
+  const std::string end = "<!-- end of the generated unary ops -->\n";
+  size_t b = doc.find(begin), e = doc.find(end);
+  ASSERT_NE(b, std::string::npos) << path << " lacks the line " << begin;
+  ASSERT_NE(e, std::string::npos) << path << " lacks the line " << end;
+  ASSERT_LT(b, e);
+  std::string current = doc.substr(b + begin.size(), e - b - begin.size());
+  std::string fresh = unary_section();
+  if (current == fresh) return;
+  const char* update = std::getenv("WICK_UPDATE_DOCS");
+  if (update && std::string(update) == "1") {
+    std::ofstream(path) << doc.substr(0, b + begin.size()) + fresh + doc.substr(e);
+    return;
+  }
+  ADD_FAILURE() << path << " is stale: its unary table differs from include/wick/unary_ops.def. "
+                << "Rewrite it with: WICK_UPDATE_DOCS=1 tests/test_op_table "
+                   "--gtest_filter=OpTable.NumericsDocIsGeneratedFromTheTable";
+}
+
+}  // namespace
+}  // namespace wick
