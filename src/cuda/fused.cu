@@ -503,7 +503,8 @@ __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
       if constexpr (Op == RowOp::Softmax) {
         r = exp_fast(elem<T>(raw[j], e) - shift) * mul;
       } else {
-        r = (elem<T>(raw[j], e) - shift) * mul * to_compute(wr.v[e]);
+        r = norm_value<T, Op == RowOp::RmsNorm>(elem<T>(raw[j], e), shift, mul,
+                                                to_compute(wr.v[e]));
         if constexpr (Op == RowOp::LayerNorm) {
           if (b != nullptr) r += to_compute(br.v[e]);
         }
