@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   const int64_t p = blockIdx.x;  // the grid is one block per pair
   const bool first = threadIdx.x == 0;
   if (p < pairs) {
-    // The two rows of this warp.
+    // The two rows of this block.
     int64_t r0, r1;
     const int64_t half = a.d / 2;
     if (a.epilogue == GemvEpilogue::QkvRope) {
