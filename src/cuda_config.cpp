@@ -44,7 +44,8 @@ Config read_config() {
   c.decode_gemv = !env_is("WICK_DECODE_GEMV", "0");
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);
   c.attention_rounding_transformers = env_is("WICK_ATTENTION_ROUNDING", "transformers");
-  c.row_kernel_block = env_is("WICK_ROW_KERNEL", "block");
+  if (env_is("WICK_ROW_KERNEL", "block")) c.row_kernel = RowKernel::Block;
+  if (env_is("WICK_ROW_KERNEL", "warp")) c.row_kernel = RowKernel::Warp;
   if (env_is("WICK_ROW_WARPS", "1")) c.row_warps = 1;
   if (env_is("WICK_ROW_WARPS", "4")) c.row_warps = 4;
   if (env_is("WICK_DECODE_WARPS", "4")) c.decode_warps = 4;

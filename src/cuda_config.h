@@ -36,6 +36,9 @@ enum class WarmUp {
   Full,    // that thread also runs one 1024^3 GEMM per dtype (cuBLAS loads its kernels)
 };
 
+/// Which kernel runs rows a warp could hold in registers.
+enum class RowKernel { Auto, Block, Warp };
+
 struct Config {
   bool trace = false;
   int ops_per_batch = 50;
@@ -49,7 +52,7 @@ struct Config {
   bool decode_gemv = true;
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice
   bool attention_rounding_transformers = false;
-  bool row_kernel_block = false;
+  RowKernel row_kernel = RowKernel::Auto;
   int row_warps = 2;
   int decode_warps = 8;
   int decode_splits = 0;  // 0: the kernel's own choice

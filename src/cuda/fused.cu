@@ -1,9 +1,9 @@
 // layer_norm, rms_norm, softmax_last_dim and rope kernels. Rows: a warp per row up to 1024
-// columns; above, when rows are 16-byte aligned and up to 512 vectors long (4096 bf16/f16, 2048
-// f32), a warp per row held in registers (16-byte vectors, one read and one write of each
-// element, shuffles only); longer aligned rows take a block per row in registers (one block
-// reduction); else a block per row up to 8192 in registers, a looping block above. Statistics
-// in f32 (f64 for f64).
+// columns; above, when rows are 16-byte aligned, softmax rows up to 512 vectors (4096 bf16/f16,
+// 2048 f32) take a warp per row held in registers (16-byte vectors, one read and one write of
+// each element, shuffles only), the norms and longer rows a block per row in registers (one
+// block reduction); else a block per row up to 8192 in registers, a looping block above.
+// Statistics in f32 (f64 for f64).
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
@@ -529,13 +529,16 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   size_t nvec = cols / N;
   using C = compute_t<T>;
   C e = static_cast<C>(eps);
-  // A warp per row when the row fits in 16 vectors a lane (WICK_ROW_KERNEL=block forces the
-  // block kernel; benchmarks).
-  static const bool force_block = config().row_kernel_block;
+  // softmax: a warp per row when the row fits in 16 vectors a lane; the norms take the block
+  // kernel (H200, (4096, 4096) bf16, share of the copy bandwidth: softmax warp 84% / block 78%,
+  // layer_norm 69% / 86%, rms_norm 76% / 96%). WICK_ROW_KERNEL=block|warp forces one.
+  static const RowKernel choice = config().row_kernel;
+  const bool warp =
+      choice == RowKernel::Warp || (choice == RowKernel::Auto && Op == RowOp::Softmax);
   // Two rows a block: fine steps of occupancy (WICK_ROW_WARPS=1/4 for one or four; benchmarks).
   static const unsigned row_warps = static_cast<unsigned>(config().row_warps);
   if constexpr (sizeof(T) <= 4) {
-    if (!force_block && nvec <= 32 * 16 && rows <= 0xffffffffu - kRowWarpMaxRows) {
+    if (warp && nvec <= 32 * 16 && rows <= 0xffffffffu - kRowWarpMaxRows) {
       unsigned blocks = static_cast<unsigned>((rows + row_warps - 1) / row_warps);
       auto go = [&](auto kernel) {
         kernel<<<blocks, row_warps * 32, 0, s>>>(x, w, b, y, static_cast<unsigned>(rows),
