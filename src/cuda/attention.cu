@@ -134,7 +134,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_addr(p)));
 }
 
-struct MmaArgs {
+// The operands of the f16/bf16 kernels that take whole query blocks (mma, rounded), as raw
+// 16-bit words, with strides in elements.
+struct HalfOperands {
   const uint16_t* q;
   const uint16_t* k;
   const uint16_t* v;
@@ -142,9 +144,33 @@ struct MmaArgs {
   uint16_t* out;
   int64_t qs[3], ks[3], vs[3], ms[4];
   int h, group, s, s_kv;
-  float scale_log2;  // scale * log2(e): the softmax runs in base 2
   bool causal;
-  bool q_vec;  // q rows 16-byte aligned: cp.async to shared memory
+};
+
+HalfOperands half_operands(const AttentionArgs& a) {
+  HalfOperands p{};
+  p.q = static_cast<const uint16_t*>(a.q);
+  p.k = static_cast<const uint16_t*>(a.k);
+  p.v = static_cast<const uint16_t*>(a.v);
+  p.mask = static_cast<const uint16_t*>(a.mask);
+  p.out = static_cast<uint16_t*>(a.out);
+  for (int i = 0; i < 3; ++i) {
+    p.qs[i] = a.q_strides[i];
+    p.ks[i] = a.k_strides[i];
+    p.vs[i] = a.v_strides[i];
+  }
+  for (int i = 0; i < 4; ++i) p.ms[i] = a.mask_strides[i];
+  p.h = a.h;
+  p.group = a.h / a.h_kv;
+  p.s = a.s;
+  p.s_kv = a.s_kv;
+  p.causal = a.causal;
+  return p;
+}
+
+struct MmaArgs : HalfOperands {
+  float scale_log2;  // scale * log2(e): the softmax runs in base 2
+  bool q_vec;        // q rows 16-byte aligned: cp.async to shared memory
 };
 
 template <class T, int D>
@@ -938,16 +964,9 @@ constexpr int kRndThreads = 256;
 constexpr int kRndMaxKeys = 11264;  // scores in the default 48 KiB of shared memory
 constexpr int kRndMaxRows = 64;     // queries per call (decode, short prompts)
 
-struct RoundedArgs {
-  const uint16_t* q;
-  const uint16_t* k;
-  const uint16_t* v;
-  const uint16_t* mask;
-  uint16_t* out;
-  int64_t qs[3], ks[3], vs[3], ms[4];
-  int h, group, s, s_kv, d;
+struct RoundedArgs : HalfOperands {
+  int d;
   float scale;
-  bool causal;
 };
 
 __device__ __forceinline__ float block_reduce(float x, float* scratch, bool is_max) {
@@ -1047,25 +1066,7 @@ bool rounded_fits(DType dtype, const AttentionArgs& a) {
 
 template <class T>
 void run_rounded(const AttentionArgs& a, cudaStream_t s) {
-  RoundedArgs p{};
-  p.q = static_cast<const uint16_t*>(a.q);
-  p.k = static_cast<const uint16_t*>(a.k);
-  p.v = static_cast<const uint16_t*>(a.v);
-  p.mask = static_cast<const uint16_t*>(a.mask);
-  p.out = static_cast<uint16_t*>(a.out);
-  for (int i = 0; i < 3; ++i) {
-    p.qs[i] = a.q_strides[i];
-    p.ks[i] = a.k_strides[i];
-    p.vs[i] = a.v_strides[i];
-  }
-  for (int i = 0; i < 4; ++i) p.ms[i] = a.mask_strides[i];
-  p.h = a.h;
-  p.group = a.h / a.h_kv;
-  p.s = a.s;
-  p.s_kv = a.s_kv;
-  p.d = a.d;
-  p.scale = a.scale;
-  p.causal = a.causal;
+  RoundedArgs p{half_operands(a), a.d, a.scale};
   unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(a.b) * a.h * a.s);
   attn_rounded_kernel<T><<<blocks, kRndThreads, a.s_kv * sizeof(float), s>>>(p);
   WICK_CUDA_CHECK_LAUNCH();
@@ -1262,24 +1263,7 @@ bool mma_fits(const AttentionArgs& a) {
 
 template <class T>
 void run_mma(const AttentionArgs& a, cudaStream_t s) {
-  MmaArgs p{};
-  p.q = static_cast<const uint16_t*>(a.q);
-  p.k = static_cast<const uint16_t*>(a.k);
-  p.v = static_cast<const uint16_t*>(a.v);
-  p.mask = static_cast<const uint16_t*>(a.mask);
-  p.out = static_cast<uint16_t*>(a.out);
-  for (int i = 0; i < 3; ++i) {
-    p.qs[i] = a.q_strides[i];
-    p.ks[i] = a.k_strides[i];
-    p.vs[i] = a.v_strides[i];
-  }
-  for (int i = 0; i < 4; ++i) p.ms[i] = a.mask_strides[i];
-  p.h = a.h;
-  p.group = a.h / a.h_kv;
-  p.s = a.s;
-  p.s_kv = a.s_kv;
-  p.scale_log2 = a.scale * kLog2e;
-  p.causal = a.causal;
+  MmaArgs p{half_operands(a), a.scale * kLog2e, false};
   p.q_vec = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && a.q_strides[0] % 8 == 0 &&
             a.q_strides[1] % 8 == 0 && a.q_strides[2] % 8 == 0;
   dim3 grid(a.h, (a.s + kMmaRows - 1) / kMmaRows, a.b);
