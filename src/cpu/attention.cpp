@@ -120,88 +120,110 @@ void tile_pv(const C* p, const C* v, C* o, size_t nq, size_t nk, size_t d) {
   }
 }
 
+// One attention call: the operands as typed pointers and 4-d views, the sizes, and the split into
+// work items. The rows of an item are (query head of the group, query) pairs, head-major: the
+// heads that share a k/v head share its tiles too (decoding: the whole group in one item).
+template <class T>
+struct Problem {
+  View4 qv, kv, vv, mv{};
+  const T *qp, *kp, *vp, *mp = nullptr;
+  bool has_mask;
+  size_t nb, nh, s, d, nh_kv, s_kv, group;
+  long shift;  // causal: query i sees keys j <= i + shift (the last query sees the last key)
+  size_t group_rows, q_tiles, items;
+
+  explicit Problem(const std::vector<FusedOperand>& ops)
+      : qv(view4(ops[0].layout)),
+        kv(view4(ops[1].layout)),
+        vv(view4(ops[2].layout)),
+        qp(data(ops[0])),
+        kp(data(ops[1])),
+        vp(data(ops[2])),
+        has_mask(ops.size() > 3 && ops[3].storage != nullptr) {
+    if (has_mask) {
+      mv = view4(ops[3].layout);
+      mp = data(ops[3]);
+    }
+    nb = qv.dims[0];
+    nh = qv.dims[1];
+    s = qv.dims[2];
+    d = qv.dims[3];
+    nh_kv = kv.dims[1];
+    s_kv = kv.dims[2];
+    group = nh / nh_kv;
+    shift = static_cast<long>(s_kv) - static_cast<long>(s);
+    group_rows = group * s;
+    q_tiles = (group_rows + kQueryTile - 1) / kQueryTile;
+    items = nb * nh_kv * q_tiles;
+  }
+
+  static const T* data(const FusedOperand& op) {
+    return as_cpu(*op.storage).as<T>() + op.layout.start_offset();
+  }
+};
+
 template <class T>
 void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops, T* out) {
   using C = compute_t<T>;
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
-  View4 qv = view4(ops[0].layout), kv = view4(ops[1].layout), vv = view4(ops[2].layout);
-  const T* qp = as_cpu(*ops[0].storage).as<T>() + ops[0].layout.start_offset();
-  const T* kp = as_cpu(*ops[1].storage).as<T>() + ops[1].layout.start_offset();
-  const T* vp = as_cpu(*ops[2].storage).as<T>() + ops[2].layout.start_offset();
-  bool has_mask = ops.size() > 3 && ops[3].storage != nullptr;
-  View4 mv{};
-  const T* mp = nullptr;
-  if (has_mask) {
-    mv = view4(ops[3].layout);
-    mp = as_cpu(*ops[3].storage).as<T>() + ops[3].layout.start_offset();
-  }
-  size_t nb = qv.dims[0], nh = qv.dims[1], s = qv.dims[2], d = qv.dims[3];
-  size_t nh_kv = kv.dims[1], s_kv = kv.dims[2];
-  size_t group = nh / nh_kv;
-  // Causal: query i sees keys j <= i + s_kv - s (the last query sees the last key).
-  long shift = static_cast<long>(s_kv) - static_cast<long>(s);
+  const Problem<T> pb(ops);
   C scale = static_cast<C>(p.scale);
-  // The rows of a work item are (query head of the group, query) pairs, head-major: the heads
-  // that share a k/v head share its tiles too (decoding: the whole group in one item).
-  size_t group_rows = group * s;
-  size_t q_tiles = (group_rows + kQueryTile - 1) / kQueryTile;
-  size_t items = nb * nh_kv * q_tiles;
 
-  parallel_for(items, 1, [&](size_t i0, size_t i1) {
-    std::vector<C> kt(d * kKeyTile), vt(kKeyTile * d), q(kQueryTile * d), o(kQueryTile * d),
-        sc(kQueryTile * kKeyTile);
+  parallel_for(pb.items, 1, [&](size_t i0, size_t i1) {
+    std::vector<C> kt(pb.d * kKeyTile), vt(kKeyTile * pb.d), q(kQueryTile * pb.d),
+        o(kQueryTile * pb.d), sc(kQueryTile * kKeyTile);
     C m[kQueryTile], l[kQueryTile];
     size_t row_head[kQueryTile], row_query[kQueryTile];
     for (size_t item = i0; item < i1; ++item) {
-      size_t qt = item % q_tiles, bk = item / q_tiles;
-      size_t bi = bk / nh_kv, hk = bk % nh_kv;
-      size_t r0 = qt * kQueryTile, nq = std::min(kQueryTile, group_rows - r0);
+      size_t qt = item % pb.q_tiles, bk = item / pb.q_tiles;
+      size_t bi = bk / pb.nh_kv, hk = bk % pb.nh_kv;
+      size_t r0 = qt * kQueryTile, nq = std::min(kQueryTile, pb.group_rows - r0);
       long last_visible = -1;
       for (size_t r = 0; r < nq; ++r) {
-        size_t hi = hk * group + (r0 + r) / s, qi = (r0 + r) % s;
+        size_t hi = hk * pb.group + (r0 + r) / pb.s, qi = (r0 + r) % pb.s;
         row_head[r] = hi;
         row_query[r] = qi;
-        const T* qr = qp + bi * qv.strides[0] + hi * qv.strides[1] + qi * qv.strides[2];
-        for (size_t t = 0; t < d; ++t) q[r * d + t] = static_cast<C>(qr[t]) * scale;
+        const T* qr = pb.qp + bi * pb.qv.strides[0] + hi * pb.qv.strides[1] + qi * pb.qv.strides[2];
+        for (size_t t = 0; t < pb.d; ++t) q[r * pb.d + t] = static_cast<C>(qr[t]) * scale;
         m[r] = kNegInf;
         l[r] = 0;
-        last_visible = std::max(
-            last_visible, p.causal ? static_cast<long>(qi) + shift : static_cast<long>(s_kv) - 1);
+        last_visible = std::max(last_visible, p.causal ? static_cast<long>(qi) + pb.shift
+                                                       : static_cast<long>(pb.s_kv) - 1);
       }
-      std::fill_n(o.begin(), nq * d, C(0));
-      size_t key_end = static_cast<size_t>(std::clamp(last_visible + 1, 0L, long(s_kv)));
-      const T* kbase = kp + bi * kv.strides[0] + hk * kv.strides[1];
-      const T* vbase = vp + bi * vv.strides[0] + hk * vv.strides[1];
+      std::fill_n(o.begin(), nq * pb.d, C(0));
+      size_t key_end = static_cast<size_t>(std::clamp(last_visible + 1, 0L, long(pb.s_kv)));
+      const T* kbase = pb.kp + bi * pb.kv.strides[0] + hk * pb.kv.strides[1];
+      const T* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
       for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
         size_t nk = std::min(kKeyTile, key_end - k0);
         // Short tiles (short sequences) compute scores for nk keys rounded up to 16, not 64.
         size_t kw = std::min(kKeyTile, (nk + 15) / 16 * 16);
-        // K transposed (d, tile) so that scores are axpys along the tile; zeros past the end.
+        // K transposed (pb.d, tile) so that scores are axpys along the tile; zeros past the end.
         for (size_t j = 0; j < kw; ++j) {
           if (j < nk) {
-            const T* kr = kbase + (k0 + j) * kv.strides[2];
-            const T* vr = vbase + (k0 + j) * vv.strides[2];
-            for (size_t t = 0; t < d; ++t) {
+            const T* kr = kbase + (k0 + j) * pb.kv.strides[2];
+            const T* vr = vbase + (k0 + j) * pb.vv.strides[2];
+            for (size_t t = 0; t < pb.d; ++t) {
               kt[t * kKeyTile + j] = static_cast<C>(kr[t]);
-              vt[j * d + t] = static_cast<C>(vr[t]);
+              vt[j * pb.d + t] = static_cast<C>(vr[t]);
             }
           } else {
-            for (size_t t = 0; t < d; ++t) kt[t * kKeyTile + j] = 0;
+            for (size_t t = 0; t < pb.d; ++t) kt[t * kKeyTile + j] = 0;
           }
         }
-        tile_scores(q.data(), kt.data(), sc.data(), nq, d, kw);
+        tile_scores(q.data(), kt.data(), sc.data(), nq, pb.d, kw);
         // The online softmax of each row over this tile; p overwrites the scores.
         for (size_t r = 0; r < nq; ++r) {
           C* sr = sc.data() + r * kKeyTile;
           long qi = static_cast<long>(row_query[r]);
           size_t hi = row_head[r];
-          long limit = p.causal ? qi + shift : static_cast<long>(s_kv) - 1;
+          long limit = p.causal ? qi + pb.shift : static_cast<long>(pb.s_kv) - 1;
           size_t visible = static_cast<size_t>(
               std::clamp(limit - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk)));
-          if (has_mask) {
-            const T* mrow = mp + bi * mv.strides[0] + hi * mv.strides[1] +
-                            static_cast<size_t>(qi) * mv.strides[2] + k0 * mv.strides[3];
-            const size_t ms = mv.strides[3];
+          if (pb.has_mask) {
+            const T* mrow = pb.mp + bi * pb.mv.strides[0] + hi * pb.mv.strides[1] +
+                            static_cast<size_t>(qi) * pb.mv.strides[2] + k0 * pb.mv.strides[3];
+            const size_t ms = pb.mv.strides[3];
             if (ms == 1) {  // a row of keys read in a vectorised loop
               for (size_t j = 0; j < visible; ++j) sr[j] += static_cast<C>(mrow[j]);
             } else {
@@ -217,7 +239,7 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
           C mx = kNegInf;
           for (C v : mx8) mx = std::max(mx, v);
           C m_new = std::max(m[r], mx);
-          C* orow = o.data() + r * d;
+          C* orow = o.data() + r * pb.d;
           if (m_new == kNegInf) {  // every key so far is masked out
             for (size_t j = 0; j < kw; ++j) sr[j] = 0;
             continue;
@@ -233,16 +255,16 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
           l[r] = l[r] * corr + sum;
           m[r] = m_new;
           if (corr != C(1)) {
-            for (size_t t = 0; t < d; ++t) orow[t] *= corr;
+            for (size_t t = 0; t < pb.d; ++t) orow[t] *= corr;
           }
         }
-        tile_pv(sc.data(), vt.data(), o.data(), nq, nk, d);
+        tile_pv(sc.data(), vt.data(), o.data(), nq, nk, pb.d);
       }
-      // A query that sees no key (causal with s > s_kv, or an all -inf mask row) gets zeros.
+      // A query that sees no key (causal with pb.s > pb.s_kv, or an all -inf mask row) gets zeros.
       for (size_t r = 0; r < nq; ++r) {
-        T* orow = out + ((bi * nh + row_head[r]) * s + row_query[r]) * d;
+        T* orow = out + ((bi * pb.nh + row_head[r]) * pb.s + row_query[r]) * pb.d;
         C inv = l[r] > C(0) ? C(1) / l[r] : C(0);
-        for (size_t t = 0; t < d; ++t) orow[t] = T(o[r * d + t] * inv);
+        for (size_t t = 0; t < pb.d; ++t) orow[t] = T(o[r * pb.d + t] * inv);
       }
     }
   });
@@ -257,71 +279,55 @@ template <class T>
 void attention_rounded(const FusedParams& p, const std::vector<FusedOperand>& ops, T* out) {
   using C = float;
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
-  View4 qv = view4(ops[0].layout), kv = view4(ops[1].layout), vv = view4(ops[2].layout);
-  const T* qp = as_cpu(*ops[0].storage).as<T>() + ops[0].layout.start_offset();
-  const T* kp = as_cpu(*ops[1].storage).as<T>() + ops[1].layout.start_offset();
-  const T* vp = as_cpu(*ops[2].storage).as<T>() + ops[2].layout.start_offset();
-  bool has_mask = ops.size() > 3 && ops[3].storage != nullptr;
-  View4 mv{};
-  const T* mp = nullptr;
-  if (has_mask) {
-    mv = view4(ops[3].layout);
-    mp = as_cpu(*ops[3].storage).as<T>() + ops[3].layout.start_offset();
-  }
-  size_t nb = qv.dims[0], nh = qv.dims[1], s = qv.dims[2], d = qv.dims[3];
-  size_t nh_kv = kv.dims[1], s_kv = kv.dims[2];
-  size_t group = nh / nh_kv;
-  long shift = static_cast<long>(s_kv) - static_cast<long>(s);
+  const Problem<T> pb(ops);
   C scale = static_cast<C>(p.scale);
-  size_t group_rows = group * s;
-  size_t q_tiles = (group_rows + kQueryTile - 1) / kQueryTile;
-  size_t items = nb * nh_kv * q_tiles;
 
-  parallel_for(items, 1, [&](size_t i0, size_t i1) {
-    std::vector<C> kt(d * kKeyTile), vt(kKeyTile * d), q(kQueryTile * d), o(kQueryTile * d),
-        sc(kQueryTile * kKeyTile), rows;
+  parallel_for(pb.items, 1, [&](size_t i0, size_t i1) {
+    std::vector<C> kt(pb.d * kKeyTile), vt(kKeyTile * pb.d), q(kQueryTile * pb.d),
+        o(kQueryTile * pb.d), sc(kQueryTile * kKeyTile), rows;
     size_t row_head[kQueryTile], row_query[kQueryTile];
     long row_limit[kQueryTile];
     for (size_t item = i0; item < i1; ++item) {
-      size_t qt = item % q_tiles, bk = item / q_tiles;
-      size_t bi = bk / nh_kv, hk = bk % nh_kv;
-      size_t r0 = qt * kQueryTile, nq = std::min(kQueryTile, group_rows - r0);
+      size_t qt = item % pb.q_tiles, bk = item / pb.q_tiles;
+      size_t bi = bk / pb.nh_kv, hk = bk % pb.nh_kv;
+      size_t r0 = qt * kQueryTile, nq = std::min(kQueryTile, pb.group_rows - r0);
       long last_visible = -1;
       for (size_t r = 0; r < nq; ++r) {
-        size_t hi = hk * group + (r0 + r) / s, qi = (r0 + r) % s;
+        size_t hi = hk * pb.group + (r0 + r) / pb.s, qi = (r0 + r) % pb.s;
         row_head[r] = hi;
         row_query[r] = qi;
-        row_limit[r] = p.causal ? static_cast<long>(qi) + shift : static_cast<long>(s_kv) - 1;
-        const T* qr = qp + bi * qv.strides[0] + hi * qv.strides[1] + qi * qv.strides[2];
-        for (size_t t = 0; t < d; ++t) q[r * d + t] = static_cast<C>(qr[t]);
+        row_limit[r] = p.causal ? static_cast<long>(qi) + pb.shift : static_cast<long>(pb.s_kv) - 1;
+        const T* qr = pb.qp + bi * pb.qv.strides[0] + hi * pb.qv.strides[1] + qi * pb.qv.strides[2];
+        for (size_t t = 0; t < pb.d; ++t) q[r * pb.d + t] = static_cast<C>(qr[t]);
         last_visible = std::max(last_visible, row_limit[r]);
       }
-      size_t key_end = static_cast<size_t>(std::clamp(last_visible + 1, 0L, long(s_kv)));
+      size_t key_end = static_cast<size_t>(std::clamp(last_visible + 1, 0L, long(pb.s_kv)));
       rows.assign(nq * key_end, kNegInf);
-      const T* kbase = kp + bi * kv.strides[0] + hk * kv.strides[1];
-      const T* vbase = vp + bi * vv.strides[0] + hk * vv.strides[1];
+      const T* kbase = pb.kp + bi * pb.kv.strides[0] + hk * pb.kv.strides[1];
+      const T* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
       // Pass 1: the rounded scores of every visible key.
       for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
         size_t nk = std::min(kKeyTile, key_end - k0);
         for (size_t j = 0; j < kKeyTile; ++j) {
           if (j < nk) {
-            const T* kr = kbase + (k0 + j) * kv.strides[2];
-            for (size_t t = 0; t < d; ++t) kt[t * kKeyTile + j] = static_cast<C>(kr[t]);
+            const T* kr = kbase + (k0 + j) * pb.kv.strides[2];
+            for (size_t t = 0; t < pb.d; ++t) kt[t * kKeyTile + j] = static_cast<C>(kr[t]);
           } else {
-            for (size_t t = 0; t < d; ++t) kt[t * kKeyTile + j] = 0;
+            for (size_t t = 0; t < pb.d; ++t) kt[t * kKeyTile + j] = 0;
           }
         }
-        tile_scores(q.data(), kt.data(), sc.data(), nq, d, kKeyTile);
+        tile_scores(q.data(), kt.data(), sc.data(), nq, pb.d, kKeyTile);
         for (size_t r = 0; r < nq; ++r) {
           long visible =
               std::clamp(row_limit[r] - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk));
           C* dst = rows.data() + r * key_end + k0;
           for (long j = 0; j < visible; ++j) {
             C v = round_as<T>(round_as<T>(sc[r * kKeyTile + j]) * scale);
-            if (has_mask) {
+            if (pb.has_mask) {
               v = round_as<T>(
-                  v + static_cast<C>(mp[bi * mv.strides[0] + row_head[r] * mv.strides[1] +
-                                        row_query[r] * mv.strides[2] + (k0 + j) * mv.strides[3]]));
+                  v + static_cast<C>(
+                          pb.mp[bi * pb.mv.strides[0] + row_head[r] * pb.mv.strides[1] +
+                                row_query[r] * pb.mv.strides[2] + (k0 + j) * pb.mv.strides[3]]));
             }
             dst[j] = v;
           }
@@ -348,19 +354,19 @@ void attention_rounded(const FusedParams& p, const std::vector<FusedOperand>& op
       for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
         size_t nk = std::min(kKeyTile, key_end - k0);
         for (size_t j = 0; j < nk; ++j) {
-          const T* vr = vbase + (k0 + j) * vv.strides[2];
-          for (size_t t = 0; t < d; ++t) vt[j * d + t] = static_cast<C>(vr[t]);
+          const T* vr = vbase + (k0 + j) * pb.vv.strides[2];
+          for (size_t t = 0; t < pb.d; ++t) vt[j * pb.d + t] = static_cast<C>(vr[t]);
         }
         for (size_t r = 0; r < nq; ++r) {
           for (size_t j = 0; j < kKeyTile; ++j) {
             sc[r * kKeyTile + j] = j < nk ? rows[r * key_end + k0 + j] : C(0);
           }
         }
-        tile_pv(sc.data(), vt.data(), o.data(), nq, nk, d);
+        tile_pv(sc.data(), vt.data(), o.data(), nq, nk, pb.d);
       }
       for (size_t r = 0; r < nq; ++r) {
-        T* orow = out + ((bi * nh + row_head[r]) * s + row_query[r]) * d;
-        for (size_t t = 0; t < d; ++t) orow[t] = T(o[r * d + t]);
+        T* orow = out + ((bi * pb.nh + row_head[r]) * pb.s + row_query[r]) * pb.d;
+        for (size_t t = 0; t < pb.d; ++t) orow[t] = T(o[r * pb.d + t]);
       }
     }
   });
