@@ -90,22 +90,25 @@ inline A compensated_result(A sum, A comp) {
 }
 
 // Pairwise sum of p[0], p[s], ... p[(n-1)s]: error grows with log(n), not n. The leaves keep
-// eight independent accumulators so the compiler can vectorise them.
+// 32 independent accumulators (four vectors of eight floats: the adds of one vector wait on each
+// other, four hide that latency) and add them up as a tree.
 template <class A, bool Unit, class T>
 A pairwise_sum(const T* p, size_t n, size_t s) {
-  constexpr size_t kLeaf = 256;
+  constexpr size_t kLeaf = 256, kLanes = 32;
   if (n <= kLeaf) {
-    A lanes[8] = {};
+    A lanes[kLanes] = {};
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      for (size_t k = 0; k < 8; ++k) lanes[k] += to_acc<A>(p[Unit ? i + k : (i + k) * s]);
+    for (; i + kLanes <= n; i += kLanes) {
+      for (size_t k = 0; k < kLanes; ++k) lanes[k] += to_acc<A>(p[Unit ? i + k : (i + k) * s]);
     }
-    A r = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    for (size_t width = kLanes / 2; width > 0; width /= 2) {
+      for (size_t k = 0; k < width; ++k) lanes[k] += lanes[k + width];
+    }
+    A r = lanes[0];
     for (; i < n; ++i) r += to_acc<A>(p[Unit ? i : i * s]);
     return r;
   }
-  size_t half = (n / 2) & ~size_t{7};
+  size_t half = (n / 2) & ~(kLanes - 1);
   return pairwise_sum<A, Unit>(p, half, s) + pairwise_sum<A, Unit>(p + half * s, n - half, s);
 }
 
