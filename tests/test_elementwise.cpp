@@ -287,7 +287,7 @@ TEST(Unary, F32ExpAccuracyOverItsRange) {
 }
 
 TEST(Unary, F32ErfAndGeluErfWithinNumericsBounds) {
-  // The CPU's vectorised erf (src/cpu/vec_erf.h) switches formulas at |x| = 1.25 and stops at 4:
+  // The CPU's vectorised erf (ops::math::vec_erff) switches formulas at |x| = 1.25 and stops at 4:
   // a sweep of f32 values (every 2^11th pattern from 1e-30 to 8, both signs), edge values, and
   // random inputs in GELU's usual range, against double erf under numerics.h's rows.
   std::vector<float> xf{0.0f,

@@ -13,7 +13,6 @@
 #include "cpu/elementwise.h"
 #include "cpu/isa_begin.h"  // last
 #include "cpu/kernels.h"
-#include "cpu/vec_erf.h"
 #include "dispatch.h"
 #include "ops/unary_math.h"
 #include "util.h"
@@ -28,20 +27,11 @@ using UnarySegment = void (*)(void* d, const void* x, size_t sx, size_t n, const
 
 // One op of wick/unary_ops.def on a run: its math is ops::UnaryMath<K> (ops/unary_math.h), the
 // same functor the CUDA kernels call, in the compute type (T itself for f32, f64 and integers).
-// The float erf and exact GELU use vec_erff instead of libm's erff, which does not vectorise.
 template <class T, UnaryKind K>
 void plain_segment(void* dv, const void* xv, size_t sx, size_t n, const UnaryOp& op) {
   const ops::UnaryParams p{op.p0, op.p1};
-  if constexpr (std::is_same_v<T, float> && K == UnaryKind::Erf) {
-    map_run(static_cast<T*>(dv), static_cast<const T*>(xv), sx, n,
-            [](float x) { return vec_erff(x); });
-  } else if constexpr (std::is_same_v<T, float> && K == UnaryKind::GeluErf) {
-    map_run(static_cast<T*>(dv), static_cast<const T*>(xv), sx, n,
-            [](float x) { return vec_gelu_erff(x); });
-  } else {
-    map_run(static_cast<T*>(dv), static_cast<const T*>(xv), sx, n,
-            [=](T x) -> T { return ops::UnaryMath<K>{}(x, p); });
-  }
+  map_run(static_cast<T*>(dv), static_cast<const T*>(xv), sx, n,
+          [=](T x) -> T { return ops::UnaryMath<K>{}(x, p); });
 }
 
 // f16/bf16: widened to float a chunk at a time, the float op, rounded once on the store.

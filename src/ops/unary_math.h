@@ -50,6 +50,43 @@ inline float vec_expf(float x) {
   float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
   return p * s1 * s2;
 }
+
+/// erf for float, written branch-free so that CPU loops calling it vectorise (libm's erff does
+/// not, and was 12% of a BERT forward through the exact GELU). Both halves are computed and one
+/// is selected, so a vector of 8 or 16 lanes pays for both: ~20 FMAs and one exp.
+///   |x| < 1.25: erf(x) = x P(x^2), P a degree-7 minimax fit of erf(x)/x (relative error 1e-9);
+///   |x| >= 1.25: erf(x) = sign(x) (1 - e^Q(|x|)), Q a degree-6 fit of log(erfc) in |x| - 2.625
+///                on [1.25, 4] (absolute error of erfc 3e-10); past 4, erfc < 2e-8 rounds away
+///                against 1.
+/// Within 2 ulp of the exact erf (at most 1.74 over every non-negative float;
+/// tests/test_elementwise.cpp sweeps it against double erf); NaN gives NaN, +-inf gives +-1,
+/// the sign of zero is kept.
+inline float vec_erff(float x) {
+  const float a = std::fabs(x);
+  // Small |a|: a c0 + a (z P(z)) with z = a^2, c0 = 2 / sqrt(pi) split in two so that its
+  // float rounding goes into the small correction term; the leading term is rounded once.
+  const float z = a * a;
+  float p = -7.740968613e-06f;
+  p = std::fma(p, z, 1.048905760e-04f);
+  p = std::fma(p, z, -8.360946085e-04f);
+  p = std::fma(p, z, 5.211428273e-03f);
+  p = std::fma(p, z, -2.686167322e-02f);
+  p = std::fma(p, z, 1.128371656e-01f);
+  p = std::fma(p, z, -3.761263490e-01f);
+  p = std::fma(p, z, -5.863538344e-08f);  // 2 / sqrt(pi) - c0_hi
+  const float small = std::fma(a, 1.128379226e+00f, a * p);
+  // Large |a|: 1 - erfc with erfc = e^Q. NaN fails `4 < a` and flows through to the result.
+  const float t = (4.0f < a ? 4.0f : a) - 2.625f;
+  float q = 1.595284994e-04f;
+  q = std::fma(q, t, -1.479791681e-04f);
+  q = std::fma(q, t, 2.151187276e-03f);
+  q = std::fma(q, t, -9.733328596e-03f);
+  q = std::fma(q, t, -9.477661848e-01f);
+  q = std::fma(q, t, -5.589156628e+00f);
+  q = std::fma(q, t, -8.490671158e+00f);
+  const float large = 1.0f - vec_expf(q);
+  return std::copysign(a < 1.25f ? small : large, x);
+}
 #endif
 
 #if defined(__CUDA_ARCH__)
@@ -89,7 +126,6 @@ WICK_MATH_1(tanh)
 WICK_MATH_1(asinh)
 WICK_MATH_1(acosh)
 WICK_MATH_1(atanh)
-WICK_MATH_1(erf)
 WICK_MATH_1(erfc)
 WICK_MATH_1(fabs)
 WICK_MATH_1(floor)
@@ -112,6 +148,22 @@ WICK_HD C exp(C x) {
     return vec_expf(x);
   else
     return std::exp(x);
+#endif
+}
+
+/// erf; float on the host through vec_erff (vectorisable, within 2 ulp).
+template <class C>
+WICK_HD C erf(C x) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<C, float>)
+    return ::erff(x);
+  else
+    return ::erf(x);
+#else
+  if constexpr (std::is_same_v<C, float>)
+    return vec_erff(x);
+  else
+    return std::erf(x);
 #endif
 }
 
