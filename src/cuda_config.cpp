@@ -42,6 +42,7 @@ Config read_config() {
   if (env_is("WICK_CUDA_WARMUP", "handle")) c.warmup = WarmUp::Handle;
   c.decode_graph = !env_is("WICK_DECODE_GRAPH", "0");
   c.decode_gemv = !env_is("WICK_DECODE_GEMV", "0");
+  c.pdl = !env_is("WICK_PDL", "0");
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);
   c.attention_rounding_transformers = env_is("WICK_ATTENTION_ROUNDING", "transformers");
   if (env_is("WICK_ROW_KERNEL", "block")) c.row_kernel = RowKernel::Block;

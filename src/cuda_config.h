@@ -1,4 +1,5 @@
 #pragma once
+// clang-format off
 // Every setting of the CUDA backend, read from the environment once, in one place. The CUDA
 // backend and the no-CUDA stub both use it, so a setting means the same in either build.
 //
@@ -15,13 +16,15 @@
 //                                    creates the cuBLASLt handle but runs no GEMM
 //   WICK_DECODE_GRAPH=0              Llama decode steps op by op, not as captured CUDA graphs
 //   WICK_DECODE_GEMV=0               one-token projections without their fused epilogues
+//   WICK_PDL=0                       decode kernels without programmatic dependent launch
 //   WICK_ROW_VPT=2|4|8               vectors per thread of the row kernels (benchmarks)
-//   WICK_ROW_KERNEL=block            the block-per-row kernel for rows a warp could hold
-//   (benchmarks) WICK_ROW_WARPS=1|4               rows (warps) per block of the warp-per-row kernel
-//   (default 2) WICK_DECODE_WARPS=4              warps per decode-attention block (default 8;
-//   benchmarks) WICK_DECODE_SPLITS=N             key splits per k/v head of decode attention
-//   (default: one
+//   WICK_ROW_KERNEL=block|warp       the kernel for rows a warp could hold (benchmarks)
+//   WICK_ROW_WARPS=1|4               rows (warps) per block of the warp-per-row kernel
+//                                    (default 2)
+//   WICK_DECODE_WARPS=4              warps per decode-attention block (default 8; benchmarks)
+//   WICK_DECODE_SPLITS=N             key splits per k/v head of decode attention (default: one
 //                                    wave over the GPU; benchmarks)
+// clang-format on
 
 #include <atomic>
 
@@ -50,6 +53,7 @@ struct Config {
   WarmUp warmup = WarmUp::Full;
   bool decode_graph = true;
   bool decode_gemv = true;
+  bool pdl = true;  // programmatic dependent launch of the decode kernels
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice
   bool attention_rounding_transformers = false;
   RowKernel row_kernel = RowKernel::Auto;

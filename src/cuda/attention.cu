@@ -678,6 +678,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   const uint16_t* mb = p.mask == nullptr ? nullptr : p.mask + bi * p.ms[0] + head0 * p.ms[1];
   const int mask_rows = p.ms[1] == 0 ? 1 : rows;  // a mask shared by the heads is read once
 
+  pdl_wait();  // q and the newest cache row come from the kernel before (the decode step)
   // This warp's tiles: first + step * i for i < count.
   const int first = split + p.splits * warp, step = p.splits * warps;
   const int count = first < p.tiles ? (p.tiles - 1 - first) / step + 1 : 0;
@@ -842,6 +843,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     __syncwarp();  // the next iteration refills stage (i + kDecStages) % kDecStages = this one
   }
   cp_async_wait<0>();  // no copy outlives the loop (tiles that were not computed)
+  pdl_launch_dependents();
 
   // Merge the warps: each leaves (max, sum, output) of its rows; the ring becomes the buffer.
   __syncthreads();
@@ -1243,8 +1245,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     p.part_ml = static_cast<float*>(temp(rows * 2 * sizeof(float)));
     p.part_o = static_cast<float*>(temp(rows * D * sizeof(float)));
   }
-  kernel<<<dim3(splits, units), warps * 32, smem, s>>>(p);
-  WICK_CUDA_CHECK_LAUNCH();
+  launch_pdl(kernel, dim3(splits, units), dim3(warps * 32), smem, s, p);
 }
 
 // The tensor-core kernel needs 4-byte aligned query pairs and 16-byte aligned k/v rows.

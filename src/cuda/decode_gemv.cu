@@ -1,8 +1,10 @@
 // The decode step's fused projections (decode_gemv.h): a block of 128 threads per pair of output
-// rows, each thread loading two 16-byte chunks of both rows (and of x) before using them, f32
-// sums reduced across the block, then the epilogue on thread 0. Memory-bound: each weight byte is
-// read once per token. Shapes measured on the H200 in a graph, as the decode step runs (Llama-1B
-// down projection 2048 x 8192): a warp per pair 17.9 us, this 9.7 us.
+// rows, each thread loading two units of both rows (16 bytes of plain weights, or half a GGML
+// block) and their activations before using them, f32 sums reduced across the block, then the
+// epilogue on thread 0. Memory-bound: each weight byte is read once per token. Launched as
+// programmatic dependent launches, so that a kernel's first weights load while the kernel before
+// it finishes. Shapes measured on the H200 in a graph, as the decode step runs (Llama-1B down
+// projection 2048 x 8192): a warp per pair 17.9 us, this 9.7 us.
 
 #include "cuda/decode_gemv.h"
 #include "cuda/kernel_utils.cuh"
@@ -36,42 +38,185 @@ __device__ __forceinline__ float warp_total(float v) {
   return v;
 }
 
-// Rows w0 and w1 (k elements each) dotted with x by the whole block, on every thread.
+// ---- weight formats: a row is a run of units, each unit's raw bits loaded apart from its use
+// (the first units are loaded before the programmatic-launch wait) and dotted with the unit's
+// activations, given as V floats read in runs of R (16-byte aligned) at x_start(unit, run).
+
 template <class T>
-__device__ __forceinline__ void dot2(const T* __restrict__ w0, const T* __restrict__ w1,
-                                     const T* __restrict__ x, int64_t k, float& a0, float& a1) {
-  constexpr int N = 16 / sizeof(T);
-  const int64_t chunks = k / N;
-  const uint4* x4 = reinterpret_cast<const uint4*>(x);
-  const uint4* w04 = reinterpret_cast<const uint4*>(w0);
-  const uint4* w14 = reinterpret_cast<const uint4*>(w1);
-  float s0 = 0, s1 = 0;
-  for (int64_t base = threadIdx.x; base < chunks; base += kGemvThreads * kGemvUnroll) {
-    // All loads first, so that each thread has 3 x kGemvUnroll of them in flight; a chunk past
-    // the end is zero and adds nothing.
-    uint4 rx[kGemvUnroll], r0[kGemvUnroll], r1[kGemvUnroll];
+struct DenseRows {  // 16 bytes of T a unit
+  static constexpr int V = 16 / sizeof(T), R = V;
+  using Raw = uint4;
+  __device__ static Raw load(const uint8_t* row, int64_t unit) {
+    return __ldg(reinterpret_cast<const uint4*>(row) + unit);
+  }
+  __device__ static int64_t x_start(int64_t unit, int) { return unit * V; }
+  __device__ static float dot(const Raw& r, const float (&x)[V], float) {
+    Vec<T, V> w;
+    memcpy(&w, &r, 16);
+    float s = 0;
 #pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      int64_t c = base + u * kGemvThreads;
-      bool in = c < chunks;
-      rx[u] = in ? __ldg(x4 + c) : make_uint4(0, 0, 0, 0);
-      r0[u] = in ? __ldg(w04 + c) : make_uint4(0, 0, 0, 0);
-      r1[u] = in ? __ldg(w14 + c) : make_uint4(0, 0, 0, 0);
+    for (int e = 0; e < V; ++e) s += to_compute(w.v[e]) * x[e];
+    return s;
+  }
+};
+
+__device__ __forceinline__ uint16_t ldg_u16(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+__device__ __forceinline__ float f16_bits(uint16_t b) {
+  return __half2float(__ushort_as_half(b));
+}
+// Byte j of w plus 2^23, as a float (exact): one byte permute instead of an int-to-float
+// conversion, which runs at a quarter of the rate.
+__device__ __forceinline__ float byte_plus_2p23(uint32_t w, int j) {
+  return __uint_as_float(__byte_perm(w, 0x4b000000u, 0x7440u | j));
+}
+
+// Q4_0 (18-byte blocks: f16 d, 16 bytes of nibbles; value = d * (q - 8)) and Q4_1 (20 bytes:
+// f16 d, f16 m, nibbles; value = d * q + m). A unit is half a block: nibble bytes 8h .. 8h + 7,
+// whose low nibbles are values 8h + i and high nibbles values 16 + 8h + i. Blocks are only
+// 2-byte aligned (Q4_0), so the bytes come as 16-bit loads.
+template <bool kMin>
+struct Q4Rows {
+  static constexpr int kBlock = kMin ? 20 : 18, kQs = kMin ? 4 : 2;
+  static constexpr int V = 16, R = 8;
+  struct Raw {
+    uint16_t d, m;
+    uint32_t q[2];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t unit) {
+    const uint8_t* b = row + (unit >> 1) * kBlock;
+    const uint8_t* qs = b + kQs + (unit & 1) * 8;
+    Raw r;
+    r.d = ldg_u16(b);
+    r.m = kMin ? ldg_u16(b + 2) : 0;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      r.q[i] = ldg_u16(qs + 4 * i) | (static_cast<uint32_t>(ldg_u16(qs + 4 * i + 2)) << 16);
     }
+    return r;
+  }
+  __device__ static int64_t x_start(int64_t unit, int run) {
+    return (unit >> 1) * 32 + (unit & 1) * 8 + run * 16;
+  }
+  __device__ static float dot(const Raw& r, const float (&x)[V], float x_sum) {
+    // 2^23 + q, less 2^23 (+ 8 for Q4_0): the nibble (minus its offset) exactly.
+    constexpr float kBias = kMin ? 8388608.0f : 8388616.0f;
+    float s = 0;
 #pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      Vec<T, N> vx, v0, v1;
-      memcpy(&vx, &rx[u], 16);
-      memcpy(&v0, &r0[u], 16);
-      memcpy(&v1, &r1[u], 16);
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t lo = r.q[i] & 0x0f0f0f0fu, hi = (r.q[i] >> 4) & 0x0f0f0f0fu;
 #pragma unroll
-      for (int e = 0; e < N; ++e) {
-        float xe = to_compute(vx.v[e]);
-        s0 += to_compute(v0.v[e]) * xe;
-        s1 += to_compute(v1.v[e]) * xe;
+      for (int j = 0; j < 4; ++j) {
+        s += (byte_plus_2p23(lo, j) - kBias) * x[4 * i + j];
+        s += (byte_plus_2p23(hi, j) - kBias) * x[8 + 4 * i + j];
       }
     }
+    float v = f16_bits(r.d) * s;
+    if constexpr (kMin) v += f16_bits(r.m) * x_sum;
+    return v;
   }
+};
+
+// Q8_0 (34-byte blocks: f16 d, 32 int8; value = d * q). A unit is half a block, 16 values.
+struct Q8Rows {
+  static constexpr int V = 16, R = 8;
+  struct Raw {
+    uint16_t d;
+    uint32_t q[4];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t unit) {
+    const uint8_t* b = row + (unit >> 1) * 34;
+    const uint8_t* qs = b + 2 + (unit & 1) * 16;
+    Raw r;
+    r.d = ldg_u16(b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.q[i] = ldg_u16(qs + 4 * i) | (static_cast<uint32_t>(ldg_u16(qs + 4 * i + 2)) << 16);
+    }
+    return r;
+  }
+  __device__ static int64_t x_start(int64_t unit, int run) { return unit * 16 + run * 8; }
+  __device__ static float dot(const Raw& r, const float (&x)[V], float) {
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t u = r.q[i] ^ 0x80808080u;  // q + 128, unsigned
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s += (byte_plus_2p23(u, j) - 8388736.0f) * x[4 * i + j];
+    }
+    return f16_bits(r.d) * s;
+  }
+};
+
+// R activations from p (16-byte aligned) as floats.
+template <class T, int R>
+__device__ __forceinline__ void load_run(const T* p, float* out) {
+  constexpr int N = 16 / sizeof(T);
+#pragma unroll
+  for (int i = 0; i < R / N; ++i) {
+    Vec<T, N> v;
+    const uint4 bits = __ldg(reinterpret_cast<const uint4*>(p) + i);
+    memcpy(&v, &bits, 16);
+#pragma unroll
+    for (int e = 0; e < N; ++e) out[i * N + e] = to_compute(v.v[e]);
+  }
+}
+
+// Rows w0 and w1 (k values each) dotted with x by the whole block, on every thread. The first
+// units of the weights are loaded before pdl_wait(): they do not depend on the kernel before.
+template <class T, class F>
+__device__ __forceinline__ void dot2(const uint8_t* __restrict__ w0, const uint8_t* __restrict__ w1,
+                                     const T* __restrict__ x, int64_t k, float& a0, float& a1) {
+  constexpr int V = F::V, R = F::R;
+  const int64_t units = k / V;
+  float s0 = 0, s1 = 0;
+  typename F::Raw r0[kGemvUnroll], r1[kGemvUnroll];
+  // A unit past the end is all zero bits: a zero scale (or zero elements) adds nothing.
+  auto load_weights = [&](int64_t base) {
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t c = base + u * kGemvThreads;
+      if (c < units) {
+        r0[u] = F::load(w0, c);
+        r1[u] = F::load(w1, c);
+      } else {
+        memset(&r0[u], 0, sizeof(r0[u]));
+        memset(&r1[u], 0, sizeof(r1[u]));
+      }
+    }
+  };
+  int64_t base = threadIdx.x;
+  load_weights(base);
+  pdl_wait();
+  while (true) {
+    float xv[kGemvUnroll][V];
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t c = base + u * kGemvThreads;
+#pragma unroll
+      for (int run = 0; run < V / R; ++run) {
+        if (c < units) {
+          load_run<T, R>(x + F::x_start(c, run), &xv[u][run * R]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < R; ++e) xv[u][run * R + e] = 0;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      float x_sum = 0;
+#pragma unroll
+      for (int e = 0; e < V; ++e) x_sum += xv[u][e];
+      s0 += F::dot(r0[u], xv[u], x_sum);
+      s1 += F::dot(r1[u], xv[u], x_sum);
+    }
+    base += kGemvThreads * kGemvUnroll;
+    if (base >= units) break;
+    load_weights(base);
+  }
+  pdl_launch_dependents();  // the next kernel may start loading its weights
   s0 = warp_total(s0);
   s1 = warp_total(s1);
   __shared__ float part[2][kGemvThreads / 32];
@@ -89,9 +234,9 @@ __device__ __forceinline__ void dot2(const T* __restrict__ w0, const T* __restri
   }
 }
 
-template <class T>
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
-  const T* w = static_cast<const T*>(a.w);
+template <class T, class F>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, int64_t row_bytes) {
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const T* x = static_cast<const T*>(a.x);
   const int64_t pairs = a.n / 2;
   const int64_t p = blockIdx.x;  // the grid is one block per pair
@@ -111,7 +256,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
       r1 = r0 + 1;
     }
     float a0, a1;
-    dot2<T>(w + r0 * a.k, w + r1 * a.k, x, a.k, a0, a1);
+    dot2<T, F>(w + r0 * row_bytes, w + r1 * row_bytes, x, a.k, a0, a1);
     // The product as a matmul (nn.Linear) would store it: a bias joins the f32 sum, then one
     // rounding.
     if (a.epilogue == GemvEpilogue::QkvRope && a.bias != nullptr) {
@@ -147,6 +292,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
           dst[i] = convert<T>(a0);
           dst[i + half] = convert<T>(a1);
         }
+      } else if (a.epilogue == GemvEpilogue::Store) {
+        static_cast<T*>(a.out)[r0] = convert<T>(a0);
+        static_cast<T*>(a.out)[r1] = convert<T>(a1);
       } else if (a.epilogue == GemvEpilogue::SiluMul) {
         // silu rounded, then the product: transformers' act_fn(gate) * up in the dtype.
         static_cast<T*>(a.out)[p] = convert<T>(round_to<T>(a0 / (1.0f + expf(-a0))) * a1);
@@ -194,17 +342,56 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   if (threadIdx.x == 0) *a.counter = 0;  // ready for the next launch
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+bool aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// Bytes of a row of k values; 0 when k does not suit the format.
+int64_t row_bytes_of(DType dtype, GemvWeights weights, int64_t k) {
+  switch (weights) {
+    case GemvWeights::Dense: {
+      const int64_t size = static_cast<int64_t>(size_in_bytes(dtype));
+      return k % (16 / size) == 0 ? k * size : 0;
+    }
+    case GemvWeights::Q4_0:
+      return k % 32 == 0 ? k / 32 * 18 : 0;
+    case GemvWeights::Q4_1:
+      return k % 32 == 0 ? k / 32 * 20 : 0;
+    case GemvWeights::Q8_0:
+      return k % 32 == 0 ? k / 32 * 34 : 0;
+  }
+  return 0;
+}
+
+template <class T>
+void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(a.n / 2));
+  switch (a.weights) {
+    case GemvWeights::Dense:
+      launch_pdl(gemv_kernel<T, DenseRows<T>>, grid, kGemvThreads, 0, s, a, row_bytes);
+      break;
+    case GemvWeights::Q4_0:
+      launch_pdl(gemv_kernel<T, Q4Rows<false>>, grid, kGemvThreads, 0, s, a, row_bytes);
+      break;
+    case GemvWeights::Q4_1:
+      launch_pdl(gemv_kernel<T, Q4Rows<true>>, grid, kGemvThreads, 0, s, a, row_bytes);
+      break;
+    case GemvWeights::Q8_0:
+      launch_pdl(gemv_kernel<T, Q8Rows>, grid, kGemvThreads, 0, s, a, row_bytes);
+      break;
+  }
 }
 
 }  // namespace
 
 bool gemv_fits(DType dtype, const GemvArgs& a) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return false;
-  int64_t per_vec = 16 / static_cast<int64_t>(size_in_bytes(dtype));
-  if (a.k <= 0 || a.k % per_vec != 0 || a.n <= 0 || a.n % 2 != 0) return false;
-  if (!aligned16(a.w) || !aligned16(a.x)) return false;
+  if (a.k <= 0 || a.n <= 0 || a.n % 2 != 0 || a.n / 2 > INT32_MAX) return false;
+  const int64_t row_bytes = row_bytes_of(dtype, a.weights, a.k);
+  if (row_bytes == 0 || !aligned(a.x, 16)) return false;
+  // Dense rows are read 16 bytes at a time, GGML blocks 2.
+  const uintptr_t w_align = a.weights == GemvWeights::Dense ? 16 : 2;
+  if (!aligned(a.w, w_align) || row_bytes % static_cast<int64_t>(w_align) != 0) return false;
   if (a.epilogue == GemvEpilogue::QkvRope) {
     return a.d > 0 && a.d % 2 == 0 && a.n == (a.h + 2 * a.h_kv) * a.d;
   }
@@ -212,21 +399,20 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
 }
 
 void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s) {
-  unsigned grid = static_cast<unsigned>(a.n / 2);
+  const int64_t row_bytes = row_bytes_of(dtype, a.weights, a.k);
   switch (dtype) {
     case DType::F32:
-      gemv_kernel<float><<<grid, kGemvThreads, 0, s>>>(a);
+      launch_typed<float>(a, row_bytes, s);
       break;
     case DType::F16:
-      gemv_kernel<__half><<<grid, kGemvThreads, 0, s>>>(a);
+      launch_typed<__half>(a, row_bytes, s);
       break;
     case DType::BF16:
-      gemv_kernel<__nv_bfloat16><<<grid, kGemvThreads, 0, s>>>(a);
+      launch_typed<__nv_bfloat16>(a, row_bytes, s);
       break;
     default:
       throw UnsupportedDType("decode gemv: f32, f16 or bf16");
   }
-  WICK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace wick::cuda

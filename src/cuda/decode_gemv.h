@@ -1,7 +1,9 @@
 #pragma once
 // The decode step's projections for one token (one row), each fused with what follows it
-// (decode_gemv.cu): W (n, k) row-major times x (k), a block per output pair, f32 accumulation,
-// the product rounded to the dtype as a separate matmul would leave it, then
+// (decode_gemv.cu): W (n, k) row-major, in the activations' dtype or as GGML Q4_0 / Q4_1 / Q8_0
+// blocks, times x (k), a block per output pair, f32 accumulation, the product rounded to the
+// dtype as a separate matmul would leave it, then
+//   Store:   the product out (rows 2p and 2p + 1);
 //   QkvRope: + bias, rope of the q and k heads at *position, q out, k and v into the caches;
 //   SiluMul: rows j and n/2 + j give silu(gate) * up;
 //   AddNorm: residual + product -> sum, and the last block to finish the RMSNorm of sum -> normed
@@ -16,10 +18,14 @@
 
 namespace wick::cuda {
 
-enum class GemvEpilogue { QkvRope, SiluMul, AddNorm };
+enum class GemvEpilogue { Store, QkvRope, SiluMul, AddNorm };
+
+/// How W's rows are stored: plain elements of the activations' dtype, or GGML blocks of 32.
+enum class GemvWeights { Dense, Q4_0, Q4_1, Q8_0 };
 
 struct GemvArgs {
   GemvEpilogue epilogue;
+  GemvWeights weights = GemvWeights::Dense;
   const void* w;  // (n, k)
   const void* x;  // (k)
   int64_t n, k;
@@ -32,8 +38,8 @@ struct GemvArgs {
   void* v_cache;  // (h_kv, max_len, d)
   const uint32_t* position;
   int64_t h, h_kv, d, max_len;
-  // SiluMul
-  void* out;  // (n / 2)
+  // Store, SiluMul
+  void* out;  // (n), (n / 2)
   // AddNorm
   const void* residual;  // (n)
   void* sum;             // (n)
@@ -43,7 +49,7 @@ struct GemvArgs {
   unsigned* counter;
 };
 
-/// False when the operands do not suit the kernel (k % 8, 16-byte alignment, head_dim): the
+/// False when the operands do not suit the kernel (k % 8 or 32, alignment, head_dim): the
 /// caller composes the step from separate ops then.
 bool gemv_fits(DType dtype, const GemvArgs& a);
 void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s);

@@ -14,6 +14,7 @@
 
 #include "cuda/check.h"
 #include "cuda/kernels.h"
+#include "cuda_config.h"
 #include "dispatch.h"
 #include "ops/unary_math.h"
 #include "wick/dtype.h"
@@ -282,6 +283,37 @@ __global__ void __launch_bounds__(kBlock)
       dst[i] = f(a[view_offset(av, i)], b[view_offset(bv, i)], c[view_offset(cv, i)]);
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Programmatic dependent launch (sm_90): a kernel launched by launch_pdl may start while the
+// kernel before it on the stream finishes. It may read only what that kernel does not write (its
+// weights) before pdl_wait(), which returns once the earlier kernel is complete and its writes
+// visible; it writes nothing before it. pdl_launch_dependents() lets the next such kernel start.
+// Both are no-ops in a kernel launched the ordinary way.
+
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless WICK_PDL=0.
+template <class... Params, class... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = config().pdl ? 1 : 0;
+  WICK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 /// The vector path needs every operand contiguous and 16-byte aligned at its first element.

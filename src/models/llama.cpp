@@ -193,6 +193,17 @@ Tensor linear(const Tensor& x, const QLinear& w, const Tensor& bias) {
   return w.forward(x, bias);
 }
 
+// The output head: quantized weights take the fused one-row kernel on CUDA (plain ones cuBLAS,
+// which reads them at full bandwidth already).
+Tensor output_head(const Tensor& x, const QLinear& lm_head) {
+  Tensor y;
+  if (lm_head.quantized() && x.elem_count() == x.dims().back() &&
+      detail::fused_linear(x, lm_head, &y)) {
+    return y;
+  }
+  return linear(x, lm_head, Tensor());
+}
+
 }  // namespace
 
 const LlamaConfig& Llama::config() const {
@@ -354,8 +365,7 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const auto& l = m.layers[li];
     Tensor q;
-    if (!(single && !l.wqkv.quantized() &&
-          detail::fused_qkv_rope(normed, l.wqkv.dense(), l.bqkv, h, h_kv, cache.cos(), cache.sin(),
+    if (!(single && detail::fused_qkv_rope(normed, l.wqkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
                                  cache.k(li), cache.v(li), position, &q))) {
       Tensor qkv, bias = l.bqkv;
       if (bias.defined() && m.dtype != DType::F32 && !l.wqkv.quantized()) {
@@ -384,19 +394,18 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
                      .transpose(1, 2)
                      .reshape({b, s, h * hd});
     nn::ResidualNorm r;
-    if (!(single && !l.wo.quantized() &&
-          detail::fused_project_add_norm(att, l.wo.dense(), x, l.ln2, eps, m.decode_counter, &r))) {
+    if (!(single &&
+          detail::fused_project_add_norm(att, l.wo, x, l.ln2, eps, m.decode_counter, &r))) {
       r = nn::add_rms_norm(x, linear(att, l.wo, Tensor()), l.ln2, eps);
     }
     Tensor act;
-    if (!(single && !l.wgate_up.quantized() &&
-          detail::fused_gate_up_silu(r.normed, l.wgate_up.dense(), &act))) {
+    if (!(single && detail::fused_gate_up_silu(r.normed, l.wgate_up, &act))) {
       act = nn::silu_mul(linear(r.normed, l.wgate_up, Tensor()));
     }
     const Tensor& next_norm = li + 1 < m.layers.size() ? m.layers[li + 1].ln1 : m.norm;
     nn::ResidualNorm r2;
-    if (!(single && !l.wdown.quantized() &&
-          detail::fused_project_add_norm(act, l.wdown.dense(), r.residual, next_norm, eps,
+    if (!(single &&
+          detail::fused_project_add_norm(act, l.wdown, r.residual, next_norm, eps,
                                          m.decode_counter, &r2))) {
       r2 = nn::add_rms_norm(r.residual, linear(act, l.wdown, Tensor()), next_norm, eps);
     }
@@ -446,7 +455,7 @@ Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
   }
   Tensor x = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
   cache.length_ += s;
-  return linear(x.narrow(1, s - 1, 1).squeeze(1), impl_->lm_head, Tensor());
+  return output_head(x.narrow(1, s - 1, 1).squeeze(1), impl_->lm_head);
 }
 
 Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
@@ -468,7 +477,7 @@ Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& 
         str("Llama::decode_step: key_window ", key_window, " > the cache's ", cache.max_len()));
   }
   Tensor x = run_layers(*impl_, token, cache, Positions{0, position, key_window});
-  Tensor out = linear(x.squeeze(1), impl_->lm_head, Tensor());  // (b, vocab)
+  Tensor out = output_head(x.squeeze(1), impl_->lm_head);  // (b, vocab)
   if (logits != nullptr) *logits = out;
   return out.argmax(1);
 }

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "../qmatmul_test_util.h"
 #include "models/decode_gemv.h"
 #include "models/kv_write.h"
 #include "nn_reference.h"
@@ -290,57 +292,98 @@ TEST(CudaLlama, GraphDecodeAcrossKeyWindows) {
 }
 
 // The fused one-token projections on the GPU against the same step composed from separate ops on
-// the CPU (linear, then rope_write_at_position / silu_mul / add_rms_norm).
+// the CPU (linear, then rope_write_at_position / silu_mul / add_rms_norm), for plain weights and
+// for Q4_0 / Q4_1 / Q8_0 blocks. Quantized weights are compared with their dequantised values
+// composed in f32 (exact weights; the only difference is the output's rounding).
 TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
   SKIP_WITHOUT_GPU();
   Device gpu = Device::cuda(0);
   namespace md = models::detail;
-  auto linear = [](const Tensor& x, const Tensor& w) {
-    return x.reshape({1, x.elem_count()}).matmul(w.t()).reshape({1, 1, w.dims()[0]});
-  };
-  for (DType dt : {DType::F32, DType::BF16}) {
-    double tol = 4 * testing::tolerance(dt);
-    size_t k = 192, h = 4, hkv = 2, d = 16, max_len = 9, p = 5;
-    Tensor x = testing::random_tensor({1, 1, k}, dt);
-    // qkv + rope + cache write, with a bias.
-    Tensor w = testing::random_tensor({(h + 2 * hkv) * d, k}, dt).affine(0.1, 0);
-    Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
-    Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
-    Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
-    Tensor pos =
-        Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, Device::cpu());
-    Tensor kc = Tensor::zeros({1, hkv, max_len, d}, dt, Device::cpu()), vc = kc.copy();
-    Tensor q_ref = md::rope_write_at_position(linear(x, w), bias, h, hkv, cos, sin, kc, vc, pos);
-    Tensor kg = Tensor::zeros({1, hkv, max_len, d}, dt, gpu), vg = kg.copy(), q;
-    ASSERT_TRUE(md::fused_qkv_rope(x.to_device(gpu), w.to_device(gpu), bias.to_device(gpu), h, hkv,
-                                   cos.to_device(gpu), sin.to_device(gpu), kg, vg,
-                                   pos.to_device(gpu), &q));
-    EXPECT_TRUE(testing::close_to(q, testing::f64(q_ref), tol)) << dt;
-    EXPECT_TRUE(testing::close_to(kg, testing::f64(kc), tol)) << dt;
-    EXPECT_TRUE(testing::close_to(vg, testing::f64(vc), tol)) << dt;
-    // gate/up + silu * up.
-    Tensor wgu = testing::random_tensor({2 * 96, k}, dt).affine(0.1, 0);
-    Tensor act;
-    ASSERT_TRUE(md::fused_gate_up_silu(x.to_device(gpu), wgu.to_device(gpu), &act));
-    EXPECT_TRUE(testing::close_to(act, testing::f64(nn::silu_mul(linear(x, wgu))), tol)) << dt;
-    // projection + residual add + RMSNorm, twice through the same counter (left zeroed).
-    Tensor counter = Tensor::zeros({1}, DType::U32, gpu);
-    for (size_t n : {size_t{576}, size_t{2050}}) {
-      Tensor wo = testing::random_tensor({n, k}, dt).affine(0.1, 0);
-      Tensor res = testing::random_tensor({1, 1, n}, dt), nw = testing::random_tensor({n}, dt);
-      nn::ResidualNorm ref = nn::add_rms_norm(res, linear(x, wo), nw, 1e-5), got;
-      ASSERT_TRUE(md::fused_project_add_norm(x.to_device(gpu), wo.to_device(gpu),
-                                             res.to_device(gpu), nw.to_device(gpu), 1e-5, counter,
-                                             &got));
-      EXPECT_TRUE(testing::close_to(got.residual, testing::f64(ref.residual), tol)) << dt << n;
-      EXPECT_TRUE(testing::close_to(got.normed, testing::f64(ref.normed), 2 * tol)) << dt << n;
-      EXPECT_EQ(counter.to_vec1<uint32_t>()[0], 0u);
+  std::vector<std::optional<GgmlType>> formats = {std::nullopt, GgmlType::Q4_0, GgmlType::Q4_1,
+                                                  GgmlType::Q8_0};
+  for (const auto& format : formats) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE((format ? ggml_type_name(*format) : std::string("dense")) + " " +
+                   dtype_name(dt));
+      // The composition's dtype: x's for plain weights, f32 for dequantised ones.
+      DType ref_dt = format ? DType::F32 : dt;
+      double tol = 4 * testing::tolerance(dt);
+      // A weight on the GPU (plain or quantized) and its values on the CPU in ref_dt.
+      auto weight = [&](size_t n, size_t k, Tensor* ref) -> models::QLinear {
+        if (!format) {
+          Tensor w = testing::random_tensor({n, k}, dt).affine(0.1, 0);
+          *ref = w;
+          return w.to_device(gpu);
+        }
+        QTensor q = testing::random_qtensor(*format, n, k);
+        *ref = q.dequantize();
+        return models::QLinear(std::vector<QTensor>{q.to_device(gpu)});
+      };
+      auto linear = [&](const Tensor& x, const Tensor& w) {
+        return x.to_dtype(ref_dt)
+            .reshape({1, x.elem_count()})
+            .matmul(w.t())
+            .reshape({1, 1, w.dims()[0]});
+      };
+      size_t k = 192, h = 4, hkv = 2, d = 16, max_len = 9, p = 5;
+      Tensor x = testing::random_tensor({1, 1, k}, dt), xg = x.to_device(gpu);
+      // Plain output (the quantized lm_head).
+      Tensor wl_ref;
+      models::QLinear wl = weight(130, k, &wl_ref);
+      Tensor y;
+      ASSERT_TRUE(md::fused_linear(xg, wl, &y));
+      EXPECT_EQ(y.shape(), Shape({1, 1, 130}));
+      EXPECT_TRUE(testing::close_to(y, testing::f64(linear(x, wl_ref)), tol));
+      // qkv + rope + cache write, with a bias.
+      Tensor w_ref;
+      models::QLinear w = weight((h + 2 * hkv) * d, k, &w_ref);
+      Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
+      Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
+      Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
+      Tensor pos =
+          Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, Device::cpu());
+      Tensor kc = Tensor::zeros({1, hkv, max_len, d}, ref_dt, Device::cpu()), vc = kc.copy();
+      Tensor q_ref =
+          md::rope_write_at_position(linear(x, w_ref), bias.to_dtype(ref_dt), h, hkv,
+                                     cos.to_dtype(ref_dt), sin.to_dtype(ref_dt), kc, vc, pos);
+      Tensor kg = Tensor::zeros({1, hkv, max_len, d}, dt, gpu), vg = kg.copy(), q;
+      ASSERT_TRUE(md::fused_qkv_rope(xg, w, bias.to_device(gpu), h, hkv, cos.to_device(gpu),
+                                     sin.to_device(gpu), kg, vg, pos.to_device(gpu), &q));
+      EXPECT_TRUE(testing::close_to(q, testing::f64(q_ref), tol));
+      EXPECT_TRUE(testing::close_to(kg, testing::f64(kc), tol));
+      EXPECT_TRUE(testing::close_to(vg, testing::f64(vc), tol));
+      // gate/up + silu * up.
+      Tensor wgu_ref;
+      models::QLinear wgu = weight(2 * 96, k, &wgu_ref);
+      Tensor act;
+      ASSERT_TRUE(md::fused_gate_up_silu(xg, wgu, &act));
+      EXPECT_TRUE(testing::close_to(act, testing::f64(nn::silu_mul(linear(x, wgu_ref))), tol));
+      // projection + residual add + RMSNorm, twice through the same counter (left zeroed).
+      Tensor counter = Tensor::zeros({1}, DType::U32, gpu);
+      for (size_t n : {size_t{576}, size_t{2050}}) {
+        Tensor wo_ref;
+        models::QLinear wo = weight(n, k, &wo_ref);
+        Tensor res = testing::random_tensor({1, 1, n}, dt), nw = testing::random_tensor({n}, dt);
+        nn::ResidualNorm ref = nn::add_rms_norm(res.to_dtype(ref_dt), linear(x, wo_ref),
+                                                nw.to_dtype(ref_dt), 1e-5);
+        nn::ResidualNorm got;
+        ASSERT_TRUE(md::fused_project_add_norm(xg, wo, res.to_device(gpu), nw.to_device(gpu), 1e-5,
+                                               counter, &got));
+        EXPECT_TRUE(testing::close_to(got.residual, testing::f64(ref.residual), tol)) << n;
+        EXPECT_TRUE(testing::close_to(got.normed, testing::f64(ref.normed), 2 * tol)) << n;
+        EXPECT_EQ(counter.to_vec1<uint32_t>()[0], 0u);
+      }
+      // Not for two rows: the caller composes.
+      Tensor two = testing::random_tensor({1, 2, k}, dt).to_device(gpu);
+      EXPECT_FALSE(md::fused_gate_up_silu(two, wgu, &act));
     }
-    // Not for the CPU, nor for two rows: the caller composes.
-    EXPECT_FALSE(md::fused_gate_up_silu(x, wgu, &act));
-    Tensor two = testing::random_tensor({1, 2, k}, dt).to_device(gpu);
-    EXPECT_FALSE(md::fused_gate_up_silu(two, wgu.to_device(gpu), &act));
   }
+  // Nor for the CPU, nor for a type the kernel does not read.
+  Tensor x = testing::random_tensor({1, 1, 256}, DType::F32), act;
+  EXPECT_FALSE(md::fused_gate_up_silu(x, testing::random_tensor({64, 256}, DType::F32), &act));
+  models::QLinear k_quant(
+      std::vector<QTensor>{testing::random_qtensor(GgmlType::Q4_K, 64, 256).to_device(gpu)});
+  EXPECT_FALSE(md::fused_gate_up_silu(x.to_device(gpu), k_quant, &act));
 }
 
 }  // namespace

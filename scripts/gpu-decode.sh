@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Decode speed on the GPU machine in one call: build the decode targets, run the CUDA tests of the
+# decode step (Llama, qmatmul, nn), then bench_generate (batch 1, CUDA graph) for the Llama-1B and
+# SmolLM2 shapes in bf16 and kept quantized (random GGUF files made by scripts/make_random_gguf.py:
+# Llama-1B Q4_0, SmolLM2 Q4_1, Q8_0 embeddings), each with and without programmatic dependent
+# launch (WICK_PDL=0). A table is printed last. Carry build-gpudeps/ and .whl/ (the gguf wheel)
+# on a fresh machine.
+#
+#   scripts/gpu-decode.sh [--quick]      (--quick: no tests, PDL on only)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${WICK_GPU_BUILD:-build-gpu}
+DIR=${WICK_QGGUF_DIR:-/tmp/wick-qgguf}
+QUICK=${1:-}
+T0=$(date +%s)
+source scripts/gpu-env.sh
+declare -a TABLE
+cmake -S . -B "$BUILD" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_deps[@]}" >/tmp/decode_cfg.txt 2>&1 ||
+  { tail -30 /tmp/decode_cfg.txt; echo "configure failed"; exit 1; }
+if ! ninja -C "$BUILD" cuda_test_cuda_llama cuda_test_cuda_qmatmul cuda_test_cuda_nn \
+  bench_generate >/tmp/decode_build.txt 2>&1; then
+  grep -E "^FAILED|error" /tmp/decode_build.txt | head -30
+  exit 1
+fi
+echo "built in $(($(date +%s) - T0)) s"
+
+if [[ $QUICK != --quick ]]; then
+  for t in cuda_test_cuda_llama cuda_test_cuda_qmatmul cuda_test_cuda_nn; do
+    for pdl in 1 0; do
+      WICK_PDL=$pdl WICK_REQUIRE_CUDA=1 timeout 180 "$BUILD/tests/$t" >/tmp/decode_$t.txt 2>&1
+      rc=$?
+      grep -E "^\[ +FAILED +\]|Failure" /tmp/decode_$t.txt | head -10
+      TABLE+=("$([[ $rc == 0 ]] && echo PASS || echo FAIL)  $t WICK_PDL=$pdl: $(grep -E '^\[  PASSED' /tmp/decode_$t.txt)")
+    done
+  done
+fi
+
+if ! python3 -c "import gguf" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .whl/gguf-*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+mkdir -p "$DIR"
+[[ -f $DIR/smollm2-q4_1.gguf ]] ||
+  python3 scripts/make_random_gguf.py --shape smollm2 --type q4_1 -o "$DIR/smollm2-q4_1.gguf" >/dev/null
+[[ -f $DIR/llama1b-q4_0.gguf ]] ||
+  python3 scripts/make_random_gguf.py --shape llama1b --type q4_0 -o "$DIR/llama1b-q4_0.gguf" >/dev/null
+
+G=$BUILD/bench/bench_generate
+rate() {  # decode tok/s from bench_generate's RESULT line
+  awk '/^RESULT wick_decode_tps/ {print $3 " tok/s"}' | head -1
+}
+PDLS="1 0"
+[[ $QUICK == --quick ]] && PDLS=1
+for pdl in $PDLS; do
+  for shape in llama1b smollm2; do
+    r=$(WICK_PDL=$pdl timeout 120 "$G" --shape $shape --device cuda --dtype bf16 --new 256 2>&1 |
+      tee /tmp/decode_$shape.txt | rate)
+    TABLE+=("$(printf '%-8s bf16        PDL %s  %s' $shape $pdl "${r:-FAILED}")")
+  done
+  for f in llama1b-q4_0 smollm2-q4_1; do
+    r=$(WICK_PDL=$pdl timeout 120 "$G" --model "$DIR/$f.gguf" --keep-quantized --device cuda \
+      --dtype bf16 --new 256 2>&1 | tee /tmp/decode_$f.txt | rate)
+    TABLE+=("$(printf '%-8s kept quant  PDL %s  %s' ${f%%-*} $pdl "${r:-FAILED}") (${f#*-})")
+  done
+done
+tail -5 /tmp/decode_llama1b.txt
+echo "==== gpu-decode summary ($(($(date +%s) - T0)) s)"
+printf '%s\n' "${TABLE[@]}"
