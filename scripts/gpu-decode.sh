@@ -6,7 +6,9 @@
 # launch (WICK_PDL=0). A table is printed last. Carry build-gpudeps/ and .whl/ (the gguf wheel)
 # on a fresh machine.
 #
-#   scripts/gpu-decode.sh [--quick]      (--quick: no tests, PDL on only)
+#   scripts/gpu-decode.sh [--quick]      (--quick: no tests)
+#   WICK_DECODE_PDLS="1"                 the WICK_PDL values to bench (default "1 0")
+#   WICK_DECODE_NCU=1                    also per-kernel times from ncu (Llama-1B bf16 and Q4_0)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${WICK_GPU_BUILD:-build-gpu}
@@ -47,11 +49,11 @@ mkdir -p "$DIR"
   python3 scripts/make_random_gguf.py --shape llama1b --type q4_0 -o "$DIR/llama1b-q4_0.gguf" >/dev/null
 
 G=$BUILD/bench/bench_generate
-rate() {  # decode tok/s from bench_generate's RESULT line
-  awk '/^RESULT wick_decode_tps/ {print $3 " tok/s"}' | head -1
+rate() {  # decode tok/s from bench_generate's RESULT lines: CUDA graph / op by op
+  awk '/^RESULT wick_graph_decode_tps/ {g = $3} /^RESULT wick_decode_tps/ {o = $3}
+       END {if (g != "") print "graph " g " / op by op " o " tok/s"}'
 }
-PDLS="1 0"
-[[ $QUICK == --quick ]] && PDLS=1
+PDLS=${WICK_DECODE_PDLS:-1 0}
 for pdl in $PDLS; do
   for shape in llama1b smollm2; do
     r=$(WICK_PDL=$pdl timeout 120 "$G" --shape $shape --device cuda --dtype bf16 --new 256 2>&1 |
@@ -65,5 +67,15 @@ for pdl in $PDLS; do
   done
 done
 tail -5 /tmp/decode_llama1b.txt
+if [[ -n ${WICK_DECODE_NCU:-} ]]; then  # per-kernel times (kernels alone, cold caches)
+  NCU=(ncu --clock-control none --csv --page raw
+       --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,dram__bytes_read.sum)
+  for m in "--shape llama1b" "--model $DIR/llama1b-q4_0.gguf --keep-quantized"; do
+    echo "==== ncu: $m"
+    timeout 300 "${NCU[@]}" --log-file /tmp/decode_ncu.log "$G" $m --device cuda --dtype bf16 \
+      --prompt-len 4 --new 3 --repeats 1 >/dev/null 2>/tmp/decode_ncu.err || tail -3 /tmp/decode_ncu.err
+    python3 scripts/ncu_summary.py /tmp/decode_ncu.log | head -25
+  done
+fi
 echo "==== gpu-decode summary ($(($(date +%s) - T0)) s)"
 printf '%s\n' "${TABLE[@]}"

@@ -60,8 +60,9 @@ struct DenseRows {  // 16 bytes of T a unit
   }
 };
 
-__device__ __forceinline__ uint16_t ldg_u16(const uint8_t* p) {
-  return __ldg(reinterpret_cast<const unsigned short*>(p));
+// From the block's shared-memory copy of its rows.
+__device__ __forceinline__ uint16_t u16_at(const uint8_t* p) {
+  return *reinterpret_cast<const uint16_t*>(p);
 }
 __device__ __forceinline__ float f16_bits(uint16_t b) {
   return __half2float(__ushort_as_half(b));
@@ -75,7 +76,7 @@ __device__ __forceinline__ float byte_plus_2p23(uint32_t w, int j) {
 // Q4_0 (18-byte blocks: f16 d, 16 bytes of nibbles; value = d * (q - 8)) and Q4_1 (20 bytes:
 // f16 d, f16 m, nibbles; value = d * q + m). A unit is half a block: nibble bytes 8h .. 8h + 7,
 // whose low nibbles are values 8h + i and high nibbles values 16 + 8h + i. Blocks are only
-// 2-byte aligned (Q4_0), so the bytes come as 16-bit loads.
+// 2-byte aligned (Q4_0), so the bytes come as 16-bit loads (from shared memory: dot2_staged).
 template <bool kMin>
 struct Q4Rows {
   static constexpr int kBlock = kMin ? 20 : 18, kQs = kMin ? 4 : 2;
@@ -88,11 +89,11 @@ struct Q4Rows {
     const uint8_t* b = row + (unit >> 1) * kBlock;
     const uint8_t* qs = b + kQs + (unit & 1) * 8;
     Raw r;
-    r.d = ldg_u16(b);
-    r.m = kMin ? ldg_u16(b + 2) : 0;
+    r.d = u16_at(b);
+    r.m = kMin ? u16_at(b + 2) : 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      r.q[i] = ldg_u16(qs + 4 * i) | (static_cast<uint32_t>(ldg_u16(qs + 4 * i + 2)) << 16);
+      r.q[i] = u16_at(qs + 4 * i) | (static_cast<uint32_t>(u16_at(qs + 4 * i + 2)) << 16);
     }
     return r;
   }
@@ -129,10 +130,10 @@ struct Q8Rows {
     const uint8_t* b = row + (unit >> 1) * 34;
     const uint8_t* qs = b + 2 + (unit & 1) * 16;
     Raw r;
-    r.d = ldg_u16(b);
+    r.d = u16_at(b);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      r.q[i] = ldg_u16(qs + 4 * i) | (static_cast<uint32_t>(ldg_u16(qs + 4 * i + 2)) << 16);
+      r.q[i] = u16_at(qs + 4 * i) | (static_cast<uint32_t>(u16_at(qs + 4 * i + 2)) << 16);
     }
     return r;
   }
@@ -161,6 +162,30 @@ __device__ __forceinline__ void load_run(const T* p, float* out) {
 #pragma unroll
     for (int e = 0; e < N; ++e) out[i * N + e] = to_compute(v.v[e]);
   }
+}
+
+// The block's sums of s0 and s1, on every thread.
+__device__ __forceinline__ void block_total2(float s0, float s1, float& a0, float& a1) {
+  s0 = warp_total(s0);
+  s1 = warp_total(s1);
+  __shared__ float part[2][kGemvThreads / 32];
+  if (threadIdx.x % 32 == 0) {
+    part[0][threadIdx.x / 32] = s0;
+    part[1][threadIdx.x / 32] = s1;
+  }
+  __syncthreads();
+  a0 = 0;
+  a1 = 0;
+#pragma unroll
+  for (int i = 0; i < kGemvThreads / 32; ++i) {
+    a0 += part[0][i];
+    a1 += part[1][i];
+  }
+}
+
+// Bytes between the two rows' copies in shared memory.
+__host__ __device__ constexpr int64_t staged_stride(int64_t row_bytes) {
+  return (row_bytes + 15) / 16 * 16;
 }
 
 // Rows w0 and w1 (k values each) dotted with x by the whole block, on every thread. The first
@@ -217,25 +242,75 @@ __device__ __forceinline__ void dot2(const uint8_t* __restrict__ w0, const uint8
     load_weights(base);
   }
   pdl_launch_dependents();  // the next kernel may start loading its weights
-  s0 = warp_total(s0);
-  s1 = warp_total(s1);
-  __shared__ float part[2][kGemvThreads / 32];
-  if (threadIdx.x % 32 == 0) {
-    part[0][threadIdx.x / 32] = s0;
-    part[1][threadIdx.x / 32] = s1;
+  block_total2(s0, s1, a0, a1);
+}
+
+// Rows of GGML blocks: both rows copied whole into shared memory (cp.async, `copy` bytes at a
+// time: 16, 8 or 4, as the rows' alignment allows) before pdl_wait(), then dotted from there. A
+// few wide loads per thread keep more bytes in flight than 16-bit loads of the blocks would, and
+// the copies do not hold registers.
+template <class T, class F>
+__device__ __forceinline__ void dot2_staged(const uint8_t* __restrict__ w0,
+                                            const uint8_t* __restrict__ w1,
+                                            const T* __restrict__ x, int64_t k, int64_t row_bytes,
+                                            int copy, float& a0, float& a1) {
+  constexpr int V = F::V, R = F::R;
+  extern __shared__ __align__(16) uint8_t gemv_rows[];
+  uint8_t* sw0 = gemv_rows;
+  uint8_t* sw1 = gemv_rows + staged_stride(row_bytes);
+  auto stage = [&]<int N>() {
+    for (int64_t i = threadIdx.x * N; i < row_bytes; i += kGemvThreads * N) {
+      cp_async<N>(sw0 + i, w0 + i);
+      cp_async<N>(sw1 + i, w1 + i);
+    }
+  };
+  if (copy == 16) {
+    stage.template operator()<16>();
+  } else if (copy == 8) {
+    stage.template operator()<8>();
+  } else {
+    stage.template operator()<4>();
   }
+  cp_async_commit();
+  pdl_wait();
+  cp_async_wait<0>();
   __syncthreads();
-  a0 = 0;
-  a1 = 0;
+  const int64_t units = k / V;
+  float s0 = 0, s1 = 0;
+  for (int64_t base = threadIdx.x; base < units; base += kGemvThreads * kGemvUnroll) {
+    float xv[kGemvUnroll][V];
 #pragma unroll
-  for (int i = 0; i < kGemvThreads / 32; ++i) {
-    a0 += part[0][i];
-    a1 += part[1][i];
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t c = base + u * kGemvThreads;
+#pragma unroll
+      for (int run = 0; run < V / R; ++run) {
+        if (c < units) {
+          load_run<T, R>(x + F::x_start(c, run), &xv[u][run * R]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < R; ++e) xv[u][run * R + e] = 0;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t c = base + u * kGemvThreads;
+      if (c < units) {
+        float x_sum = 0;
+#pragma unroll
+        for (int e = 0; e < V; ++e) x_sum += xv[u][e];
+        s0 += F::dot(F::load(sw0, c), xv[u], x_sum);
+        s1 += F::dot(F::load(sw1, c), xv[u], x_sum);
+      }
+    }
   }
+  pdl_launch_dependents();
+  block_total2(s0, s1, a0, a1);
 }
 
 template <class T, class F>
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, int64_t row_bytes) {
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const T* x = static_cast<const T*>(a.x);
   const int64_t pairs = a.n / 2;
@@ -256,7 +331,11 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, int64_t 
       r1 = r0 + 1;
     }
     float a0, a1;
-    dot2<T, F>(w + r0 * row_bytes, w + r1 * row_bytes, x, a.k, a0, a1);
+    if constexpr (std::is_same_v<F, DenseRows<T>>) {
+      dot2<T, F>(w + r0 * row_bytes, w + r1 * row_bytes, x, a.k, a0, a1);
+    } else {
+      dot2_staged<T, F>(w + r0 * row_bytes, w + r1 * row_bytes, x, a.k, row_bytes, copy, a0, a1);
+    }
     // The product as a matmul (nn.Linear) would store it: a bias joins the f32 sum, then one
     // rounding.
     if (a.epilogue == GemvEpilogue::QkvRope && a.bias != nullptr) {
@@ -363,21 +442,33 @@ int64_t row_bytes_of(DType dtype, GemvWeights weights, int64_t k) {
   return 0;
 }
 
+// The widest cp.async (16, 8 or 4 bytes) that every row of w allows; 0 when none does.
+int staged_copy_bytes(const void* w, int64_t row_bytes) {
+  for (int n : {16, 8, 4}) {
+    if (aligned(w, n) && row_bytes % n == 0) return n;
+  }
+  return 0;
+}
+
+constexpr int64_t kMaxStagedBytes = 48 * 1024;  // shared memory without an opt-in attribute
+
 template <class T>
 void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(a.n / 2));
+  const int copy = staged_copy_bytes(a.w, row_bytes);
+  const size_t smem = static_cast<size_t>(2 * staged_stride(row_bytes));
   switch (a.weights) {
     case GemvWeights::Dense:
-      launch_pdl(gemv_kernel<T, DenseRows<T>>, grid, kGemvThreads, 0, s, a, row_bytes);
+      launch_pdl(gemv_kernel<T, DenseRows<T>>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
       break;
     case GemvWeights::Q4_0:
-      launch_pdl(gemv_kernel<T, Q4Rows<false>>, grid, kGemvThreads, 0, s, a, row_bytes);
+      launch_pdl(gemv_kernel<T, Q4Rows<false>>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q4_1:
-      launch_pdl(gemv_kernel<T, Q4Rows<true>>, grid, kGemvThreads, 0, s, a, row_bytes);
+      launch_pdl(gemv_kernel<T, Q4Rows<true>>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q8_0:
-      launch_pdl(gemv_kernel<T, Q8Rows>, grid, kGemvThreads, 0, s, a, row_bytes);
+      launch_pdl(gemv_kernel<T, Q8Rows>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
   }
 }
@@ -389,9 +480,14 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
   if (a.k <= 0 || a.n <= 0 || a.n % 2 != 0 || a.n / 2 > INT32_MAX) return false;
   const int64_t row_bytes = row_bytes_of(dtype, a.weights, a.k);
   if (row_bytes == 0 || !aligned(a.x, 16)) return false;
-  // Dense rows are read 16 bytes at a time, GGML blocks 2.
-  const uintptr_t w_align = a.weights == GemvWeights::Dense ? 16 : 2;
-  if (!aligned(a.w, w_align) || row_bytes % static_cast<int64_t>(w_align) != 0) return false;
+  // Dense rows are read 16 bytes at a time; GGML rows are copied to shared memory in pieces of
+  // at least 4 bytes.
+  if (a.weights == GemvWeights::Dense) {
+    if (!aligned(a.w, 16)) return false;
+  } else if (staged_copy_bytes(a.w, row_bytes) == 0 ||
+             2 * staged_stride(row_bytes) > kMaxStagedBytes) {
+    return false;
+  }
   if (a.epilogue == GemvEpilogue::QkvRope) {
     return a.d > 0 && a.d % 2 == 0 && a.n == (a.h + 2 * a.h_kv) * a.d;
   }
