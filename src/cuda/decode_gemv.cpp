@@ -31,8 +31,7 @@ bool usable(const Tensor& x, const QLinear& w, WeightView* view) {
   if (!decode_gemv_enabled() || !x.device().is_cuda() || !x.is_contiguous()) return false;
   if (!w.quantized()) {
     const Tensor& d = w.dense();
-    if (d.device() != x.device() || x.dtype() != d.dtype() || d.rank() != 2 ||
-        !d.is_contiguous()) {
+    if (d.device() != x.device() || x.dtype() != d.dtype() || d.rank() != 2 || !d.is_contiguous()) {
       return false;
     }
     *view = {&d, cuda::GemvWeights::Dense, static_cast<int64_t>(d.dims()[0]),
@@ -61,19 +60,56 @@ bool usable(const Tensor& x, const QLinear& w, WeightView* view) {
   return x.elem_count() == static_cast<size_t>(view->k);
 }
 
-cuda::GemvArgs base_args(cuda::GemvEpilogue e, const Tensor& x, const WeightView& w) {
-  cuda::GemvArgs a{};
+// The kernel's operands for x (times the weight, normalised first when norm_weight is defined),
+// and the tensors to lock while it is enqueued; false when the kernel does not apply.
+struct Launch {
+  cuda::GemvArgs args{};
+  WeightView weight;
+  std::vector<const Tensor*> reads;
+};
+
+bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, double eps,
+             const QLinear& w, Launch* l) {
+  if (!usable(x, w, &l->weight)) return false;
+  if (norm_weight.defined() &&
+      (norm_weight.device() != x.device() || norm_weight.dtype() != x.dtype() ||
+       !norm_weight.is_contiguous() || norm_weight.elem_count() != x.elem_count())) {
+    return false;
+  }
+  cuda::GemvArgs& a = l->args;
   a.epilogue = e;
-  a.weights = w.format;
-  a.w = ptr_of(*w.bytes);
+  a.weights = l->weight.format;
+  a.w = ptr_of(*l->weight.bytes);
   a.x = ptr_of(x);
-  a.n = w.n;
-  a.k = w.k;
-  return a;
+  a.n = l->weight.n;
+  a.k = l->weight.k;
+  a.norm_weight = norm_weight.defined() ? ptr_of(norm_weight) : nullptr;
+  a.eps = eps;
+  l->reads = {&x, l->weight.bytes};
+  if (norm_weight.defined()) l->reads.push_back(&norm_weight);
+  return true;
 }
 
 cuda::CudaDevice& device_of(const Tensor& t) {
   return cuda::as_cuda(t.impl()->storage->backend()).cuda_device();
+}
+
+// One enqueue of the kernel under the read locks of l.reads (and any write locks the caller
+// holds); the output `elems` long.
+Tensor run(const char* name, Launch& l, const Tensor& x, size_t elems, const Shape& shape) {
+  DType dt = x.dtype();
+  cuda::CudaDevice& dev = device_of(x);
+  auto out = std::make_unique<cuda::CudaStorage>(dev, elems, dt);
+  if (l.args.epilogue == cuda::GemvEpilogue::QkvRope) {
+    l.args.q = out->data();
+  } else {
+    l.args.out = out->data();
+  }
+  {
+    auto locks = wick::detail::read_locks(wick::detail::Inputs(l.reads.data(), l.reads.size()));
+    dev.queue().enqueue(name, dt, [&](cudaStream_t s) { cuda::launch_gemv(dt, l.args, s); });
+  }
+  return wick::detail::from_storage(std::move(out), shape);
 }
 
 }  // namespace
@@ -83,36 +119,32 @@ bool decode_gemv_enabled() {
   return enabled;
 }
 
-bool fused_linear(const Tensor& x, const QLinear& w, Tensor* y) {
-  WeightView wv;
-  if (!usable(x, w, &wv)) return false;
-  cuda::GemvArgs a = base_args(cuda::GemvEpilogue::Store, x, wv);
-  DType dt = x.dtype();
-  if (!cuda::gemv_fits(dt, a)) return false;
-  cuda::CudaDevice& dev = device_of(x);
-  auto out = std::make_unique<cuda::CudaStorage>(dev, static_cast<size_t>(wv.n), dt);
-  a.out = out->data();
-  {
-    auto locks = wick::detail::read_locks({&x, wv.bytes});
-    dev.queue().enqueue("linear_gemv", dt, [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
+bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
+                  Tensor* y) {
+  Launch l;
+  if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l) ||
+      !cuda::gemv_fits(x.dtype(), l.args)) {
+    return false;
   }
   std::vector<size_t> dims = x.dims();
-  dims.back() = static_cast<size_t>(wv.n);
-  *y = wick::detail::from_storage(std::move(out), Shape(dims));
+  dims.back() = static_cast<size_t>(l.weight.n);
+  *y = run("linear_gemv", l, x, static_cast<size_t>(l.weight.n), Shape(dims));
   return true;
 }
 
-bool fused_qkv_rope(const Tensor& x, const QLinear& wqkv, const Tensor& bias, size_t h,
-                    size_t h_kv, const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
-                    const Tensor& v_cache, const Tensor& position, Tensor* q) {
-  WeightView wv;
-  if (!usable(x, wqkv, &wv) || (bias.defined() && bias.dtype() != x.dtype()) || k_cache.dims()[0] != 1 || !k_cache.is_contiguous() ||
-      !v_cache.is_contiguous() || !cos.is_contiguous() || !sin.is_contiguous() ||
-      (bias.defined() && !bias.is_contiguous())) {
+bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& wqkv,
+                    const Tensor& bias, size_t h, size_t h_kv, const Tensor& cos, const Tensor& sin,
+                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position,
+                    Tensor* q) {
+  Launch l;
+  if (!prepare(cuda::GemvEpilogue::QkvRope, x, norm_weight, eps, wqkv, &l) ||
+      k_cache.dims()[0] != 1 || !k_cache.is_contiguous() || !v_cache.is_contiguous() ||
+      !cos.is_contiguous() || !sin.is_contiguous() ||
+      (bias.defined() && (!bias.is_contiguous() || bias.dtype() != x.dtype()))) {
     return false;
   }
   size_t d = k_cache.dims()[3];
-  cuda::GemvArgs a = base_args(cuda::GemvEpilogue::QkvRope, x, wv);
+  cuda::GemvArgs& a = l.args;
   a.bias = bias.defined() ? ptr_of(bias) : nullptr;
   a.cos = ptr_of(cos);
   a.sin = ptr_of(sin);
@@ -123,73 +155,38 @@ bool fused_qkv_rope(const Tensor& x, const QLinear& wqkv, const Tensor& bias, si
   a.h_kv = static_cast<int64_t>(h_kv);
   a.d = static_cast<int64_t>(d);
   a.max_len = static_cast<int64_t>(k_cache.dims()[2]);
-  DType dt = x.dtype();
-  if (!cuda::gemv_fits(dt, a)) return false;
-  cuda::CudaDevice& dev = device_of(x);
-  auto out = std::make_unique<cuda::CudaStorage>(dev, h * d, dt);
-  a.q = out->data();
-  {
-    auto locks = bias.defined()
-                     ? wick::detail::read_locks({&x, wv.bytes, &bias, &cos, &sin, &position})
-                     : wick::detail::read_locks({&x, wv.bytes, &cos, &sin, &position});
-    std::lock_guard write_k(k_cache.impl()->storage->mutex());
-    std::lock_guard write_v(v_cache.impl()->storage->mutex());
-    dev.queue().enqueue("qkv_rope_gemv", dt, [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
-  }
-  *q = wick::detail::from_storage(std::move(out), Shape{1, h, 1, d});
+  if (!cuda::gemv_fits(x.dtype(), a)) return false;
+  for (const Tensor* t : {&cos, &sin, &position}) l.reads.push_back(t);
+  if (bias.defined()) l.reads.push_back(&bias);
+  std::lock_guard write_k(k_cache.impl()->storage->mutex());
+  std::lock_guard write_v(v_cache.impl()->storage->mutex());
+  *q = run("qkv_rope_gemv", l, x, h * d, Shape{1, h, 1, d});
   return true;
 }
 
-bool fused_gate_up_silu(const Tensor& x, const QLinear& w_gate_up, Tensor* act) {
-  WeightView wv;
-  if (!usable(x, w_gate_up, &wv)) return false;
-  cuda::GemvArgs a = base_args(cuda::GemvEpilogue::SiluMul, x, wv);
-  DType dt = x.dtype();
-  if (!cuda::gemv_fits(dt, a)) return false;
-  size_t n = static_cast<size_t>(wv.n) / 2;
-  cuda::CudaDevice& dev = device_of(x);
-  auto out = std::make_unique<cuda::CudaStorage>(dev, n, dt);
-  a.out = out->data();
-  {
-    auto locks = wick::detail::read_locks({&x, wv.bytes});
-    dev.queue().enqueue("gate_up_silu_gemv", dt,
-                        [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
-  }
-  *act = wick::detail::from_storage(std::move(out), Shape{1, 1, n});
-  return true;
-}
-
-bool fused_project_add_norm(const Tensor& x, const QLinear& w, const Tensor& residual,
-                            const Tensor& norm_weight, double eps, const Tensor& counter,
-                            nn::ResidualNorm* out) {
-  WeightView wv;
-  if (!usable(x, w, &wv) || residual.elem_count() != static_cast<size_t>(wv.n) || !residual.is_contiguous() ||
-      residual.dtype() != x.dtype() || !norm_weight.is_contiguous() ||
-      norm_weight.dtype() != x.dtype() || !counter.defined() || counter.dtype() != DType::U32 ||
-      counter.device() != x.device()) {
+bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
+                        const QLinear& w_gate_up, Tensor* act) {
+  Launch l;
+  if (!prepare(cuda::GemvEpilogue::SiluMul, x, norm_weight, eps, w_gate_up, &l) ||
+      !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
-  cuda::GemvArgs a = base_args(cuda::GemvEpilogue::AddNorm, x, wv);
-  a.residual = ptr_of(residual);
-  a.norm_weight = ptr_of(norm_weight);
-  a.eps = eps;
-  a.counter = static_cast<unsigned*>(ptr_of(counter));
-  DType dt = x.dtype();
-  if (!cuda::gemv_fits(dt, a)) return false;
-  size_t n = static_cast<size_t>(wv.n);
-  cuda::CudaDevice& dev = device_of(x);
-  auto sum = std::make_unique<cuda::CudaStorage>(dev, n, dt);
-  auto normed = std::make_unique<cuda::CudaStorage>(dev, n, dt);
-  a.sum = sum->data();
-  a.normed = normed->data();
-  {
-    auto locks = wick::detail::read_locks({&x, wv.bytes, &residual, &norm_weight});
-    std::lock_guard write_counter(counter.impl()->storage->mutex());
-    dev.queue().enqueue("project_add_norm_gemv", dt,
-                        [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
+  size_t n = static_cast<size_t>(l.weight.n) / 2;
+  *act = run("gate_up_silu_gemv", l, x, n, Shape{1, 1, n});
+  return true;
+}
+
+bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum) {
+  Launch l;
+  if (!prepare(cuda::GemvEpilogue::Add, x, Tensor(), 0, w, &l) ||
+      residual.elem_count() != static_cast<size_t>(l.weight.n) || !residual.is_contiguous() ||
+      residual.dtype() != x.dtype() || residual.device() != x.device()) {
+    return false;
   }
-  out->residual = wick::detail::from_storage(std::move(sum), residual.shape());
-  out->normed = wick::detail::from_storage(std::move(normed), residual.shape());
+  l.args.residual = ptr_of(residual);
+  if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
+  l.reads.push_back(&residual);
+  *sum = run("project_add_gemv", l, x, residual.elem_count(), residual.shape());
   return true;
 }
 

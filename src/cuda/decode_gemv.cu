@@ -13,23 +13,10 @@ namespace wick::cuda {
 namespace {
 
 constexpr int kGemvThreads = 128;
-constexpr int kGemvUnroll = 2;  // chunks per row a thread has in flight
 
 template <class T>
 __device__ __forceinline__ float round_to(float v) {
   return to_compute(convert<T>(v));
-}
-
-template <class T>
-__device__ __forceinline__ float load_cg(const T* p) {
-  if constexpr (sizeof(T) == 2) {
-    unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
-    T v;
-    memcpy(&v, &bits, 2);
-    return to_compute(v);
-  } else {
-    return __ldcg(p);
-  }
 }
 
 __device__ __forceinline__ float warp_total(float v) {
@@ -76,7 +63,7 @@ __device__ __forceinline__ float byte_plus_2p23(uint32_t w, int j) {
 // Q4_0 (18-byte blocks: f16 d, 16 bytes of nibbles; value = d * (q - 8)) and Q4_1 (20 bytes:
 // f16 d, f16 m, nibbles; value = d * q + m). A unit is half a block: nibble bytes 8h .. 8h + 7,
 // whose low nibbles are values 8h + i and high nibbles values 16 + 8h + i. Blocks are only
-// 2-byte aligned (Q4_0), so the bytes come as 16-bit loads (from shared memory: dot2_staged).
+// 2-byte aligned (Q4_0), so the bytes come as 16-bit loads (from shared memory: dot_rows_staged).
 template <bool kMin>
 struct Q4Rows {
   static constexpr int kBlock = kMin ? 20 : 18, kQs = kMin ? 4 : 2;
@@ -137,7 +124,9 @@ struct Q8Rows {
     }
     return r;
   }
-  __device__ static int64_t x_start(int64_t unit, int run) { return unit * 16 + run * 8; }
+  __device__ static int64_t x_start(int64_t unit, int run) {
+    return unit * 16 + run * 8;
+  }
   __device__ static float dot(const Raw& r, const float (&x)[V], float) {
     float s = 0;
 #pragma unroll
@@ -150,118 +139,159 @@ struct Q8Rows {
   }
 };
 
-// R activations from p (16-byte aligned) as floats.
-template <class T, int R>
+// N activations from p (16-byte aligned) as floats.
+template <class T, int N>
 __device__ __forceinline__ void load_run(const T* p, float* out) {
-  constexpr int N = 16 / sizeof(T);
+  constexpr int PER = 16 / sizeof(T);
 #pragma unroll
-  for (int i = 0; i < R / N; ++i) {
-    Vec<T, N> v;
+  for (int i = 0; i < N / PER; ++i) {
+    Vec<T, PER> v;
     const uint4 bits = __ldg(reinterpret_cast<const uint4*>(p) + i);
     memcpy(&v, &bits, 16);
 #pragma unroll
-    for (int e = 0; e < N; ++e) out[i * N + e] = to_compute(v.v[e]);
+    for (int e = 0; e < PER; ++e) out[i * PER + e] = to_compute(v.v[e]);
   }
 }
 
-// The block's sums of s0 and s1, on every thread.
-__device__ __forceinline__ void block_total2(float s0, float s1, float& a0, float& a1) {
-  s0 = warp_total(s0);
-  s1 = warp_total(s1);
-  __shared__ float part[2][kGemvThreads / 32];
-  if (threadIdx.x % 32 == 0) {
-    part[0][threadIdx.x / 32] = s0;
-    part[1][threadIdx.x / 32] = s1;
+// The block's totals of s[0 .. R), on every thread.
+template <int R>
+__device__ __forceinline__ void block_totals(float (&s)[R]) {
+  __shared__ float part[R][kGemvThreads / 32];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float t = warp_total(s[r]);
+    if (threadIdx.x % 32 == 0) part[r][threadIdx.x / 32] = t;
   }
   __syncthreads();
-  a0 = 0;
-  a1 = 0;
 #pragma unroll
-  for (int i = 0; i < kGemvThreads / 32; ++i) {
-    a0 += part[0][i];
-    a1 += part[1][i];
+  for (int r = 0; r < R; ++r) {
+    s[r] = 0;
+#pragma unroll
+    for (int i = 0; i < kGemvThreads / 32; ++i) s[r] += part[r][i];
   }
 }
 
-// Bytes between the two rows' copies in shared memory.
-__host__ __device__ constexpr int64_t staged_stride(int64_t row_bytes) {
-  return (row_bytes + 15) / 16 * 16;
+// What a block dots its rows with: x, or with a norm weight nw the RMSNorm of x as transformers
+// computes it in the dtype, nw * round(x * rstd) rounded, rstd found by the block first (every
+// block reads all of x anyway; this replaces a separate norm kernel, or a serial tail in the
+// kernel that made x).
+template <class T>
+struct Input {
+  const T* x;
+  const T* nw;  // null: x as it is
+  float rstd = 1;
+
+  __device__ void find_rstd(int64_t k, double eps) {
+    constexpr int PER = 16 / sizeof(T);
+    float sq = 0;
+    for (int64_t c = threadIdx.x; c < k / PER; c += kGemvThreads) {
+      float v[PER];
+      load_run<T, PER>(x + c * PER, v);
+#pragma unroll
+      for (int e = 0; e < PER; ++e) sq += v[e] * v[e];
+    }
+    float t[1] = {sq};
+    block_totals<1>(t);
+    rstd = rsqrtf(t[0] / static_cast<float>(k) + static_cast<float>(eps));
+  }
+  template <int N>
+  __device__ void load(int64_t start, float* out) const {
+    load_run<T, N>(x + start, out);
+    if (nw != nullptr) {
+      float w[N];
+      load_run<T, N>(nw + start, w);
+#pragma unroll
+      for (int e = 0; e < N; ++e) out[e] = round_to<T>(w[e] * round_to<T>(out[e] * rstd));
+    }
+  }
+};
+
+// The activations of unit c (zeros past the end), V values in runs of F::R.
+template <class T, class F>
+__device__ __forceinline__ void load_unit_input(const Input<T>& in, int64_t c, int64_t units,
+                                                float (&xv)[F::V]) {
+#pragma unroll
+  for (int run = 0; run < F::V / F::R; ++run) {
+    if (c < units) {
+      in.template load<F::R>(F::x_start(c, run), &xv[run * F::R]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < F::R; ++e) xv[run * F::R + e] = 0;
+    }
+  }
 }
 
-// Rows w0 and w1 (k values each) dotted with x by the whole block, on every thread. The first
-// units of the weights are loaded before pdl_wait(): they do not depend on the kernel before.
-template <class T, class F>
-__device__ __forceinline__ void dot2(const uint8_t* __restrict__ w0, const uint8_t* __restrict__ w1,
-                                     const T* __restrict__ x, int64_t k, float& a0, float& a1) {
-  constexpr int V = F::V, R = F::R;
+// Units a thread has in flight per row: fewer when a block has many rows (registers).
+template <int R>
+inline constexpr int kUnroll = R >= 8 ? 1 : 2;
+
+// Rows w[0 .. R) (k values each) dotted with the input by the whole block, totals on every
+// thread. The first units of the weights are loaded before pdl_wait(): they do not depend on the
+// kernel before.
+template <class T, class F, int R>
+__device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
+                                         double eps, float (&acc)[R]) {
+  constexpr int V = F::V, U = kUnroll<R>;
   const int64_t units = k / V;
-  float s0 = 0, s1 = 0;
-  typename F::Raw r0[kGemvUnroll], r1[kGemvUnroll];
-  // A unit past the end is all zero bits: a zero scale (or zero elements) adds nothing.
+  typename F::Raw raw[U][R];
+  // A unit past the end is all zero bits: zero elements add nothing.
   auto load_weights = [&](int64_t base) {
 #pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t c = base + u * kGemvThreads;
-      if (c < units) {
-        r0[u] = F::load(w0, c);
-        r1[u] = F::load(w1, c);
-      } else {
-        memset(&r0[u], 0, sizeof(r0[u]));
-        memset(&r1[u], 0, sizeof(r1[u]));
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (c < units) {
+          raw[u][r] = F::load(w[r], c);
+        } else {
+          memset(&raw[u][r], 0, sizeof(raw[u][r]));
+        }
       }
     }
   };
   int64_t base = threadIdx.x;
   load_weights(base);
   pdl_wait();
+  if (in.nw != nullptr) in.find_rstd(k, eps);
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0;
   while (true) {
-    float xv[kGemvUnroll][V];
+    float xv[U][V];
 #pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      const int64_t c = base + u * kGemvThreads;
+    for (int u = 0; u < U; ++u) load_unit_input<T, F>(in, base + u * kGemvThreads, units, xv[u]);
 #pragma unroll
-      for (int run = 0; run < V / R; ++run) {
-        if (c < units) {
-          load_run<T, R>(x + F::x_start(c, run), &xv[u][run * R]);
-        } else {
+    for (int u = 0; u < U; ++u) {
 #pragma unroll
-          for (int e = 0; e < R; ++e) xv[u][run * R + e] = 0;
-        }
-      }
+      for (int r = 0; r < R; ++r) acc[r] += F::dot(raw[u][r], xv[u], 0.f);
     }
-#pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      float x_sum = 0;
-#pragma unroll
-      for (int e = 0; e < V; ++e) x_sum += xv[u][e];
-      s0 += F::dot(r0[u], xv[u], x_sum);
-      s1 += F::dot(r1[u], xv[u], x_sum);
-    }
-    base += kGemvThreads * kGemvUnroll;
+    base += kGemvThreads * U;
     if (base >= units) break;
     load_weights(base);
   }
   pdl_launch_dependents();  // the next kernel may start loading its weights
-  block_total2(s0, s1, a0, a1);
+  block_totals<R>(acc);
 }
 
-// Rows of GGML blocks: both rows copied whole into shared memory (cp.async, `copy` bytes at a
-// time: 16, 8 or 4, as the rows' alignment allows) before pdl_wait(), then dotted from there. A
-// few wide loads per thread keep more bytes in flight than 16-bit loads of the blocks would, and
-// the copies do not hold registers.
-template <class T, class F>
-__device__ __forceinline__ void dot2_staged(const uint8_t* __restrict__ w0,
-                                            const uint8_t* __restrict__ w1,
-                                            const T* __restrict__ x, int64_t k, int64_t row_bytes,
-                                            int copy, float& a0, float& a1) {
-  constexpr int V = F::V, R = F::R;
+// Bytes between the rows' copies in shared memory.
+__host__ __device__ constexpr int64_t staged_stride(int64_t row_bytes) {
+  return (row_bytes + 15) / 16 * 16;
+}
+
+// Rows of GGML blocks: copied whole into shared memory (cp.async, `copy` bytes at a time: 16, 8
+// or 4, as the rows' alignment allows) before pdl_wait(), then dotted from there. A few wide
+// loads per thread keep more bytes in flight than 16-bit loads of the blocks would, and the
+// copies do not hold registers.
+template <class T, class F, int R>
+__device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], Input<T>& in,
+                                                int64_t k, double eps, int64_t row_bytes, int copy,
+                                                float (&acc)[R]) {
+  constexpr int V = F::V, U = kUnroll<R>;
   extern __shared__ __align__(16) uint8_t gemv_rows[];
-  uint8_t* sw0 = gemv_rows;
-  uint8_t* sw1 = gemv_rows + staged_stride(row_bytes);
+  const int64_t stride = staged_stride(row_bytes);
   auto stage = [&]<int N>() {
     for (int64_t i = threadIdx.x * N; i < row_bytes; i += kGemvThreads * N) {
-      cp_async<N>(sw0 + i, w0 + i);
-      cp_async<N>(sw1 + i, w1 + i);
+#pragma unroll
+      for (int r = 0; r < R; ++r) cp_async<N>(gemv_rows + r * stride + i, w[r] + i);
     }
   };
   if (copy == 16) {
@@ -273,152 +303,132 @@ __device__ __forceinline__ void dot2_staged(const uint8_t* __restrict__ w0,
   }
   cp_async_commit();
   pdl_wait();
+  if (in.nw != nullptr) in.find_rstd(k, eps);
   cp_async_wait<0>();
   __syncthreads();
   const int64_t units = k / V;
-  float s0 = 0, s1 = 0;
-  for (int64_t base = threadIdx.x; base < units; base += kGemvThreads * kGemvUnroll) {
-    float xv[kGemvUnroll][V];
 #pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      const int64_t c = base + u * kGemvThreads;
+  for (int r = 0; r < R; ++r) acc[r] = 0;
+  for (int64_t base = threadIdx.x; base < units; base += kGemvThreads * U) {
+    float xv[U][V];
 #pragma unroll
-      for (int run = 0; run < V / R; ++run) {
-        if (c < units) {
-          load_run<T, R>(x + F::x_start(c, run), &xv[u][run * R]);
-        } else {
+    for (int u = 0; u < U; ++u) load_unit_input<T, F>(in, base + u * kGemvThreads, units, xv[u]);
 #pragma unroll
-          for (int e = 0; e < R; ++e) xv[u][run * R + e] = 0;
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t c = base + u * kGemvThreads;
       if (c < units) {
         float x_sum = 0;
 #pragma unroll
         for (int e = 0; e < V; ++e) x_sum += xv[u][e];
-        s0 += F::dot(F::load(sw0, c), xv[u], x_sum);
-        s1 += F::dot(F::load(sw1, c), xv[u], x_sum);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          acc[r] += F::dot(F::load(gemv_rows + r * stride, c), xv[u], x_sum);
       }
     }
   }
   pdl_launch_dependents();
-  block_total2(s0, s1, a0, a1);
+  block_totals<R>(acc);
 }
 
-template <class T, class F>
+// The two rows of output pair p.
+__device__ __forceinline__ void pair_rows(const GemvArgs& a, int64_t p, int64_t& r0, int64_t& r1) {
+  if (a.epilogue == GemvEpilogue::QkvRope) {
+    const int64_t half = a.d / 2;
+    r0 = (p / half) * a.d + p % half;
+    r1 = r0 + half;
+  } else if (a.epilogue == GemvEpilogue::SiluMul) {
+    r0 = p;
+    r1 = a.n / 2 + p;
+  } else {
+    r0 = 2 * p;
+    r1 = r0 + 1;
+  }
+}
+
+// What follows the product of pair p: rows r0 and r1 with f32 sums a0 and a1.
+template <class T>
+__device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r0, int64_t r1,
+                                         float a0, float a1) {
+  // The product as a matmul (nn.Linear) would store it: a bias joins the f32 sum, then one
+  // rounding.
+  if (a.epilogue == GemvEpilogue::QkvRope && a.bias != nullptr) {
+    const T* bias = static_cast<const T*>(a.bias);
+    a0 += to_compute(bias[r0]);
+    a1 += to_compute(bias[r1]);
+  }
+  a0 = round_to<T>(a0);
+  a1 = round_to<T>(a1);
+  if (a.epilogue == GemvEpilogue::QkvRope) {
+    const int64_t half = a.d / 2, head = p / half, i = p % half;
+    const int64_t pos = static_cast<int64_t>(*a.position);
+    if (pos >= a.max_len) return;
+    if (head < a.h + a.h_kv) {
+      // Each product rounded, then the sum: transformers' q * cos + rotate_half(q) * sin in the
+      // model's dtype (f32: plain products).
+      float c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
+      float s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
+      float x1 = round_to<T>(__fmul_rn(a0, c)) - round_to<T>(__fmul_rn(a1, s));
+      float x2 = round_to<T>(__fmul_rn(a1, c)) + round_to<T>(__fmul_rn(a0, s));
+      a0 = x1;
+      a1 = x2;
+    }
+    T* dst;
+    if (head < a.h) {
+      dst = static_cast<T*>(a.q) + head * a.d;
+    } else if (head < a.h + a.h_kv) {
+      dst = static_cast<T*>(a.k_cache) + ((head - a.h) * a.max_len + pos) * a.d;
+    } else {
+      dst = static_cast<T*>(a.v_cache) + ((head - a.h - a.h_kv) * a.max_len + pos) * a.d;
+    }
+    dst[i] = convert<T>(a0);
+    dst[i + half] = convert<T>(a1);
+  } else if (a.epilogue == GemvEpilogue::Store) {
+    static_cast<T*>(a.out)[r0] = convert<T>(a0);
+    static_cast<T*>(a.out)[r1] = convert<T>(a1);
+  } else if (a.epilogue == GemvEpilogue::SiluMul) {
+    // silu rounded, then the product: transformers' act_fn(gate) * up in the dtype.
+    static_cast<T*>(a.out)[p] = convert<T>(round_to<T>(a0 / (1.0f + expf(-a0))) * a1);
+  } else {  // Add
+    const T* res = static_cast<const T*>(a.residual);
+    T* out = static_cast<T*>(a.out);
+    out[r0] = convert<T>(to_compute(res[r0]) + a0);
+    out[r1] = convert<T>(to_compute(res[r1]) + a1);
+  }
+}
+
+// R rows (R / 2 output pairs) a block.
+template <class T, class F, int R>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
+  constexpr int P = R / 2;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  const T* x = static_cast<const T*>(a.x);
-  const int64_t pairs = a.n / 2;
-  const int64_t p = blockIdx.x;  // the grid is one block per pair
-  const bool first = threadIdx.x == 0;
-  if (p < pairs) {
-    // The two rows of this block.
-    int64_t r0, r1;
-    const int64_t half = a.d / 2;
-    if (a.epilogue == GemvEpilogue::QkvRope) {
-      r0 = (p / half) * a.d + p % half;
-      r1 = r0 + half;
-    } else if (a.epilogue == GemvEpilogue::SiluMul) {
-      r0 = p;
-      r1 = pairs + p;
-    } else {
-      r0 = 2 * p;
-      r1 = r0 + 1;
-    }
-    float a0, a1;
-    if constexpr (std::is_same_v<F, DenseRows<T>>) {
-      dot2<T, F>(w + r0 * row_bytes, w + r1 * row_bytes, x, a.k, a0, a1);
-    } else {
-      dot2_staged<T, F>(w + r0 * row_bytes, w + r1 * row_bytes, x, a.k, row_bytes, copy, a0, a1);
-    }
-    // The product as a matmul (nn.Linear) would store it: a bias joins the f32 sum, then one
-    // rounding.
-    if (a.epilogue == GemvEpilogue::QkvRope && a.bias != nullptr) {
-      const T* bias = static_cast<const T*>(a.bias);
-      a0 += to_compute(bias[r0]);
-      a1 += to_compute(bias[r1]);
-    }
-    a0 = round_to<T>(a0);
-    a1 = round_to<T>(a1);
-    if (first) {
-      if (a.epilogue == GemvEpilogue::QkvRope) {
-        const int64_t head = p / half, i = p % half;
-        const int64_t pos = static_cast<int64_t>(*a.position);
-        if (pos < a.max_len) {
-          if (head < a.h + a.h_kv) {
-            // Each product rounded, then the sum: transformers' q * cos + rotate_half(q) * sin
-            // in the model's dtype (f32: plain products).
-            float c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
-            float s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
-            float x1 = round_to<T>(__fmul_rn(a0, c)) - round_to<T>(__fmul_rn(a1, s));
-            float x2 = round_to<T>(__fmul_rn(a1, c)) + round_to<T>(__fmul_rn(a0, s));
-            a0 = x1;
-            a1 = x2;
-          }
-          T* dst;
-          if (head < a.h) {
-            dst = static_cast<T*>(a.q) + head * a.d;
-          } else if (head < a.h + a.h_kv) {
-            dst = static_cast<T*>(a.k_cache) + ((head - a.h) * a.max_len + pos) * a.d;
-          } else {
-            dst = static_cast<T*>(a.v_cache) + ((head - a.h - a.h_kv) * a.max_len + pos) * a.d;
-          }
-          dst[i] = convert<T>(a0);
-          dst[i + half] = convert<T>(a1);
-        }
-      } else if (a.epilogue == GemvEpilogue::Store) {
-        static_cast<T*>(a.out)[r0] = convert<T>(a0);
-        static_cast<T*>(a.out)[r1] = convert<T>(a1);
-      } else if (a.epilogue == GemvEpilogue::SiluMul) {
-        // silu rounded, then the product: transformers' act_fn(gate) * up in the dtype.
-        static_cast<T*>(a.out)[p] = convert<T>(round_to<T>(a0 / (1.0f + expf(-a0))) * a1);
-      } else {
-        const T* res = static_cast<const T*>(a.residual);
-        T* sum = static_cast<T*>(a.sum);
-        sum[r0] = convert<T>(to_compute(res[r0]) + a0);
-        sum[r1] = convert<T>(to_compute(res[r1]) + a1);
-        __threadfence();  // visible to the block that normalises
+  const int64_t pairs = a.n / 2, p0 = static_cast<int64_t>(blockIdx.x) * P;
+  int64_t rows[R];
+  const uint8_t* row_ptr[R];
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    // A block past the last pair repeats it (and writes nothing).
+    pair_rows(a, min(p0 + j, pairs - 1), rows[2 * j], rows[2 * j + 1]);
+    row_ptr[2 * j] = w + rows[2 * j] * row_bytes;
+    row_ptr[2 * j + 1] = w + rows[2 * j + 1] * row_bytes;
+  }
+  Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
+  float acc[R];
+  if constexpr (std::is_same_v<F, DenseRows<T>>) {
+    dot_rows<T, F, R>(row_ptr, in, a.k, a.eps, acc);
+  } else {
+    dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
+  }
+  if (threadIdx.x < P) {
+    const int j = static_cast<int>(threadIdx.x);
+    // acc is indexed by a constant in each branch (registers, not local memory).
+#pragma unroll
+    for (int jj = 0; jj < P; ++jj) {
+      if (jj == j && p0 + jj < pairs) {
+        epilogue<T>(a, p0 + jj, rows[2 * jj], rows[2 * jj + 1], acc[2 * jj], acc[2 * jj + 1]);
       }
     }
   }
-  if (a.epilogue != GemvEpilogue::AddNorm) return;
-
-  // The last block to finish normalises the whole sum (threadFenceReduction's pattern).
-  __shared__ bool is_last;
-  __shared__ float scratch[kGemvThreads / 32];
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    is_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  const T* sum = static_cast<const T*>(a.sum);
-  float sq = 0;
-  for (int64_t c = threadIdx.x; c < a.n; c += blockDim.x) {
-    float v = load_cg(sum + c);
-    sq += v * v;
-  }
-  sq = warp_total(sq);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = sq;
-  __syncthreads();
-  float total = 0;
-  for (int i = 0; i < kGemvThreads / 32; ++i) total += scratch[i];
-  float rstd = rsqrtf(total / static_cast<float>(a.n) + static_cast<float>(a.eps));
-  const T* nw = static_cast<const T*>(a.norm_weight);
-  T* normed = static_cast<T*>(a.normed);
-  for (int64_t c = threadIdx.x; c < a.n; c += blockDim.x) {
-    // Normalised, rounded, then times the weight: transformers' RMSNorm casts the normalised
-    // row back to the dtype before the weight multiplies it.
-    normed[c] = convert<T>(to_compute(nw[c]) * round_to<T>(load_cg(sum + c) * rstd));
-  }
-  if (threadIdx.x == 0) *a.counter = 0;  // ready for the next launch
 }
 
 bool aligned(const void* p, uintptr_t bytes) {
@@ -452,24 +462,39 @@ int staged_copy_bytes(const void* w, int64_t row_bytes) {
 
 constexpr int64_t kMaxStagedBytes = 48 * 1024;  // shared memory without an opt-in attribute
 
-template <class T>
-void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(a.n / 2));
+// Rows a block: 8 for many short rows (fewer, longer-lived blocks: launching a block costs about
+// as much as reading a few kilobytes), else 2.
+int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
+  return row_bytes <= 4096 && a.n / 8 >= 256 ? 8 : 2;
+}
+
+template <class T, int R>
+void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
   const int copy = staged_copy_bytes(a.w, row_bytes);
-  const size_t smem = static_cast<size_t>(2 * staged_stride(row_bytes));
+  const size_t smem = static_cast<size_t>(R * staged_stride(row_bytes));
   switch (a.weights) {
     case GemvWeights::Dense:
-      launch_pdl(gemv_kernel<T, DenseRows<T>>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
+      launch_pdl(gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
       break;
     case GemvWeights::Q4_0:
-      launch_pdl(gemv_kernel<T, Q4Rows<false>>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      launch_pdl(gemv_kernel<T, Q4Rows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q4_1:
-      launch_pdl(gemv_kernel<T, Q4Rows<true>>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      launch_pdl(gemv_kernel<T, Q4Rows<true>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q8_0:
-      launch_pdl(gemv_kernel<T, Q8Rows>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      launch_pdl(gemv_kernel<T, Q8Rows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
+  }
+}
+
+template <class T>
+void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  if (rows_per_block(a, row_bytes) == 8) {
+    launch_rows<T, 8>(a, row_bytes, s);
+  } else {
+    launch_rows<T, 2>(a, row_bytes, s);
   }
 }
 
@@ -485,13 +510,13 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
   if (a.weights == GemvWeights::Dense) {
     if (!aligned(a.w, 16)) return false;
   } else if (staged_copy_bytes(a.w, row_bytes) == 0 ||
-             2 * staged_stride(row_bytes) > kMaxStagedBytes) {
+             rows_per_block(a, row_bytes) * staged_stride(row_bytes) > kMaxStagedBytes) {
     return false;
   }
   if (a.epilogue == GemvEpilogue::QkvRope) {
     return a.d > 0 && a.d % 2 == 0 && a.n == (a.h + 2 * a.h_kv) * a.d;
   }
-  return a.epilogue != GemvEpilogue::AddNorm || a.counter != nullptr;
+  return a.epilogue != GemvEpilogue::Add || a.residual != nullptr;
 }
 
 void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s) {

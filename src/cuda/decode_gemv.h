@@ -1,13 +1,12 @@
 #pragma once
 // The decode step's projections for one token (one row), each fused with what follows it
 // (decode_gemv.cu): W (n, k) row-major, in the activations' dtype or as GGML Q4_0 / Q4_1 / Q8_0
-// blocks, times x (k), a block per output pair, f32 accumulation, the product rounded to the
-// dtype as a separate matmul would leave it, then
-//   Store:   the product out (rows 2p and 2p + 1);
+// blocks, times x (k) -- or times RMSNorm(x) * norm_weight when norm_weight is given -- f32
+// accumulation, the product rounded to the dtype as a separate matmul would leave it, then
+//   Store:   the product -> out;
 //   QkvRope: + bias, rope of the q and k heads at *position, q out, k and v into the caches;
-//   SiluMul: rows j and n/2 + j give silu(gate) * up;
-//   AddNorm: residual + product -> sum, and the last block to finish the RMSNorm of sum -> normed
-//            (its counter is zero before and after the launch).
+//   SiluMul: rows j and n/2 + j give silu(gate) * up -> out;
+//   Add:     residual + product -> out.
 
 #include <cuda_runtime.h>
 
@@ -18,7 +17,7 @@
 
 namespace wick::cuda {
 
-enum class GemvEpilogue { Store, QkvRope, SiluMul, AddNorm };
+enum class GemvEpilogue { Store, QkvRope, SiluMul, Add };
 
 /// How W's rows are stored: plain elements of the activations' dtype, or GGML blocks of 32.
 enum class GemvWeights { Dense, Q4_0, Q4_1, Q8_0 };
@@ -29,6 +28,8 @@ struct GemvArgs {
   const void* w;  // (n, k)
   const void* x;  // (k)
   int64_t n, k;
+  const void* norm_weight;  // (k), or null: x is multiplied as it is
+  double eps;
   // QkvRope
   const void* bias;  // (n) or null
   const void* cos;   // (max_len, d / 2)
@@ -38,15 +39,9 @@ struct GemvArgs {
   void* v_cache;  // (h_kv, max_len, d)
   const uint32_t* position;
   int64_t h, h_kv, d, max_len;
-  // Store, SiluMul
-  void* out;  // (n), (n / 2)
-  // AddNorm
-  const void* residual;  // (n)
-  void* sum;             // (n)
-  void* normed;          // (n)
-  const void* norm_weight;
-  double eps;
-  unsigned* counter;
+  // Store, SiluMul, Add
+  void* out;             // (n), (n / 2), (n)
+  const void* residual;  // Add: (n)
 };
 
 /// False when the operands do not suit the kernel (k % 8 or 32, alignment, head_dim): the

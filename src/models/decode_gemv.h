@@ -1,13 +1,14 @@
 #pragma once
-// The decode step's projections for a single token fused with what follows each one, on CUDA
-// (src/cuda/decode_gemv.*): one kernel instead of a matmul plus an element-wise kernel. The weight
-// is plain (the activations' dtype) or one part of Q4_0, Q4_1 or Q8_0 blocks. Each returns false,
-// doing nothing, when it does not apply (not CUDA, more than one row, unaligned or unsupported
-// operands, WICK_DECODE_GEMV=0); the caller then composes the step from separate ops, which is
-// also what the CPU runs and what the GPU tests compare against.
+// The decode step's projections for a single token fused with what comes before and after each
+// one, on CUDA (src/cuda/decode_gemv.*): one kernel instead of a norm, a matmul and an
+// element-wise kernel. The weight is plain (the activations' dtype) or one part of Q4_0, Q4_1 or
+// Q8_0 blocks. Where a projection takes `norm_weight` (defined), its input is
+// x.rms_norm(norm_weight, eps), computed inside. Each returns false, doing nothing, when it does
+// not apply (not CUDA, more than one row, unaligned or unsupported operands,
+// WICK_DECODE_GEMV=0); the caller then composes the step from separate ops, which is also what
+// the CPU runs and what the GPU tests compare against.
 
 #include "models/qlinear.h"
-#include "wick/nn/decoder_ops.h"
 #include "wick/tensor.h"
 
 namespace wick::models::detail {
@@ -15,22 +16,22 @@ namespace wick::models::detail {
 /// Whether the fused projections may be used (WICK_DECODE_GEMV unset or not "0").
 bool decode_gemv_enabled();
 
-/// linear(x, w) for x (..., k) holding one row: (..., n).
-bool fused_linear(const Tensor& x, const QLinear& w, Tensor* y);
+/// linear(norm(x), w) for x (..., k) holding one row: (..., n).
+bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
+                  Tensor* y);
 
-/// q (1, h, 1, d) from x (1, 1, k) times wqkv (n, k)^T plus bias, rope at the position, keys and
-/// values into the caches: linear + rope_write_at_position in one kernel.
-bool fused_qkv_rope(const Tensor& x, const QLinear& wqkv, const Tensor& bias, size_t h,
-                    size_t h_kv, const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
-                    const Tensor& v_cache, const Tensor& position, Tensor* q);
+/// q (1, h, 1, d) from norm(x) (x (1, 1, k)) times wqkv (n, k)^T plus bias, rope at the position,
+/// keys and values into the caches: rms_norm + linear + rope_write_at_position in one kernel.
+bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& wqkv,
+                    const Tensor& bias, size_t h, size_t h_kv, const Tensor& cos, const Tensor& sin,
+                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position,
+                    Tensor* q);
 
-/// silu_mul(linear(x, w_gate_up)): (1, 1, n / 2).
-bool fused_gate_up_silu(const Tensor& x, const QLinear& w_gate_up, Tensor* act);
+/// silu_mul(linear(norm(x), w_gate_up)): (1, 1, n / 2).
+bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
+                        const QLinear& w_gate_up, Tensor* act);
 
-/// add_rms_norm(residual, linear(x, w), norm_weight, eps); `counter` one zeroed U32 on the device
-/// (left zeroed).
-bool fused_project_add_norm(const Tensor& x, const QLinear& w, const Tensor& residual,
-                            const Tensor& norm_weight, double eps, const Tensor& counter,
-                            nn::ResidualNorm* out);
+/// residual + linear(x, w), in residual's shape.
+bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum);
 
 }  // namespace wick::models::detail

@@ -193,17 +193,6 @@ Tensor linear(const Tensor& x, const QLinear& w, const Tensor& bias) {
   return w.forward(x, bias);
 }
 
-// The output head: quantized weights take the fused one-row kernel on CUDA (plain ones cuBLAS,
-// which reads them at full bandwidth already).
-Tensor output_head(const Tensor& x, const QLinear& lm_head) {
-  Tensor y;
-  if (lm_head.quantized() && x.elem_count() == x.dims().back() &&
-      detail::fused_linear(x, lm_head, &y)) {
-    return y;
-  }
-  return linear(x, lm_head, Tensor());
-}
-
 }  // namespace
 
 const LlamaConfig& Llama::config() const {
@@ -286,7 +275,6 @@ Llama Llama::from_weights(const LlamaConfig& config, const std::map<std::string,
     l.wdown = get(p + "mlp.down_proj.weight", {d, inter});
     impl->layers.push_back(std::move(l));
   }
-  if (device.is_cuda()) impl->decode_counter = Tensor::zeros({1}, DType::U32, device);
   return Llama(std::move(impl));
 }
 
@@ -335,7 +323,12 @@ struct Positions {
   size_t window = 0;  // graph step: keys [0, window) are read, those after the position masked
 };
 
-Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const Positions& pos) {
+// The residual stream after the last layer, and its final norm when the composed path made it.
+struct Hidden {
+  Tensor residual, normed;
+};
+
+Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const Positions& pos) {
   const LlamaConfig& c = m.config;
   size_t b = ids.dims()[0], s = ids.dims()[1];
   size_t h = c.num_attention_heads, h_kv = c.num_key_value_heads, hd = c.head_dim;
@@ -355,24 +348,30 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
                .reshape({1, len});
   }
 
-  // Per layer: qkv projection, rope + cache write, attention, output projection, residual add
-  // fused with the next norm, gate/up projection, silu * up, down projection, add + norm.
-  Tensor x = m.embed.embedding(ids);  // (b, s, d): the residual stream
-  Tensor normed = x.rms_norm(m.layers[0].ln1, c.rms_norm_eps);
-  // One token on CUDA: each projection fused with what follows it (models/decode_gemv.h).
+  // Per layer: norm, qkv projection, rope + cache write, attention, output projection, residual
+  // add, norm, gate/up projection, silu * up, down projection, residual add. One token on CUDA
+  // fuses each projection with the norm before it and what follows it (models/decode_gemv.h);
+  // otherwise the ops are composed, each add fused with the norm after it.
   bool single = b * s == 1 && m.device.is_cuda();
   double eps = c.rms_norm_eps;
+  Tensor x = m.embed.embedding(ids);  // (b, s, d): the residual stream
+  Tensor normed;                      // x.rms_norm(the next norm), when the composed path made it
+  auto normed_by = [&](const Tensor& w) {
+    if (!normed.defined()) normed = x.rms_norm(w, eps);
+    return normed;
+  };
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const auto& l = m.layers[li];
     Tensor q;
-    if (!(single && detail::fused_qkv_rope(normed, l.wqkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
+    if (!(single && !normed.defined() &&
+          detail::fused_qkv_rope(x, l.ln1, eps, l.wqkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
                                  cache.k(li), cache.v(li), position, &q))) {
-      Tensor qkv, bias = l.bqkv;
+      Tensor in = normed_by(l.ln1), qkv, bias = l.bqkv;
       if (bias.defined() && m.dtype != DType::F32 && !l.wqkv.quantized()) {
         // transformers' f16/bf16 nn.Linear rounds the product and its bias once (the bias
         // joins the f32 accumulation); adding it to the rounded product would round twice.
         size_t n = l.wqkv.dense().dims()[0];
-        qkv = normed.reshape({b * s, c.hidden_size})
+        qkv = in.reshape({b * s, c.hidden_size})
                   .to_dtype(DType::F32)
                   .matmul(l.wqkv.dense().to_dtype(DType::F32).t())
                   .broadcast_add(bias.to_dtype(DType::F32))
@@ -380,11 +379,12 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
                   .reshape({b, s, n});
         bias = Tensor();
       } else {
-        qkv = linear(normed, l.wqkv, Tensor());  // the bias is added by the rope kernel
+        qkv = linear(in, l.wqkv, Tensor());  // the bias is added by the rope kernel
       }
       q = detail::rope_write_at_position(qkv, bias, h, h_kv, cache.cos(), cache.sin(), cache.k(li),
                                          cache.v(li), position);
     }
+    normed = Tensor();
     Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
     // Prefill: causal, aligned to the end of the keys; graph step: the mask hides later rows.
     nn::AttentionOptions opts;
@@ -393,26 +393,44 @@ Tensor run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     Tensor att = nn::scaled_dot_product_attention(q, keys, values, opts)  // (b, h, s, hd)
                      .transpose(1, 2)
                      .reshape({b, s, h * hd});
-    nn::ResidualNorm r;
-    if (!(single &&
-          detail::fused_project_add_norm(att, l.wo, x, l.ln2, eps, m.decode_counter, &r))) {
-      r = nn::add_rms_norm(x, linear(att, l.wo, Tensor()), l.ln2, eps);
-    }
+    // Each residual add: fused into the projection, or composed with the norm that follows.
+    auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm) {
+      Tensor sum;
+      if (single && detail::fused_project_add(in, w, x, &sum)) {
+        x = sum;
+      } else {
+        nn::ResidualNorm r = nn::add_rms_norm(x, linear(in, w, Tensor()), next_norm, eps);
+        x = r.residual;
+        normed = r.normed;
+      }
+    };
+    project_add(att, l.wo, l.ln2);
     Tensor act;
-    if (!(single && detail::fused_gate_up_silu(r.normed, l.wgate_up, &act))) {
-      act = nn::silu_mul(linear(r.normed, l.wgate_up, Tensor()));
+    if (!(single && !normed.defined() &&
+          detail::fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act))) {
+      act = nn::silu_mul(linear(normed_by(l.ln2), l.wgate_up, Tensor()));
     }
-    const Tensor& next_norm = li + 1 < m.layers.size() ? m.layers[li + 1].ln1 : m.norm;
-    nn::ResidualNorm r2;
-    if (!(single &&
-          detail::fused_project_add_norm(act, l.wdown, r.residual, next_norm, eps,
-                                         m.decode_counter, &r2))) {
-      r2 = nn::add_rms_norm(r.residual, linear(act, l.wdown, Tensor()), next_norm, eps);
-    }
-    x = r2.residual;
-    normed = r2.normed;
+    normed = Tensor();
+    project_add(act, l.wdown, li + 1 < m.layers.size() ? m.layers[li + 1].ln1 : m.norm);
   }
-  return normed;
+  return {x, normed};
+}
+
+// Logits of positions [from, s) of the hidden states: the final norm, then the output head. One
+// row with quantized weights takes the fused kernel on CUDA, the norm inside it (plain weights go
+// to cuBLAS, which reads them at full bandwidth already).
+Tensor output_head(const Llama::Impl& m, const Hidden& hidden, size_t from) {
+  size_t s = hidden.residual.dims()[1];
+  Tensor x = hidden.residual.narrow(1, from, s - from);
+  if (x.dims()[0] * x.dims()[1] == 1 && !hidden.normed.defined() && m.lm_head.quantized()) {
+    Tensor y;
+    if (detail::fused_linear(x.squeeze(1), m.norm, m.config.rms_norm_eps, m.lm_head, &y)) {
+      return y;
+    }
+  }
+  Tensor normed = hidden.normed.defined() ? hidden.normed.narrow(1, from, s - from)
+                                          : x.rms_norm(m.norm, m.config.rms_norm_eps);
+  return linear(from + 1 == s ? normed.squeeze(1) : normed, m.lm_head, Tensor());
 }
 
 void check_ids(const Llama::Impl& m, const Tensor& ids, const KvCache& cache, const char* op) {
@@ -441,9 +459,12 @@ Tensor Llama::forward(const Tensor& ids, KvCache& cache) const {
     throw IndexOutOfRange(str("Llama::forward: ", cache.length(), " cached + ", s,
                               " new positions exceed the cache's max_len ", cache.max_len()));
   }
-  Tensor x = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
+  Hidden hidden = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
   cache.length_ += s;
-  return linear(x, impl_->lm_head, Tensor());
+  Tensor normed = hidden.normed.defined()
+                      ? hidden.normed
+                      : hidden.residual.rms_norm(impl_->norm, impl_->config.rms_norm_eps);
+  return linear(normed, impl_->lm_head, Tensor());
 }
 
 Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
@@ -453,9 +474,9 @@ Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
     throw IndexOutOfRange(str("Llama::forward_last: ", cache.length(), " cached + ", s,
                               " new positions exceed the cache's max_len ", cache.max_len()));
   }
-  Tensor x = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
+  Hidden hidden = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
   cache.length_ += s;
-  return output_head(x.narrow(1, s - 1, 1).squeeze(1), impl_->lm_head);
+  return output_head(*impl_, hidden, s - 1);
 }
 
 Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
@@ -476,8 +497,8 @@ Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& 
     throw IndexOutOfRange(
         str("Llama::decode_step: key_window ", key_window, " > the cache's ", cache.max_len()));
   }
-  Tensor x = run_layers(*impl_, token, cache, Positions{0, position, key_window});
-  Tensor out = output_head(x.squeeze(1), impl_->lm_head);  // (b, vocab)
+  Hidden hidden = run_layers(*impl_, token, cache, Positions{0, position, key_window});
+  Tensor out = output_head(*impl_, hidden, 0);  // (b, vocab)
   if (logits != nullptr) *logits = out;
   return out.argmax(1);
 }

@@ -28,9 +28,6 @@ struct Llama::Impl {
   Tensor embed, norm;
   QLinear lm_head;
   std::vector<Layer> layers;
-  // CUDA: one zeroed U32 that the fused projection + add + norm kernel counts its blocks with
-  // (left zeroed after each launch; launches on the device's one stream never overlap).
-  Tensor decode_counter;
 };
 
 /// The configuration in a GGUF file's llama.* metadata (llama_load.cpp).

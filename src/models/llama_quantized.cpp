@@ -77,7 +77,6 @@ Llama load_gguf_quantized(const std::string& path, const Device& device, DType d
     l.wdown = linear({q(g + "ffn_down.weight")});
     impl->layers.push_back(std::move(l));
   }
-  if (device.is_cuda()) impl->decode_counter = Tensor::zeros({1}, DType::U32, device);
   return Llama(std::move(impl));
 }
 
