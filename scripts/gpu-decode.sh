@@ -9,6 +9,8 @@
 #   scripts/gpu-decode.sh [--quick]      (--quick: no tests)
 #   WICK_DECODE_PDLS="1"                 the WICK_PDL values to bench (default "1 0")
 #   WICK_DECODE_NCU=1                    also per-kernel times from ncu (Llama-1B bf16 and Q4_0)
+#   WICK_DECODE_ROWS="auto 2 4 8"        the WICK_GEMV_ROWS values to bench (default "auto")
+#   WICK_DECODE_NEW=N                    new tokens per bench run (default 256)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${WICK_GPU_BUILD:-build-gpu}
@@ -29,11 +31,12 @@ echo "built in $(($(date +%s) - T0)) s"
 
 if [[ $QUICK != --quick ]]; then
   for t in cuda_test_cuda_llama cuda_test_cuda_qmatmul cuda_test_cuda_nn; do
-    for pdl in 1 0; do
-      WICK_PDL=$pdl WICK_REQUIRE_CUDA=1 timeout 180 "$BUILD/tests/$t" >/tmp/decode_$t.txt 2>&1
+    for env in WICK_PDL=1 WICK_PDL=0 WICK_GEMV_ROWS=8; do
+      [[ $t != cuda_test_cuda_llama && $env == WICK_GEMV_ROWS=8 ]] && continue
+      env $env WICK_REQUIRE_CUDA=1 timeout 180 "$BUILD/tests/$t" >/tmp/decode_$t.txt 2>&1
       rc=$?
       grep -E "^\[ +FAILED +\]|Failure" /tmp/decode_$t.txt | head -10
-      TABLE+=("$([[ $rc == 0 ]] && echo PASS || echo FAIL)  $t WICK_PDL=$pdl: $(grep -E '^\[  PASSED' /tmp/decode_$t.txt)")
+      TABLE+=("$([[ $rc == 0 ]] && echo PASS || echo FAIL)  $t $env: $(grep -E '^\[  PASSED' /tmp/decode_$t.txt)")
     done
   done
 fi
@@ -54,18 +57,23 @@ rate() {  # decode tok/s from bench_generate's RESULT lines: CUDA graph / op by 
        END {if (g != "") print "graph " g " / op by op " o " tok/s"}'
 }
 PDLS=${WICK_DECODE_PDLS:-1 0}
-for pdl in $PDLS; do
-  for shape in llama1b smollm2; do
-    r=$(WICK_PDL=$pdl timeout 120 "$G" --shape $shape --device cuda --dtype bf16 --new 256 2>&1 |
-      tee /tmp/decode_$shape.txt | rate)
-    TABLE+=("$(printf '%-8s bf16        PDL %s  %s' $shape $pdl "${r:-FAILED}")")
-  done
-  for f in llama1b-q4_0 smollm2-q4_1; do
-    r=$(WICK_PDL=$pdl timeout 120 "$G" --model "$DIR/$f.gguf" --keep-quantized --device cuda \
-      --dtype bf16 --new 256 2>&1 | tee /tmp/decode_$f.txt | rate)
-    TABLE+=("$(printf '%-8s kept quant  PDL %s  %s' ${f%%-*} $pdl "${r:-FAILED}") (${f#*-})")
+NEW=${WICK_DECODE_NEW:-256}
+for rows in ${WICK_DECODE_ROWS:-auto}; do
+  for pdl in $PDLS; do
+    export WICK_PDL=$pdl WICK_GEMV_ROWS=$rows
+    for shape in llama1b smollm2; do
+      r=$(timeout 120 "$G" --shape $shape --device cuda --dtype bf16 --new "$NEW" 2>&1 |
+        tee /tmp/decode_$shape.txt | rate)
+      TABLE+=("$(printf '%-8s bf16        PDL %s rows %-4s %s' $shape $pdl $rows "${r:-FAILED}")")
+    done
+    for f in llama1b-q4_0 smollm2-q4_1; do
+      r=$(timeout 120 "$G" --model "$DIR/$f.gguf" --keep-quantized --device cuda --dtype bf16 \
+        --new "$NEW" 2>&1 | tee /tmp/decode_$f.txt | rate)
+      TABLE+=("$(printf '%-8s kept quant  PDL %s rows %-4s %s' ${f%%-*} $pdl $rows "${r:-FAILED}") (${f#*-})")
+    done
   done
 done
+unset WICK_PDL WICK_GEMV_ROWS
 tail -5 /tmp/decode_llama1b.txt
 if [[ -n ${WICK_DECODE_NCU:-} ]]; then  # per-kernel times (kernels alone, cold caches)
   NCU=(ncu --clock-control none --csv --page raw

@@ -43,6 +43,9 @@ Config read_config() {
   c.decode_graph = !env_is("WICK_DECODE_GRAPH", "0");
   c.decode_gemv = !env_is("WICK_DECODE_GEMV", "0");
   c.pdl = !env_is("WICK_PDL", "0");
+  for (const char* rows : {"2", "4", "8"}) {
+    if (env_is("WICK_GEMV_ROWS", rows)) c.gemv_rows = std::atoi(rows);
+  }
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);
   c.attention_rounding_transformers = env_is("WICK_ATTENTION_ROUNDING", "transformers");
   if (env_is("WICK_ROW_KERNEL", "block")) c.row_kernel = RowKernel::Block;

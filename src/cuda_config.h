@@ -17,6 +17,7 @@
 //   WICK_DECODE_GRAPH=0              Llama decode steps op by op, not as captured CUDA graphs
 //   WICK_DECODE_GEMV=0               one-token projections without their fused epilogues
 //   WICK_PDL=0                       decode kernels without programmatic dependent launch
+//   WICK_GEMV_ROWS=2|4|8             output rows a block of the decode GEMV (benchmarks)
 //   WICK_ROW_VPT=2|4|8               vectors per thread of the row kernels (benchmarks)
 //   WICK_ROW_KERNEL=block|warp       the kernel for rows a warp could hold (benchmarks)
 //   WICK_ROW_WARPS=1|4               rows (warps) per block of the warp-per-row kernel
@@ -53,7 +54,8 @@ struct Config {
   WarmUp warmup = WarmUp::Full;
   bool decode_graph = true;
   bool decode_gemv = true;
-  bool pdl = true;  // programmatic dependent launch of the decode kernels
+  bool pdl = true;                 // programmatic dependent launch of the decode kernels
+  int gemv_rows = 0;               // 0: the decode GEMV's own choice
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice
   bool attention_rounding_transformers = false;
   RowKernel row_kernel = RowKernel::Auto;

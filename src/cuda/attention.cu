@@ -1206,7 +1206,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     }
     return std::max(n, 1);
   }();
-  // Splits: one wave of blocks over the GPU, each warp with a tile at least
+  // Splits: one wave of blocks over the GPU, each warp with two tiles at least
   // (WICK_DECODE_SPLITS forces a count up to kDecMaxSplits; benchmarks).
   const int units = a.b * a.h_kv * p.chunks;
   int splits = 1;
@@ -1218,7 +1218,9 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
         static_cast<int64_t>(units) * kDecMerge * 10 >= 9 * static_cast<int64_t>(sm_count())) {
       want = kDecMerge;
     }
-    const int64_t useful = (p.tiles + warps - 1) / warps;
+    // A split gives each of its warps two tiles at least: with fewer, merging the splits (an
+    // atomic count and a pass of the last block) costs more than it saves.
+    const int64_t useful = p.tiles / (2 * warps);
     splits = static_cast<int>(std::clamp<int64_t>(
         want, 1, std::min<int64_t>(kDecMaxSplits, std::max<int64_t>(useful, 1))));
   }

@@ -462,10 +462,16 @@ int staged_copy_bytes(const void* w, int64_t row_bytes) {
 
 constexpr int64_t kMaxStagedBytes = 48 * 1024;  // shared memory without an opt-in attribute
 
-// Rows a block: 8 for many short rows (fewer, longer-lived blocks: launching a block costs about
-// as much as reading a few kilobytes), else 2.
+// Rows a block: 2, or 4 for many short rows (fewer, longer-lived blocks: launching a block costs
+// about as much as reading a few kilobytes); WICK_GEMV_ROWS forces 2, 4 or 8 where shared memory
+// allows.
 int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
-  return row_bytes <= 4096 && a.n / 8 >= 256 ? 8 : 2;
+  const int forced = config().gemv_rows;
+  if (forced > 0 &&
+      (a.weights == GemvWeights::Dense || forced * staged_stride(row_bytes) <= kMaxStagedBytes)) {
+    return forced;
+  }
+  return row_bytes <= 4096 && a.n / 4 >= 1024 ? 4 : 2;
 }
 
 template <class T, int R>
@@ -491,10 +497,15 @@ void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
 
 template <class T>
 void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
-  if (rows_per_block(a, row_bytes) == 8) {
-    launch_rows<T, 8>(a, row_bytes, s);
-  } else {
-    launch_rows<T, 2>(a, row_bytes, s);
+  switch (rows_per_block(a, row_bytes)) {
+    case 8:
+      launch_rows<T, 8>(a, row_bytes, s);
+      break;
+    case 4:
+      launch_rows<T, 4>(a, row_bytes, s);
+      break;
+    default:
+      launch_rows<T, 2>(a, row_bytes, s);
   }
 }
 
@@ -510,7 +521,7 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
   if (a.weights == GemvWeights::Dense) {
     if (!aligned(a.w, 16)) return false;
   } else if (staged_copy_bytes(a.w, row_bytes) == 0 ||
-             rows_per_block(a, row_bytes) * staged_stride(row_bytes) > kMaxStagedBytes) {
+             2 * staged_stride(row_bytes) > kMaxStagedBytes) {
     return false;
   }
   if (a.epilogue == GemvEpilogue::QkvRope) {
