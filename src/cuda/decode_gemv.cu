@@ -174,7 +174,8 @@ __device__ __forceinline__ void block_totals(float (&s)[R]) {
 // What a block dots its rows with: x, or with a norm weight nw the RMSNorm of x as transformers
 // computes it in the dtype, nw * round(x * rstd) rounded, rstd found by the block first (every
 // block reads all of x anyway; this replaces a separate norm kernel, or a serial tail in the
-// kernel that made x).
+// kernel that made x). Finding rstd from the values the products use instead (no second read
+// of x) held both in registers at once and cost more in occupancy than it saved.
 template <class T>
 struct Input {
   const T* x;
@@ -194,44 +195,43 @@ struct Input {
     block_totals<1>(t);
     rstd = rsqrtf(t[0] / static_cast<float>(k) + static_cast<float>(eps));
   }
-  template <int N>
-  __device__ void load(int64_t start, float* out) const {
-    load_run<T, N>(x + start, out);
-    if (nw != nullptr) {
-      float w[N];
-      load_run<T, N>(nw + start, w);
-#pragma unroll
-      for (int e = 0; e < N; ++e) out[e] = round_to<T>(w[e] * round_to<T>(out[e] * rstd));
-    }
-  }
 };
 
-// The activations of unit c (zeros past the end), V values in runs of F::R.
-template <class T, class F>
-__device__ __forceinline__ void load_unit_input(const Input<T>& in, int64_t c, int64_t units,
-                                                float (&xv)[F::V]) {
+// The activations of the U units from `base` a kGemvThreads apart (zeros past the end),
+// normalised when the input takes a norm.
+template <class T, class F, int U>
+__device__ __forceinline__ void load_inputs(const Input<T>& in, int64_t base, int64_t units,
+                                            float (&xv)[U][F::V]) {
+  constexpr int V = F::V, RUN = F::R;
 #pragma unroll
-  for (int run = 0; run < F::V / F::R; ++run) {
-    if (c < units) {
-      in.template load<F::R>(F::x_start(c, run), &xv[run * F::R]);
-    } else {
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = base + u * kGemvThreads;
 #pragma unroll
-      for (int e = 0; e < F::R; ++e) xv[run * F::R + e] = 0;
+    for (int run = 0; run < V / RUN; ++run) {
+      float* out = &xv[u][run * RUN];
+      if (c >= units) {
+#pragma unroll
+        for (int e = 0; e < RUN; ++e) out[e] = 0;
+        continue;
+      }
+      load_run<T, RUN>(in.x + F::x_start(c, run), out);
+      if (in.nw != nullptr) {
+        float w[RUN];
+        load_run<T, RUN>(in.nw + F::x_start(c, run), w);
+#pragma unroll
+        for (int e = 0; e < RUN; ++e) out[e] = round_to<T>(w[e] * round_to<T>(out[e] * in.rstd));
+      }
     }
   }
 }
 
-// Units a thread has in flight per row: fewer when a block has many rows (registers).
-template <int R>
-inline constexpr int kUnroll = R >= 8 ? 1 : 2;
-
 // Rows w[0 .. R) (k values each) dotted with the input by the whole block, totals on every
 // thread. The first units of the weights are loaded before pdl_wait(): they do not depend on the
 // kernel before.
-template <class T, class F, int R>
+template <class T, class F, int R, int U>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
                                          double eps, float (&acc)[R]) {
-  constexpr int V = F::V, U = kUnroll<R>;
+  constexpr int V = F::V;
   const int64_t units = k / V;
   typename F::Raw raw[U][R];
   // A unit past the end is all zero bits: zero elements add nothing.
@@ -257,8 +257,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
   for (int r = 0; r < R; ++r) acc[r] = 0;
   while (true) {
     float xv[U][V];
-#pragma unroll
-    for (int u = 0; u < U; ++u) load_unit_input<T, F>(in, base + u * kGemvThreads, units, xv[u]);
+    load_inputs<T, F, U>(in, base, units, xv);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -281,11 +280,11 @@ __host__ __device__ constexpr int64_t staged_stride(int64_t row_bytes) {
 // or 4, as the rows' alignment allows) before pdl_wait(), then dotted from there. A few wide
 // loads per thread keep more bytes in flight than 16-bit loads of the blocks would, and the
 // copies do not hold registers.
-template <class T, class F, int R>
+template <class T, class F, int R, int U>
 __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], Input<T>& in,
                                                 int64_t k, double eps, int64_t row_bytes, int copy,
                                                 float (&acc)[R]) {
-  constexpr int V = F::V, U = kUnroll<R>;
+  constexpr int V = F::V;
   extern __shared__ __align__(16) uint8_t gemv_rows[];
   const int64_t stride = staged_stride(row_bytes);
   auto stage = [&]<int N>() {
@@ -303,16 +302,20 @@ __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], In
   }
   cp_async_commit();
   pdl_wait();
-  if (in.nw != nullptr) in.find_rstd(k, eps);
-  cp_async_wait<0>();
-  __syncthreads();
   const int64_t units = k / V;
+  if (in.nw != nullptr) in.find_rstd(k, eps);
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
-  for (int64_t base = threadIdx.x; base < units; base += kGemvThreads * U) {
+  // Every thread runs every round (the first has a block barrier), units past the end idle.
+  const int64_t rounds = (units + U * kGemvThreads - 1) / (U * kGemvThreads);
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t base = threadIdx.x + round * U * kGemvThreads;
     float xv[U][V];
-#pragma unroll
-    for (int u = 0; u < U; ++u) load_unit_input<T, F>(in, base + u * kGemvThreads, units, xv[u]);
+    load_inputs<T, F, U>(in, base, units, xv);
+    if (round == 0) {  // the rows have landed (the first activations' loads went out before)
+      cp_async_wait<0>();
+      __syncthreads();
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t c = base + u * kGemvThreads;
@@ -396,8 +399,8 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
   }
 }
 
-// R rows (R / 2 output pairs) a block.
-template <class T, class F, int R>
+// R rows (R / 2 output pairs) a block, U units of each row in flight per thread.
+template <class T, class F, int R, int U>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   constexpr int P = R / 2;
@@ -415,9 +418,9 @@ __global__ void __launch_bounds__(kGemvThreads)
   Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
   float acc[R];
   if constexpr (std::is_same_v<F, DenseRows<T>>) {
-    dot_rows<T, F, R>(row_ptr, in, a.k, a.eps, acc);
+    dot_rows<T, F, R, U>(row_ptr, in, a.k, a.eps, acc);
   } else {
-    dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
+    dot_rows_staged<T, F, R, U>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
   }
   if (threadIdx.x < P) {
     const int j = static_cast<int>(threadIdx.x);
@@ -462,50 +465,59 @@ int staged_copy_bytes(const void* w, int64_t row_bytes) {
 
 constexpr int64_t kMaxStagedBytes = 48 * 1024;  // shared memory without an opt-in attribute
 
-// Rows a block: 2, or 4 for many short rows (fewer, longer-lived blocks: launching a block costs
-// about as much as reading a few kilobytes); WICK_GEMV_ROWS forces 2, 4 or 8 where shared memory
-// allows.
+// Rows a block: fewer, longer-lived blocks for many rows (launching a block costs about as much
+// as reading a few kilobytes): 4 plain rows, or 8 rows of blocks (their copies in shared memory
+// hold no registers); else 2. Measured on the H200 in the Llama decode step. WICK_GEMV_ROWS
+// forces 2, 4 or 8 where shared memory allows.
 int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
+  const bool dense = a.weights == GemvWeights::Dense;
   const int forced = config().gemv_rows;
-  if (forced > 0 &&
-      (a.weights == GemvWeights::Dense || forced * staged_stride(row_bytes) <= kMaxStagedBytes)) {
-    return forced;
-  }
-  return row_bytes <= 4096 && a.n / 4 >= 1024 ? 4 : 2;
+  if (forced > 0 && (dense || forced * staged_stride(row_bytes) <= kMaxStagedBytes)) return forced;
+  if (dense) return row_bytes <= 4096 && a.n >= 4096 ? 4 : 2;
+  return a.n >= 2048 && 8 * staged_stride(row_bytes) <= kMaxStagedBytes ? 8 : 2;
 }
 
-template <class T, int R>
+template <class T, int R, int U>
 void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
   const int copy = staged_copy_bytes(a.w, row_bytes);
   const size_t smem = static_cast<size_t>(R * staged_stride(row_bytes));
   switch (a.weights) {
     case GemvWeights::Dense:
-      launch_pdl(gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
+      launch_pdl(gemv_kernel<T, DenseRows<T>, R, U>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
       break;
     case GemvWeights::Q4_0:
-      launch_pdl(gemv_kernel<T, Q4Rows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      launch_pdl(gemv_kernel<T, Q4Rows<false>, R, U>, grid, kGemvThreads, smem, s, a, row_bytes,
+                 copy);
       break;
     case GemvWeights::Q4_1:
-      launch_pdl(gemv_kernel<T, Q4Rows<true>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      launch_pdl(gemv_kernel<T, Q4Rows<true>, R, U>, grid, kGemvThreads, smem, s, a, row_bytes,
+                 copy);
       break;
     case GemvWeights::Q8_0:
-      launch_pdl(gemv_kernel<T, Q8Rows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      launch_pdl(gemv_kernel<T, Q8Rows, R, U>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
   }
 }
 
 template <class T>
 void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  // Units a thread has in flight per row: 4 for long rows in blocks of 2, fewer as a block has
+  // more rows (registers).
+  const int64_t units = a.k / (a.weights == GemvWeights::Dense ? 16 / sizeof(T) : 16);
   switch (rows_per_block(a, row_bytes)) {
     case 8:
-      launch_rows<T, 8>(a, row_bytes, s);
+      launch_rows<T, 8, 1>(a, row_bytes, s);
       break;
     case 4:
-      launch_rows<T, 4>(a, row_bytes, s);
+      launch_rows<T, 4, 2>(a, row_bytes, s);
       break;
     default:
-      launch_rows<T, 2>(a, row_bytes, s);
+      if (units > 2 * kGemvThreads && config().gemv_long_unroll == 4) {
+        launch_rows<T, 2, 4>(a, row_bytes, s);
+      } else {
+        launch_rows<T, 2, 2>(a, row_bytes, s);
+      }
   }
 }
 
