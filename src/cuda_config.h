@@ -58,6 +58,7 @@ struct Config {
   bool decode_gemv = true;
   bool pdl = true;                 // programmatic dependent launch of the decode kernels
   int gemv_rows = 0;               // 0: the decode GEMV's own choice
+  int gemv_long_unroll = 4;        // units in flight for long rows in blocks of 2 (or 2)
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice
   bool attention_rounding_transformers = false;
   RowKernel row_kernel = RowKernel::Auto;
