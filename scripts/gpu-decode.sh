@@ -7,9 +7,9 @@
 # on a fresh machine.
 #
 #   scripts/gpu-decode.sh [--quick]      (--quick: no tests)
-#   WICK_DECODE_PDLS="1"                 the WICK_PDL values to bench (default "1 0")
+#   WICK_DECODE_VARIANTS="default WICK_PDL=0 WICK_GEMV_ROWS=8"   settings to bench, one run each
+#                                        (default "default WICK_PDL=0"; join two with a comma)
 #   WICK_DECODE_NCU=1                    also per-kernel times from ncu (Llama-1B bf16 and Q4_0)
-#   WICK_DECODE_ROWS="auto 2 4 8"        the WICK_GEMV_ROWS values to bench (default "auto")
 #   WICK_DECODE_NEW=N                    new tokens per bench run (default 256)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,24 +56,21 @@ rate() {  # decode tok/s from bench_generate's RESULT lines: CUDA graph / op by 
   awk '/^RESULT wick_graph_decode_tps/ {g = $3} /^RESULT wick_decode_tps/ {o = $3}
        END {if (g != "") print "graph " g " / op by op " o " tok/s"}'
 }
-PDLS=${WICK_DECODE_PDLS:-1 0}
 NEW=${WICK_DECODE_NEW:-256}
-for rows in ${WICK_DECODE_ROWS:-auto}; do
-  for pdl in $PDLS; do
-    export WICK_PDL=$pdl WICK_GEMV_ROWS=$rows
-    for shape in llama1b smollm2; do
-      r=$(timeout 120 "$G" --shape $shape --device cuda --dtype bf16 --new "$NEW" 2>&1 |
-        tee /tmp/decode_$shape.txt | rate)
-      TABLE+=("$(printf '%-8s bf16        PDL %s rows %-4s %s' $shape $pdl $rows "${r:-FAILED}")")
-    done
-    for f in llama1b-q4_0 smollm2-q4_1; do
-      r=$(timeout 120 "$G" --model "$DIR/$f.gguf" --keep-quantized --device cuda --dtype bf16 \
-        --new "$NEW" 2>&1 | tee /tmp/decode_$f.txt | rate)
-      TABLE+=("$(printf '%-8s kept quant  PDL %s rows %-4s %s' ${f%%-*} $pdl $rows "${r:-FAILED}") (${f#*-})")
-    done
+for variant in ${WICK_DECODE_VARIANTS:-default WICK_PDL=0}; do
+  run_env=(env)
+  [[ $variant != default ]] && run_env+=(${variant//,/ })
+  for shape in llama1b smollm2; do
+    r=$("${run_env[@]}" timeout 120 "$G" --shape $shape --device cuda --dtype bf16 --new "$NEW" 2>&1 |
+      tee /tmp/decode_$shape.txt | rate)
+    TABLE+=("$(printf '%-8s bf16        %-22s %s' $shape "$variant" "${r:-FAILED}")")
+  done
+  for f in llama1b-q4_0 smollm2-q4_1; do
+    r=$("${run_env[@]}" timeout 120 "$G" --model "$DIR/$f.gguf" --keep-quantized --device cuda \
+      --dtype bf16 --new "$NEW" 2>&1 | tee /tmp/decode_$f.txt | rate)
+    TABLE+=("$(printf '%-8s %-11s %-22s %s' ${f%%-*} ${f#*-} "$variant" "${r:-FAILED}")")
   done
 done
-unset WICK_PDL WICK_GEMV_ROWS
 tail -5 /tmp/decode_llama1b.txt
 if [[ -n ${WICK_DECODE_NCU:-} ]]; then  # per-kernel times (kernels alone, cold caches)
   NCU=(ncu --clock-control none --csv --page raw
