@@ -43,7 +43,6 @@ Config read_config() {
   c.decode_graph = !env_is("WICK_DECODE_GRAPH", "0");
   c.decode_gemv = !env_is("WICK_DECODE_GEMV", "0");
   c.pdl = !env_is("WICK_PDL", "0");
-  if (env_is("WICK_GEMV_UNROLL", "2")) c.gemv_long_unroll = 2;
   for (const char* rows : {"2", "4", "8"}) {
     if (env_is("WICK_GEMV_ROWS", rows)) c.gemv_rows = std::atoi(rows);
   }

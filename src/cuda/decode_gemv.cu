@@ -225,13 +225,18 @@ __device__ __forceinline__ void load_inputs(const Input<T>& in, int64_t base, in
   }
 }
 
+// Units of each row a thread has in flight: fewer when a block has many rows (registers). 4 for
+// long rows in blocks of 2 was slower in the Llama-1B decode step (occupancy).
+template <int R>
+inline constexpr int kUnroll = R >= 8 ? 1 : 2;
+
 // Rows w[0 .. R) (k values each) dotted with the input by the whole block, totals on every
 // thread. The first units of the weights are loaded before pdl_wait(): they do not depend on the
 // kernel before.
-template <class T, class F, int R, int U>
+template <class T, class F, int R>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
                                          double eps, float (&acc)[R]) {
-  constexpr int V = F::V;
+  constexpr int V = F::V, U = kUnroll<R>;
   const int64_t units = k / V;
   typename F::Raw raw[U][R];
   // A unit past the end is all zero bits: zero elements add nothing.
@@ -280,11 +285,11 @@ __host__ __device__ constexpr int64_t staged_stride(int64_t row_bytes) {
 // or 4, as the rows' alignment allows) before pdl_wait(), then dotted from there. A few wide
 // loads per thread keep more bytes in flight than 16-bit loads of the blocks would, and the
 // copies do not hold registers.
-template <class T, class F, int R, int U>
+template <class T, class F, int R>
 __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], Input<T>& in,
                                                 int64_t k, double eps, int64_t row_bytes, int copy,
                                                 float (&acc)[R]) {
-  constexpr int V = F::V;
+  constexpr int V = F::V, U = kUnroll<R>;
   extern __shared__ __align__(16) uint8_t gemv_rows[];
   const int64_t stride = staged_stride(row_bytes);
   auto stage = [&]<int N>() {
@@ -399,8 +404,8 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
   }
 }
 
-// R rows (R / 2 output pairs) a block, U units of each row in flight per thread.
-template <class T, class F, int R, int U>
+// R rows (R / 2 output pairs) a block.
+template <class T, class F, int R>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   constexpr int P = R / 2;
@@ -418,9 +423,9 @@ __global__ void __launch_bounds__(kGemvThreads)
   Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
   float acc[R];
   if constexpr (std::is_same_v<F, DenseRows<T>>) {
-    dot_rows<T, F, R, U>(row_ptr, in, a.k, a.eps, acc);
+    dot_rows<T, F, R>(row_ptr, in, a.k, a.eps, acc);
   } else {
-    dot_rows_staged<T, F, R, U>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
+    dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
   }
   if (threadIdx.x < P) {
     const int j = static_cast<int>(threadIdx.x);
@@ -477,47 +482,38 @@ int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
   return a.n >= 2048 && 8 * staged_stride(row_bytes) <= kMaxStagedBytes ? 8 : 2;
 }
 
-template <class T, int R, int U>
+template <class T, int R>
 void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
   const int copy = staged_copy_bytes(a.w, row_bytes);
   const size_t smem = static_cast<size_t>(R * staged_stride(row_bytes));
   switch (a.weights) {
     case GemvWeights::Dense:
-      launch_pdl(gemv_kernel<T, DenseRows<T>, R, U>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
+      launch_pdl(gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
       break;
     case GemvWeights::Q4_0:
-      launch_pdl(gemv_kernel<T, Q4Rows<false>, R, U>, grid, kGemvThreads, smem, s, a, row_bytes,
-                 copy);
+      launch_pdl(gemv_kernel<T, Q4Rows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q4_1:
-      launch_pdl(gemv_kernel<T, Q4Rows<true>, R, U>, grid, kGemvThreads, smem, s, a, row_bytes,
-                 copy);
+      launch_pdl(gemv_kernel<T, Q4Rows<true>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q8_0:
-      launch_pdl(gemv_kernel<T, Q8Rows, R, U>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      launch_pdl(gemv_kernel<T, Q8Rows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
   }
 }
 
 template <class T>
 void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
-  // Units a thread has in flight per row: 4 for long rows in blocks of 2, fewer as a block has
-  // more rows (registers).
-  const int64_t units = a.k / (a.weights == GemvWeights::Dense ? 16 / sizeof(T) : 16);
   switch (rows_per_block(a, row_bytes)) {
     case 8:
-      launch_rows<T, 8, 1>(a, row_bytes, s);
+      launch_rows<T, 8>(a, row_bytes, s);
       break;
     case 4:
-      launch_rows<T, 4, 2>(a, row_bytes, s);
+      launch_rows<T, 4>(a, row_bytes, s);
       break;
     default:
-      if (units > 2 * kGemvThreads && config().gemv_long_unroll == 4) {
-        launch_rows<T, 2, 4>(a, row_bytes, s);
-      } else {
-        launch_rows<T, 2, 2>(a, row_bytes, s);
-      }
+      launch_rows<T, 2>(a, row_bytes, s);
   }
 }
 
