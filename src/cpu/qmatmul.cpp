@@ -2,8 +2,7 @@
 // activations (8-bit as ggml's quantize_row_q8_0: d = max|x| / 127, q = round(x / d); or 16-bit
 // as two base-255 digits), the choice of
 // the tile kernels' instruction set, and the f32 path (each weight row dequantised once into a
-// cache-resident buffer and dotted with every f32 activation row: Q5_0, and any type under
-// WICK_QMATMUL_ACTIVATIONS=f32).
+// cache-resident buffer and dotted with every f32 activation row: WICK_QMATMUL_ACTIVATIONS=f32).
 
 #include "cpu/qmatmul.h"
 
@@ -41,6 +40,9 @@ inline uint8_t nibble(const uint8_t* qs, int j) {
   return j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
 }
 
+template <typename Value>
+void pack_nibbles(uint8_t* dst, size_t r, Value value);
+
 void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, uint8_t* dst) {
   const size_t nb = k / 32, row_bytes = ggml_bytes(type, k), src_block = ggml_type_size(type);
   const size_t tb = q_tile_block_bytes(type);
@@ -61,6 +63,20 @@ void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, 
         const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
         for (int j = 0; j < 32; ++j) {
           p[32 + 64 * (j / 4) + 4 * r + j % 4] = static_cast<uint8_t>(qs[j] + 128);
+        }
+        continue;
+      }
+      if (type == GgmlType::Q5_0) {
+        uint32_t qh;
+        std::memcpy(&qh, blk + 2, 4);
+        auto value = [&](int j) {
+          return static_cast<uint8_t>(nibble(blk + 6, j) | (((qh >> j) & 1u) << 4));
+        };
+        pack_nibbles(p + 32, r, value);
+        for (int i = 0; i < 8; ++i) {
+          for (int j = 0; j < 4; ++j) {
+            p[288 + 4 * r + j] |= static_cast<uint8_t>((value(4 * i + j) >> 4) << i);
+          }
         }
         continue;
       }
@@ -204,7 +220,7 @@ void qmatmul_rows(GgmlType type, const uint8_t* w, size_t n, size_t k, const flo
 
 bool q_tiled(GgmlType type) {
   return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
-         type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+         type == GgmlType::Q5_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
 }
 
 size_t q_tile_block_bytes(GgmlType type) {
@@ -215,6 +231,8 @@ size_t q_tile_block_bytes(GgmlType type) {
       return 64 + 256;
     case GgmlType::Q8_0:
       return 32 + 512;
+    case GgmlType::Q5_0:
+      return kQ5TileBlock;
     case GgmlType::Q4_K:
       return kQ4KTileSuper / 8;
     case GgmlType::Q6_K:

@@ -10,6 +10,8 @@
 //   Q4_0 / Q4_1: 4 chunks of 64 bytes; byte 4r + j of chunk c holds row r's value 8c + j in its
 //     low nibble and value 8c + 4 + j in its high nibble (0..15, Q4_0's offset 8 not applied)
 //   Q8_0: 8 chunks of 64 bytes; byte 4r + j of chunk g holds row r's value 4g + j plus 128 (u8)
+//   Q5_0: 4 chunks of 64 bytes of nibbles as Q4_0's (the low 4 bits), then 64 bytes of fifth
+//     bits: bit i of byte 4r + j belongs to row r's value 4i + j (the offset 16 not applied)
 // The K-quants keep their super-blocks of 256 values (8 blocks of 32); per tile and super-block:
 //   Q4_K: d[16], dmin[16] (f16), then per block of 32: sc[16], m[16] (u8, the 6-bit scale and
 //     min of each row's sub-block) and 4 chunks of 64 bytes of nibbles as Q4_0's (0..15)
@@ -40,6 +42,7 @@ size_t q_tile_block_bytes(GgmlType type);
 /// Bytes of a K-quant's tile-super-block: the header (d, dmin) and the 8 blocks of 32 after it.
 constexpr size_t kQ4KTileHeader = 64, kQ4KTileBlock = 32 + 256;
 constexpr size_t kQ6KTileHeader = 32, kQ6KTileBlock = 32 + 256 + 128;
+constexpr size_t kQ5TileBlock = 32 + 256 + 64;                        // = 16 x 22
 constexpr size_t kQ4KTileSuper = kQ4KTileHeader + 8 * kQ4KTileBlock;  // 2368 = 16 x 148
 constexpr size_t kQ6KTileSuper = kQ6KTileHeader + 8 * kQ6KTileBlock;  // 3360 = 16 x 210
 

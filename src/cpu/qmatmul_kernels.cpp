@@ -258,6 +258,47 @@ void tile_kernel_q6k(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0,
   for (int i = 0; i < NX; ++i) _mm512_storeu_ps(out[i], acc[i]);
 }
 
+// Q5_0: the nibbles ORed with the fifth bit (bit 4) of group g's values, offset 16.
+inline __m512i q5_group(const __m512i (&nib)[4], __m512i high, int g) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+  __m512i v = nib[g / 2];
+  __m512i low =
+      g % 2 == 0 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  __m512i h = g < 4 ? _mm512_sll_epi16(high, _mm_cvtsi32_si128(4 - g))
+                    : _mm512_srl_epi16(high, _mm_cvtsi32_si128(g - 4));
+  return _mm512_or_si512(low, _mm512_and_si512(h, m10));
+}
+
+template <int NX, bool Wide>
+void tile_kernel_q5_0(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0,
+                      float (*out)[16]) {
+  const size_t k = x.k;
+  __m512 acc[NX];
+  for (int i = 0; i < NX; ++i) acc[i] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* p = tile + b * kQ5TileBlock;
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    __m512i nib[4], w[8];
+    for (int c = 0; c < 4; ++c) nib[c] = _mm512_loadu_si512(p + 32 + 64 * c);
+    __m512i high = _mm512_loadu_si512(p + 288);
+    for (int g = 0; g < 8; ++g) w[g] = q5_group(nib, high, g);
+    for (int i = 0; i < NX; ++i) {
+      __m512i first, second;
+      q6k_dots(w, x.qs.data() + (x0 + i) * k + 32 * b, &first, &second);
+      __m512i dot = _mm512_add_epi32(first, second);
+      if constexpr (Wide) {
+        q6k_dots(w, x.lo.data() + (x0 + i) * k + 32 * b, &first, &second);
+        dot = digits(dot, _mm512_add_epi32(first, second));
+      }
+      size_t xi = (x0 + i) * nb + b;
+      dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(16 * x.s[xi]));  // the offset 16
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])),
+                               acc[i]);
+    }
+  }
+  for (int i = 0; i < NX; ++i) _mm512_storeu_ps(out[i], acc[i]);
+}
+
 #else
 
 // i32 lanes: sums of adjacent i16 pairs.
@@ -473,6 +514,49 @@ void tile_kernel_q6k(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0,
   }
 }
 
+// Q5_0 as in the AVX-512 kernel: group g's nibbles ORed with their fifth bit, offset 16.
+inline __m256i q5_group(const uint8_t* p, int h, int g) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * (g / 2) + 32 * h));
+  __m256i low =
+      g % 2 == 0 ? _mm256_and_si256(v, m4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 288 + 32 * h));
+  hb = g < 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - g))
+             : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(g - 4));
+  return _mm256_or_si256(low, _mm256_and_si256(hb, m10));
+}
+
+template <int NX, bool Wide>
+void tile_kernel_q5_0(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0,
+                      float (*out)[16]) {
+  const size_t k = x.k;
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[NX];
+    for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+      const uint8_t* p = tile + b * kQ5TileBlock;
+      __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      __m256i w[8];
+      for (int g = 0; g < 8; ++g) w[g] = q5_group(p, h, g);
+      for (int i = 0; i < NX; ++i) {
+        size_t at = (x0 + i) * k + 32 * b;
+        __m256i first, second;
+        q6k_dots(w, x.qs.data() + at, &first, &second);
+        __m256i dot = _mm256_add_epi32(first, second);
+        if constexpr (Wide) {
+          q6k_dots(w, x.lo.data() + at, &first, &second);
+          dot = digits(dot, _mm256_add_epi32(first, second));
+        }
+        size_t xi = (x0 + i) * nb + b;
+        dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(16 * x.s[xi]));
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi])), acc[i]);
+      }
+    }
+    for (int i = 0; i < NX; ++i) _mm256_storeu_ps(out[i] + 8 * h, acc[i]);
+  }
+}
+
 #endif
 
 template <GgmlType T, int NX, bool Wide>
@@ -481,6 +565,8 @@ void run_tile(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, float 
     tile_kernel_q4k<NX, Wide>(tile, nb, x, x0, out);
   } else if constexpr (T == GgmlType::Q6_K) {
     tile_kernel_q6k<NX, Wide>(tile, nb, x, x0, out);
+  } else if constexpr (T == GgmlType::Q5_0) {
+    tile_kernel_q5_0<NX, Wide>(tile, nb, x, x0, out);
   } else {
     tile_kernel<T, NX, Wide>(tile, nb, x, x0, out);
   }
@@ -527,6 +613,8 @@ void gemm_tiles_wide(const QPacked& w, const Q8Rows& x, float* y, size_t t0, siz
       return gemm_tiles_typed<GgmlType::Q4_K, Wide>(w, x, y, t0, t1);
     case GgmlType::Q6_K:
       return gemm_tiles_typed<GgmlType::Q6_K, Wide>(w, x, y, t0, t1);
+    case GgmlType::Q5_0:
+      return gemm_tiles_typed<GgmlType::Q5_0, Wide>(w, x, y, t0, t1);
     default:
       return gemm_tiles_typed<GgmlType::Q8_0, Wide>(w, x, y, t0, t1);
   }
