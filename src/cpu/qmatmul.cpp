@@ -40,8 +40,16 @@ inline uint8_t nibble(const uint8_t* qs, int j) {
   return j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
 }
 
+// 32 values of 16 rows (0..15 each) into 4 chunks of 64 bytes of nibbles (Q4_0's order).
 template <typename Value>
-void pack_nibbles(uint8_t* dst, size_t r, Value value);
+void pack_nibbles(uint8_t* dst, size_t r, Value value) {
+  for (int c = 0; c < 4; ++c) {
+    for (int j = 0; j < 4; ++j) {
+      uint8_t lo = value(8 * c + j) & 0x0f, hi = value(8 * c + 4 + j) & 0x0f;
+      dst[64 * c + 4 * r + j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
 
 void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, uint8_t* dst) {
   const size_t nb = k / 32, row_bytes = ggml_bytes(type, k), src_block = ggml_type_size(type);
@@ -97,7 +105,6 @@ void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, 
   }
 }
 
-// The K-quants' tile-super-blocks: rows t * 16 .. of super-block sb (256 values).
 inline uint16_t u16_at(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -132,17 +139,8 @@ inline uint8_t q6k_value(const uint8_t* blk, int v) {
   return static_cast<uint8_t>(low | (((qh[l] >> (2 * quarter)) & 3) << 4));
 }
 
-// 32 values of 16 rows (0..15 each) into 4 chunks of 64 bytes of nibbles (Q4_0's order).
-template <typename Value>
-void pack_nibbles(uint8_t* dst, size_t r, Value value) {
-  for (int c = 0; c < 4; ++c) {
-    for (int j = 0; j < 4; ++j) {
-      uint8_t lo = value(8 * c + j) & 0x0f, hi = value(8 * c + 4 + j) & 0x0f;
-      dst[64 * c + 4 * r + j] = static_cast<uint8_t>(lo | (hi << 4));
-    }
-  }
-}
-
+// Tile t of a K-quant (layout in cpu/qmatmul.h): each row's super-blocks unpacked into the
+// tile's.
 void pack_k_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, uint8_t* dst) {
   const size_t nsb = k / 256, row_bytes = ggml_bytes(type, k);
   const bool q4k = type == GgmlType::Q4_K;

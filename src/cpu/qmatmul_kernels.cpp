@@ -3,7 +3,9 @@
 // u8 x s8 products summed into each i32 lane, no intermediate saturation). One 512-bit dot
 // (two 256-bit ones) multiplies four values of 16 weight rows by the same four activations,
 // broadcast from memory; each block's integer sum is then scaled in f32. 16-bit activations
-// (two base-255 digits of 8 bits) take one such dot per digit.
+// (two base-255 digits of 8 bits) take one such dot per digit. Q5_0's and Q6_K's 5- and 6-bit
+// weights are put together from their nibbles and high bits once per tile-block (shared by the
+// activation rows); the K-quants' sub-block scales apply per block of 32, in f32.
 
 #include <immintrin.h>
 
