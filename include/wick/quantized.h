@@ -112,9 +112,9 @@ int qmatmul_cpu_activation_bits(GgmlType type);
 /// x is F32 on the CPU (F32, F16 or BF16 on CUDA; the result has x's dtype). On the CPU, for
 /// the block types x is quantized on the fly to 16-bit blocks of 32 and the integer kernels
 /// take the weights' blocks as they are (qmatmul_cpu_activation_bits; docs/NUMERICS.md gives the
-/// error this adds). The first CPU call repacks w's blocks (kept for later calls). ShapeMismatch for a w not of rank 2 or k not
-/// matching, DeviceMismatch for x and w on different devices, UnsupportedDType for x's dtype or
-/// w's type.
+/// error this adds). The first CPU call repacks w's blocks (kept for later calls). ShapeMismatch
+/// for a w not of rank 2 or k not matching, DeviceMismatch for x and w on different devices,
+/// UnsupportedDType for x's dtype or w's type.
 Tensor qmatmul(const Tensor& x, const QTensor& w);
 
 }  // namespace wick
