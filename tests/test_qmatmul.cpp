@@ -23,6 +23,29 @@ struct Case {
   size_t m, n, k;
 };
 
+// The two parts of Q4_1's (d q + m) and Q4_K's (d sc q - dmin m) weights, each exact in f32:
+// the scale part (the min zeroed) and the min part (the scale zeroed). The kernels scale and sum
+// them apart, so their f32 roundings go with |scale part| + |min part| rather than |w|.
+// Other types: {w, 0}.
+std::pair<std::vector<double>, std::vector<double>> weight_parts(const QTensor& w) {
+  auto values = [](const QTensor& q) {
+    return q.dequantize().to_dtype(DType::F64).flatten_all().to_vec1<double>();
+  };
+  const GgmlType t = w.type();
+  if (t != GgmlType::Q4_1 && t != GgmlType::Q4_K) {
+    std::vector<double> v = values(w);
+    return {v, std::vector<double>(v.size(), 0.0)};
+  }
+  std::vector<uint8_t> raw = w.data().to_vec1<uint8_t>();
+  auto with_zeroed = [&](size_t at) {
+    std::vector<uint8_t> r = raw;
+    for (size_t off = 0; off < r.size(); off += ggml_type_size(t))
+      r[off + at] = r[off + at + 1] = 0;
+    return values(QTensor(t, w.shape(), Tensor::from_vec(r, {r.size()}, Device::cpu())));
+  };
+  return {with_zeroed(2), with_zeroed(0)};  // d or dmin / m at bytes 0 and 2 of each block
+}
+
 void check(const Case& c, const std::vector<size_t>& x_lead = {}) {
   SCOPED_TRACE(ggml_type_name(c.type) + " m " + std::to_string(c.m) + " n " + std::to_string(c.n) +
                " k " + std::to_string(c.k));
@@ -36,6 +59,7 @@ void check(const Case& c, const std::vector<size_t>& x_lead = {}) {
   yd.back() = c.n;
   ASSERT_EQ(y.shape(), Shape(yd));
   std::vector<double> wv = w.dequantize().to_dtype(DType::F64).flatten_all().to_vec1<double>();
+  auto [scale_part, min_part] = weight_parts(w);
   std::vector<double> xv = x.to_dtype(DType::F64).flatten_all().to_vec1<double>();
   std::vector<double> got = y.to_dtype(DType::F64).flatten_all().to_vec1<double>();
   // Half the step of each activation's 8- or 16-bit block (0 where x stays f32).
@@ -57,7 +81,7 @@ void check(const Case& c, const std::vector<size_t>& x_lead = {}) {
       for (size_t p = 0; p < c.k; ++p) {
         double w_jp = wv[j * c.k + p], x_ip = xv[i * c.k + p];
         s += w_jp * x_ip;
-        a += std::abs(w_jp * x_ip);
+        a += (std::abs(scale_part[j * c.k + p]) + std::abs(min_part[j * c.k + p])) * std::abs(x_ip);
         q += std::abs(w_jp) * half_step[i * c.k + p];
       }
       want[i * c.n + j] = s;
@@ -88,10 +112,13 @@ class QMatmulTypes : public ::testing::TestWithParam<GgmlType> {};
 TEST_P(QMatmulTypes, DecodeAndPrefillShapes) {
   GgmlType t = GetParam();
   size_t kb = ggml_block_size(t);
-  // m = 1 (decode), 5 (a group of four and one more), 9; n with and without a partial tile.
+  // m = 1 (decode), 5 (a group of four and one more), 9, 19 (past a tile's 16); n with and
+  // without a partial tile.
   check({t, 1, 37, 8 * kb > 512 ? 2 * kb : 8 * kb});
+  check({t, 1, 16, kb});
   check({t, 5, 64, 2 * kb});
   check({t, 9, 23, kb});
+  check({t, 19, 40, 2 * kb});
   check({t, 6, 48, 4 * kb}, {2, 3});
 }
 
@@ -135,7 +162,8 @@ TEST(QMatmul, Errors) {
 
 // SmolLM2-135M-Instruct Q4_1 kept quantized against the same file dequantised to f32,
 // teacher-forced over 512 tokens of English text: top-1 next-token agreement >= 97% and
-// perplexity within 1%. Only with WICK_SMOLLM2_GGUF=path (98 MB, not in the repository).
+// perplexity within 1%. Only with WICK_SMOLLM2_GGUF=path (98 MB, not in the repository). The
+// same file requantized by scripts/requantize_gguf.py (Q5_0, Q4_K, Q6_K) checks those kernels.
 TEST(QMatmulSmolLM2, KeptQuantizedAgreesWithDequantised) {
   const char* path = std::getenv("WICK_SMOLLM2_GGUF");
   if (path == nullptr) GTEST_SKIP() << "set WICK_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf";

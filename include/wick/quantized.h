@@ -103,19 +103,18 @@ size_t ggml_bytes(GgmlType type, size_t n);
 bool qmatmul_supports(GgmlType type);
 
 /// How the CPU qmatmul takes the activations for weights of `type`: quantized to blocks of 32
-/// values of 16 bits (the default for Q4_0, Q4_1, Q8_0) or 8 bits (ggml's Q8_0, as llama.cpp;
-/// WICK_QMATMUL_ACTIVATIONS=int8), or 0: f32 (the other types; all with
+/// values of 16 bits (the default for the six block types) or 8 bits (ggml's Q8_0, as llama.cpp;
+/// WICK_QMATMUL_ACTIVATIONS=int8), or 0: f32 (F32, F16, BF16; all with
 /// WICK_QMATMUL_ACTIVATIONS=f32).
 int qmatmul_cpu_activation_bits(GgmlType type);
 
 /// x (..., k) times the transposed quantized matrix w (n, k): (..., n), without dequantising w.
 /// x is F32 on the CPU (F32, F16 or BF16 on CUDA; the result has x's dtype). On the CPU, for
-/// Q4_0, Q4_1 and Q8_0 x is quantized on the fly to 16-bit blocks of 32 and the integer kernels
+/// the block types x is quantized on the fly to 16-bit blocks of 32 and the integer kernels
 /// take the weights' blocks as they are (qmatmul_cpu_activation_bits; docs/NUMERICS.md gives the
-/// error this adds); Q5_0 and K-quant rows are dequantised and dotted in f32. The first CPU call
-/// repacks w's blocks (kept for later calls). ShapeMismatch for a w not of rank 2 or k not
-/// matching, DeviceMismatch for x and w on different devices, UnsupportedDType for x's dtype or
-/// w's type.
+/// error this adds). The first CPU call repacks w's blocks (kept for later calls). ShapeMismatch
+/// for a w not of rank 2 or k not matching, DeviceMismatch for x and w on different devices,
+/// UnsupportedDType for x's dtype or w's type.
 Tensor qmatmul(const Tensor& x, const QTensor& w);
 
 }  // namespace wick

@@ -1,8 +1,8 @@
 // qmatmul on the CPU: the repacking of GGML blocks into 16-row tiles, the quantization of the
 // activations (8-bit as ggml's quantize_row_q8_0: d = max|x| / 127, q = round(x / d); or 16-bit
 // as two base-255 digits), the choice of
-// the tile kernels' instruction set, and the K-quant path (each weight row dequantised once into
-// a cache-resident buffer and dotted with every f32 activation row).
+// the tile kernels' instruction set, and the f32 path (each weight row dequantised once into a
+// cache-resident buffer and dotted with every f32 activation row: WICK_QMATMUL_ACTIVATIONS=f32).
 
 #include "cpu/qmatmul.h"
 
@@ -40,6 +40,17 @@ inline uint8_t nibble(const uint8_t* qs, int j) {
   return j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
 }
 
+// 32 values of 16 rows (0..15 each) into 4 chunks of 64 bytes of nibbles (Q4_0's order).
+template <typename Value>
+void pack_nibbles(uint8_t* dst, size_t r, Value value) {
+  for (int c = 0; c < 4; ++c) {
+    for (int j = 0; j < 4; ++j) {
+      uint8_t lo = value(8 * c + j) & 0x0f, hi = value(8 * c + 4 + j) & 0x0f;
+      dst[64 * c + 4 * r + j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
 void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, uint8_t* dst) {
   const size_t nb = k / 32, row_bytes = ggml_bytes(type, k), src_block = ggml_type_size(type);
   const size_t tb = q_tile_block_bytes(type);
@@ -63,6 +74,20 @@ void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, 
         }
         continue;
       }
+      if (type == GgmlType::Q5_0) {
+        uint32_t qh;
+        std::memcpy(&qh, blk + 2, 4);
+        auto value = [&](int j) {
+          return static_cast<uint8_t>(nibble(blk + 6, j) | (((qh >> j) & 1u) << 4));
+        };
+        pack_nibbles(p + 32, r, value);
+        for (int i = 0; i < 8; ++i) {
+          for (int j = 0; j < 4; ++j) {
+            p[288 + 4 * r + j] |= static_cast<uint8_t>((value(4 * i + j) >> 4) << i);
+          }
+        }
+        continue;
+      }
       size_t q_off = 32;
       const uint8_t* qs = blk + 2;
       if (type == GgmlType::Q4_1) {
@@ -74,6 +99,83 @@ void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, 
         for (int j = 0; j < 4; ++j) {
           uint8_t lo = nibble(qs, 8 * c + j), hi = nibble(qs, 8 * c + 4 + j);
           p[q_off + 64 * c + 4 * r + j] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
+    }
+  }
+}
+
+inline uint16_t u16_at(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Q4_K's 6-bit scale and min of sub-block j (as ggml's get_scale_min_k4).
+void q4k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *m = scales[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+  }
+}
+
+// Value l (0..31) of sub-block j of a Q4_K super-block (0..15): sub-blocks 2i and 2i + 1 share
+// the 32 bytes at 32 i, low and high nibbles.
+inline uint8_t q4k_value(const uint8_t* qs, int j, int l) {
+  uint8_t v = qs[32 * (j / 2) + l];
+  return j % 2 == 0 ? v & 0x0f : v >> 4;
+}
+
+// Value v (0..255) of a Q6_K super-block (0..63, offset 32 not applied).
+inline uint8_t q6k_value(const uint8_t* blk, int v) {
+  const uint8_t* ql = blk + 64 * (v / 128);
+  const uint8_t* qh = blk + 128 + 32 * (v / 128);
+  int quarter = (v % 128) / 32, l = v % 32;
+  uint8_t low = quarter % 2 == 0 ? ql[l] : ql[l + 32];
+  low = quarter < 2 ? low & 0x0f : low >> 4;
+  return static_cast<uint8_t>(low | (((qh[l] >> (2 * quarter)) & 3) << 4));
+}
+
+// Tile t of a K-quant (layout in cpu/qmatmul.h): each row's super-blocks unpacked into the
+// tile's.
+void pack_k_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, uint8_t* dst) {
+  const size_t nsb = k / 256, row_bytes = ggml_bytes(type, k);
+  const bool q4k = type == GgmlType::Q4_K;
+  const size_t super = q4k ? kQ4KTileSuper : kQ6KTileSuper;
+  std::memset(dst, 0, nsb * super);
+  for (size_t r = 0; r < kQTileRows && t * kQTileRows + r < n; ++r) {
+    const uint8_t* row = src + (t * kQTileRows + r) * row_bytes;
+    for (size_t sb = 0; sb < nsb; ++sb) {
+      uint8_t* p = dst + sb * super;
+      const uint8_t* blk = row + sb * ggml_type_size(type);
+      if (q4k) {
+        std::memcpy(p + 2 * r, blk, 2);           // d
+        std::memcpy(p + 32 + 2 * r, blk + 2, 2);  // dmin
+        for (int j = 0; j < 8; ++j) {
+          uint8_t* b = p + kQ4KTileHeader + j * kQ4KTileBlock;
+          q4k_scale_min(blk + 4, j, &b[r], &b[16 + r]);
+          pack_nibbles(b + 32, r, [&](int l) { return q4k_value(blk + 16, j, l); });
+        }
+      } else {
+        uint16_t d = u16_at(blk + 208);
+        std::memcpy(p + 2 * r, &d, 2);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t* b = p + kQ6KTileHeader + j * kQ6KTileBlock;
+          b[r] = blk[192 + 2 * j];
+          b[16 + r] = blk[192 + 2 * j + 1];
+          auto value = [&](int l) { return q6k_value(blk, 32 * j + l); };
+          pack_nibbles(b + 32, r, value);
+          for (int h = 0; h < 2; ++h) {
+            for (int i = 0; i < 4; ++i) {
+              for (int jj = 0; jj < 4; ++jj) {
+                b[288 + 64 * h + 4 * r + jj] |=
+                    static_cast<uint8_t>((value(16 * h + 4 * i + jj) >> 4) << (2 * i));
+              }
+            }
+          }
         }
       }
     }
@@ -115,7 +217,8 @@ void qmatmul_rows(GgmlType type, const uint8_t* w, size_t n, size_t k, const flo
 }  // namespace
 
 bool q_tiled(GgmlType type) {
-  return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0;
+  return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
+         type == GgmlType::Q5_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
 }
 
 size_t q_tile_block_bytes(GgmlType type) {
@@ -126,6 +229,12 @@ size_t q_tile_block_bytes(GgmlType type) {
       return 64 + 256;
     case GgmlType::Q8_0:
       return 32 + 512;
+    case GgmlType::Q5_0:
+      return kQ5TileBlock;
+    case GgmlType::Q4_K:
+      return kQ4KTileSuper / 8;
+    case GgmlType::Q6_K:
+      return kQ6KTileSuper / 8;
     default:
       throw UnsupportedDType(str("qmatmul: no tile layout for ", ggml_type_name(type)));
   }
@@ -141,7 +250,13 @@ std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t 
   packed->bytes.reset(new uint8_t[packed->tiles * tile_bytes]);
   uint8_t* dst = packed->bytes.get();
   parallel_for(packed->tiles, 4, [&](size_t lo, size_t hi) {
-    for (size_t t = lo; t < hi; ++t) pack_tile(type, src, n, k, t, dst + t * tile_bytes);
+    for (size_t t = lo; t < hi; ++t) {
+      if (type == GgmlType::Q4_K || type == GgmlType::Q6_K) {
+        pack_k_tile(type, src, n, k, t, dst + t * tile_bytes);
+      } else {
+        pack_tile(type, src, n, k, t, dst + t * tile_bytes);
+      }
+    }
   });
   return packed;
 }
@@ -157,6 +272,7 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits
   d.resize(m * nb);
   ds.resize(m * nb);
   s.resize(m * nb);
+  s16.resize(m * nb);
   size_t i = 0;
 #if defined(__AVX2__)
   // The same arithmetic 8 lanes at a time (cvtps rounds to nearest even, as lrintf does).
@@ -185,9 +301,11 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits
     __m256i q[4];
     for (int j = 0; j < 4; ++j) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(a[j], vi));
     __m256i sum32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m256i half32 = _mm256_add_epi32(q[0], q[1]);
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum32), _mm256_extracti128_si256(sum32, 1));
-    s4 = _mm_hadd_epi32(s4, s4);
-    s4 = _mm_hadd_epi32(s4, s4);
+    __m128i h4 = _mm_add_epi32(_mm256_castsi256_si128(half32), _mm256_extracti128_si256(half32, 1));
+    s4 = _mm_hadd_epi32(s4, h4);  // sum, sum, half, half (pairs)
+    s4 = _mm_hadd_epi32(s4, s4);  // lane 0: sum, lane 1: half
     if (wide) {
       // q = 255 hi + lo: hi = round(q / 255) (|q / 255 - hi| is never near 1/2 for |q| <=
       // 32512), so |lo| <= 127.
@@ -203,6 +321,7 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits
     }
     d[i] = scale;
     s[i] = _mm_cvtsi128_si32(s4);
+    s16[i] = _mm_extract_epi32(s4, 1);
     ds[i] = scale * static_cast<float>(s[i]);
   }
 #endif
@@ -216,6 +335,7 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits
     for (size_t j = i * 32; j < i * 32 + 32; ++j) {
       auto q = static_cast<int32_t>(std::lrintf(x[j] * inv));
       sum += q;
+      if (j == i * 32 + 15) s16[i] = sum;
       if (wide) {
         auto hi = static_cast<int32_t>(std::lrintf(static_cast<float>(q) * (1.0f / 255)));
         qs[j] = static_cast<int8_t>(hi);

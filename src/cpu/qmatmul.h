@@ -10,6 +10,15 @@
 //   Q4_0 / Q4_1: 4 chunks of 64 bytes; byte 4r + j of chunk c holds row r's value 8c + j in its
 //     low nibble and value 8c + 4 + j in its high nibble (0..15, Q4_0's offset 8 not applied)
 //   Q8_0: 8 chunks of 64 bytes; byte 4r + j of chunk g holds row r's value 4g + j plus 128 (u8)
+//   Q5_0: 4 chunks of 64 bytes of nibbles as Q4_0's (the low 4 bits), then 64 bytes of fifth
+//     bits: bit i of byte 4r + j belongs to row r's value 4i + j (the offset 16 not applied)
+// The K-quants keep their super-blocks of 256 values (8 blocks of 32); per tile and super-block:
+//   Q4_K: d[16], dmin[16] (f16), then per block of 32: sc[16], m[16] (u8, the 6-bit scale and
+//     min of each row's sub-block) and 4 chunks of 64 bytes of nibbles as Q4_0's (0..15)
+//   Q6_K: d[16] (f16), then per block of 32: sc[2][16] (i8, the scales of values 0..15 and
+//     16..31), 4 chunks of 64 bytes of nibbles as Q4_0's (the low 4 bits, 0..15) and 2 chunks
+//     of 64 bytes of the high 2 bits: bits 2i, 2i + 1 of byte 4r + j of chunk h belong to row r's
+//     value 16h + 4i + j (the offset 32 not applied)
 // Rows past n are zero (scale 0).
 
 #include <cstddef>
@@ -26,8 +35,16 @@ constexpr size_t kQTileRows = 16;
 
 /// True for the weight types with a tile layout (the integer kernels).
 bool q_tiled(GgmlType type);
-/// Bytes of one tile-block (16 rows x 32 values) of a tiled type.
+/// Bytes of one tile-block (16 rows x 32 values) of a tiled type; for the K-quants an eighth of
+/// a tile-super-block (16 rows x 256 values, its header included).
 size_t q_tile_block_bytes(GgmlType type);
+
+/// Bytes of a K-quant's tile-super-block: the header (d, dmin) and the 8 blocks of 32 after it.
+constexpr size_t kQ4KTileHeader = 64, kQ4KTileBlock = 32 + 256;
+constexpr size_t kQ6KTileHeader = 32, kQ6KTileBlock = 32 + 256 + 128;
+constexpr size_t kQ5TileBlock = 32 + 256 + 64;                        // = 16 x 22
+constexpr size_t kQ4KTileSuper = kQ4KTileHeader + 8 * kQ4KTileBlock;  // 2368 = 16 x 148
+constexpr size_t kQ6KTileSuper = kQ6KTileHeader + 8 * kQ6KTileBlock;  // 3360 = 16 x 210
 
 /// Weights in the tile layout.
 struct QPacked {
@@ -48,13 +65,14 @@ std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t 
 /// the 8-bit kernels: value (255 qs + lo) * d with qs, lo in [-127, 127] and d = max|x| / 32512.
 /// The wide form costs two integer dots per block instead of one; its rounding is 256 times
 /// smaller (docs/NUMERICS.md). Row i's block b is at i nb + b; s holds each block's integer
-/// sum (of 255 qs + lo when wide) and ds = d * s.
+/// sum (of 255 qs + lo when wide), s16 that of its first 16 values (Q6_K's sub-blocks) and
+/// ds = d * s.
 struct Q8Rows {
   size_t m = 0, k = 0;
   bool wide = false;
   std::vector<int8_t> qs, lo;  // lo: wide only
   std::vector<float> d, ds;
-  std::vector<int32_t> s;
+  std::vector<int32_t> s, s16;
   void quantize(const float* x, size_t m, size_t k, bool wide);
 };
 

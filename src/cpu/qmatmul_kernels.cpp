@@ -3,7 +3,9 @@
 // u8 x s8 products summed into each i32 lane, no intermediate saturation). One 512-bit dot
 // (two 256-bit ones) multiplies four values of 16 weight rows by the same four activations,
 // broadcast from memory; each block's integer sum is then scaled in f32. 16-bit activations
-// (two base-255 digits of 8 bits) take one such dot per digit.
+// (two base-255 digits of 8 bits) take one such dot per digit. Q5_0's and Q6_K's 5- and 6-bit
+// weights are put together from their nibbles and high bits once per tile-block (shared by the
+// activation rows); the K-quants' sub-block scales apply per block of 32, in f32.
 
 #include <immintrin.h>
 
@@ -123,6 +125,182 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
   for (int i = 0; i < NX; ++i) _mm512_storeu_ps(out[i], acc[i]);
 }
 
+// Q4_K: each block of 32 is one of the super-block's sub-blocks: the integer dot of its nibbles
+// times d sc (exact in f32: 11 by 6 bits) and the activations' d, less dmin m times the
+// activations' d s.
+template <int NX, bool Wide>
+void tile_kernel_q4k(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, float (*out)[16]) {
+  const size_t k = x.k;
+  __m512 acc[NX];
+  for (int i = 0; i < NX; ++i) acc[i] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  for (size_t sb = 0; sb < nb / 8; ++sb) {
+    const uint8_t* p = tile + sb * kQ4KTileSuper;
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    for (size_t j = 0; j < 8; ++j) {
+      const uint8_t* blk = p + kQ4KTileHeader + j * kQ4KTileBlock;
+      const size_t b = 8 * sb + j;
+      __m512 dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)))));
+      __m512 mw = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                          reinterpret_cast<const __m128i*>(blk + 16)))));
+      __m512i lo[4], hi[4];
+      for (int c = 0; c < 4; ++c) {
+        __m512i v = _mm512_loadu_si512(blk + 32 + 64 * c);
+        lo[c] = _mm512_and_si512(v, m4);
+        hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      }
+      for (int i = 0; i < NX; ++i) {
+        const int8_t* xb = x.qs.data() + (x0 + i) * k + 32 * b;
+        __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          d0 = _mm512_dpbusd_epi32(d0, lo[c], _mm512_set1_epi32(load_i32(xb + 8 * c)));
+          d1 = _mm512_dpbusd_epi32(d1, hi[c], _mm512_set1_epi32(load_i32(xb + 8 * c + 4)));
+        }
+        __m512i dot = _mm512_add_epi32(d0, d1);
+        if constexpr (Wide) {
+          const int8_t* xl = x.lo.data() + (x0 + i) * k + 32 * b;
+          __m512i e0 = _mm512_setzero_si512(), e1 = _mm512_setzero_si512();
+          for (int c = 0; c < 4; ++c) {
+            e0 = _mm512_dpbusd_epi32(e0, lo[c], _mm512_set1_epi32(load_i32(xl + 8 * c)));
+            e1 = _mm512_dpbusd_epi32(e1, hi[c], _mm512_set1_epi32(load_i32(xl + 8 * c + 4)));
+          }
+          dot = digits(dot, _mm512_add_epi32(e0, e1));
+        }
+        size_t xi = (x0 + i) * nb + b;
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
+        acc[i] = _mm512_fnmadd_ps(mw, _mm512_set1_ps(x.ds[xi]), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < NX; ++i) _mm512_storeu_ps(out[i], acc[i]);
+}
+
+// Q6_K: each block of 32 holds two sub-blocks of 16 with their own scales. Group g (values
+// 4g .. 4g + 3) of the 6-bit weights: its nibbles ORed with its 2 high bits (bits 4, 5).
+inline __m512i q6k_group(const __m512i (&nib)[4], const __m512i (&high)[2], int g) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  __m512i v = nib[g / 2];
+  __m512i low =
+      g % 2 == 0 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  __m512i h = high[g / 4];
+  switch (g % 4) {
+    case 0:
+      h = _mm512_slli_epi16(h, 4);
+      break;
+    case 1:
+      h = _mm512_slli_epi16(h, 2);
+      break;
+    case 3:
+      h = _mm512_srli_epi16(h, 2);
+      break;
+    default:
+      break;
+  }
+  return _mm512_or_si512(low, _mm512_and_si512(h, m30));
+}
+
+// Two dots of 16 values (groups 0..3 and 4..7) of one activation block against the 6-bit weights.
+inline void q6k_dots(const __m512i (&w)[8], const int8_t* xb, __m512i* first, __m512i* second) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+  __m512i b0 = _mm512_setzero_si512(), b1 = _mm512_setzero_si512();
+  a0 = _mm512_dpbusd_epi32(a0, w[0], _mm512_set1_epi32(load_i32(xb)));
+  a1 = _mm512_dpbusd_epi32(a1, w[1], _mm512_set1_epi32(load_i32(xb + 4)));
+  b0 = _mm512_dpbusd_epi32(b0, w[4], _mm512_set1_epi32(load_i32(xb + 16)));
+  b1 = _mm512_dpbusd_epi32(b1, w[5], _mm512_set1_epi32(load_i32(xb + 20)));
+  a0 = _mm512_dpbusd_epi32(a0, w[2], _mm512_set1_epi32(load_i32(xb + 8)));
+  a1 = _mm512_dpbusd_epi32(a1, w[3], _mm512_set1_epi32(load_i32(xb + 12)));
+  b0 = _mm512_dpbusd_epi32(b0, w[6], _mm512_set1_epi32(load_i32(xb + 24)));
+  b1 = _mm512_dpbusd_epi32(b1, w[7], _mm512_set1_epi32(load_i32(xb + 28)));
+  *first = _mm512_add_epi32(a0, a1);
+  *second = _mm512_add_epi32(b0, b1);
+}
+
+template <int NX, bool Wide>
+void tile_kernel_q6k(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, float (*out)[16]) {
+  const size_t k = x.k;
+  __m512 acc[NX];
+  for (int i = 0; i < NX; ++i) acc[i] = _mm512_setzero_ps();
+  for (size_t sb = 0; sb < nb / 8; ++sb) {
+    const uint8_t* p = tile + sb * kQ6KTileSuper;
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    for (size_t j = 0; j < 8; ++j) {
+      const uint8_t* blk = p + kQ6KTileHeader + j * kQ6KTileBlock;
+      const size_t b = 8 * sb + j;
+      // d sc: exact in f32 (11 by 8 bits).
+      __m512 sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)))));
+      __m512 sc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                        reinterpret_cast<const __m128i*>(blk + 16)))));
+      __m512i nib[4], high[2], w[8];
+      for (int c = 0; c < 4; ++c) nib[c] = _mm512_loadu_si512(blk + 32 + 64 * c);
+      for (int h = 0; h < 2; ++h) high[h] = _mm512_loadu_si512(blk + 288 + 64 * h);
+      for (int g = 0; g < 8; ++g) w[g] = q6k_group(nib, high, g);
+      for (int i = 0; i < NX; ++i) {
+        __m512i first, second;
+        q6k_dots(w, x.qs.data() + (x0 + i) * k + 32 * b, &first, &second);
+        if constexpr (Wide) {
+          __m512i lo_first, lo_second;
+          q6k_dots(w, x.lo.data() + (x0 + i) * k + 32 * b, &lo_first, &lo_second);
+          first = digits(first, lo_first);
+          second = digits(second, lo_second);
+        }
+        size_t xi = (x0 + i) * nb + b;
+        // The offset 32: less 32 times each half's activation sum.
+        first = _mm512_sub_epi32(first, _mm512_set1_epi32(32 * x.s16[xi]));
+        second = _mm512_sub_epi32(second, _mm512_set1_epi32(32 * (x.s[xi] - x.s16[xi])));
+        __m512 dx = _mm512_set1_ps(x.d[xi]);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(first), _mm512_mul_ps(sc0, dx), acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(second), _mm512_mul_ps(sc1, dx), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < NX; ++i) _mm512_storeu_ps(out[i], acc[i]);
+}
+
+// Q5_0: the nibbles ORed with the fifth bit (bit 4) of group g's values, offset 16.
+inline __m512i q5_group(const __m512i (&nib)[4], __m512i high, int g) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+  __m512i v = nib[g / 2];
+  __m512i low =
+      g % 2 == 0 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  __m512i h = g < 4 ? _mm512_sll_epi16(high, _mm_cvtsi32_si128(4 - g))
+                    : _mm512_srl_epi16(high, _mm_cvtsi32_si128(g - 4));
+  return _mm512_or_si512(low, _mm512_and_si512(h, m10));
+}
+
+template <int NX, bool Wide>
+void tile_kernel_q5_0(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0,
+                      float (*out)[16]) {
+  const size_t k = x.k;
+  __m512 acc[NX];
+  for (int i = 0; i < NX; ++i) acc[i] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* p = tile + b * kQ5TileBlock;
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    __m512i nib[4], w[8];
+    for (int c = 0; c < 4; ++c) nib[c] = _mm512_loadu_si512(p + 32 + 64 * c);
+    __m512i high = _mm512_loadu_si512(p + 288);
+    for (int g = 0; g < 8; ++g) w[g] = q5_group(nib, high, g);
+    for (int i = 0; i < NX; ++i) {
+      __m512i first, second;
+      q6k_dots(w, x.qs.data() + (x0 + i) * k + 32 * b, &first, &second);
+      __m512i dot = _mm512_add_epi32(first, second);
+      if constexpr (Wide) {
+        q6k_dots(w, x.lo.data() + (x0 + i) * k + 32 * b, &first, &second);
+        dot = digits(dot, _mm512_add_epi32(first, second));
+      }
+      size_t xi = (x0 + i) * nb + b;
+      dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(16 * x.s[xi]));  // the offset 16
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])),
+                               acc[i]);
+    }
+  }
+  for (int i = 0; i < NX; ++i) _mm512_storeu_ps(out[i], acc[i]);
+}
+
 #else
 
 // i32 lanes: sums of adjacent i16 pairs.
@@ -215,7 +393,186 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
   }
 }
 
+// Q4_K as in the AVX-512 kernel: the block's integer dot times d sc and the activations' d, less
+// dmin m times the activations' d s.
+template <int NX, bool Wide>
+void tile_kernel_q4k(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, float (*out)[16]) {
+  const size_t k = x.k;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[NX];
+    for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
+    for (size_t sb = 0; sb < nb / 8; ++sb) {
+      const uint8_t* p = tile + sb * kQ4KTileSuper;
+      __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      __m256 dmin =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
+      for (size_t j = 0; j < 8; ++j) {
+        const uint8_t* blk = p + kQ4KTileHeader + j * kQ4KTileBlock;
+        const size_t b = 8 * sb + j;
+        __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                         reinterpret_cast<const __m128i*>(blk + 8 * h)))));
+        __m256 mw = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                            reinterpret_cast<const __m128i*>(blk + 16 + 8 * h)))));
+        const uint8_t* q = blk + 32 + 32 * h;
+        __m256i lo[4], hi[4];
+        for (int c = 0; c < 4; ++c) {
+          __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * c));
+          lo[c] = _mm256_and_si256(v, m4);
+          hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        for (int i = 0; i < NX; ++i) {
+          size_t at = (x0 + i) * k + 32 * b;
+          __m256i dot = q4_block_dot(lo, hi, x.qs.data() + at);
+          if constexpr (Wide) dot = digits(dot, q4_block_dot(lo, hi, x.lo.data() + at));
+          size_t xi = (x0 + i) * nb + b;
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                   _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi])), acc[i]);
+          acc[i] = _mm256_fnmadd_ps(mw, _mm256_set1_ps(x.ds[xi]), acc[i]);
+        }
+      }
+    }
+    for (int i = 0; i < NX; ++i) _mm256_storeu_ps(out[i] + 8 * h, acc[i]);
+  }
+}
+
+// Group g (values 4g .. 4g + 3) of Q6_K's 6-bit weights for 8 rows.
+inline __m256i q6k_group(const uint8_t* blk, int h, int g) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  __m256i v =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * (g / 2) + 32 * h));
+  __m256i low =
+      g % 2 == 0 ? _mm256_and_si256(v, m4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  __m256i hb =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 288 + 64 * (g / 4) + 32 * h));
+  switch (g % 4) {
+    case 0:
+      hb = _mm256_slli_epi16(hb, 4);
+      break;
+    case 1:
+      hb = _mm256_slli_epi16(hb, 2);
+      break;
+    case 3:
+      hb = _mm256_srli_epi16(hb, 2);
+      break;
+    default:
+      break;
+  }
+  return _mm256_or_si256(low, _mm256_and_si256(hb, m30));
+}
+
+// The dots of 16 values (groups 0..3, then 4..7) of one activation block: maddubs lanes of
+// 63 * 127 * 2, two of them still fit in i16.
+inline void q6k_dots(const __m256i (&w)[8], const int8_t* xb, __m256i* first, __m256i* second) {
+  __m256i r[4];
+  for (int pair = 0; pair < 4; ++pair) {
+    int g = 2 * pair;
+    r[pair] = pair_sums(_mm256_add_epi16(
+        _mm256_maddubs_epi16(w[g], _mm256_set1_epi32(load_i32(xb + 4 * g))),
+        _mm256_maddubs_epi16(w[g + 1], _mm256_set1_epi32(load_i32(xb + 4 * g + 4)))));
+  }
+  *first = _mm256_add_epi32(r[0], r[1]);
+  *second = _mm256_add_epi32(r[2], r[3]);
+}
+
+template <int NX, bool Wide>
+void tile_kernel_q6k(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, float (*out)[16]) {
+  const size_t k = x.k;
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[NX];
+    for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
+    for (size_t sb = 0; sb < nb / 8; ++sb) {
+      const uint8_t* p = tile + sb * kQ6KTileSuper;
+      __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      for (size_t j = 0; j < 8; ++j) {
+        const uint8_t* blk = p + kQ6KTileHeader + j * kQ6KTileBlock;
+        const size_t b = 8 * sb + j;
+        __m256 sc0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                          reinterpret_cast<const __m128i*>(blk + 8 * h)))));
+        __m256 sc1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                          reinterpret_cast<const __m128i*>(blk + 16 + 8 * h)))));
+        __m256i w[8];
+        for (int g = 0; g < 8; ++g) w[g] = q6k_group(blk, h, g);
+        for (int i = 0; i < NX; ++i) {
+          size_t at = (x0 + i) * k + 32 * b;
+          __m256i first, second;
+          q6k_dots(w, x.qs.data() + at, &first, &second);
+          if constexpr (Wide) {
+            __m256i lo_first, lo_second;
+            q6k_dots(w, x.lo.data() + at, &lo_first, &lo_second);
+            first = digits(first, lo_first);
+            second = digits(second, lo_second);
+          }
+          size_t xi = (x0 + i) * nb + b;
+          first = _mm256_sub_epi32(first, _mm256_set1_epi32(32 * x.s16[xi]));
+          second = _mm256_sub_epi32(second, _mm256_set1_epi32(32 * (x.s[xi] - x.s16[xi])));
+          __m256 dx = _mm256_set1_ps(x.d[xi]);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(first), _mm256_mul_ps(sc0, dx), acc[i]);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(second), _mm256_mul_ps(sc1, dx), acc[i]);
+        }
+      }
+    }
+    for (int i = 0; i < NX; ++i) _mm256_storeu_ps(out[i] + 8 * h, acc[i]);
+  }
+}
+
+// Q5_0 as in the AVX-512 kernel: group g's nibbles ORed with their fifth bit, offset 16.
+inline __m256i q5_group(const uint8_t* p, int h, int g) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * (g / 2) + 32 * h));
+  __m256i low =
+      g % 2 == 0 ? _mm256_and_si256(v, m4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 288 + 32 * h));
+  hb = g < 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - g))
+             : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(g - 4));
+  return _mm256_or_si256(low, _mm256_and_si256(hb, m10));
+}
+
+template <int NX, bool Wide>
+void tile_kernel_q5_0(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0,
+                      float (*out)[16]) {
+  const size_t k = x.k;
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[NX];
+    for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+      const uint8_t* p = tile + b * kQ5TileBlock;
+      __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      __m256i w[8];
+      for (int g = 0; g < 8; ++g) w[g] = q5_group(p, h, g);
+      for (int i = 0; i < NX; ++i) {
+        size_t at = (x0 + i) * k + 32 * b;
+        __m256i first, second;
+        q6k_dots(w, x.qs.data() + at, &first, &second);
+        __m256i dot = _mm256_add_epi32(first, second);
+        if constexpr (Wide) {
+          q6k_dots(w, x.lo.data() + at, &first, &second);
+          dot = digits(dot, _mm256_add_epi32(first, second));
+        }
+        size_t xi = (x0 + i) * nb + b;
+        dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(16 * x.s[xi]));
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(x.d[xi])), acc[i]);
+      }
+    }
+    for (int i = 0; i < NX; ++i) _mm256_storeu_ps(out[i] + 8 * h, acc[i]);
+  }
+}
+
 #endif
+
+template <GgmlType T, int NX, bool Wide>
+void run_tile(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, float (*out)[16]) {
+  if constexpr (T == GgmlType::Q4_K) {
+    tile_kernel_q4k<NX, Wide>(tile, nb, x, x0, out);
+  } else if constexpr (T == GgmlType::Q6_K) {
+    tile_kernel_q6k<NX, Wide>(tile, nb, x, x0, out);
+  } else if constexpr (T == GgmlType::Q5_0) {
+    tile_kernel_q5_0<NX, Wide>(tile, nb, x, x0, out);
+  } else {
+    tile_kernel<T, NX, Wide>(tile, nb, x, x0, out);
+  }
+}
 
 template <GgmlType T, bool Wide>
 void gemm_tiles_typed(const QPacked& w, const Q8Rows& x, float* y, size_t t0, size_t t1) {
@@ -228,16 +585,16 @@ void gemm_tiles_typed(const QPacked& w, const Q8Rows& x, float* y, size_t t0, si
       size_t nx = std::min<size_t>(kMaxX, x.m - x0);
       switch (nx) {
         case 1:
-          tile_kernel<T, 1, Wide>(tile, nb, x, x0, out);
+          run_tile<T, 1, Wide>(tile, nb, x, x0, out);
           break;
         case 2:
-          tile_kernel<T, 2, Wide>(tile, nb, x, x0, out);
+          run_tile<T, 2, Wide>(tile, nb, x, x0, out);
           break;
         case 3:
-          tile_kernel<T, 3, Wide>(tile, nb, x, x0, out);
+          run_tile<T, 3, Wide>(tile, nb, x, x0, out);
           break;
         default:
-          tile_kernel<T, 4, Wide>(tile, nb, x, x0, out);
+          run_tile<T, 4, Wide>(tile, nb, x, x0, out);
           break;
       }
       for (size_t i = 0; i < nx; ++i) {
@@ -254,6 +611,12 @@ void gemm_tiles_wide(const QPacked& w, const Q8Rows& x, float* y, size_t t0, siz
       return gemm_tiles_typed<GgmlType::Q4_0, Wide>(w, x, y, t0, t1);
     case GgmlType::Q4_1:
       return gemm_tiles_typed<GgmlType::Q4_1, Wide>(w, x, y, t0, t1);
+    case GgmlType::Q4_K:
+      return gemm_tiles_typed<GgmlType::Q4_K, Wide>(w, x, y, t0, t1);
+    case GgmlType::Q6_K:
+      return gemm_tiles_typed<GgmlType::Q6_K, Wide>(w, x, y, t0, t1);
+    case GgmlType::Q5_0:
+      return gemm_tiles_typed<GgmlType::Q5_0, Wide>(w, x, y, t0, t1);
     default:
       return gemm_tiles_typed<GgmlType::Q8_0, Wide>(w, x, y, t0, t1);
   }
