@@ -1,0 +1,282 @@
+// f32 scaled dot-product attention on the CPU, compiled once per instruction set
+// (src/CMakeLists.txt; src/cpu/isa.cpp picks the build). One work item per (batch, k/v head,
+// tile of 64 rows), claimed from a counter by the pool's threads, a row being one query of one of
+// the heads that share the k/v head (grouped-query heads share each k/v tile). Keys and values
+// stream through in tiles of 64 with an online softmax, so the (s, s_kv) scores are never stored.
+//
+// The item's queries are held transposed (Q^T: one vector lane per row), and so are its scores
+// (S^T) and output (O^T): both tile products then broadcast one element of k or v, read in place
+// in their own layout, against vectors of rows, and the online softmax (running max, sum and
+// rescale of each row) is vertical vector arithmetic with no horizontal reduction. K and V are
+// never copied or transposed; Q and O are transposed once per item.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/kernels.h"
+#include "cpu/parallel.h"
+
+// clang-format off
+#include "cpu/isa_begin.h"  // last: the code below is compiled for this file's instruction set
+// clang-format on
+
+namespace wick::cpu {
+inline namespace WICK_ISA_NS {
+
+namespace {
+
+// Register blocks: the scores kernel keeps kScoreKeys keys x kScoreRowVecs row vectors of
+// accumulators, the P V kernel kPvCols output columns x kPvRowVecs row vectors (AVX-512: 16 of
+// its 32 registers; AVX2: 8 of 16).
+#if defined(WICK_ISA_AVX512)
+constexpr size_t kLanes = 16;
+typedef float vf __attribute__((vector_size(64), __may_alias__));
+typedef int32_t vi __attribute__((vector_size(64), __may_alias__));
+constexpr size_t kScoreKeys = 4, kScoreRowVecs = 4;
+constexpr size_t kPvCols = 4, kPvRowVecs = 4;
+#else
+constexpr size_t kLanes = 8;
+typedef float vf __attribute__((vector_size(32), __may_alias__));
+typedef int32_t vi __attribute__((vector_size(32), __may_alias__));
+constexpr size_t kScoreKeys = 4, kScoreRowVecs = 2;
+constexpr size_t kPvCols = 4, kPvRowVecs = 2;
+#endif
+
+constexpr size_t kItemRows = 64;  // query rows of a work item
+constexpr size_t kRowVecs = kItemRows / kLanes;
+constexpr size_t kKeyTile = 64;
+static_assert(kRowVecs % kScoreRowVecs == 0 && kRowVecs % kPvRowVecs == 0);
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline vf splat(float x) {
+  return vf{} + x;
+}
+
+inline vf vmax(vf a, vf b) {
+  return a > b ? a : b;
+}
+
+// exp(x) for x <= 0 per lane, as exp_nonpositive (cpu/vec_exp.h): 2^n * p(r) with x = n ln2 + r
+// and a degree-7 polynomial; 0 below -87 (and for -inf).
+inline vf vexp_le0(vf x) {
+  const vi small = x < splat(-87.0f);
+  x = small ? splat(-87.0f) : x;
+  vf t = x * 1.44269504088896341f + 12582912.0f;  // the low bits of t hold round(x / ln2)
+  vf n = t - 12582912.0f;
+  vf r = x - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
+  vf p = splat(1.0f / 5040);
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // (std::bit_cast, a baseline function, is not inlined into AVX-512 code.)
+  vi bits = (__builtin_bit_cast(vi, t) - 0x4B400000 + 127) << 23;
+  vi result = __builtin_bit_cast(vi, p * __builtin_bit_cast(vf, bits)) & ~small;
+  return __builtin_bit_cast(vf, result);
+}
+
+// st[j][rv0 + b] = sum_t k[j][t] qt[t][rv0 + b] for j < J, b < RB: J keys (rows `ks` floats
+// apart) against RB vectors of rows.
+template <size_t J, size_t RB>
+inline void score_block(const float* k, size_t ks, const vf* qt, size_t d, size_t rv0, vf* st) {
+  vf acc[J][RB] = {};
+  for (size_t t = 0; t < d; ++t) {
+    vf q[RB];
+    for (size_t b = 0; b < RB; ++b) q[b] = qt[t * kRowVecs + rv0 + b];
+    for (size_t j = 0; j < J; ++j) {
+      float kj = k[j * ks + t];
+      for (size_t b = 0; b < RB; ++b) acc[j][b] += kj * q[b];
+    }
+  }
+  for (size_t j = 0; j < J; ++j) {
+    for (size_t b = 0; b < RB; ++b) st[j * kRowVecs + rv0 + b] = acc[j][b];
+  }
+}
+
+// ot[t0 + c][rv0 + b] = ot[..] * corr[rv0 + b] + sum_j v[j][t0 + c] pt[j][rv0 + b] for c < C,
+// b < RB, j < nk: the running output rescaled to the new maxima, plus this tile's P V.
+template <size_t C, size_t RB>
+inline void pv_block(const float* v, size_t vs, const vf* pt, size_t nk, size_t t0, size_t rv0,
+                     const vf* corr, vf* ot) {
+  vf acc[C][RB];
+  for (size_t c = 0; c < C; ++c) {
+    for (size_t b = 0; b < RB; ++b) {
+      acc[c][b] = ot[(t0 + c) * kRowVecs + rv0 + b] * corr[rv0 + b];
+    }
+  }
+  for (size_t j = 0; j < nk; ++j) {
+    vf pj[RB];
+    for (size_t b = 0; b < RB; ++b) pj[b] = pt[j * kRowVecs + rv0 + b];
+    for (size_t c = 0; c < C; ++c) {
+      float x = v[j * vs + t0 + c];
+      for (size_t b = 0; b < RB; ++b) acc[c][b] += x * pj[b];
+    }
+  }
+  for (size_t c = 0; c < C; ++c) {
+    for (size_t b = 0; b < RB; ++b) ot[(t0 + c) * kRowVecs + rv0 + b] = acc[c][b];
+  }
+}
+
+// A float buffer of n vectors aligned to the vector size.
+class VecBuffer {
+ public:
+  explicit VecBuffer(size_t n) : storage_((n + 1) * kLanes) {
+    auto addr = reinterpret_cast<uintptr_t>(storage_.data());
+    constexpr uintptr_t kAlign = sizeof(vf);
+    data_ = reinterpret_cast<vf*>((addr + kAlign - 1) / kAlign * kAlign);
+  }
+  vf* data() { return data_; }
+
+ private:
+  std::vector<float> storage_;
+  vf* data_;
+};
+
+struct ItemBuffers {
+  VecBuffer qt, ot, st;  // Q^T and O^T (d, kItemRows), S^T then P^T (kKeyTile, kItemRows)
+  explicit ItemBuffers(size_t d) : qt(d * kRowVecs), ot(d * kRowVecs), st(kKeyTile * kRowVecs) {}
+};
+
+// One work item: rows [r0, r0 + nq) of the group of k/v head hk of batch bi.
+void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, size_t hk, size_t r0,
+              size_t nq, ItemBuffers& buf, float* out) {
+  const size_t d = pb.d;
+  vf* qt = buf.qt.data();
+  vf* ot = buf.ot.data();
+  vf* st = buf.st.data();
+  size_t row_head[kItemRows], row_query[kItemRows];
+  // The last key each row sees; rows past nq (padding) see every key and read zeros.
+  alignas(sizeof(vf)) int32_t limit[kItemRows];
+  long min_limit = std::numeric_limits<long>::max(), max_limit = -1;
+  for (size_t r = 0; r < kItemRows; ++r) {
+    if (r >= nq) {
+      limit[r] = std::numeric_limits<int32_t>::max();
+      for (size_t t = 0; t < d; ++t) qt[t * kRowVecs + r / kLanes][r % kLanes] = 0;
+      continue;
+    }
+    size_t hi = hk * pb.group + (r0 + r) / pb.s, qi = (r0 + r) % pb.s;
+    row_head[r] = hi;
+    row_query[r] = qi;
+    long lim = causal ? static_cast<long>(qi) + pb.shift : static_cast<long>(pb.s_kv) - 1;
+    lim = std::clamp(lim, -1L, static_cast<long>(pb.s_kv) - 1);
+    limit[r] = static_cast<int32_t>(lim);
+    min_limit = std::min(min_limit, lim);
+    max_limit = std::max(max_limit, lim);
+    const float* qr = pb.qp + bi * pb.qv.strides[0] + hi * pb.qv.strides[1] + qi * pb.qv.strides[2];
+    for (size_t t = 0; t < d; ++t) qt[t * kRowVecs + r / kLanes][r % kLanes] = qr[t] * scale;
+  }
+  vf m[kRowVecs], l[kRowVecs], corr[kRowVecs];
+  vi lim[kRowVecs];
+  for (size_t rv = 0; rv < kRowVecs; ++rv) {
+    m[rv] = splat(kNegInf);
+    l[rv] = vf{};
+    lim[rv] = *reinterpret_cast<const vi*>(limit + rv * kLanes);
+  }
+  for (size_t i = 0; i < d * kRowVecs; ++i) ot[i] = vf{};
+
+  const size_t key_end = static_cast<size_t>(max_limit + 1);
+  const size_t ks = pb.kv.strides[2], vs = pb.vv.strides[2];
+  const float* kbase = pb.kp + bi * pb.kv.strides[0] + hk * pb.kv.strides[1];
+  const float* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
+  for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+    const size_t nk = std::min(kKeyTile, key_end - k0);
+    const float* k = kbase + k0 * ks;
+    const float* v = vbase + k0 * vs;
+
+    // S^T = K Q^T over this tile's keys.
+    for (size_t rv0 = 0; rv0 < kRowVecs; rv0 += kScoreRowVecs) {
+      size_t j = 0;
+      for (; j + kScoreKeys <= nk; j += kScoreKeys) {
+        score_block<kScoreKeys, kScoreRowVecs>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs);
+      }
+      for (; j < nk; ++j)
+        score_block<1, kScoreRowVecs>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs);
+    }
+    if (pb.has_mask) {
+      const size_t ms = pb.mv.strides[3];
+      for (size_t r = 0; r < nq; ++r) {
+        const float* mrow = pb.mp + bi * pb.mv.strides[0] + row_head[r] * pb.mv.strides[1] +
+                            row_query[r] * pb.mv.strides[2] + k0 * ms;
+        for (size_t j = 0; j < nk; ++j) st[j * kRowVecs + r / kLanes][r % kLanes] += mrow[j * ms];
+      }
+    }
+    // Keys past a row's last visible one (causal) get -inf.
+    if (static_cast<long>(k0 + nk) - 1 > min_limit) {
+      for (size_t j = 0; j < nk; ++j) {
+        const vi key = vi{} + static_cast<int32_t>(k0 + j);
+        for (size_t rv = 0; rv < kRowVecs; ++rv) {
+          st[j * kRowVecs + rv] = key > lim[rv] ? splat(kNegInf) : st[j * kRowVecs + rv];
+        }
+      }
+    }
+    // Online softmax: new running maxima, the old sums and outputs rescaled, P^T over S^T.
+    for (size_t rv = 0; rv < kRowVecs; ++rv) {
+      vf mx = st[rv];
+      for (size_t j = 1; j < nk; ++j) mx = vmax(mx, st[j * kRowVecs + rv]);
+      const vf m_new = vmax(m[rv], mx);
+      // A row with no visible key so far keeps m = -inf; 0 stands in so that no lane computes
+      // -inf - -inf (its probabilities are exp(-inf) = 0).
+      const vf m_use = m_new == splat(kNegInf) ? vf{} : m_new;
+      corr[rv] = vexp_le0(m[rv] - m_use);
+      vf sum{};
+      for (size_t j = 0; j < nk; ++j) {
+        vf pj = vexp_le0(st[j * kRowVecs + rv] - m_use);
+        st[j * kRowVecs + rv] = pj;
+        sum += pj;
+      }
+      l[rv] = l[rv] * corr[rv] + sum;
+      m[rv] = m_new;
+    }
+    // O^T = O^T * corr + V^T P^T.
+    for (size_t rv0 = 0; rv0 < kRowVecs; rv0 += kPvRowVecs) {
+      size_t t0 = 0;
+      for (; t0 + kPvCols <= d; t0 += kPvCols) {
+        pv_block<kPvCols, kPvRowVecs>(v, vs, st, nk, t0, rv0, corr, ot);
+      }
+      for (; t0 < d; ++t0) pv_block<1, kPvRowVecs>(v, vs, st, nk, t0, rv0, corr, ot);
+    }
+  }
+
+  // A row that saw no key (causal with s > s_kv, or an all -inf mask row) gets zeros.
+  alignas(sizeof(vf)) float inv[kItemRows];
+  for (size_t rv = 0; rv < kRowVecs; ++rv) {
+    *reinterpret_cast<vf*>(inv + rv * kLanes) = l[rv] > vf{} ? 1.0f / l[rv] : vf{};
+  }
+  for (size_t r = 0; r < nq; ++r) {
+    float* orow = out + ((bi * pb.nh + row_head[r]) * pb.s + row_query[r]) * d;
+    for (size_t t = 0; t < d; ++t) orow[t] = ot[t * kRowVecs + r / kLanes][r % kLanes] * inv[r];
+  }
+}
+
+}  // namespace
+
+void attention_f32(const FusedParams& params, const std::vector<FusedOperand>& operands,
+                   float* out) {
+  const Problem<float> pb(operands, kItemRows);
+  const float scale = static_cast<float>(params.scale);
+  const size_t heads = pb.nb * pb.nh_kv;
+  std::atomic<size_t> next{0};
+  parallel_for(std::min(num_threads(), pb.items), 1, [&](size_t, size_t) {
+    ItemBuffers buf(pb.d);
+    for (;;) {
+      size_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= pb.items) break;
+      // The last query tiles first: causal, they see the most keys, so the threads end together.
+      size_t qt = pb.q_tiles - 1 - i / heads, bk = i % heads;
+      size_t r0 = qt * kItemRows;
+      run_item(pb, params.causal, scale, bk / pb.nh_kv, bk % pb.nh_kv, r0,
+               std::min(kItemRows, pb.group_rows - r0), buf, out);
+    }
+  });
+}
+
+}  // namespace WICK_ISA_NS
+}  // namespace wick::cpu
