@@ -20,6 +20,10 @@
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
+#if defined(WICK_ISA_AVX512)
+#include <immintrin.h>
+#endif
+
 // clang-format off
 #include "cpu/isa_begin.h"  // last: the code below is compiled for this file's instruction set
 // clang-format on
@@ -52,41 +56,58 @@ constexpr size_t kKeyTile = 64;
 static_assert(kRowVecs % kScoreRowVecs == 0 && kRowVecs % kPvRowVecs == 0);
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.44269504088896341f;
 
 inline vf splat(float x) {
   return vf{} + x;
 }
 
+// a > b ? a : b per lane (b where either is NaN).
 inline vf vmax(vf a, vf b) {
+#if defined(WICK_ISA_AVX512)
+  // (The masked form with every lane set: GCC 12's unmasked one trips -Wmaybe-uninitialized.)
+  return _mm512_mask_max_ps(a, 0xFFFF, a, b);
+#else
   return a > b ? a : b;
+#endif
 }
 
-// exp(x) for x <= 0 per lane, as exp_nonpositive (cpu/vec_exp.h): 2^n * p(r) with x = n ln2 + r
-// and a degree-7 polynomial; 0 below -87 (and for -inf).
-inline vf vexp_le0(vf x) {
-  const vi small = x < splat(-87.0f);
-  x = small ? splat(-87.0f) : x;
-  vf t = x * 1.44269504088896341f + 12582912.0f;  // the low bits of t hold round(x / ln2)
+// 2^x for x <= 0 per lane: 2^n * p(r) with n = round(x), r = x - n in [-1/2, 1/2] and p the
+// degree-7 Taylor polynomial of 2^r (relative error ~1e-8); exactly 0 for x <= -150 and -inf.
+// The scores are in log2 units (the queries are scaled by log2(e)), which saves the
+// multiplication by 1/ln2 and the two-step reduction of exp.
+inline vf vexp2_le0(vf x) {
+#if defined(WICK_ISA_AVX512)
+  x = vmax(x, splat(-150.0f));  // -inf and NaN too: 2^-150 below is +0
+  vf n = _mm512_mask_roundscale_ps(x, 0xFFFF, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+  x = x > splat(-127.0f) ? x : splat(-127.0f);  // -inf and NaN too: 2^-127 below is +0
+  vf t = x + 12582912.0f;                       // 1.5 * 2^23: the low bits of t hold round(x)
   vf n = t - 12582912.0f;
-  vf r = x - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
-  vf p = splat(1.0f / 5040);
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
+#endif
+  vf r = x - n;
+  vf p = splat(1.5252733804059841e-05f);
+  p = p * r + 1.5403530393381609e-04f;
+  p = p * r + 1.3333558146428443e-03f;
+  p = p * r + 9.6181291076284772e-03f;
+  p = p * r + 5.5504108664821580e-02f;
+  p = p * r + 2.4022650695910071e-01f;
+  p = p * r + 6.9314718055994531e-01f;
   p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  // (std::bit_cast, a baseline function, is not inlined into AVX-512 code.)
+#if defined(WICK_ISA_AVX512)
+  return _mm512_mask_scalef_ps(p, 0xFFFF, p, n);  // p * 2^n, rounded to 0 below the denormals
+#else
+  // 2^n from its biased exponent n + 127 (n = -127 gives the bits of +0).
   vi bits = (__builtin_bit_cast(vi, t) - 0x4B400000 + 127) << 23;
-  vi result = __builtin_bit_cast(vi, p * __builtin_bit_cast(vf, bits)) & ~small;
-  return __builtin_bit_cast(vf, result);
+  return p * __builtin_bit_cast(vf, bits);
+#endif
 }
 
 // st[j][rv0 + b] = sum_t k[j][t] qt[t][rv0 + b] for j < J, b < RB: J keys (rows `ks` floats
-// apart) against RB vectors of rows.
+// apart) against RB vectors of rows; mx[rv0 + b] takes the maximum of the new scores too.
 template <size_t J, size_t RB>
-inline void score_block(const float* k, size_t ks, const vf* qt, size_t d, size_t rv0, vf* st) {
+inline void score_block(const float* k, size_t ks, const vf* qt, size_t d, size_t rv0, vf* st,
+                        vf* mx) {
   vf acc[J][RB] = {};
   for (size_t t = 0; t < d; ++t) {
     vf q[RB];
@@ -97,7 +118,10 @@ inline void score_block(const float* k, size_t ks, const vf* qt, size_t d, size_
     }
   }
   for (size_t j = 0; j < J; ++j) {
-    for (size_t b = 0; b < RB; ++b) st[j * kRowVecs + rv0 + b] = acc[j][b];
+    for (size_t b = 0; b < RB; ++b) {
+      st[j * kRowVecs + rv0 + b] = acc[j][b];
+      mx[rv0 + b] = vmax(mx[rv0 + b], acc[j][b]);
+    }
   }
 }
 
@@ -191,25 +215,31 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
     const float* k = kbase + k0 * ks;
     const float* v = vbase + k0 * vs;
 
-    // S^T = K Q^T over this tile's keys.
+    // S^T = K Q^T over this tile's keys, and each row's maximum score.
+    vf mx[kRowVecs];
+    for (size_t rv = 0; rv < kRowVecs; ++rv) mx[rv] = splat(kNegInf);
     for (size_t rv0 = 0; rv0 < kRowVecs; rv0 += kScoreRowVecs) {
       size_t j = 0;
       for (; j + kScoreKeys <= nk; j += kScoreKeys) {
-        score_block<kScoreKeys, kScoreRowVecs>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs);
+        score_block<kScoreKeys, kScoreRowVecs>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs, mx);
       }
       for (; j < nk; ++j)
-        score_block<1, kScoreRowVecs>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs);
+        score_block<1, kScoreRowVecs>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs, mx);
     }
+    // The additive mask, and -inf past each row's last visible key (causal); the maxima are then
+    // taken again over what is left (masked raw scores must not set them).
+    const bool masked = static_cast<long>(k0 + nk) - 1 > min_limit;
     if (pb.has_mask) {
       const size_t ms = pb.mv.strides[3];
       for (size_t r = 0; r < nq; ++r) {
         const float* mrow = pb.mp + bi * pb.mv.strides[0] + row_head[r] * pb.mv.strides[1] +
                             row_query[r] * pb.mv.strides[2] + k0 * ms;
-        for (size_t j = 0; j < nk; ++j) st[j * kRowVecs + r / kLanes][r % kLanes] += mrow[j * ms];
+        for (size_t j = 0; j < nk; ++j) {
+          st[j * kRowVecs + r / kLanes][r % kLanes] += mrow[j * ms] * kLog2e;
+        }
       }
     }
-    // Keys past a row's last visible one (causal) get -inf.
-    if (static_cast<long>(k0 + nk) - 1 > min_limit) {
+    if (masked) {
       for (size_t j = 0; j < nk; ++j) {
         const vi key = vi{} + static_cast<int32_t>(k0 + j);
         for (size_t rv = 0; rv < kRowVecs; ++rv) {
@@ -217,18 +247,22 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
         }
       }
     }
+    if (masked || pb.has_mask) {
+      for (size_t rv = 0; rv < kRowVecs; ++rv) {
+        mx[rv] = st[rv];
+        for (size_t j = 1; j < nk; ++j) mx[rv] = vmax(mx[rv], st[j * kRowVecs + rv]);
+      }
+    }
     // Online softmax: new running maxima, the old sums and outputs rescaled, P^T over S^T.
     for (size_t rv = 0; rv < kRowVecs; ++rv) {
-      vf mx = st[rv];
-      for (size_t j = 1; j < nk; ++j) mx = vmax(mx, st[j * kRowVecs + rv]);
-      const vf m_new = vmax(m[rv], mx);
+      const vf m_new = vmax(m[rv], mx[rv]);
       // A row with no visible key so far keeps m = -inf; 0 stands in so that no lane computes
       // -inf - -inf (its probabilities are exp(-inf) = 0).
       const vf m_use = m_new == splat(kNegInf) ? vf{} : m_new;
-      corr[rv] = vexp_le0(m[rv] - m_use);
+      corr[rv] = vexp2_le0(m[rv] - m_use);
       vf sum{};
       for (size_t j = 0; j < nk; ++j) {
-        vf pj = vexp_le0(st[j * kRowVecs + rv] - m_use);
+        vf pj = vexp2_le0(st[j * kRowVecs + rv] - m_use);
         st[j * kRowVecs + rv] = pj;
         sum += pj;
       }
@@ -261,7 +295,8 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
 void attention_f32(const FusedParams& params, const std::vector<FusedOperand>& operands,
                    float* out) {
   const Problem<float> pb(operands, kItemRows);
-  const float scale = static_cast<float>(params.scale);
+  // Scores in log2 units: exp(x - m) = 2^(x log2(e) - m log2(e)).
+  const float scale = static_cast<float>(params.scale * kLog2e);
   const size_t heads = pb.nb * pb.nh_kv;
   std::atomic<size_t> next{0};
   parallel_for(std::min(num_threads(), pb.items), 1, [&](size_t, size_t) {
