@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "cpu/attention.h"
@@ -103,6 +104,41 @@ inline vf vexp2_le0(vf x) {
 #endif
 }
 
+inline vf load_unaligned(const float* p) {
+  vf v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void store_unaligned(float* p, vf v) {
+  __builtin_memcpy(p, &v, sizeof(v));
+}
+
+// The shuffles of one transpose round at distance H: lane i of the first result takes lane i of
+// a, or lane i - H of b where i has bit H; the second takes lane i + H of a, or lane i of b.
+template <size_t H, size_t... I>
+constexpr vi round_first(std::index_sequence<I...>) {
+  return vi{static_cast<int32_t>((I & H) ? I - H + kLanes : I)...};
+}
+template <size_t H, size_t... I>
+constexpr vi round_second(std::index_sequence<I...>) {
+  return vi{static_cast<int32_t>((I & H) ? I + kLanes : I + H)...};
+}
+
+// x[i][j] -> x[j][i] for a kLanes x kLanes block: log2(kLanes) rounds of two-vector shuffles.
+template <size_t H = kLanes / 2>
+inline void transpose(vf* x) {
+  constexpr vi first = round_first<H>(std::make_index_sequence<kLanes>());
+  constexpr vi second = round_second<H>(std::make_index_sequence<kLanes>());
+  for (size_t i = 0; i < kLanes; ++i) {
+    if (i & H) continue;
+    vf a = x[i], b = x[i + H];
+    x[i] = __builtin_shuffle(a, b, first);
+    x[i + H] = __builtin_shuffle(a, b, second);
+  }
+  if constexpr (H > 1) transpose<H / 2>(x);
+}
+
 // st[j][rv0 + b] = sum_t k[j][t] qt[t][rv0 + b] for j < J, b < RB: J keys (rows `ks` floats
 // apart) against RB vectors of rows; mx[rv0 + b] takes the maximum of the new scores too.
 template <size_t J, size_t RB>
@@ -177,25 +213,43 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
   vf* ot = buf.ot.data();
   vf* st = buf.st.data();
   size_t row_head[kItemRows], row_query[kItemRows];
+  const float* q_row[kItemRows];
   // The last key each row sees; rows past nq (padding) see every key and read zeros.
   alignas(sizeof(vf)) int32_t limit[kItemRows];
   long min_limit = std::numeric_limits<long>::max(), max_limit = -1;
   for (size_t r = 0; r < kItemRows; ++r) {
     if (r >= nq) {
       limit[r] = std::numeric_limits<int32_t>::max();
-      for (size_t t = 0; t < d; ++t) qt[t * kRowVecs + r / kLanes][r % kLanes] = 0;
       continue;
     }
     size_t hi = hk * pb.group + (r0 + r) / pb.s, qi = (r0 + r) % pb.s;
     row_head[r] = hi;
     row_query[r] = qi;
+    q_row[r] = pb.qp + bi * pb.qv.strides[0] + hi * pb.qv.strides[1] + qi * pb.qv.strides[2];
     long lim = causal ? static_cast<long>(qi) + pb.shift : static_cast<long>(pb.s_kv) - 1;
     lim = std::clamp(lim, -1L, static_cast<long>(pb.s_kv) - 1);
     limit[r] = static_cast<int32_t>(lim);
     min_limit = std::min(min_limit, lim);
     max_limit = std::max(max_limit, lim);
-    const float* qr = pb.qp + bi * pb.qv.strides[0] + hi * pb.qv.strides[1] + qi * pb.qv.strides[2];
-    for (size_t t = 0; t < d; ++t) qt[t * kRowVecs + r / kLanes][r % kLanes] = qr[t] * scale;
+  }
+  // Q^T, scaled: blocks of kLanes rows x kLanes columns transposed in registers.
+  const size_t d_blocks = d / kLanes * kLanes;
+  for (size_t rv = 0; rv < kRowVecs; ++rv) {
+    for (size_t t0 = 0; t0 < d_blocks; t0 += kLanes) {
+      vf x[kLanes];
+      for (size_t i = 0; i < kLanes; ++i) {
+        size_t r = rv * kLanes + i;
+        x[i] = r < nq ? load_unaligned(q_row[r] + t0) * scale : vf{};
+      }
+      transpose(x);
+      for (size_t i = 0; i < kLanes; ++i) qt[(t0 + i) * kRowVecs + rv] = x[i];
+    }
+    for (size_t t = d_blocks; t < d; ++t) {
+      for (size_t i = 0; i < kLanes; ++i) {
+        size_t r = rv * kLanes + i;
+        qt[t * kRowVecs + rv][i] = r < nq ? q_row[r][t] * scale : 0.0f;
+      }
+    }
   }
   vf m[kRowVecs], l[kRowVecs], corr[kRowVecs];
   vi lim[kRowVecs];
@@ -284,9 +338,25 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
   for (size_t rv = 0; rv < kRowVecs; ++rv) {
     *reinterpret_cast<vf*>(inv + rv * kLanes) = l[rv] > vf{} ? 1.0f / l[rv] : vf{};
   }
-  for (size_t r = 0; r < nq; ++r) {
-    float* orow = out + ((bi * pb.nh + row_head[r]) * pb.s + row_query[r]) * d;
-    for (size_t t = 0; t < d; ++t) orow[t] = ot[t * kRowVecs + r / kLanes][r % kLanes] * inv[r];
+  for (size_t rv = 0; rv < kRowVecs && rv * kLanes < nq; ++rv) {
+    float* o_row[kLanes];
+    for (size_t i = 0; i < kLanes; ++i) {
+      size_t r = rv * kLanes + i;
+      o_row[i] = r < nq ? out + ((bi * pb.nh + row_head[r]) * pb.s + row_query[r]) * d : nullptr;
+    }
+    for (size_t t0 = 0; t0 < d_blocks; t0 += kLanes) {
+      vf x[kLanes];
+      for (size_t i = 0; i < kLanes; ++i) x[i] = ot[(t0 + i) * kRowVecs + rv];
+      transpose(x);
+      for (size_t i = 0; i < kLanes; ++i) {
+        if (o_row[i] != nullptr) store_unaligned(o_row[i] + t0, x[i] * inv[rv * kLanes + i]);
+      }
+    }
+    for (size_t t = d_blocks; t < d; ++t) {
+      for (size_t i = 0; i < kLanes; ++i) {
+        if (o_row[i] != nullptr) o_row[i][t] = ot[t * kRowVecs + rv][i] * inv[rv * kLanes + i];
+      }
+    }
   }
 }
 
