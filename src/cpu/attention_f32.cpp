@@ -73,19 +73,37 @@ inline vf vmax(vf a, vf b) {
 #endif
 }
 
-// 2^x for x <= 0 per lane: 2^n * p(r) with n = round(x), r = x - n in [-1/2, 1/2] and p the
-// degree-7 Taylor polynomial of 2^r (relative error ~1e-8); exactly 0 for x <= -150 and -inf.
-// The scores are in log2 units (the queries are scaled by log2(e)), which saves the
-// multiplication by 1/ln2 and the two-step reduction of exp.
-inline vf vexp2_le0(vf x) {
+// 2^x for x <= 0 per lane. The scores are in log2 units (the queries are scaled by log2(e)),
+// which saves exp's multiplication by 1/ln2 and its two-step reduction. Exactly 0 for x <= -150
+// and -inf (and for NaN, which only a masked key yields).
 #if defined(WICK_ISA_AVX512)
-  x = vmax(x, splat(-150.0f));  // -inf and NaN too: 2^-150 below is +0
-  vf n = _mm512_mask_roundscale_ps(x, 0xFFFF, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+// 2^(k/16) * 2^r with k = round(16 x) and |r| <= 1/32: 2^(k/16) is 2^floor(k/16) (scalef) times
+// a 16-entry table indexed by k mod 16 (one permute), and 2^r a degree-3 Taylor polynomial
+// (relative error ~1e-8). (The intrinsics' masked forms with every lane set: GCC 12's unmasked
+// ones trip -Wmaybe-uninitialized.)
+inline vf vexp2_le0(vf x) {
+  const vf table = {1.0f,        1.04427373f, 1.09050775f, 1.13878858f, 1.18920708f, 1.24185777f,
+                    1.29683959f, 1.35425556f, 1.41421354f, 1.47682619f, 1.54221082f, 1.61049032f,
+                    1.68179286f, 1.75625217f, 1.8340081f,  1.91520655f};
+  x = vmax(x, splat(-150.0f));
+  vf t = x + 786432.0f;  // 1.5 * 2^19, whose last place is 1/16: t's low mantissa bits hold k
+  vf n = t - 786432.0f;  // k / 16
+  vf r = x - n;
+  vf frac = _mm512_mask_permutexvar_ps(table, 0xFFFF, __builtin_bit_cast(__m512i, t), table);
+  vf p = splat(5.5504108664821580e-02f);
+  p = p * r + 2.4022650695910071e-01f;
+  p = p * r + 6.9314718055994531e-01f;
+  p = p * r + 1.0f;
+  p *= frac;
+  return _mm512_mask_scalef_ps(p, 0xFFFF, p, n);  // p * 2^floor(n), rounded to 0 below 2^-149
+}
 #else
+// 2^n * p(r) with n = round(x), r = x - n in [-1/2, 1/2] and p the degree-7 Taylor polynomial
+// of 2^r (relative error ~1e-8); 2^n built from its biased exponent.
+inline vf vexp2_le0(vf x) {
   x = x > splat(-127.0f) ? x : splat(-127.0f);  // -inf and NaN too: 2^-127 below is +0
   vf t = x + 12582912.0f;                       // 1.5 * 2^23: the low bits of t hold round(x)
   vf n = t - 12582912.0f;
-#endif
   vf r = x - n;
   vf p = splat(1.5252733804059841e-05f);
   p = p * r + 1.5403530393381609e-04f;
@@ -95,14 +113,11 @@ inline vf vexp2_le0(vf x) {
   p = p * r + 2.4022650695910071e-01f;
   p = p * r + 6.9314718055994531e-01f;
   p = p * r + 1.0f;
-#if defined(WICK_ISA_AVX512)
-  return _mm512_mask_scalef_ps(p, 0xFFFF, p, n);  // p * 2^n, rounded to 0 below the denormals
-#else
   // 2^n from its biased exponent n + 127 (n = -127 gives the bits of +0).
   vi bits = (__builtin_bit_cast(vi, t) - 0x4B400000 + 127) << 23;
   return p * __builtin_bit_cast(vf, bits);
-#endif
 }
+#endif
 
 inline vf load_unaligned(const float* p) {
   vf v;
