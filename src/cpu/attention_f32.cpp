@@ -36,7 +36,7 @@ namespace {
 
 // Register blocks: the scores kernel keeps kScoreKeys keys x kScoreRowVecs row vectors of
 // accumulators, the P V kernel kPvCols output columns x kPvRowVecs row vectors (AVX-512: 16 of
-// its 32 registers; AVX2: 8 of 16).
+// its 32 registers; AVX2: 12 of 16, the FMAs reading the row vectors from memory).
 #if defined(WICK_ISA_AVX512)
 constexpr size_t kLanes = 16;
 typedef float vf __attribute__((vector_size(64), __may_alias__));
@@ -47,8 +47,8 @@ constexpr size_t kPvCols = 4, kPvRowVecs = 4;
 constexpr size_t kLanes = 8;
 typedef float vf __attribute__((vector_size(32), __may_alias__));
 typedef int32_t vi __attribute__((vector_size(32), __may_alias__));
-constexpr size_t kScoreKeys = 4, kScoreRowVecs = 2;
-constexpr size_t kPvCols = 4, kPvRowVecs = 2;
+constexpr size_t kScoreKeys = 3, kScoreRowVecs = 4;
+constexpr size_t kPvCols = 3, kPvRowVecs = 4;
 #endif
 
 constexpr size_t kItemRows = 64;  // query rows of a work item
