@@ -36,25 +36,28 @@ namespace {
 
 // Register blocks: the scores kernel keeps kScoreKeys keys x kScoreRowVecs row vectors of
 // accumulators, the P V kernel kPvCols output columns x kPvRowVecs row vectors (AVX-512: 16 of
-// its 32 registers; AVX2: 12 of 16, the FMAs reading the row vectors from memory).
+// its 32 registers; AVX2: 12 of 16, the FMAs reading the row vectors from memory). Row vectors
+// left over (an item of few rows: decoding) take blocks of one row vector and kNarrowKeys keys
+// or kNarrowCols columns.
 #if defined(WICK_ISA_AVX512)
 constexpr size_t kLanes = 16;
 typedef float vf __attribute__((vector_size(64), __may_alias__));
 typedef int32_t vi __attribute__((vector_size(64), __may_alias__));
 constexpr size_t kScoreKeys = 4, kScoreRowVecs = 4;
 constexpr size_t kPvCols = 4, kPvRowVecs = 4;
+constexpr size_t kNarrowKeys = 8, kNarrowCols = 8;
 #else
 constexpr size_t kLanes = 8;
 typedef float vf __attribute__((vector_size(32), __may_alias__));
 typedef int32_t vi __attribute__((vector_size(32), __may_alias__));
 constexpr size_t kScoreKeys = 3, kScoreRowVecs = 4;
 constexpr size_t kPvCols = 3, kPvRowVecs = 4;
+constexpr size_t kNarrowKeys = 8, kNarrowCols = 8;
 #endif
 
 constexpr size_t kItemRows = 64;  // query rows of a work item
 constexpr size_t kRowVecs = kItemRows / kLanes;
 constexpr size_t kKeyTile = 64;
-static_assert(kRowVecs % kScoreRowVecs == 0 && kRowVecs % kPvRowVecs == 0);
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.44269504088896341f;
@@ -157,8 +160,8 @@ inline void transpose(vf* x) {
 // st[j][rv0 + b] = sum_t k[j][t] qt[t][rv0 + b] for j < J, b < RB: J keys (rows `ks` floats
 // apart) against RB vectors of rows; mx[rv0 + b] takes the maximum of the new scores too.
 template <size_t J, size_t RB>
-inline void score_block(const float* k, size_t ks, const vf* qt, size_t d, size_t rv0, vf* st,
-                        vf* mx) {
+__attribute__((always_inline)) inline void score_block(const float* k, size_t ks, const vf* qt,
+                                                       size_t d, size_t rv0, vf* st, vf* mx) {
   vf acc[J][RB] = {};
   for (size_t t = 0; t < d; ++t) {
     vf q[RB];
@@ -179,8 +182,9 @@ inline void score_block(const float* k, size_t ks, const vf* qt, size_t d, size_
 // ot[t0 + c][rv0 + b] = ot[..] * corr[rv0 + b] + sum_j v[j][t0 + c] pt[j][rv0 + b] for c < C,
 // b < RB, j < nk: the running output rescaled to the new maxima, plus this tile's P V.
 template <size_t C, size_t RB>
-inline void pv_block(const float* v, size_t vs, const vf* pt, size_t nk, size_t t0, size_t rv0,
-                     const vf* corr, vf* ot) {
+__attribute__((always_inline)) inline void pv_block(const float* v, size_t vs, const vf* pt,
+                                                    size_t nk, size_t t0, size_t rv0,
+                                                    const vf* corr, vf* ot) {
   vf acc[C][RB];
   for (size_t c = 0; c < C; ++c) {
     for (size_t b = 0; b < RB; ++b) {
@@ -198,6 +202,25 @@ inline void pv_block(const float* v, size_t vs, const vf* pt, size_t nk, size_t 
   for (size_t c = 0; c < C; ++c) {
     for (size_t b = 0; b < RB; ++b) ot[(t0 + c) * kRowVecs + rv0 + b] = acc[c][b];
   }
+}
+
+// S^T over nk keys for row vectors [rv0, rv0 + RB), each row's maximum score into mx. (Not
+// inlined, here and in pv_rows: in the caller the loops' registers are lost to its constants.)
+template <size_t J, size_t RB>
+__attribute__((noinline)) void scores_rows(const float* k, size_t ks, size_t nk, const vf* qt,
+                                           size_t d, size_t rv0, vf* st, vf* mx) {
+  size_t j = 0;
+  for (; j + J <= nk; j += J) score_block<J, RB>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs, mx);
+  for (; j < nk; ++j) score_block<1, RB>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs, mx);
+}
+
+// O^T = O^T * corr + V^T P^T for row vectors [rv0, rv0 + RB).
+template <size_t C, size_t RB>
+__attribute__((noinline)) void pv_rows(const float* v, size_t vs, const vf* pt, size_t nk, size_t d,
+                                       size_t rv0, const vf* corr, vf* ot) {
+  size_t t0 = 0;
+  for (; t0 + C <= d; t0 += C) pv_block<C, RB>(v, vs, pt, nk, t0, rv0, corr, ot);
+  for (; t0 < d; ++t0) pv_block<1, RB>(v, vs, pt, nk, t0, rv0, corr, ot);
 }
 
 // A float buffer of n vectors aligned to the vector size.
@@ -247,9 +270,11 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
     min_limit = std::min(min_limit, lim);
     max_limit = std::max(max_limit, lim);
   }
+  // Only the nv row vectors that hold rows are computed (the rest pad the last tile of rows).
+  const size_t nv = (nq + kLanes - 1) / kLanes;
   // Q^T, scaled: blocks of kLanes rows x kLanes columns transposed in registers.
   const size_t d_blocks = d / kLanes * kLanes;
-  for (size_t rv = 0; rv < kRowVecs; ++rv) {
+  for (size_t rv = 0; rv < nv; ++rv) {
     for (size_t t0 = 0; t0 < d_blocks; t0 += kLanes) {
       vf x[kLanes];
       for (size_t i = 0; i < kLanes; ++i) {
@@ -268,12 +293,14 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
   }
   vf m[kRowVecs], l[kRowVecs], corr[kRowVecs];
   vi lim[kRowVecs];
-  for (size_t rv = 0; rv < kRowVecs; ++rv) {
+  for (size_t rv = 0; rv < nv; ++rv) {
     m[rv] = splat(kNegInf);
     l[rv] = vf{};
     lim[rv] = *reinterpret_cast<const vi*>(limit + rv * kLanes);
   }
-  for (size_t i = 0; i < d * kRowVecs; ++i) ot[i] = vf{};
+  for (size_t t = 0; t < d; ++t) {
+    for (size_t rv = 0; rv < nv; ++rv) ot[t * kRowVecs + rv] = vf{};
+  }
 
   const size_t key_end = static_cast<size_t>(max_limit + 1);
   const size_t ks = pb.kv.strides[2], vs = pb.vv.strides[2];
@@ -286,15 +313,12 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
 
     // S^T = K Q^T over this tile's keys, and each row's maximum score.
     vf mx[kRowVecs];
-    for (size_t rv = 0; rv < kRowVecs; ++rv) mx[rv] = splat(kNegInf);
-    for (size_t rv0 = 0; rv0 < kRowVecs; rv0 += kScoreRowVecs) {
-      size_t j = 0;
-      for (; j + kScoreKeys <= nk; j += kScoreKeys) {
-        score_block<kScoreKeys, kScoreRowVecs>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs, mx);
-      }
-      for (; j < nk; ++j)
-        score_block<1, kScoreRowVecs>(k + j * ks, ks, qt, d, rv0, st + j * kRowVecs, mx);
+    for (size_t rv = 0; rv < nv; ++rv) mx[rv] = splat(kNegInf);
+    size_t rv0 = 0;
+    for (; rv0 + kScoreRowVecs <= nv; rv0 += kScoreRowVecs) {
+      scores_rows<kScoreKeys, kScoreRowVecs>(k, ks, nk, qt, d, rv0, st, mx);
     }
+    for (; rv0 < nv; ++rv0) scores_rows<kNarrowKeys, 1>(k, ks, nk, qt, d, rv0, st, mx);
     // The additive mask, and -inf past each row's last visible key (causal); the maxima are then
     // taken again over what is left (masked raw scores must not set them).
     const bool masked = static_cast<long>(k0 + nk) - 1 > min_limit;
@@ -311,19 +335,19 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
     if (masked) {
       for (size_t j = 0; j < nk; ++j) {
         const vi key = vi{} + static_cast<int32_t>(k0 + j);
-        for (size_t rv = 0; rv < kRowVecs; ++rv) {
+        for (size_t rv = 0; rv < nv; ++rv) {
           st[j * kRowVecs + rv] = key > lim[rv] ? splat(kNegInf) : st[j * kRowVecs + rv];
         }
       }
     }
     if (masked || pb.has_mask) {
-      for (size_t rv = 0; rv < kRowVecs; ++rv) {
+      for (size_t rv = 0; rv < nv; ++rv) {
         mx[rv] = st[rv];
         for (size_t j = 1; j < nk; ++j) mx[rv] = vmax(mx[rv], st[j * kRowVecs + rv]);
       }
     }
     // Online softmax: new running maxima, the old sums and outputs rescaled, P^T over S^T.
-    for (size_t rv = 0; rv < kRowVecs; ++rv) {
+    for (size_t rv = 0; rv < nv; ++rv) {
       const vf m_new = vmax(m[rv], mx[rv]);
       // A row with no visible key so far keeps m = -inf; 0 stands in so that no lane computes
       // -inf - -inf (its probabilities are exp(-inf) = 0).
@@ -339,21 +363,19 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
       m[rv] = m_new;
     }
     // O^T = O^T * corr + V^T P^T.
-    for (size_t rv0 = 0; rv0 < kRowVecs; rv0 += kPvRowVecs) {
-      size_t t0 = 0;
-      for (; t0 + kPvCols <= d; t0 += kPvCols) {
-        pv_block<kPvCols, kPvRowVecs>(v, vs, st, nk, t0, rv0, corr, ot);
-      }
-      for (; t0 < d; ++t0) pv_block<1, kPvRowVecs>(v, vs, st, nk, t0, rv0, corr, ot);
+    rv0 = 0;
+    for (; rv0 + kPvRowVecs <= nv; rv0 += kPvRowVecs) {
+      pv_rows<kPvCols, kPvRowVecs>(v, vs, st, nk, d, rv0, corr, ot);
     }
+    for (; rv0 < nv; ++rv0) pv_rows<kNarrowCols, 1>(v, vs, st, nk, d, rv0, corr, ot);
   }
 
   // A row that saw no key (causal with s > s_kv, or an all -inf mask row) gets zeros.
   alignas(sizeof(vf)) float inv[kItemRows];
-  for (size_t rv = 0; rv < kRowVecs; ++rv) {
+  for (size_t rv = 0; rv < nv; ++rv) {
     *reinterpret_cast<vf*>(inv + rv * kLanes) = l[rv] > vf{} ? 1.0f / l[rv] : vf{};
   }
-  for (size_t rv = 0; rv < kRowVecs && rv * kLanes < nq; ++rv) {
+  for (size_t rv = 0; rv < nv; ++rv) {
     float* o_row[kLanes];
     for (size_t i = 0; i < kLanes; ++i) {
       size_t r = rv * kLanes + i;
