@@ -205,8 +205,9 @@ TEST(NnFused, AttentionF32HeadDimsAndRemainders) {
   // The f32 kernel's register blocks and transposes: head dims that are (64, 128) and are not
   // (80 = 64 + 16, 20 = 16 + 4) multiples of its vector blocks, query rows that leave a partial
   // tile or vector of rows, key counts that leave a partial key tile and key block, and a sharp
-  // softmax (scale 1) whose running maxima change from tile to tile. CTest runs this file again
-  // under each instruction set (isa_*).
+  // softmax (scale 1) whose running maxima change from tile to tile; items of few rows (decoding,
+  // up to one vector of rows) take their own path. CTest runs this file again under each
+  // instruction set (isa_*).
   struct Case {
     size_t h, hk, s, skv, d;
     bool causal, mask;
@@ -216,7 +217,8 @@ TEST(NnFused, AttentionF32HeadDimsAndRemainders) {
       {2, 2, 70, 131, 64, false, false, 0},  {4, 2, 37, 67, 80, true, false, 0},
       {2, 1, 130, 130, 128, true, false, 1}, {2, 2, 1, 200, 128, false, true, 0},
       {3, 3, 65, 97, 20, true, true, 0},     {8, 2, 1, 129, 64, true, false, 0},
-      {2, 2, 17, 5, 80, false, false, 1},
+      {2, 2, 17, 5, 80, false, false, 1},    {4, 1, 3, 50, 20, true, true, 0},
+      {4, 1, 2, 70, 80, true, false, 1},
   };
   for (const Case& c : cases) {
     Tensor q = random_tensor({1, c.h, c.s, c.d}, DType::F32);

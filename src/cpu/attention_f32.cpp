@@ -46,6 +46,7 @@ typedef int32_t vi __attribute__((vector_size(64), __may_alias__));
 constexpr size_t kScoreKeys = 4, kScoreRowVecs = 4;
 constexpr size_t kPvCols = 4, kPvRowVecs = 4;
 constexpr size_t kNarrowKeys = 8, kNarrowCols = 8;
+constexpr size_t kFewRows = 4;
 #else
 constexpr size_t kLanes = 8;
 typedef float vf __attribute__((vector_size(32), __may_alias__));
@@ -53,11 +54,13 @@ typedef int32_t vi __attribute__((vector_size(32), __may_alias__));
 constexpr size_t kScoreKeys = 3, kScoreRowVecs = 4;
 constexpr size_t kPvCols = 3, kPvRowVecs = 4;
 constexpr size_t kNarrowKeys = 8, kNarrowCols = 8;
+constexpr size_t kFewRows = 2;
 #endif
 
 constexpr size_t kItemRows = 64;  // query rows of a work item
 constexpr size_t kRowVecs = kItemRows / kLanes;
 constexpr size_t kKeyTile = 64;
+constexpr size_t kKeyVecs = kKeyTile / kLanes;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.44269504088896341f;
@@ -240,8 +243,200 @@ class VecBuffer {
 
 struct ItemBuffers {
   VecBuffer qt, ot, st;  // Q^T and O^T (d, kItemRows), S^T then P^T (kKeyTile, kItemRows)
-  explicit ItemBuffers(size_t d) : qt(d * kRowVecs), ot(d * kRowVecs), st(kKeyTile * kRowVecs) {}
+  // Items of at most kLanes rows (few_rows_item): Q and O (row, d rounded up to vectors), K^T.
+  VecBuffer q, o, kt;
+  explicit ItemBuffers(size_t d)
+      : qt(d * kRowVecs),
+        ot(d * kRowVecs),
+        st(kKeyTile * kRowVecs),
+        q(kLanes * vecs(d)),
+        o(kLanes * vecs(d)),
+        kt(d * kKeyVecs) {}
+  static size_t vecs(size_t n) { return (n + kLanes - 1) / kLanes; }
 };
+
+// ---- items of at most kLanes rows (decoding): rows x keys, K transposed per tile ----
+//
+// One row per lane would leave most lanes idle, so these items keep the usual layout: scores of
+// a row along the keys of a tile (K^T built per tile with the transposes), outputs along d.
+
+// kt[t][j] = k[j][t] for t < d, j < nk, 0 for nk <= j < kKeyTile (kKeyVecs vectors per t).
+__attribute__((noinline)) void pack_keys(const float* k, size_t ks, size_t nk, size_t d, vf* kt) {
+  const size_t d_blocks = d / kLanes * kLanes;
+  for (size_t kv = 0; kv < kKeyVecs; ++kv) {
+    for (size_t t0 = 0; t0 < d_blocks; t0 += kLanes) {
+      vf x[kLanes];
+      for (size_t i = 0; i < kLanes; ++i) {
+        size_t j = kv * kLanes + i;
+        x[i] = j < nk ? load_unaligned(k + j * ks + t0) : vf{};
+      }
+      transpose(x);
+      for (size_t i = 0; i < kLanes; ++i) kt[(t0 + i) * kKeyVecs + kv] = x[i];
+    }
+    for (size_t t = d_blocks; t < d; ++t) {
+      for (size_t i = 0; i < kLanes; ++i) {
+        size_t j = kv * kLanes + i;
+        kt[t * kKeyVecs + kv][i] = j < nk ? k[j * ks + t] : 0.0f;
+      }
+    }
+  }
+}
+
+// sc[i][..] = sum_t q[i][t] kt[t][..] for i < R (q rows dq floats apart), all kKeyTile keys.
+template <size_t R>
+__attribute__((always_inline)) inline void few_scores_block(const float* q, size_t dq, const vf* kt,
+                                                            size_t d, vf* sc) {
+  constexpr size_t KB = kKeyVecs < 4 ? kKeyVecs : 4;
+  for (size_t kb = 0; kb < kKeyVecs; kb += KB) {
+    vf acc[R][KB] = {};
+    for (size_t t = 0; t < d; ++t) {
+      vf kv[KB];
+      for (size_t c = 0; c < KB; ++c) kv[c] = kt[t * kKeyVecs + kb + c];
+      for (size_t i = 0; i < R; ++i) {
+        float a = q[i * dq + t];
+        for (size_t c = 0; c < KB; ++c) acc[i][c] += a * kv[c];
+      }
+    }
+    for (size_t i = 0; i < R; ++i) {
+      for (size_t c = 0; c < KB; ++c) sc[i * kKeyVecs + kb + c] = acc[i][c];
+    }
+  }
+}
+
+__attribute__((noinline)) void few_scores(const float* q, size_t dq, const vf* kt, size_t d,
+                                          size_t nq, vf* sc) {
+  size_t r = 0;
+  for (; r + kFewRows <= nq; r += kFewRows) {
+    few_scores_block<kFewRows>(q + r * dq, dq, kt, d, sc + r * kKeyVecs);
+  }
+  for (; r < nq; ++r) few_scores_block<1>(q + r * dq, dq, kt, d, sc + r * kKeyVecs);
+}
+
+// o[i][tv0 + c] = o[..] * corr[i] + sum_j p[i][j] v[j][(tv0 + c) vector] for i < R, c < C
+// (o rows dv vectors apart, p rows kKeyTile floats apart).
+template <size_t R, size_t C>
+__attribute__((always_inline)) inline void few_pv_block(const float* v, size_t vs, const float* p,
+                                                        size_t nk, size_t tv0, const float* corr,
+                                                        vf* o, size_t dv) {
+  vf acc[R][C];
+  for (size_t i = 0; i < R; ++i) {
+    for (size_t c = 0; c < C; ++c) acc[i][c] = o[i * dv + tv0 + c] * corr[i];
+  }
+  for (size_t j = 0; j < nk; ++j) {
+    vf vj[C];
+    for (size_t c = 0; c < C; ++c) vj[c] = load_unaligned(v + j * vs + (tv0 + c) * kLanes);
+    for (size_t i = 0; i < R; ++i) {
+      float a = p[i * kKeyTile + j];
+      for (size_t c = 0; c < C; ++c) acc[i][c] += a * vj[c];
+    }
+  }
+  for (size_t i = 0; i < R; ++i) {
+    for (size_t c = 0; c < C; ++c) o[i * dv + tv0 + c] = acc[i][c];
+  }
+}
+
+template <size_t R>
+inline void few_pv_rows(const float* v, size_t vs, const float* p, size_t nk, size_t d,
+                        const float* corr, vf* o, size_t dv) {
+  const size_t d_vecs = d / kLanes;
+  size_t tv = 0;
+  for (; tv + 4 <= d_vecs; tv += 4) few_pv_block<R, 4>(v, vs, p, nk, tv, corr, o, dv);
+  for (; tv < d_vecs; ++tv) few_pv_block<R, 1>(v, vs, p, nk, tv, corr, o, dv);
+  // Columns past the last whole vector (V's rows end there).
+  for (size_t i = 0; i < R; ++i) {
+    float* oi = reinterpret_cast<float*>(o + i * dv);
+    for (size_t t = d_vecs * kLanes; t < d; ++t) {
+      float sum = oi[t] * corr[i];
+      for (size_t j = 0; j < nk; ++j) sum += p[i * kKeyTile + j] * v[j * vs + t];
+      oi[t] = sum;
+    }
+  }
+}
+
+__attribute__((noinline)) void few_pv(const float* v, size_t vs, const vf* sc, size_t nk, size_t d,
+                                      size_t nq, const float* corr, vf* o, size_t dv) {
+  const float* p = reinterpret_cast<const float*>(sc);
+  size_t r = 0;
+  for (; r + kFewRows <= nq; r += kFewRows) {
+    few_pv_rows<kFewRows>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
+  }
+  for (; r < nq; ++r) few_pv_rows<1>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
+}
+
+inline float hmax(vf x) {
+  float m = x[0];
+  for (size_t i = 1; i < kLanes; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+inline float hsum(vf x) {
+  float s = 0;
+  for (size_t i = 0; i < kLanes; ++i) s += x[i];
+  return s;
+}
+
+// An item of nq <= kLanes rows; row_* as in run_item.
+void few_rows_item(const Problem<float>& pb, float scale, size_t bi, size_t hk, size_t nq,
+                   const size_t* row_head, const size_t* row_query, const float* const* q_row,
+                   const int32_t* limit, ItemBuffers& buf, float* out) {
+  const size_t d = pb.d, dv = ItemBuffers::vecs(d), dq = dv * kLanes;
+  float* q = reinterpret_cast<float*>(buf.q.data());
+  vf* o = buf.o.data();
+  vf* kt = buf.kt.data();
+  vf* sc = buf.st.data();
+  float m[kLanes], l[kLanes], corr[kLanes];
+  long max_limit = -1;
+  for (size_t r = 0; r < nq; ++r) {
+    for (size_t t = 0; t < d; ++t) q[r * dq + t] = q_row[r][t] * scale;
+    for (size_t i = 0; i < dv; ++i) o[r * dv + i] = vf{};
+    m[r] = kNegInf;
+    l[r] = 0;
+    max_limit = std::max(max_limit, static_cast<long>(limit[r]));
+  }
+  const size_t key_end = static_cast<size_t>(max_limit + 1);
+  const size_t ks = pb.kv.strides[2], vs = pb.vv.strides[2];
+  const float* kbase = pb.kp + bi * pb.kv.strides[0] + hk * pb.kv.strides[1];
+  const float* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
+  for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+    const size_t nk = std::min(kKeyTile, key_end - k0);
+    pack_keys(kbase + k0 * ks, ks, nk, d, kt);
+    few_scores(q, dq, kt, d, nq, sc);
+    for (size_t r = 0; r < nq; ++r) {
+      vf* srow = sc + r * kKeyVecs;
+      float* sf = reinterpret_cast<float*>(srow);
+      if (pb.has_mask) {
+        const size_t ms = pb.mv.strides[3];
+        const float* mrow = pb.mp + bi * pb.mv.strides[0] + row_head[r] * pb.mv.strides[1] +
+                            row_query[r] * pb.mv.strides[2] + k0 * ms;
+        for (size_t j = 0; j < nk; ++j) sf[j] += mrow[j * ms] * kLog2e;
+      }
+      // Keys past the row's last visible one (causal) and past the tile's end get -inf.
+      long visible = std::clamp(static_cast<long>(limit[r]) - static_cast<long>(k0) + 1, 0L,
+                                static_cast<long>(nk));
+      for (size_t j = static_cast<size_t>(visible); j < kKeyTile; ++j) sf[j] = kNegInf;
+      vf mxv = srow[0];
+      for (size_t kv = 1; kv < kKeyVecs; ++kv) mxv = vmax(mxv, srow[kv]);
+      const float m_new = std::max(m[r], hmax(mxv));
+      const float m_use = m_new == kNegInf ? 0.0f : m_new;  // as in run_item
+      corr[r] = vexp2_le0(splat(m[r] - m_use))[0];
+      vf sum{};
+      for (size_t kv = 0; kv < kKeyVecs; ++kv) {
+        vf p = vexp2_le0(srow[kv] - m_use);
+        srow[kv] = p;
+        sum += p;
+      }
+      l[r] = l[r] * corr[r] + hsum(sum);
+      m[r] = m_new;
+    }
+    few_pv(vbase + k0 * vs, vs, sc, nk, d, nq, corr, o, dv);
+  }
+  for (size_t r = 0; r < nq; ++r) {
+    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    const float* orow = reinterpret_cast<const float*>(o + r * dv);
+    float* dst = out + ((bi * pb.nh + row_head[r]) * pb.s + row_query[r]) * d;
+    for (size_t t = 0; t < d; ++t) dst[t] = orow[t] * inv;
+  }
+}
 
 // One work item: rows [r0, r0 + nq) of the group of k/v head hk of batch bi.
 void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, size_t hk, size_t r0,
@@ -269,6 +464,10 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
     limit[r] = static_cast<int32_t>(lim);
     min_limit = std::min(min_limit, lim);
     max_limit = std::max(max_limit, lim);
+  }
+  if (nq <= kLanes) {
+    few_rows_item(pb, scale, bi, hk, nq, row_head, row_query, q_row, limit, buf, out);
+    return;
   }
   // Only the nv row vectors that hold rows are computed (the rest pad the last tile of rows).
   const size_t nv = (nq + kLanes - 1) / kLanes;
