@@ -8,7 +8,9 @@
 // (S^T) and output (O^T): both tile products then broadcast one element of k or v, read in place
 // in their own layout, against vectors of rows, and the online softmax (running max, sum and
 // rescale of each row) is vertical vector arithmetic with no horizontal reduction. K and V are
-// never copied or transposed; Q and O are transposed once per item.
+// never copied or transposed; Q and O are transposed once per item. Items of at most one vector
+// of rows (decoding) would leave most lanes idle that way: they keep rows x keys instead, with K
+// transposed per tile (few_rows_item).
 
 #include <algorithm>
 #include <atomic>
@@ -37,8 +39,8 @@ namespace {
 // Register blocks: the scores kernel keeps kScoreKeys keys x kScoreRowVecs row vectors of
 // accumulators, the P V kernel kPvCols output columns x kPvRowVecs row vectors (AVX-512: 16 of
 // its 32 registers; AVX2: 12 of 16, the FMAs reading the row vectors from memory). Row vectors
-// left over (an item of few rows: decoding) take blocks of one row vector and kNarrowKeys keys
-// or kNarrowCols columns.
+// left over (an item whose rows end mid-block) take blocks of one row vector and kNarrowKeys keys
+// or kNarrowCols columns; few_rows_item takes blocks of kFewRows rows.
 #if defined(WICK_ISA_AVX512)
 constexpr size_t kLanes = 16;
 typedef float vf __attribute__((vector_size(64), __may_alias__));
