@@ -201,6 +201,39 @@ TEST(NnFused, AttentionMatchesPlainSoftmaxQkv) {
   }
 }
 
+TEST(NnFused, AttentionF32HeadDimsAndRemainders) {
+  // The f32 kernel's register blocks and transposes: head dims that are (64, 128) and are not
+  // (80 = 64 + 16, 20 = 16 + 4) multiples of its vector blocks, query rows that leave a partial
+  // tile or vector of rows, key counts that leave a partial key tile and key block, and a sharp
+  // softmax (scale 1) whose running maxima change from tile to tile; items of few rows (decoding,
+  // up to one vector of rows) take their own path. CTest runs this file again under each
+  // instruction set (isa_*).
+  struct Case {
+    size_t h, hk, s, skv, d;
+    bool causal, mask;
+    double scale;
+  };
+  const Case cases[] = {
+      {2, 2, 70, 131, 64, false, false, 0},  {4, 2, 37, 67, 80, true, false, 0},
+      {2, 1, 130, 130, 128, true, false, 1}, {2, 2, 1, 200, 128, false, true, 0},
+      {3, 3, 65, 97, 20, true, true, 0},     {8, 2, 1, 129, 64, true, false, 0},
+      {2, 2, 17, 5, 80, false, false, 1},    {4, 1, 3, 50, 20, true, true, 0},
+      {4, 1, 2, 70, 80, true, false, 1},
+  };
+  for (const Case& c : cases) {
+    Tensor q = random_tensor({1, c.h, c.s, c.d}, DType::F32);
+    Tensor k = random_tensor({1, c.hk, c.skv, c.d}, DType::F32);
+    Tensor v = random_tensor({1, c.hk, c.skv, c.d}, DType::F32);
+    nn::AttentionOptions o{c.causal, c.scale, std::nullopt};
+    if (c.mask) o.mask = random_tensor({1, c.h, c.s, c.skv}, DType::F32);
+    Tensor got = nn::scaled_dot_product_attention(q, k, v, o);
+    Tensor ref = attention_ref(f64(q), f64(k), f64(v), o);
+    EXPECT_TRUE(close_to(got, ref, 2 * tolerance(DType::F32)))
+        << "h " << c.h << " h_kv " << c.hk << " s " << c.s << " s_kv " << c.skv << " d " << c.d
+        << (c.causal ? " causal" : "") << (c.mask ? " masked" : "");
+  }
+}
+
 TEST(NnFused, AttentionReadsStridedMasks) {
   // A mask whose key dim is not contiguous (a transposed view) and one broadcast over queries
   // (stride 0), with key counts that leave a short last tile.

@@ -1,10 +1,13 @@
-// Scaled dot-product attention on the CPU. One work item per (batch, k/v head, tile of 64 rows)
-// over the thread pool, a row being one query of one of the heads that share the k/v head, so
-// grouped-query heads share each k/v tile (and a decoding step reads the cache once per group).
-// Keys and values stream through in tiles of 64 with an online softmax (running max and sum per
-// row), so the (s, s_kv) score matrix is never stored; causal tiles past an item's last visible
+// Scaled dot-product attention on the CPU: f64 and f16/bf16 here, f32 in attention_f32.cpp
+// (compiled per instruction set, queries held transposed). One work item per (batch, k/v head, tile
+// of 64 rows) over the thread pool, a row being one query of one of the heads that share the k/v
+// head, so grouped-query heads share each k/v tile (and a decoding step reads the cache once per
+// group). Keys and values stream through in tiles of 64 with an online softmax (running max and sum
+// per row), so the (s, s_kv) score matrix is never stored; causal tiles past an item's last visible
 // key are skipped. f16/bf16 take a two-pass version that rounds where transformers' eager
 // attention does (attention_rounded).
+
+#include "cpu/attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +16,7 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/fused.h"
+#include "cpu/kernels.h"
 #include "cpu/parallel.h"
 #include "cpu/vec_exp.h"
 #include "dispatch.h"
@@ -22,20 +26,6 @@ namespace {
 
 constexpr size_t kQueryTile = 64;
 constexpr size_t kKeyTile = 64;
-
-struct View4 {
-  size_t dims[4];
-  size_t strides[4];
-};
-
-View4 view4(const Layout& l) {
-  View4 v{};
-  for (size_t i = 0; i < 4; ++i) {
-    v.dims[i] = l.dims()[i];
-    v.strides[i] = l.strides()[i];
-  }
-  return v;
-}
 
 // ---- tile products: scores = Q K^T and O += P V over one key tile ----
 
@@ -120,53 +110,11 @@ void tile_pv(const C* p, const C* v, C* o, size_t nq, size_t nk, size_t d) {
   }
 }
 
-// One attention call: the operands as typed pointers and 4-d views, the sizes, and the split into
-// work items. The rows of an item are (query head of the group, query) pairs, head-major: the
-// heads that share a k/v head share its tiles too (decoding: the whole group in one item).
-template <class T>
-struct Problem {
-  View4 qv, kv, vv, mv{};
-  const T *qp, *kp, *vp, *mp = nullptr;
-  bool has_mask;
-  size_t nb, nh, s, d, nh_kv, s_kv, group;
-  long shift;  // causal: query i sees keys j <= i + shift (the last query sees the last key)
-  size_t group_rows, q_tiles, items;
-
-  explicit Problem(const std::vector<FusedOperand>& ops)
-      : qv(view4(ops[0].layout)),
-        kv(view4(ops[1].layout)),
-        vv(view4(ops[2].layout)),
-        qp(data(ops[0])),
-        kp(data(ops[1])),
-        vp(data(ops[2])),
-        has_mask(ops.size() > 3 && ops[3].storage != nullptr) {
-    if (has_mask) {
-      mv = view4(ops[3].layout);
-      mp = data(ops[3]);
-    }
-    nb = qv.dims[0];
-    nh = qv.dims[1];
-    s = qv.dims[2];
-    d = qv.dims[3];
-    nh_kv = kv.dims[1];
-    s_kv = kv.dims[2];
-    group = nh / nh_kv;
-    shift = static_cast<long>(s_kv) - static_cast<long>(s);
-    group_rows = group * s;
-    q_tiles = (group_rows + kQueryTile - 1) / kQueryTile;
-    items = nb * nh_kv * q_tiles;
-  }
-
-  static const T* data(const FusedOperand& op) {
-    return as_cpu(*op.storage).as<T>() + op.layout.start_offset();
-  }
-};
-
 template <class T>
 void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops, T* out) {
   using C = compute_t<T>;
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
-  const Problem<T> pb(ops);
+  const Problem<T> pb(ops, kQueryTile);
   C scale = static_cast<C>(p.scale);
 
   parallel_for(pb.items, 1, [&](size_t i0, size_t i1) {
@@ -279,7 +227,7 @@ template <class T>
 void attention_rounded(const FusedParams& p, const std::vector<FusedOperand>& ops, T* out) {
   using C = float;
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
-  const Problem<T> pb(ops);
+  const Problem<T> pb(ops, kQueryTile);
   C scale = static_cast<C>(p.scale);
 
   parallel_for(pb.items, 1, [&](size_t i0, size_t i1) {
@@ -380,7 +328,9 @@ StoragePtr attention(const FusedParams& params, const std::vector<FusedOperand>&
   auto out = std::make_unique<CpuStorage>(ql.elem_count(), dtype);
   if (ql.elem_count() == 0) return out;
   dispatch_float(dtype, "scaled_dot_product_attention", [&]<class T>() {
-    if constexpr (std::is_same_v<T, compute_t<T>>) {
+    if constexpr (std::is_same_v<T, float>) {
+      kernels().attention_f32(params, operands, out->as<T>());
+    } else if constexpr (std::is_same_v<T, compute_t<T>>) {
       attention_typed<T>(params, operands, out->as<T>());
     } else {
       attention_rounded<T>(params, operands, out->as<T>());

@@ -1,7 +1,8 @@
 #pragma once
-// The CPU kernels built once per instruction set: unary.cpp, binary.cpp, copy.cpp and reduce.cpp
-// are compiled twice, into wick::cpu::avx2 (the baseline) and wick::cpu::avx512, and each build
-// fills one Kernels table (isa_kernels.cpp). isa.cpp picks the table once, at first use.
+// The CPU kernels built once per instruction set: unary.cpp, binary.cpp, copy.cpp, reduce.cpp and
+// attention_f32.cpp are compiled twice, into wick::cpu::avx2 (the baseline) and wick::cpu::avx512,
+// and each build fills one Kernels table (isa_kernels.cpp). isa.cpp picks the table once, at first
+// use.
 
 #include <vector>
 
@@ -25,6 +26,8 @@ struct Kernels {
   StoragePtr (*reduce)(const CpuStorage& in, ReduceKind op, const Layout& layout,
                        const std::vector<size_t>& dims);
   StoragePtr (*softmax_last_dim)(const CpuStorage& in, const Layout& layout);
+  void (*attention_f32)(const FusedParams& params, const std::vector<FusedOperand>& operands,
+                        float* out);
 };
 
 /// The tables of the two builds (isa_kernels.cpp).
@@ -52,6 +55,8 @@ StoragePtr where_cond(const CpuStorage& cond, const Layout& cond_layout, const C
 StoragePtr reduce(const CpuStorage& in, ReduceKind op, const Layout& layout,
                   const std::vector<size_t>& dims);
 StoragePtr softmax_last_dim(const CpuStorage& in, const Layout& layout);
+void attention_f32(const FusedParams& params, const std::vector<FusedOperand>& operands,
+                   float* out);
 }  // namespace WICK_ISA_NS
 
 }  // namespace wick::cpu
