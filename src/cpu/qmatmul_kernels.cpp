@@ -42,6 +42,26 @@ inline __m512i digits(__m512i a, __m512i b) {
   return _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(a, 8), a), b);
 }
 
+// Eight groups of four u8 weights (Q8_0 biased by 128, Q5_0) against 32 activations: two chains.
+inline __m512i q8_block_dot(const __m512i (&w)[8], const int8_t* xb) {
+  __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+  for (int g = 0; g < 8; g += 2) {
+    d0 = _mm512_dpbusd_epi32(d0, w[g], _mm512_set1_epi32(load_i32(xb + 4 * g)));
+    d1 = _mm512_dpbusd_epi32(d1, w[g + 1], _mm512_set1_epi32(load_i32(xb + 4 * g + 4)));
+  }
+  return _mm512_add_epi32(d0, d1);
+}
+
+// Nibbles (0..15; lo: values 0..15 of the block, hi: 16..31) against 32 activations.
+inline __m512i q4_block_dot(const __m512i (&lo)[4], const __m512i (&hi)[4], const int8_t* xb) {
+  __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+  for (int c = 0; c < 4; ++c) {
+    d0 = _mm512_dpbusd_epi32(d0, lo[c], _mm512_set1_epi32(load_i32(xb + 8 * c)));
+    d1 = _mm512_dpbusd_epi32(d1, hi[c], _mm512_set1_epi32(load_i32(xb + 8 * c + 4)));
+  }
+  return _mm512_add_epi32(d0, d1);
+}
+
 // 16 rows x NX activation rows over all blocks of one tile; out[i][r] = row r's dot with x row i.
 // Wide: x's values are 255 qs + lo (two 8-bit digits), each digit one set of dots.
 template <GgmlType T, int NX, bool Wide>
@@ -59,22 +79,9 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
       __m512i w[8];
       for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(q + 64 * g);
       for (int i = 0; i < NX; ++i) {
-        const int8_t* xb = x.qs.data() + (x0 + i) * k + 32 * b;
-        __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
-        for (int g = 0; g < 8; g += 2) {
-          d0 = _mm512_dpbusd_epi32(d0, w[g], _mm512_set1_epi32(load_i32(xb + 4 * g)));
-          d1 = _mm512_dpbusd_epi32(d1, w[g + 1], _mm512_set1_epi32(load_i32(xb + 4 * g + 4)));
-        }
-        __m512i dot = _mm512_add_epi32(d0, d1);
-        if constexpr (Wide) {
-          const int8_t* xl = x.lo.data() + (x0 + i) * k + 32 * b;
-          __m512i e0 = _mm512_setzero_si512(), e1 = _mm512_setzero_si512();
-          for (int g = 0; g < 8; g += 2) {
-            e0 = _mm512_dpbusd_epi32(e0, w[g], _mm512_set1_epi32(load_i32(xl + 4 * g)));
-            e1 = _mm512_dpbusd_epi32(e1, w[g + 1], _mm512_set1_epi32(load_i32(xl + 4 * g + 4)));
-          }
-          dot = digits(dot, _mm512_add_epi32(e0, e1));
-        }
+        const size_t at = (x0 + i) * k + 32 * b;
+        __m512i dot = q8_block_dot(w, x.qs.data() + at);
+        if constexpr (Wide) dot = digits(dot, q8_block_dot(w, x.lo.data() + at));
         size_t xi = (x0 + i) * nb + b;
         // The weights carry +128: subtract 128 * (sum of the activations).
         dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(128 * x.s[xi]));
@@ -94,22 +101,9 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
         hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
       }
       for (int i = 0; i < NX; ++i) {
-        const int8_t* xb = x.qs.data() + (x0 + i) * k + 32 * b;
-        __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
-        for (int c = 0; c < 4; ++c) {
-          d0 = _mm512_dpbusd_epi32(d0, lo[c], _mm512_set1_epi32(load_i32(xb + 8 * c)));
-          d1 = _mm512_dpbusd_epi32(d1, hi[c], _mm512_set1_epi32(load_i32(xb + 8 * c + 4)));
-        }
-        __m512i dot = _mm512_add_epi32(d0, d1);
-        if constexpr (Wide) {
-          const int8_t* xl = x.lo.data() + (x0 + i) * k + 32 * b;
-          __m512i e0 = _mm512_setzero_si512(), e1 = _mm512_setzero_si512();
-          for (int c = 0; c < 4; ++c) {
-            e0 = _mm512_dpbusd_epi32(e0, lo[c], _mm512_set1_epi32(load_i32(xl + 8 * c)));
-            e1 = _mm512_dpbusd_epi32(e1, hi[c], _mm512_set1_epi32(load_i32(xl + 8 * c + 4)));
-          }
-          dot = digits(dot, _mm512_add_epi32(e0, e1));
-        }
+        const size_t at = (x0 + i) * k + 32 * b;
+        __m512i dot = q4_block_dot(lo, hi, x.qs.data() + at);
+        if constexpr (Wide) dot = digits(dot, q4_block_dot(lo, hi, x.lo.data() + at));
         size_t xi = (x0 + i) * nb + b;
         if constexpr (T == GgmlType::Q4_0) {
           dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(8 * x.s[xi]));  // Q4_0's offset 8
@@ -152,22 +146,9 @@ void tile_kernel_q4k(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0,
         hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
       }
       for (int i = 0; i < NX; ++i) {
-        const int8_t* xb = x.qs.data() + (x0 + i) * k + 32 * b;
-        __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
-        for (int c = 0; c < 4; ++c) {
-          d0 = _mm512_dpbusd_epi32(d0, lo[c], _mm512_set1_epi32(load_i32(xb + 8 * c)));
-          d1 = _mm512_dpbusd_epi32(d1, hi[c], _mm512_set1_epi32(load_i32(xb + 8 * c + 4)));
-        }
-        __m512i dot = _mm512_add_epi32(d0, d1);
-        if constexpr (Wide) {
-          const int8_t* xl = x.lo.data() + (x0 + i) * k + 32 * b;
-          __m512i e0 = _mm512_setzero_si512(), e1 = _mm512_setzero_si512();
-          for (int c = 0; c < 4; ++c) {
-            e0 = _mm512_dpbusd_epi32(e0, lo[c], _mm512_set1_epi32(load_i32(xl + 8 * c)));
-            e1 = _mm512_dpbusd_epi32(e1, hi[c], _mm512_set1_epi32(load_i32(xl + 8 * c + 4)));
-          }
-          dot = digits(dot, _mm512_add_epi32(e0, e1));
-        }
+        const size_t at = (x0 + i) * k + 32 * b;
+        __m512i dot = q4_block_dot(lo, hi, x.qs.data() + at);
+        if constexpr (Wide) dot = digits(dot, q4_block_dot(lo, hi, x.lo.data() + at));
         size_t xi = (x0 + i) * nb + b;
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
                                  _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
@@ -285,13 +266,9 @@ void tile_kernel_q5_0(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0
     __m512i high = _mm512_loadu_si512(p + 288);
     for (int g = 0; g < 8; ++g) w[g] = q5_group(nib, high, g);
     for (int i = 0; i < NX; ++i) {
-      __m512i first, second;
-      q6k_dots(w, x.qs.data() + (x0 + i) * k + 32 * b, &first, &second);
-      __m512i dot = _mm512_add_epi32(first, second);
-      if constexpr (Wide) {
-        q6k_dots(w, x.lo.data() + (x0 + i) * k + 32 * b, &first, &second);
-        dot = digits(dot, _mm512_add_epi32(first, second));
-      }
+      const size_t at = (x0 + i) * k + 32 * b;
+      __m512i dot = q8_block_dot(w, x.qs.data() + at);
+      if constexpr (Wide) dot = digits(dot, q8_block_dot(w, x.lo.data() + at));
       size_t xi = (x0 + i) * nb + b;
       dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(16 * x.s[xi]));  // the offset 16
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])),
