@@ -10,7 +10,7 @@
 #                                      the GPU machine has no registry and may lack them)
 #
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
-# WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
+# WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
 # after which no further sanitizer run starts). With $OUT set (the device tool), the logs are
 # packed into $OUT/gpu-check-logs.tgz.
 set -uo pipefail
@@ -118,6 +118,13 @@ if ! skip overhead; then
   timeout 300 "$BUILD"/bench/bench_overhead --benchmark_repetitions=5 \
     --benchmark_report_aggregates_only=true --benchmark_out="$LOGS/overhead.json" \
     --benchmark_out_format=json 2>&1 | tee "$LOGS/overhead.txt"
+fi
+
+if ! skip decode; then
+  stage "decode step: Llama-1B and SmolLM2 shapes, bf16 and kept quantized (scripts/gpu-decode.sh)"
+  WICK_GPU_BUILD=$BUILD WICK_DECODE_VARIANTS=default timeout 600 bash scripts/gpu-decode.sh --quick \
+    >"$LOGS/decode.txt" 2>&1
+  sed -n '/gpu-decode summary/,$p' "$LOGS/decode.txt"
 fi
 
 SAN_SUMMARY="not run"
@@ -251,5 +258,6 @@ print(f"build: {os.environ['BUILD_SUMMARY']}")
 print(f"tests (WICK_REQUIRE_CUDA=1): {os.environ['CTEST_SUMMARY']}")
 print(f"compute-sanitizer memcheck: {os.environ['SAN_SUMMARY']}")
 EOF
+[[ -f "$LOGS/decode.txt" ]] && sed -n '/gpu-decode summary/,$p' "$LOGS/decode.txt"
 [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tgz" -C "$LOGS" . 2>/dev/null
 exit 0

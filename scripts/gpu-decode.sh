@@ -63,12 +63,14 @@ for variant in ${WICK_DECODE_VARIANTS:-default WICK_PDL=0}; do
   for shape in llama1b smollm2; do
     r=$("${run_env[@]}" timeout 120 "$G" --shape $shape --device cuda --dtype bf16 --new "$NEW" 2>&1 |
       tee /tmp/decode_$shape.txt | rate)
-    TABLE+=("$(printf '%-8s bf16        %-22s %s' $shape "$variant" "${r:-FAILED}")")
+    bar=$([[ $shape == llama1b ]] && echo 1300 || echo 2000)
+    TABLE+=("$(printf '%-8s bf16        %-22s %s  (bar >= %s graph)' $shape "$variant" "${r:-FAILED}" $bar)")
   done
   for f in llama1b-q4_0 smollm2-q4_1; do
     r=$("${run_env[@]}" timeout 120 "$G" --model "$DIR/$f.gguf" --keep-quantized --device cuda \
       --dtype bf16 --new "$NEW" 2>&1 | tee /tmp/decode_$f.txt | rate)
-    TABLE+=("$(printf '%-8s %-11s %-22s %s' ${f%%-*} ${f#*-} "$variant" "${r:-FAILED}")")
+    bar=$([[ $f == llama1b-q4_0 ]] && echo "(bar >= 2000 graph)" || echo "(printed beside bf16)")
+    TABLE+=("$(printf '%-8s %-11s %-22s %s  %s' ${f%%-*} ${f#*-} "$variant" "${r:-FAILED}" "$bar")")
   done
 done
 tail -5 /tmp/decode_llama1b.txt
