@@ -117,26 +117,30 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_addr(p)));
 }
 
-// The operands of the f16/bf16 kernels that take whole query blocks (mma, rounded), as raw
-// 16-bit words, with strides in elements.
-struct HalfOperands {
-  const uint16_t* q;
-  const uint16_t* k;
-  const uint16_t* v;
-  const uint16_t* mask;
-  uint16_t* out;
+// The operands of the kernels that take whole query blocks, elements of type E (the 16-bit
+// words of f16/bf16 for the mma and rounded kernels, T for the split kernel), strides in
+// elements.
+template <class E>
+struct Operands {
+  const E* q;
+  const E* k;
+  const E* v;
+  const E* mask;
+  E* out;
   int64_t qs[3], ks[3], vs[3], ms[4];
   int h, group, s, s_kv;
   bool causal;
 };
+using HalfOperands = Operands<uint16_t>;
 
-HalfOperands half_operands(const AttentionArgs& a) {
-  HalfOperands p{};
-  p.q = static_cast<const uint16_t*>(a.q);
-  p.k = static_cast<const uint16_t*>(a.k);
-  p.v = static_cast<const uint16_t*>(a.v);
-  p.mask = static_cast<const uint16_t*>(a.mask);
-  p.out = static_cast<uint16_t*>(a.out);
+template <class E>
+Operands<E> operands(const AttentionArgs& a) {
+  Operands<E> p{};
+  p.q = static_cast<const E*>(a.q);
+  p.k = static_cast<const E*>(a.k);
+  p.v = static_cast<const E*>(a.v);
+  p.mask = static_cast<const E*>(a.mask);
+  p.out = static_cast<E*>(a.out);
   for (int i = 0; i < 3; ++i) {
     p.qs[i] = a.q_strides[i];
     p.ks[i] = a.k_strides[i];
@@ -402,21 +406,14 @@ constexpr int kSplitMaxWarps = 8;  // query heads per block
 constexpr int kMaxDimPerLane = 8;  // d <= 256
 
 template <class T>
-struct SplitArgs {
-  const T* q;
-  const T* k;
-  const T* v;
-  const T* mask;
-  T* out;
+struct SplitArgs : Operands<T> {
   float* part_ml;  // (rows, splits, 2): max and sum per split, when splits > 1
   float* part_o;   // (rows, splits, d): unnormalised outputs
   int* counters;   // per (b, h_kv, row, head chunk): splits done; zero before the launch
-  int64_t qs[3], ks[3], vs[3], ms[4];
-  int h, group, s, s_kv, d;
+  int d;
   int splits, keys_per_split, head_chunks;
   int row0;  // first query row of this launch (grid.y is limited to 65535)
   compute_t<T> scale;
-  bool causal;
 };
 
 /// Grid (splits, rows x head chunks, b x h_kv); the warps of a block are query heads sharing
@@ -1051,7 +1048,7 @@ bool rounded_fits(DType dtype, const AttentionArgs& a) {
 
 template <class T>
 void run_rounded(const AttentionArgs& a, cudaStream_t s) {
-  RoundedArgs p{half_operands(a), a.d, a.scale};
+  RoundedArgs p{operands<uint16_t>(a), a.d, a.scale};
   unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(a.b) * a.h * a.s);
   attn_rounded_kernel<T><<<blocks, kRndThreads, a.s_kv * sizeof(float), s>>>(p);
   WICK_CUDA_CHECK_LAUNCH();
@@ -1082,24 +1079,9 @@ template <class T>
 void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   using C = compute_t<T>;
   SplitArgs<T> p{};
-  p.q = static_cast<const T*>(a.q);
-  p.k = static_cast<const T*>(a.k);
-  p.v = static_cast<const T*>(a.v);
-  p.mask = static_cast<const T*>(a.mask);
-  p.out = static_cast<T*>(a.out);
-  for (int i = 0; i < 3; ++i) {
-    p.qs[i] = a.q_strides[i];
-    p.ks[i] = a.k_strides[i];
-    p.vs[i] = a.v_strides[i];
-  }
-  for (int i = 0; i < 4; ++i) p.ms[i] = a.mask_strides[i];
-  p.h = a.h;
-  p.group = a.h / a.h_kv;
-  p.s = a.s;
-  p.s_kv = a.s_kv;
+  static_cast<Operands<T>&>(p) = operands<T>(a);
   p.d = a.d;
   p.scale = static_cast<C>(a.scale);
-  p.causal = a.causal;
   int warps = std::min(p.group, kSplitMaxWarps);
   p.head_chunks = (p.group + kSplitMaxWarps - 1) / kSplitMaxWarps;
   // Enough blocks to fill the GPU twice over, each split at least 64 keys.
@@ -1249,7 +1231,7 @@ bool mma_fits(const AttentionArgs& a) {
 
 template <class T>
 void run_mma(const AttentionArgs& a, cudaStream_t s) {
-  MmaArgs p{half_operands(a), a.scale * kLog2e, false};
+  MmaArgs p{operands<uint16_t>(a), a.scale * kLog2e, false};
   p.q_vec = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && a.q_strides[0] % 8 == 0 &&
             a.q_strides[1] % 8 == 0 && a.q_strides[2] % 8 == 0;
   dim3 grid(a.h, (a.s + kMmaRows - 1) / kMmaRows, a.b);
