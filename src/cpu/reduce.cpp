@@ -753,7 +753,7 @@ constexpr size_t kSoftmaxBlock = size_t{1} << 15;
 constexpr size_t kFloatsPerLine = 64 / sizeof(float);
 
 // e[i] = exp(x[i] - mx) for i < n, returning their sum, while prefetching next[0, n) (the next
-// row, or this one at the last row). Eight-vector lane sums, folded into a double every 4096
+// row, or this one at the last row). Four vectors of lane sums, folded into a double every 4096
 // elements: as accurate as a pairwise sum at these lengths.
 inline float exp_sum_f32(const float* x, float mx, float* e, const float* next, size_t n) {
   typedef float V __attribute__((vector_size(kVecBytes)));
@@ -894,6 +894,88 @@ inline float exp_sum_v16(const float* x, float mx, float* e, const float* next, 
 }
 #endif
 
+#if !defined(WICK_ISA_AVX512) && defined(__AVX2__) && defined(__FMA__)
+// The same two passes with AVX2 (the baseline): vmaxps, and exp_nonpositive's formula on eight
+// lanes; the tails (under eight) are scalar.
+
+inline float max_f32(const float* x, size_t n) {
+  const __m256 lowest = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 m0 = lowest, m1 = lowest, m2 = lowest, m3 = lowest;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
+    m2 = _mm256_max_ps(m2, _mm256_loadu_ps(x + i + 16));
+    m3 = _mm256_max_ps(m3, _mm256_loadu_ps(x + i + 24));
+  }
+  for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+  float m = lane[0];
+  for (size_t k = 1; k < 8; ++k) m = std::max(m, lane[k]);
+  for (; i < n; ++i) m = std::max(m, x[i]);  // a nan here shows in the sum
+  return m;
+}
+
+inline __m256 exp_le0_v8(__m256 x) {
+  const __m256 shift = _mm256_set1_ps(12582912.0f);
+  __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_NLT_UQ);
+  __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shift);
+  __m256 n = _mm256_sub_ps(t, shift);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256i scale = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127 - 0x4B400000)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(scale)), keep);
+}
+
+inline float exp_sum_v8(const float* x, float mx, float* e, const float* next, size_t n) {
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  double total = 0;
+  size_t i = 0, blocks = 0;
+  auto fold = [&] {
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane,
+                    _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    float f = 0;
+    for (size_t k = 0; k < 8; ++k) f += lane[k];
+    total += f;
+    for (auto& a : acc) a = _mm256_setzero_ps();
+  };
+  for (; i + 32 <= n; i += 32) {
+    __builtin_prefetch(next + i, 0, 3);
+    __builtin_prefetch(next + i + 16, 0, 3);
+    for (size_t a = 0; a < 4; ++a) {
+      __m256 v = exp_le0_v8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * a), vmx));
+      _mm256_storeu_ps(e + i + 8 * a, v);
+      acc[a] = _mm256_add_ps(acc[a], v);
+    }
+    if (++blocks == 128) {  // 4096 elements
+      fold();
+      blocks = 0;
+    }
+  }
+  fold();
+  for (size_t k = i; k < n; k += kFloatsPerLine) __builtin_prefetch(next + k, 0, 3);
+  float tail = 0;
+  for (; i < n; ++i) {
+    e[i] = exp_nonpositive(x[i] - mx);
+    tail += e[i];
+  }
+  return static_cast<float>(total + tail);
+}
+#endif
+
 // y[i] = e[i] * scale for i < n; with `stream`, whole vectors go to y with non-temporal stores
 // from its first vector-aligned element on (the caller fences once its rows are done).
 inline void scale_out_f32(const float* e, float scale, float* y, size_t n, bool stream) {
@@ -932,8 +1014,12 @@ void softmax_rows_f32(const float* x, float* y, size_t rows, size_t len) {
         float* yr = y + r * len;
         float* e = scratch ? tmp.data() : yr;
         const float* next = r + 1 < rows ? xr + len : xr;
+#if defined(WICK_ISA_AVX512) || (defined(__AVX2__) && defined(__FMA__))
 #if defined(WICK_ISA_AVX512)
         float sum = exp_sum_v16(xr, max_f32(xr, len), e, next, len);
+#else
+        float sum = exp_sum_v8(xr, max_f32(xr, len), e, next, len);
+#endif
         if (std::isnan(sum)) {  // a nan anywhere (or +inf) makes the whole row nan
           std::fill_n(yr, len, std::numeric_limits<float>::quiet_NaN());
           continue;
