@@ -5,7 +5,6 @@
 #include "cpu/fused.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -110,41 +109,29 @@ void norm_rows(const FusedParams& p, const std::vector<FusedOperand>& ops, T* y)
     for (size_t i = 0; i < d; ++i) b[i] = static_cast<C>(bp[i]);
   }
   C eps = static_cast<C>(p.eps);
-  // Threads claim blocks of rows until none are left, so that one slowed by another process does
-  // not hold the op back.
-  size_t block = std::max<size_t>(1, kParallelWork / std::max<size_t>(d, 1));
-  size_t n_blocks = (rows + block - 1) / block;
-  std::atomic<size_t> next_block{0};
-  auto worker = [&](size_t, size_t) {
-    std::vector<C> buf(std::is_same_v<C, T> ? 0 : d);
-    for (size_t bl; (bl = next_block.fetch_add(1, std::memory_order_relaxed)) < n_blocks;) {
-      for (size_t r = bl * block, r_end = std::min(rows, r + block); r < r_end; ++r) {
-        const T* xr = x + r * d;
-        const C* v;
-        if constexpr (std::is_same_v<C, T>) {
-          v = xr;
-        } else {
-          for (size_t i = 0; i < d; ++i) buf[i] = static_cast<C>(xr[i]);
-          v = buf.data();
-        }
-        T* yr = y + r * d;
-        C mean = kLayer ? lane_sum(v, d) / static_cast<C>(d) : C(0);
-        C var = lane_sum_sq_dev(v, d, mean) / static_cast<C>(d);
-        C rstd = C(1) / std::sqrt(var + eps);
-        if constexpr (kLayer) {
-          norm_out(v, w.data(), b.data(), mean, rstd, yr, d);
-        } else {
-          rms_out(v, w.data(), rstd, yr, d);
-        }
-      }
-    }
-  };
-  size_t threads = std::min(num_threads(), n_blocks);
-  if (threads < 2) {
-    worker(0, 1);
-  } else {
-    parallel_for(threads, 1, worker);
-  }
+  parallel_for(rows, std::max<size_t>(1, kParallelWork / std::max<size_t>(d, 1)),
+               [&](size_t r0, size_t r1) {
+                 std::vector<C> buf(std::is_same_v<C, T> ? 0 : d);
+                 for (size_t r = r0; r < r1; ++r) {
+                   const T* xr = x + r * d;
+                   const C* v;
+                   if constexpr (std::is_same_v<C, T>) {
+                     v = xr;
+                   } else {
+                     for (size_t i = 0; i < d; ++i) buf[i] = static_cast<C>(xr[i]);
+                     v = buf.data();
+                   }
+                   T* yr = y + r * d;
+                   C mean = kLayer ? lane_sum(v, d) / static_cast<C>(d) : C(0);
+                   C var = lane_sum_sq_dev(v, d, mean) / static_cast<C>(d);
+                   C rstd = C(1) / std::sqrt(var + eps);
+                   if constexpr (kLayer) {
+                     norm_out(v, w.data(), b.data(), mean, rstd, yr, d);
+                   } else {
+                     rms_out(v, w.data(), rstd, yr, d);
+                   }
+                 }
+               });
 }
 
 // x (b, h, s, d) with the last dim contiguous; cos/sin (s, d/2); y row-major.
