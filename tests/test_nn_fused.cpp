@@ -53,6 +53,20 @@ TEST(NnFused, LayerNormMatchesCompositionOnEveryLayout) {
   }
 }
 
+// Enough rows (about 16k elements a block) that the threads share them out block by block.
+TEST(NnFused, NormsOverManyRowBlocks) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor x = random_tensor({301, 257}, dt), w = random_tensor({257}, dt),
+           b = random_tensor({257}, dt);
+    EXPECT_TRUE(
+        close_to(x.rms_norm(w, 1e-6), rms_norm_ref(f64(x), f64(w), 1e-6), 2 * tolerance(dt)))
+        << dt;
+    EXPECT_TRUE(close_to(x.layer_norm(w, b, 1e-5), layer_norm_ref(f64(x), f64(w), f64(b), 1e-5),
+                         2 * tolerance(dt)))
+        << dt;
+  }
+}
+
 TEST(NnFused, RmsNormMatchesCompositionOnEveryLayout) {
   for (DType dt : fused_dtypes()) {
     for (auto& [name, x] : testing::layout_variants({2, 7, 130}, dt)) {

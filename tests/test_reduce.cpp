@@ -445,6 +445,32 @@ TEST(Softmax, StableForLargeInputsAndLongRows) {
       all_close(m.softmax(1).to_vec_f64(), softmax_ref(m.to_vec_f64(), {4096, 64}, 1), 1e-5, 1e-9));
 }
 
+// Outputs of 4 MB and more are written with non-temporal stores from each row's first aligned
+// vector on: rows of a length that is no multiple of any vector width start at every alignment,
+// and short rows, a nan row, a +inf row and a masked row go through the same path.
+TEST(Softmax, LargeOutputsOddRowLengths) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (size_t len : {size_t{2053}, size_t{7}}) {
+    size_t rows = (size_t{5} << 20) / (len * sizeof(float)) + 3;
+    std::vector<double> v = random_values(rows * len, -8.0, 8.0);
+    v[1 * len + len / 2] = kNaN;
+    v[2 * len] = inf;
+    for (size_t i = 0; i + 1 < len; ++i) v[3 * len + i] = -inf;
+    Tensor t = tensor_from(v, {rows, len}, DType::F32);
+    std::vector<double> out = t.softmax(1).to_vec_f64();
+    std::vector<double> in = t.to_vec_f64();
+    for (size_t r : {size_t{1}, size_t{2}}) {
+      for (size_t i = 0; i < len; ++i) ASSERT_TRUE(std::isnan(out[r * len + i])) << r << " " << i;
+    }
+    for (size_t i = 0; i + 1 < len; ++i) ASSERT_EQ(out[3 * len + i], 0.0) << i;
+    ASSERT_EQ(out[4 * len - 1], 1.0);
+    // The other rows against the double reference (the special rows taken out of both).
+    std::vector<double> ref = softmax_ref(in, {rows, len}, 1);
+    for (size_t i = len; i < 4 * len; ++i) ref[i] = out[i] = 0;
+    EXPECT_TRUE(all_close(out, ref, 1e-6, 1e-7)) << len;
+  }
+}
+
 TEST(Softmax, MasksAndNaN) {
   const double inf = std::numeric_limits<double>::infinity();
   for (DType dt : testing::float_dtypes()) {
