@@ -137,27 +137,28 @@ inline void store_unaligned(float* p, vf v) {
   __builtin_memcpy(p, &v, sizeof(v));
 }
 
-// The shuffles of one transpose round at distance H: lane i of the first result takes lane i of
-// a, or lane i - H of b where i has bit H; the second takes lane i + H of a, or lane i of b.
+// One transpose round at distance H: lane i of the first result takes lane i of a, or lane
+// i - H of b where i has bit H; the second takes lane i + H of a, or lane i of b. Indices as a
+// pack for clang's __builtin_shufflevector (GCC 12 has it too, older GCC only __builtin_shuffle).
 template <size_t H, size_t... I>
-constexpr vi round_first(std::index_sequence<I...>) {
-  return vi{static_cast<int32_t>((I & H) ? I - H + kLanes : I)...};
-}
-template <size_t H, size_t... I>
-constexpr vi round_second(std::index_sequence<I...>) {
-  return vi{static_cast<int32_t>((I & H) ? I + kLanes : I + H)...};
+inline void shuffle_round(vf& a, vf& b, std::index_sequence<I...>) {
+#if defined(__clang__)
+  vf first = __builtin_shufflevector(a, b, ((I & H) ? I - H + kLanes : I)...);
+  vf second = __builtin_shufflevector(a, b, ((I & H) ? I + kLanes : I + H)...);
+#else
+  vf first = __builtin_shuffle(a, b, vi{static_cast<int32_t>((I & H) ? I - H + kLanes : I)...});
+  vf second = __builtin_shuffle(a, b, vi{static_cast<int32_t>((I & H) ? I + kLanes : I + H)...});
+#endif
+  a = first;
+  b = second;
 }
 
 // x[i][j] -> x[j][i] for a kLanes x kLanes block: log2(kLanes) rounds of two-vector shuffles.
 template <size_t H = kLanes / 2>
 inline void transpose(vf* x) {
-  constexpr vi first = round_first<H>(std::make_index_sequence<kLanes>());
-  constexpr vi second = round_second<H>(std::make_index_sequence<kLanes>());
   for (size_t i = 0; i < kLanes; ++i) {
     if (i & H) continue;
-    vf a = x[i], b = x[i + H];
-    x[i] = __builtin_shuffle(a, b, first);
-    x[i + H] = __builtin_shuffle(a, b, second);
+    shuffle_round<H>(x[i], x[i + H], std::make_index_sequence<kLanes>());
   }
   if constexpr (H > 1) transpose<H / 2>(x);
 }

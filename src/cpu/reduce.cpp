@@ -750,7 +750,8 @@ constexpr size_t kFloatsPerLine = 64 / sizeof(float);
 // e[i] = exp(x[i] - mx) for i < n, returning their sum, while prefetching next[0, n) (the next
 // row, or this one at the last row). Four vectors of lane sums, folded into a double every 4096
 // elements: as accurate as a pairwise sum at these lengths.
-inline float exp_sum_f32(const float* x, float mx, float* e, const float* next, size_t n) {
+[[maybe_unused]] inline float exp_sum_f32(const float* x, float mx, float* e, const float* next,
+                                          size_t n) {
   typedef float V __attribute__((vector_size(kVecBytes)));
   constexpr size_t kW = kVecBytes / sizeof(float), kAcc = 4, kBlock = kAcc * kW;
   constexpr size_t kFoldBlocks = 4096 / kBlock;
