@@ -12,6 +12,10 @@
 #   WICK_DECODE_NCU=1                    also per-kernel times from ncu (Llama-1B bf16 and Q4_0)
 #   WICK_DECODE_NEW=N                    new tokens per bench run (default 256)
 set -uo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 BUILD=${WICK_GPU_BUILD:-build-gpu}
 DIR=${WICK_QGGUF_DIR:-/tmp/wick-qgguf}
