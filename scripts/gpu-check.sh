@@ -47,9 +47,7 @@ nvcc --version | tail -1
 source scripts/gpu-env.sh
 
 stage "configure + build"
-cmake -S . -B "$BUILD" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_deps[@]}" >"$LOGS/configure.txt" 2>&1 ||
-  { tail -40 "$LOGS/configure.txt"; echo "gpu-check: configure failed"; exit 1; }
+gpu_configure "$BUILD" "$LOGS/configure.txt" || exit 1
 # -k 0: a target that does not compile (work in progress elsewhere) leaves the others to check.
 BUILD_SUMMARY="ok"
 if ! ninja -C "$BUILD" -j"$JOBS" -k 0 >"$LOGS/build.txt" 2>&1; then

@@ -23,9 +23,7 @@ QUICK=${1:-}
 T0=$(date +%s)
 source scripts/gpu-env.sh
 declare -a TABLE
-cmake -S . -B "$BUILD" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_deps[@]}" >/tmp/decode_cfg.txt 2>&1 ||
-  { tail -30 /tmp/decode_cfg.txt; echo "configure failed"; exit 1; }
+gpu_configure "$BUILD" /tmp/decode_cfg.txt || exit 1
 if ! ninja -C "$BUILD" cuda_test_cuda_llama cuda_test_cuda_qmatmul cuda_test_cuda_nn \
   bench_generate >/tmp/decode_build.txt 2>&1; then
   grep -E "^FAILED|error" /tmp/decode_build.txt | head -30

@@ -2,7 +2,7 @@
 # GPU machine's image lacks a build dependency, unpack the Debian packages carried in
 # build-gpudeps/ (gpu-check.sh --fetch-deps) into a private prefix (kept on a warm machine for
 # the next call) and point CMake, pkg-config and the loader at it. Sets the array cmake_deps:
-# extra configure arguments, empty when the system has everything.
+# extra configure arguments, empty when the system has everything; defines gpu_configure.
 cmake_deps=()
 gpu_env_have_deps() {
   [[ -f /usr/include/gtest/gtest.h && -f /usr/include/CLI/CLI.hpp &&
@@ -34,3 +34,11 @@ if ! gpu_env_have_deps; then
     export PKG_CONFIG_PATH=$gpu_env_lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$WICK_DEPS_PREFIX
   fi
 fi
+
+# gpu_configure BUILD LOG: configures BUILD (Release, CUDA for sm_90, the dependencies above),
+# CMake's output in LOG; on failure prints its tail and returns 1.
+gpu_configure() {
+  cmake -S . -B "$1" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_deps[@]}" >"$2" 2>&1 ||
+    { tail -40 "$2"; echo "configure of $1 failed (log: $2)"; return 1; }
+}

@@ -13,9 +13,7 @@ LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
 T0=$(date +%s)
 source scripts/gpu-env.sh  # the image may lack some dependencies (libzip, ...)
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  "${cmake_deps[@]}" >"$LOGS/configure.txt" 2>&1 ||
-  { tail -30 "$LOGS/configure.txt"; exit 1; }
+gpu_configure "$BUILD" "$LOGS/configure.txt" || exit 1
 ninja -C "$BUILD" -j"$(nproc)" cuda_test_cuda_nn cuda_test_cuda_llama cuda_bench_nn_cuda \
   >"$LOGS/build.txt" 2>&1 ||
   { grep -E "error|FAILED" "$LOGS/build.txt" | head -30; exit 1; }

@@ -17,9 +17,7 @@ mkdir -p "$LOGS"
 WHAT=" ${*:-decode embed} "
 source scripts/gpu-env.sh
 T0=$(date +%s)
-cmake -S . -B "$BUILD" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_deps[@]}" >"$LOGS/configure.txt" 2>&1 ||
-  { tail -30 "$LOGS/configure.txt"; exit 1; }
+gpu_configure "$BUILD" "$LOGS/configure.txt" || exit 1
 ninja -C "$BUILD" -j"$(nproc)" bench_generate bench_embed >"$LOGS/build.txt" 2>&1 ||
   { grep -E "error|FAILED" "$LOGS/build.txt" | head -30; exit 1; }
 echo "built in $(($(date +%s) - T0)) s"

@@ -12,9 +12,7 @@ BUILD=${WICK_GPU_BUILD:-build-gpu}
 T0=$(date +%s)
 source scripts/gpu-env.sh
 declare -a TABLE
-cmake -S . -B "$BUILD" -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 "${cmake_deps[@]}" >/tmp/llama_cfg.txt 2>&1 ||
-  { tail -30 /tmp/llama_cfg.txt; echo "configure failed"; exit 1; }
+gpu_configure "$BUILD" /tmp/llama_cfg.txt || exit 1
 if ninja -C "$BUILD" -k 0 cuda_test_cuda_llama cuda_test_cuda_half_rounding cuda_test_cuda_nn wick-generate \
   bench_generate >/tmp/llama_build.txt 2>&1; then
   TABLE+=("PASS  build ($(($(date +%s) - T0)) s)")
