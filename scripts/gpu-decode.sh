@@ -33,9 +33,9 @@ echo "built in $(($(date +%s) - T0)) s"
 
 if [[ $QUICK != --quick ]]; then
   for t in cuda_test_cuda_llama cuda_test_cuda_qmatmul cuda_test_cuda_nn; do
-    for env in WICK_PDL=1 WICK_PDL=0 WICK_GEMV_ROWS=8; do
-      [[ $t != cuda_test_cuda_llama && $env == WICK_GEMV_ROWS=8 ]] && continue
-      env $env WICK_REQUIRE_CUDA=1 timeout 180 "$BUILD/tests/$t" >/tmp/decode_$t.txt 2>&1
+    for env in WICK_PDL=1 WICK_PDL=0 WICK_GEMV_ROWS=8 WICK_GEMV_BLOCKS=1,WICK_GEMV_STAGES=3; do
+      [[ $t != cuda_test_cuda_llama && $env == WICK_GEMV* ]] && continue
+      env ${env//,/ } WICK_REQUIRE_CUDA=1 timeout 180 "$BUILD/tests/$t" >/tmp/decode_$t.txt 2>&1
       rc=$?
       grep -E "^\[ +FAILED +\]|Failure" /tmp/decode_$t.txt | head -10
       TABLE+=("$([[ $rc == 0 ]] && echo PASS || echo FAIL)  $t $env: $(grep -E '^\[  PASSED' /tmp/decode_$t.txt)")

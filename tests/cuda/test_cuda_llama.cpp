@@ -325,65 +325,71 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
             .matmul(w.t())
             .reshape({1, 1, w.dims()[0]});
       };
-      size_t k = 192, max_len = 9, p = 5;
-      double eps = 1e-5;
-      Tensor x = testing::random_tensor({1, 1, k}, dt), xg = x.to_device(gpu);
-      // Each projection that takes a norm in, with and without it.
-      Tensor nw = testing::random_tensor({k}, dt), nwg = nw.to_device(gpu);
-      // Small outputs run blocks of 2 rows, large ones blocks of 8 (the last block partly past the
-      // end when the pairs are not a multiple of 4).
-      for (bool norm : {false, true}) {
-        for (bool large : {false, true}) {
-          SCOPED_TRACE(std::string(norm ? "norm in" : "no norm") + (large ? ", large" : ", small"));
-          size_t h = large ? 32 : 4, hkv = large ? 8 : 2, d = large ? 64 : 16;
-          size_t n_out = large ? 2050 : 130, n_gate = large ? 1042 : 96;
-          Tensor in = norm ? x.to_dtype(ref_dt).rms_norm(nw.to_dtype(ref_dt), eps) : x;
-          Tensor norm_g = norm ? nwg : Tensor();
-          // Plain output (the quantized lm_head).
-          Tensor wl_ref;
-          models::QLinear wl = weight(n_out, k, &wl_ref);
-          Tensor y;
-          ASSERT_TRUE(md::fused_linear(xg, norm_g, eps, wl, &y));
-          EXPECT_EQ(y.shape(), Shape({1, 1, n_out}));
-          EXPECT_TRUE(testing::close_to(y, testing::f64(linear(in, wl_ref)), tol));
-          // qkv + rope + cache write, with a bias.
-          Tensor w_ref;
-          models::QLinear w = weight((h + 2 * hkv) * d, k, &w_ref);
-          Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
-          Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
-          Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
-          Tensor pos =
-              Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, Device::cpu());
-          Tensor kc = Tensor::zeros({1, hkv, max_len, d}, ref_dt, Device::cpu()), vc = kc.copy();
-          Tensor q_ref =
-              md::rope_write_at_position(linear(in, w_ref), bias.to_dtype(ref_dt), h, hkv,
-                                         cos.to_dtype(ref_dt), sin.to_dtype(ref_dt), kc, vc, pos);
-          Tensor kg = Tensor::zeros({1, hkv, max_len, d}, dt, gpu), vg = kg.copy(), q;
-          ASSERT_TRUE(md::fused_qkv_rope(xg, norm_g, eps, w, bias.to_device(gpu), h, hkv,
-                                         cos.to_device(gpu), sin.to_device(gpu), kg, vg,
-                                         pos.to_device(gpu), &q));
-          EXPECT_TRUE(testing::close_to(q, testing::f64(q_ref), tol));
-          EXPECT_TRUE(testing::close_to(kg, testing::f64(kc), tol));
-          EXPECT_TRUE(testing::close_to(vg, testing::f64(vc), tol));
-          // gate/up + silu * up.
-          Tensor wgu_ref;
-          models::QLinear wgu = weight(2 * n_gate, k, &wgu_ref);
-          Tensor act;
-          ASSERT_TRUE(md::fused_gate_up_silu(xg, norm_g, eps, wgu, &act));
-          EXPECT_TRUE(testing::close_to(act, testing::f64(nn::silu_mul(linear(in, wgu_ref))), tol));
-          // Not for two rows: the caller composes.
-          Tensor two = testing::random_tensor({1, 2, k}, dt).to_device(gpu);
-          EXPECT_FALSE(md::fused_gate_up_silu(two, norm_g, eps, wgu, &act));
+      // k = 2304: rows longer than one round of the block's threads.
+      for (size_t k : {size_t{192}, size_t{2304}}) {
+        SCOPED_TRACE("k " + std::to_string(k));
+        size_t max_len = 9, p = 5;
+        double eps = 1e-5;
+        Tensor x = testing::random_tensor({1, 1, k}, dt), xg = x.to_device(gpu);
+        // Each projection that takes a norm in, with and without it.
+        Tensor nw = testing::random_tensor({k}, dt), nwg = nw.to_device(gpu);
+        // Small outputs run blocks of 2 rows, large ones blocks of 8 (the last block partly past
+        // the end when the pairs are not a multiple of 4).
+        for (bool norm : {false, true}) {
+          for (bool large : {false, true}) {
+            SCOPED_TRACE(std::string(norm ? "norm in" : "no norm") +
+                         (large ? ", large" : ", small"));
+            size_t h = large ? 32 : 4, hkv = large ? 8 : 2, d = large ? 64 : 16;
+            size_t n_out = large ? 2050 : 130, n_gate = large ? 1042 : 96;
+            Tensor in = norm ? x.to_dtype(ref_dt).rms_norm(nw.to_dtype(ref_dt), eps) : x;
+            Tensor norm_g = norm ? nwg : Tensor();
+            // Plain output (the quantized lm_head).
+            Tensor wl_ref;
+            models::QLinear wl = weight(n_out, k, &wl_ref);
+            Tensor y;
+            ASSERT_TRUE(md::fused_linear(xg, norm_g, eps, wl, &y));
+            EXPECT_EQ(y.shape(), Shape({1, 1, n_out}));
+            EXPECT_TRUE(testing::close_to(y, testing::f64(linear(in, wl_ref)), tol));
+            // qkv + rope + cache write, with a bias.
+            Tensor w_ref;
+            models::QLinear w = weight((h + 2 * hkv) * d, k, &w_ref);
+            Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
+            Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
+            Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
+            Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1},
+                                          Device::cpu());
+            Tensor kc = Tensor::zeros({1, hkv, max_len, d}, ref_dt, Device::cpu()), vc = kc.copy();
+            Tensor q_ref =
+                md::rope_write_at_position(linear(in, w_ref), bias.to_dtype(ref_dt), h, hkv,
+                                           cos.to_dtype(ref_dt), sin.to_dtype(ref_dt), kc, vc, pos);
+            Tensor kg = Tensor::zeros({1, hkv, max_len, d}, dt, gpu), vg = kg.copy(), q;
+            ASSERT_TRUE(md::fused_qkv_rope(xg, norm_g, eps, w, bias.to_device(gpu), h, hkv,
+                                           cos.to_device(gpu), sin.to_device(gpu), kg, vg,
+                                           pos.to_device(gpu), &q));
+            EXPECT_TRUE(testing::close_to(q, testing::f64(q_ref), tol));
+            EXPECT_TRUE(testing::close_to(kg, testing::f64(kc), tol));
+            EXPECT_TRUE(testing::close_to(vg, testing::f64(vc), tol));
+            // gate/up + silu * up.
+            Tensor wgu_ref;
+            models::QLinear wgu = weight(2 * n_gate, k, &wgu_ref);
+            Tensor act;
+            ASSERT_TRUE(md::fused_gate_up_silu(xg, norm_g, eps, wgu, &act));
+            EXPECT_TRUE(
+                testing::close_to(act, testing::f64(nn::silu_mul(linear(in, wgu_ref))), tol));
+            // Not for two rows: the caller composes.
+            Tensor two = testing::random_tensor({1, 2, k}, dt).to_device(gpu);
+            EXPECT_FALSE(md::fused_gate_up_silu(two, norm_g, eps, wgu, &act));
+          }
         }
-      }
-      // projection + residual add; n = 4096 takes the kernel's 8-row blocks.
-      for (size_t n : {size_t{576}, size_t{2050}, size_t{4096}}) {
-        Tensor wo_ref;
-        models::QLinear wo = weight(n, k, &wo_ref);
-        Tensor res = testing::random_tensor({1, 1, n}, dt), sum;
-        Tensor ref = res.to_dtype(ref_dt).add(linear(x, wo_ref));
-        ASSERT_TRUE(md::fused_project_add(xg, wo, res.to_device(gpu), &sum));
-        EXPECT_TRUE(testing::close_to(sum, testing::f64(ref), tol)) << n;
+        // projection + residual add; n = 4096 takes the kernel's 8-row blocks.
+        for (size_t n : {size_t{576}, size_t{2050}, size_t{4096}}) {
+          Tensor wo_ref;
+          models::QLinear wo = weight(n, k, &wo_ref);
+          Tensor res = testing::random_tensor({1, 1, n}, dt), sum;
+          Tensor ref = res.to_dtype(ref_dt).add(linear(x, wo_ref));
+          ASSERT_TRUE(md::fused_project_add(xg, wo, res.to_device(gpu), &sum));
+          EXPECT_TRUE(testing::close_to(sum, testing::f64(ref), tol)) << n;
+        }
       }
     }
   }
