@@ -33,7 +33,7 @@ echo "built in $(($(date +%s) - T0)) s"
 
 if [[ $QUICK != --quick ]]; then
   for t in cuda_test_cuda_llama cuda_test_cuda_qmatmul cuda_test_cuda_nn; do
-    for env in WICK_PDL=1 WICK_PDL=0 WICK_GEMV_ROWS=8 WICK_GEMV_BLOCKS=1,WICK_GEMV_STAGES=3; do
+    for env in WICK_PDL=1 WICK_PDL=0 WICK_GEMV_ROWS=8; do
       [[ $t != cuda_test_cuda_llama && $env == WICK_GEMV* ]] && continue
       env ${env//,/ } WICK_REQUIRE_CUDA=1 timeout 180 "$BUILD/tests/$t" >/tmp/decode_$t.txt 2>&1
       rc=$?
@@ -83,7 +83,8 @@ if [[ -n ${WICK_DECODE_NCU:-} ]]; then  # per-kernel times (kernels alone, cold 
     echo "==== ncu: $m"
     timeout 300 "${NCU[@]}" --log-file /tmp/decode_ncu.log "$G" $m --device cuda --dtype bf16 \
       --prompt-len 4 --new 3 --repeats 1 >/dev/null 2>/tmp/decode_ncu.err || tail -3 /tmp/decode_ncu.err
-    python3 scripts/ncu_summary.py /tmp/decode_ncu.log | head -25
+    python3 scripts/ncu_summary.py /tmp/decode_ncu.log >/tmp/decode_ncu.txt
+    head -25 /tmp/decode_ncu.txt
   done
 fi
 echo "==== gpu-decode summary ($(($(date +%s) - T0)) s)"

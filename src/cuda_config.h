@@ -17,10 +17,9 @@
 //   WICK_DECODE_GRAPH=0              Llama decode steps op by op, not as captured CUDA graphs
 //   WICK_DECODE_GEMV=0               one-token projections without their fused epilogues
 //   WICK_PDL=0                       decode kernels without programmatic dependent launch
-//   WICK_GEMV_ROWS=2|4|8             output rows a group of the decode GEMV (benchmarks)
-//   WICK_GEMV_STAGES=1..4            groups a block of the decode GEMV holds (benchmarks)
-//   WICK_GEMV_BLOCKS=N               its blocks a multiprocessor (benchmarks)
-//   WICK_GEMV_SLOT_KB, _BLOCK_KB     its shared memory a group, a block (benchmarks)
+//   WICK_GEMV_ROWS=2|4|8             output rows a block of the decode GEMV (benchmarks)
+//   WICK_GEMV_PREFETCH=0             no L2 prefetches of its weights (benchmarks)
+//   WICK_GEMV_PREFETCH_MB=N          of the next projection's weights, at most N MB (default 24)
 //   WICK_ROW_VPT=2|4|8               vectors per thread of the row kernels (benchmarks)
 //   WICK_ROW_KERNEL=block|warp       the kernel for rows a warp could hold (benchmarks)
 //   WICK_ROW_WARPS=1|4               rows (warps) per block of the warp-per-row kernel
@@ -31,6 +30,7 @@
 // clang-format on
 
 #include <atomic>
+#include <cstdint>
 
 #include "wick/cuda.h"
 
@@ -59,10 +59,8 @@ struct Config {
   bool decode_gemv = true;
   bool pdl = true;                 // programmatic dependent launch of the decode kernels
   int gemv_rows = 0;               // 0: the decode GEMV's own choice
-  int gemv_stages = 0;             // 0: the decode GEMV's own choice
-  int gemv_blocks = 0;             // blocks a multiprocessor; 0: the decode GEMV's own choice
-  int gemv_slot_kb = 0;            // 0: the decode GEMV's own choice
-  int gemv_block_kb = 0;           // 0: the decode GEMV's own choice
+  bool gemv_prefetch = true;       // L2 prefetches of the decode GEMV's weights
+  int64_t gemv_prefetch_mb = 24;   // of the next projection's weights, at most
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice
   bool attention_rounding_transformers = false;
   RowKernel row_kernel = RowKernel::Auto;

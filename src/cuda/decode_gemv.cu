@@ -9,6 +9,9 @@
 // 4-row blocks for gate/up 1,131 tok/s.
 
 #include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "cuda/decode_gemv.h"
 #include "cuda/kernel_utils.cuh"
@@ -38,7 +41,7 @@ struct DenseRows {  // 16 bytes of T a unit
   static constexpr int V = 16 / sizeof(T), R = V;
   using Raw = uint4;
   __device__ static Raw load(const uint8_t* row, int64_t unit) {
-    return reinterpret_cast<const uint4*>(row)[unit];
+    return __ldg(reinterpret_cast<const uint4*>(row) + unit);
   }
   __device__ static int64_t x_start(int64_t unit, int) { return unit * V; }
   __device__ static float dot(const Raw& r, const float (&x)[V], float) {
@@ -229,40 +232,117 @@ __device__ __forceinline__ void load_inputs(const Input<T>& in, int64_t base, in
   }
 }
 
-// Units of each row a thread dots per round: fewer when a block has many rows (registers).
+// Units of each row a thread has in flight: fewer when a block has many rows (registers). 4 for
+// long rows in blocks of 2 was slower in the Llama-1B decode step (occupancy).
 template <int R>
 inline constexpr int kUnroll = R >= 8 ? 1 : 2;
+
+// Rows w[0 .. R) (k values each) dotted with the input by the whole block, totals on every
+// thread. The first units of the weights are loaded before pdl_wait(): they do not depend on the
+// kernel before.
+template <class T, class F, int R>
+__device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
+                                         double eps, float (&acc)[R]) {
+  constexpr int V = F::V, U = kUnroll<R>;
+  const int64_t units = k / V;
+  typename F::Raw raw[U][R];
+  // A unit past the end is all zero bits: zero elements add nothing.
+  auto load_weights = [&](int64_t base) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = base + u * kGemvThreads;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (c < units) {
+          raw[u][r] = F::load(w[r], c);
+        } else {
+          memset(&raw[u][r], 0, sizeof(raw[u][r]));
+        }
+      }
+    }
+  };
+  int64_t base = threadIdx.x;
+  load_weights(base);
+  pdl_wait();
+  if (in.nw != nullptr) in.find_rstd(k, eps);
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0;
+  while (true) {
+    float xv[U][V];
+    load_inputs<T, F, U>(in, base, units, xv);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += F::dot(raw[u][r], xv[u], 0.f);
+    }
+    base += kGemvThreads * U;
+    if (base >= units) break;
+    load_weights(base);
+  }
+  pdl_launch_dependents();  // the next kernel may start loading its weights
+  block_totals<R>(acc);
+}
 
 // Bytes between the rows' copies in shared memory.
 __host__ __device__ constexpr int64_t staged_stride(int64_t row_bytes) {
   return (row_bytes + 15) / 16 * 16;
 }
 
-// R rows of row_bytes into shared memory `dst` (stride apart), `N` bytes a cp.async.
-template <int N, int R>
-__device__ __forceinline__ void copy_rows(uint8_t* dst, const uint8_t* const (&src)[R],
-                                          int64_t row_bytes, int64_t stride) {
-  for (int64_t i = threadIdx.x * N; i < row_bytes; i += kGemvThreads * N) {
+// Rows of GGML blocks: copied whole into shared memory (cp.async, `copy` bytes at a time: 16, 8
+// or 4, as the rows' alignment allows) before pdl_wait(), then dotted from there. A few wide
+// loads per thread keep more bytes in flight than 16-bit loads of the blocks would, and the
+// copies do not hold registers.
+template <class T, class F, int R>
+__device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], Input<T>& in,
+                                                int64_t k, double eps, int64_t row_bytes, int copy,
+                                                float (&acc)[R]) {
+  constexpr int V = F::V, U = kUnroll<R>;
+  extern __shared__ __align__(16) uint8_t gemv_rows[];
+  const int64_t stride = staged_stride(row_bytes);
+  auto stage = [&]<int N>() {
+    for (int64_t i = threadIdx.x * N; i < row_bytes; i += kGemvThreads * N) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) cp_async<N>(dst + r * stride + i, src[r] + i);
+      for (int r = 0; r < R; ++r) cp_async<N>(gemv_rows + r * stride + i, w[r] + i);
+    }
+  };
+  if (copy == 16) {
+    stage.template operator()<16>();
+  } else if (copy == 8) {
+    stage.template operator()<8>();
+  } else {
+    stage.template operator()<4>();
   }
-}
-
-// Waits until at most n (0 .. 3) of this thread's copy groups are in flight.
-__device__ __forceinline__ void cp_async_wait_at_most(int n) {
-  switch (n) {
-    case 0:
+  cp_async_commit();
+  pdl_wait();
+  const int64_t units = k / V;
+  if (in.nw != nullptr) in.find_rstd(k, eps);
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0;
+  // Every thread runs every round (the first has a block barrier), units past the end idle.
+  const int64_t rounds = (units + U * kGemvThreads - 1) / (U * kGemvThreads);
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t base = threadIdx.x + round * U * kGemvThreads;
+    float xv[U][V];
+    load_inputs<T, F, U>(in, base, units, xv);
+    if (round == 0) {  // the rows have landed (the first activations' loads went out before)
       cp_async_wait<0>();
-      break;
-    case 1:
-      cp_async_wait<1>();
-      break;
-    case 2:
-      cp_async_wait<2>();
-      break;
-    default:
-      cp_async_wait<3>();
+      __syncthreads();
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = base + u * kGemvThreads;
+      if (c < units) {
+        float x_sum = 0;
+#pragma unroll
+        for (int e = 0; e < V; ++e) x_sum += xv[u][e];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          acc[r] += F::dot(F::load(gemv_rows + r * stride, c), xv[u], x_sum);
+      }
+    }
   }
+  pdl_launch_dependents();
+  block_totals<R>(acc);
 }
 
 // The two rows of output pair p.
@@ -279,6 +359,7 @@ __device__ __forceinline__ void pair_rows(const GemvArgs& a, int64_t p, int64_t&
     r1 = r0 + 1;
   }
 }
+
 // What follows the product of pair p: rows r0 and r1 with f32 sums a0 and a1.
 template <class T>
 __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r0, int64_t r1,
@@ -330,88 +411,71 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
   }
 }
 
-// A persistent block takes groups of R rows (R / 2 output pairs) blockIdx.x, + gridDim.x, ...;
-// each group's rows are copied whole into one of `stages` shared-memory slots (cp.async, `copy`
-// bytes at a time: 16, 8 or 4, as the rows' alignment allows), stages - 1 groups ahead of the
-// one being dotted, so that a block always has rows in flight and no registers hold them. The
-// first copies go out before pdl_wait(): weights do not depend on the kernel before.
+// Hints that bring weights into L2 before they are read, so that HBM keeps streaming while blocks
+// wait on their loads, reduce and store: thread r < R takes row r of the block one wave on (`wave`
+// blocks are resident at once), and of this block's own row the part past its first loads (long
+// plain rows, read in several rounds); the blocks of the last wave share the first
+// next_bytes of the next projection's weights.
+template <class T, class F, int R>
+__device__ __forceinline__ void prefetch_weights(const GemvArgs& a, int64_t row_bytes,
+                                                 int64_t wave) {
+  constexpr int P = R / 2;
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  const int64_t pairs = a.n / 2, b = blockIdx.x, blocks = gridDim.x;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < R) {
+    int64_t r0, r1;
+    const int64_t first = kUnroll<R> * kGemvThreads * 16;  // bytes of a plain row loaded at once
+    if (std::is_same_v<F, DenseRows<T>> && row_bytes > first) {
+      pair_rows(a, min(b * P + t / 2, pairs - 1), r0, r1);
+      prefetch_l2(w + (t % 2 ? r1 : r0) * row_bytes + first, row_bytes - first);
+    }
+    if (b + wave < blocks) {
+      pair_rows(a, min((b + wave) * P + t / 2, pairs - 1), r0, r1);
+      prefetch_l2(w + (t % 2 ? r1 : r0) * row_bytes, row_bytes);
+    }
+  }
+  const int64_t last_wave = blocks - min(wave, blocks);
+  if (t == R && a.next_bytes > 0 && b >= last_wave) {
+    const int64_t share = (a.next_bytes / (blocks - last_wave) + 15) / 16 * 16;
+    const int64_t from = (b - last_wave) * share;
+    if (from < a.next_bytes) {
+      prefetch_l2(static_cast<const uint8_t*>(a.next_w) + from, min(share, a.next_bytes - from));
+    }
+  }
+}
+
+// R rows (R / 2 output pairs) a block.
 template <class T, class F, int R>
 __global__ void __launch_bounds__(kGemvThreads)
-    gemv_kernel(GemvArgs a, int64_t row_bytes, int copy, int stages) {
-  constexpr int P = R / 2, V = F::V, U = kUnroll<R>;
-  extern __shared__ __align__(16) uint8_t staged[];
-  const int64_t stride = staged_stride(row_bytes), slot_bytes = R * stride;
-  const int64_t pairs = a.n / 2, groups = (pairs + P - 1) / P;
+    gemv_kernel(GemvArgs a, int64_t row_bytes, int copy, int64_t wave) {
+  constexpr int P = R / 2;
+  if (wave > 0) prefetch_weights<T, F, R>(a, row_bytes, wave);
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  // Group g's rows into slot s, one commit whether or not g exists (waits count commits).
-  auto stage = [&](int64_t g, int s) {
-    if (g < groups) {
-      const uint8_t* src[R];
+  const int64_t pairs = a.n / 2, p0 = static_cast<int64_t>(blockIdx.x) * P;
+  int64_t rows[R];
+  const uint8_t* row_ptr[R];
 #pragma unroll
-      for (int j = 0; j < P; ++j) {
-        int64_t r0, r1;  // a group past the last pair repeats it (and writes nothing)
-        pair_rows(a, min(g * P + j, pairs - 1), r0, r1);
-        src[2 * j] = w + r0 * row_bytes;
-        src[2 * j + 1] = w + r1 * row_bytes;
-      }
-      uint8_t* dst = staged + s * slot_bytes;
-      if (copy == 16) {
-        copy_rows<16, R>(dst, src, row_bytes, stride);
-      } else if (copy == 8) {
-        copy_rows<8, R>(dst, src, row_bytes, stride);
-      } else {
-        copy_rows<4, R>(dst, src, row_bytes, stride);
-      }
-      // The block's last rows are on their way: the next kernel may start loading its own.
-      if (g + gridDim.x >= groups) pdl_launch_dependents();
-    }
-    cp_async_commit();
-  };
-  int64_t g = blockIdx.x;
-  for (int s = 0; s + 1 < stages; ++s) stage(g + s * gridDim.x, s);
-  pdl_wait();
+  for (int j = 0; j < P; ++j) {
+    // A block past the last pair repeats it (and writes nothing).
+    pair_rows(a, min(p0 + j, pairs - 1), rows[2 * j], rows[2 * j + 1]);
+    row_ptr[2 * j] = w + rows[2 * j] * row_bytes;
+    row_ptr[2 * j + 1] = w + rows[2 * j + 1] * row_bytes;
+  }
   Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
-  if (in.nw != nullptr) in.find_rstd(a.k, a.eps);
-  const int64_t units = a.k / V;
-  const int64_t rounds = (units + U * kGemvThreads - 1) / (U * kGemvThreads);
-  for (int i = 0; g < groups; ++i, g += gridDim.x) {
-    const int64_t ahead = g + (stages - 1) * static_cast<int64_t>(gridDim.x);
-    stage(ahead, (i + stages - 1) % stages);
-    cp_async_wait_at_most(stages - 1);
-    __syncthreads();  // every thread's copies of group g have landed
-    const uint8_t* rows = staged + (i % stages) * slot_bytes;
-    float acc[R];
+  float acc[R];
+  if constexpr (std::is_same_v<F, DenseRows<T>>) {
+    dot_rows<T, F, R>(row_ptr, in, a.k, a.eps, acc);
+  } else {
+    dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
+  }
+  if (threadIdx.x < P) {
+    const int j = static_cast<int>(threadIdx.x);
+    // acc is indexed by a constant in each branch (registers, not local memory).
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0;
-    for (int64_t round = 0; round < rounds; ++round) {
-      const int64_t base = threadIdx.x + round * U * kGemvThreads;
-      float xv[U][V];
-      load_inputs<T, F, U>(in, base, units, xv);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t c = base + u * kGemvThreads;
-        if (c < units) {
-          float x_sum = 0;
-#pragma unroll
-          for (int e = 0; e < V; ++e) x_sum += xv[u][e];
-#pragma unroll
-          for (int r = 0; r < R; ++r) acc[r] += F::dot(F::load(rows + r * stride, c), xv[u], x_sum);
-        }
-      }
-    }
-    // Its barrier also keeps slot i % stages until every thread is done with it.
-    block_totals<R>(acc);
-    const int64_t p0 = g * P;
-    if (threadIdx.x < P) {
-      const int j = static_cast<int>(threadIdx.x);
-      // acc is indexed by a constant in each branch (registers, not local memory).
-#pragma unroll
-      for (int jj = 0; jj < P; ++jj) {
-        if (jj == j && p0 + jj < pairs) {
-          int64_t r0, r1;
-          pair_rows(a, p0 + jj, r0, r1);
-          epilogue<T>(a, p0 + jj, r0, r1, acc[jj * 2], acc[jj * 2 + 1]);
-        }
+    for (int jj = 0; jj < P; ++jj) {
+      if (jj == j && p0 + jj < pairs) {
+        epilogue<T>(a, p0 + jj, rows[2 * jj], rows[2 * jj + 1], acc[2 * jj], acc[2 * jj + 1]);
       }
     }
   }
@@ -446,92 +510,88 @@ int staged_copy_bytes(const void* w, int64_t row_bytes) {
   return 0;
 }
 
-// Shared memory a block may have on sm_90 (with the opt-in attribute), and what a
-// multiprocessor has.
-constexpr int64_t kMaxBlockSmem = 227 * 1024, kSmPerSm = 228 * 1024;
+constexpr int64_t kMaxStagedBytes = 48 * 1024;  // shared memory without an opt-in attribute
 
-// How a launch stages its rows: `rows` a group, `stages` shared-memory slots of a group, `blocks`
-// persistent blocks. Measured on the H200 in the Llama decode step: see the file's head.
-// WICK_GEMV_ROWS / _STAGES / _BLOCKS (blocks a multiprocessor) force each part.
-struct Plan {
-  int rows = 2, stages = 1;
-  int64_t smem = 0;
-  unsigned blocks = 1;
-};
-
-Plan plan_for(const GemvArgs& a, int64_t row_bytes) {
-  const Config& c = config();
-  int device = 0, sms = 0;
-  WICK_CUDA_CHECK(cudaGetDevice(&device));
-  WICK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t stride = staged_stride(row_bytes);
-  const int64_t slot_limit = (c.gemv_slot_kb > 0 ? c.gemv_slot_kb : 16) * 1024;
-  const int64_t block_limit = (c.gemv_block_kb > 0 ? c.gemv_block_kb : 64) * 1024;
-  Plan p;
-  // Many rows a group where the groups still spread over the multiprocessors twice.
-  if (c.gemv_rows > 0) {
-    p.rows = c.gemv_rows;
-  } else {
-    for (int r : {8, 4}) {
-      if (r * stride <= slot_limit && a.n / r >= 2 * sms) {
-        p.rows = r;
-        break;
-      }
-    }
-  }
-  while (p.rows > 2 && p.rows * stride > kMaxBlockSmem) p.rows /= 2;
-  const int64_t slot = p.rows * stride;
-  p.stages = c.gemv_stages > 0 ? c.gemv_stages
-                               : static_cast<int>(std::clamp<int64_t>(block_limit / slot, 2, 4));
-  while (p.stages > 1 && p.stages * slot > kMaxBlockSmem) --p.stages;
-  p.smem = p.stages * slot;
-  const int64_t groups = (a.n / 2 + p.rows / 2 - 1) / (p.rows / 2);
-  const int64_t per_sm = std::max<int64_t>(
-      1, std::min<int64_t>(c.gemv_blocks > 0 ? c.gemv_blocks : 2, kSmPerSm / (p.smem + 1024)));
-  p.blocks = static_cast<unsigned>(std::min(groups, per_sm * sms));
-  return p;
+// Rows a block: fewer, longer-lived blocks for many rows (launching a block costs about as much
+// as reading a few kilobytes): 4 plain rows, or 8 rows of blocks (their copies in shared memory
+// hold no registers); else 2. Measured on the H200 in the Llama decode step. WICK_GEMV_ROWS
+// forces 2, 4 or 8 where shared memory allows.
+int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
+  const bool dense = a.weights == GemvWeights::Dense;
+  const int forced = config().gemv_rows;
+  if (forced > 0 && (dense || forced * staged_stride(row_bytes) <= kMaxStagedBytes)) return forced;
+  if (dense) return row_bytes <= 4096 && a.n >= 4096 ? 4 : 2;
+  return a.n >= 2048 && 8 * staged_stride(row_bytes) <= kMaxStagedBytes ? 8 : 2;
 }
 
+// Blocks of `kernel` resident at once on the current device with `smem` bytes of shared memory
+// each; 0 with WICK_GEMV_PREFETCH=0, which turns the L2 prefetches off.
 template <auto kKernel>
-void launch_staged(const Plan& p, cudaStream_t s, const GemvArgs& a, int64_t row_bytes) {
-  // Once a kernel: more than the default 48 KB of shared memory may be asked for.
-  static const cudaError_t opted = cudaFuncSetAttribute(
-      kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxBlockSmem));
-  WICK_CUDA_CHECK(opted);
-  launch_pdl(kKernel, p.blocks, kGemvThreads, static_cast<size_t>(p.smem), s, a, row_bytes,
-             staged_copy_bytes(a.w, row_bytes), p.stages);
+int64_t resident_blocks(size_t smem) {
+  if (!config().gemv_prefetch) return 0;
+  // Per kernel, the few shared-memory sizes the model's shapes give.
+  static std::mutex mutex;
+  static std::vector<std::pair<size_t, int>> per_sm;
+  int device = 0, sms = 0, blocks = 0;
+  WICK_CUDA_CHECK(cudaGetDevice(&device));
+  WICK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  std::lock_guard lock(mutex);
+  auto it = std::find_if(per_sm.begin(), per_sm.end(), [&](auto& e) { return e.first == smem; });
+  if (it != per_sm.end()) {
+    blocks = it->second;
+  } else {
+    WICK_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, kGemvThreads, smem));
+    per_sm.emplace_back(smem, blocks);
+  }
+  return static_cast<int64_t>(blocks) * sms;
+}
+
+template <class T, class F, int R>
+void launch_format(GemvArgs a, int64_t row_bytes, cudaStream_t s) {
+  constexpr auto kernel = gemv_kernel<T, F, R>;
+  const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
+  const bool staged = !std::is_same_v<F, DenseRows<T>>;
+  const size_t smem = staged ? static_cast<size_t>(R * staged_stride(row_bytes)) : 0;
+  const int copy = staged ? staged_copy_bytes(a.w, row_bytes) : 0;
+  const int64_t wave = resident_blocks<kernel>(smem);
+  if (wave == 0) {
+    a.next_bytes = 0;
+  } else {
+    a.next_bytes = std::min<int64_t>(a.next_bytes, config().gemv_prefetch_mb << 20);
+  }
+  launch_pdl(kernel, grid, kGemvThreads, smem, s, a, row_bytes, copy, wave);
 }
 
 template <class T, int R>
-void launch_rows(const GemvArgs& a, int64_t row_bytes, const Plan& p, cudaStream_t s) {
+void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   switch (a.weights) {
     case GemvWeights::Dense:
-      launch_staged<gemv_kernel<T, DenseRows<T>, R>>(p, s, a, row_bytes);
+      launch_format<T, DenseRows<T>, R>(a, row_bytes, s);
       break;
     case GemvWeights::Q4_0:
-      launch_staged<gemv_kernel<T, Q4Rows<false>, R>>(p, s, a, row_bytes);
+      launch_format<T, Q4Rows<false>, R>(a, row_bytes, s);
       break;
     case GemvWeights::Q4_1:
-      launch_staged<gemv_kernel<T, Q4Rows<true>, R>>(p, s, a, row_bytes);
+      launch_format<T, Q4Rows<true>, R>(a, row_bytes, s);
       break;
     case GemvWeights::Q8_0:
-      launch_staged<gemv_kernel<T, Q8Rows, R>>(p, s, a, row_bytes);
+      launch_format<T, Q8Rows, R>(a, row_bytes, s);
       break;
   }
 }
 
 template <class T>
 void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
-  const Plan p = plan_for(a, row_bytes);
-  switch (p.rows) {
+  switch (rows_per_block(a, row_bytes)) {
     case 8:
-      launch_rows<T, 8>(a, row_bytes, p, s);
+      launch_rows<T, 8>(a, row_bytes, s);
       break;
     case 4:
-      launch_rows<T, 4>(a, row_bytes, p, s);
+      launch_rows<T, 4>(a, row_bytes, s);
       break;
     default:
-      launch_rows<T, 2>(a, row_bytes, p, s);
+      launch_rows<T, 2>(a, row_bytes, s);
   }
 }
 
@@ -542,8 +602,12 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
   if (a.k <= 0 || a.n <= 0 || a.n % 2 != 0 || a.n / 2 > INT32_MAX) return false;
   const int64_t row_bytes = row_bytes_of(dtype, a.weights, a.k);
   if (row_bytes == 0 || !aligned(a.x, 16)) return false;
-  // Rows are copied to shared memory in pieces of at least 4 bytes, two rows at least.
-  if (staged_copy_bytes(a.w, row_bytes) == 0 || 2 * staged_stride(row_bytes) > kMaxBlockSmem) {
+  // Dense rows are read 16 bytes at a time; GGML rows are copied to shared memory in pieces of
+  // at least 4 bytes.
+  if (a.weights == GemvWeights::Dense) {
+    if (!aligned(a.w, 16)) return false;
+  } else if (staged_copy_bytes(a.w, row_bytes) == 0 ||
+             2 * staged_stride(row_bytes) > kMaxStagedBytes) {
     return false;
   }
   if (a.epilogue == GemvEpilogue::QkvRope) {

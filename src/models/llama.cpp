@@ -365,7 +365,7 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     Tensor q;
     if (!(single && !normed.defined() &&
           detail::fused_qkv_rope(x, l.ln1, eps, l.wqkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
-                                 cache.k(li), cache.v(li), position, &q))) {
+                                 cache.k(li), cache.v(li), position, &q, &l.wo))) {
       Tensor in = normed_by(l.ln1), qkv, bias = l.bqkv;
       if (bias.defined() && m.dtype != DType::F32 && !l.wqkv.quantized()) {
         // transformers' f16/bf16 nn.Linear rounds the product and its bias once (the bias
@@ -394,9 +394,10 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
                      .transpose(1, 2)
                      .reshape({b, s, h * hd});
     // Each residual add: fused into the projection, or composed with the norm that follows.
-    auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm) {
+    auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm,
+                           const QLinear& next) {
       Tensor sum;
-      if (single && detail::fused_project_add(in, w, x, &sum)) {
+      if (single && detail::fused_project_add(in, w, x, &sum, &next)) {
         x = sum;
       } else {
         nn::ResidualNorm r = nn::add_rms_norm(x, linear(in, w, Tensor()), next_norm, eps);
@@ -404,14 +405,16 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
         normed = r.normed;
       }
     };
-    project_add(att, l.wo, l.ln2);
+    project_add(att, l.wo, l.ln2, l.wgate_up);
     Tensor act;
     if (!(single && !normed.defined() &&
-          detail::fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act))) {
+          detail::fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act, &l.wdown))) {
       act = nn::silu_mul(linear(normed_by(l.ln2), l.wgate_up, Tensor()));
     }
     normed = Tensor();
-    project_add(act, l.wdown, li + 1 < m.layers.size() ? m.layers[li + 1].ln1 : m.norm);
+    bool last = li + 1 == m.layers.size();
+    project_add(act, l.wdown, last ? m.norm : m.layers[li + 1].ln1,
+                last ? m.lm_head : m.layers[li + 1].wqkv);
   }
   return {x, normed};
 }
@@ -424,7 +427,9 @@ Tensor output_head(const Llama::Impl& m, const Hidden& hidden, size_t from) {
   Tensor x = hidden.residual.narrow(1, from, s - from);
   if (x.dims()[0] * x.dims()[1] == 1 && !hidden.normed.defined() && m.lm_head.quantized()) {
     Tensor y;
-    if (detail::fused_linear(x.squeeze(1), m.norm, m.config.rms_norm_eps, m.lm_head, &y)) {
+    // The next step starts with the first layer's qkv projection.
+    if (detail::fused_linear(x.squeeze(1), m.norm, m.config.rms_norm_eps, m.lm_head, &y,
+                             &m.layers[0].wqkv)) {
       return y;
     }
   }
