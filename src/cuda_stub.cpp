@@ -90,19 +90,18 @@ namespace wick::models::detail {
 bool decode_gemv_enabled() {
   return false;
 }
-bool fused_linear(const Tensor&, const Tensor&, double, const QLinear&, Tensor*, const QLinear*) {
+bool fused_linear(const Tensor&, const Tensor&, double, const QLinear&, Tensor*) {
   return false;
 }
 bool fused_qkv_rope(const Tensor&, const Tensor&, double, const QLinear&, const Tensor&, size_t,
                     size_t, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                    const Tensor&, Tensor*, const QLinear*) {
+                    const Tensor&, Tensor*) {
   return false;
 }
-bool fused_gate_up_silu(const Tensor&, const Tensor&, double, const QLinear&, Tensor*,
-                        const QLinear*) {
+bool fused_gate_up_silu(const Tensor&, const Tensor&, double, const QLinear&, Tensor*) {
   return false;
 }
-bool fused_project_add(const Tensor&, const QLinear&, const Tensor&, Tensor*, const QLinear*) {
+bool fused_project_add(const Tensor&, const QLinear&, const Tensor&, Tensor*) {
   return false;
 }
 

@@ -69,7 +69,7 @@ struct Launch {
 };
 
 bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, double eps,
-             const QLinear& w, const QLinear* next, Launch* l) {
+             const QLinear& w, Launch* l) {
   if (!usable(x, w, &l->weight)) return false;
   if (norm_weight.defined() &&
       (norm_weight.device() != x.device() || norm_weight.dtype() != x.dtype() ||
@@ -87,14 +87,6 @@ bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, d
   a.eps = eps;
   l->reads = {&x, l->weight.bytes};
   if (norm_weight.defined()) l->reads.push_back(&norm_weight);
-  // The next projection's weights (its first part), only prefetched: a hint, read by nothing.
-  if (next != nullptr) {
-    const Tensor& bytes = next->quantized() ? next->parts()[0].data() : next->dense();
-    if (bytes.device() == x.device() && bytes.is_contiguous()) {
-      a.next_w = ptr_of(bytes);
-      a.next_bytes = static_cast<int64_t>(bytes.elem_count() * size_in_bytes(bytes.dtype()));
-    }
-  }
   return true;
 }
 
@@ -128,9 +120,9 @@ bool decode_gemv_enabled() {
 }
 
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
-                  Tensor* y, const QLinear* next) {
+                  Tensor* y) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, next, &l) ||
+  if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l) ||
       !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
@@ -142,10 +134,10 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
 
 bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& wqkv,
                     const Tensor& bias, size_t h, size_t h_kv, const Tensor& cos, const Tensor& sin,
-                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position, Tensor* q,
-                    const QLinear* next) {
+                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position,
+                    Tensor* q) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::QkvRope, x, norm_weight, eps, wqkv, next, &l) ||
+  if (!prepare(cuda::GemvEpilogue::QkvRope, x, norm_weight, eps, wqkv, &l) ||
       k_cache.dims()[0] != 1 || !k_cache.is_contiguous() || !v_cache.is_contiguous() ||
       !cos.is_contiguous() || !sin.is_contiguous() ||
       (bias.defined() && (!bias.is_contiguous() || bias.dtype() != x.dtype()))) {
@@ -173,9 +165,9 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
 }
 
 bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
-                        const QLinear& w_gate_up, Tensor* act, const QLinear* next) {
+                        const QLinear& w_gate_up, Tensor* act) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::SiluMul, x, norm_weight, eps, w_gate_up, next, &l) ||
+  if (!prepare(cuda::GemvEpilogue::SiluMul, x, norm_weight, eps, w_gate_up, &l) ||
       !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
@@ -184,10 +176,9 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
   return true;
 }
 
-bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
-                       const QLinear* next) {
+bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::Add, x, Tensor(), 0, w, next, &l) ||
+  if (!prepare(cuda::GemvEpilogue::Add, x, Tensor(), 0, w, &l) ||
       residual.elem_count() != static_cast<size_t>(l.weight.n) || !residual.is_contiguous() ||
       residual.dtype() != x.dtype() || residual.device() != x.device()) {
     return false;

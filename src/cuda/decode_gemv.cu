@@ -8,11 +8,6 @@
 // blocks with a last-block RMSNorm tail 829 tok/s; the norm folded into the next projection and
 // 4-row blocks for gate/up 1,131 tok/s.
 
-#include <algorithm>
-#include <mutex>
-#include <utility>
-#include <vector>
-
 #include "cuda/decode_gemv.h"
 #include "cuda/kernel_utils.cuh"
 
@@ -411,46 +406,11 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
   }
 }
 
-// Hints that bring weights into L2 before they are read, so that HBM keeps streaming while blocks
-// wait on their loads, reduce and store: thread r < R takes row r of the block one wave on (`wave`
-// blocks are resident at once), and of this block's own row the part past its first loads (long
-// plain rows, read in several rounds); the blocks of the last wave share the first
-// next_bytes of the next projection's weights.
-template <class T, class F, int R>
-__device__ __forceinline__ void prefetch_weights(const GemvArgs& a, int64_t row_bytes,
-                                                 int64_t wave) {
-  constexpr int P = R / 2;
-  const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  const int64_t pairs = a.n / 2, b = blockIdx.x, blocks = gridDim.x;
-  const int t = static_cast<int>(threadIdx.x);
-  if (t < R) {
-    int64_t r0, r1;
-    const int64_t first = kUnroll<R> * kGemvThreads * 16;  // bytes of a plain row loaded at once
-    if (std::is_same_v<F, DenseRows<T>> && row_bytes > first) {
-      pair_rows(a, min(b * P + t / 2, pairs - 1), r0, r1);
-      prefetch_l2(w + (t % 2 ? r1 : r0) * row_bytes + first, row_bytes - first);
-    }
-    if (b + wave < blocks) {
-      pair_rows(a, min((b + wave) * P + t / 2, pairs - 1), r0, r1);
-      prefetch_l2(w + (t % 2 ? r1 : r0) * row_bytes, row_bytes);
-    }
-  }
-  const int64_t last_wave = blocks - min(wave, blocks);
-  if (t == R && a.next_bytes > 0 && b >= last_wave) {
-    const int64_t share = (a.next_bytes / (blocks - last_wave) + 15) / 16 * 16;
-    const int64_t from = (b - last_wave) * share;
-    if (from < a.next_bytes) {
-      prefetch_l2(static_cast<const uint8_t*>(a.next_w) + from, min(share, a.next_bytes - from));
-    }
-  }
-}
-
 // R rows (R / 2 output pairs) a block.
 template <class T, class F, int R>
 __global__ void __launch_bounds__(kGemvThreads)
-    gemv_kernel(GemvArgs a, int64_t row_bytes, int copy, int64_t wave) {
+    gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   constexpr int P = R / 2;
-  if (wave > 0) prefetch_weights<T, F, R>(a, row_bytes, wave);
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const int64_t pairs = a.n / 2, p0 = static_cast<int64_t>(blockIdx.x) * P;
   int64_t rows[R];
@@ -524,59 +484,23 @@ int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
   return a.n >= 2048 && 8 * staged_stride(row_bytes) <= kMaxStagedBytes ? 8 : 2;
 }
 
-// Blocks of `kernel` resident at once on the current device with `smem` bytes of shared memory
-// each; 0 with WICK_GEMV_PREFETCH=0, which turns the L2 prefetches off.
-template <auto kKernel>
-int64_t resident_blocks(size_t smem) {
-  if (!config().gemv_prefetch) return 0;
-  // Per kernel, the few shared-memory sizes the model's shapes give.
-  static std::mutex mutex;
-  static std::vector<std::pair<size_t, int>> per_sm;
-  int device = 0, sms = 0, blocks = 0;
-  WICK_CUDA_CHECK(cudaGetDevice(&device));
-  WICK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  std::lock_guard lock(mutex);
-  auto it = std::find_if(per_sm.begin(), per_sm.end(), [&](auto& e) { return e.first == smem; });
-  if (it != per_sm.end()) {
-    blocks = it->second;
-  } else {
-    WICK_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, kGemvThreads, smem));
-    per_sm.emplace_back(smem, blocks);
-  }
-  return static_cast<int64_t>(blocks) * sms;
-}
-
-template <class T, class F, int R>
-void launch_format(GemvArgs a, int64_t row_bytes, cudaStream_t s) {
-  constexpr auto kernel = gemv_kernel<T, F, R>;
-  const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
-  const bool staged = !std::is_same_v<F, DenseRows<T>>;
-  const size_t smem = staged ? static_cast<size_t>(R * staged_stride(row_bytes)) : 0;
-  const int copy = staged ? staged_copy_bytes(a.w, row_bytes) : 0;
-  const int64_t wave = resident_blocks<kernel>(smem);
-  if (wave == 0) {
-    a.next_bytes = 0;
-  } else {
-    a.next_bytes = std::min<int64_t>(a.next_bytes, config().gemv_prefetch_mb << 20);
-  }
-  launch_pdl(kernel, grid, kGemvThreads, smem, s, a, row_bytes, copy, wave);
-}
-
 template <class T, int R>
 void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
+  const int copy = staged_copy_bytes(a.w, row_bytes);
+  const size_t smem = static_cast<size_t>(R * staged_stride(row_bytes));
   switch (a.weights) {
     case GemvWeights::Dense:
-      launch_format<T, DenseRows<T>, R>(a, row_bytes, s);
+      launch_pdl(gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
       break;
     case GemvWeights::Q4_0:
-      launch_format<T, Q4Rows<false>, R>(a, row_bytes, s);
+      launch_pdl(gemv_kernel<T, Q4Rows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q4_1:
-      launch_format<T, Q4Rows<true>, R>(a, row_bytes, s);
+      launch_pdl(gemv_kernel<T, Q4Rows<true>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q8_0:
-      launch_format<T, Q8Rows, R>(a, row_bytes, s);
+      launch_pdl(gemv_kernel<T, Q8Rows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
   }
 }

@@ -42,10 +42,6 @@ struct GemvArgs {
   // Store, SiluMul, Add
   void* out;             // (n), (n / 2), (n)
   const void* residual;  // Add: (n)
-  // The weights of the projection after this one (or null): their first bytes are brought into
-  // L2 while this one finishes.
-  const void* next_w = nullptr;
-  int64_t next_bytes = 0;
 };
 
 /// False when the operands do not suit the kernel (k % 8 or 32, alignment, head_dim): the

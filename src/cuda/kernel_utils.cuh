@@ -311,16 +311,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// A hint (sm_90 bulk prefetch) to bring [p, p + bytes) into L2: the part of it whose ends are
-// 16-byte aligned, as the instruction needs.
-__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15};
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~uintptr_t{15};
-  if (end <= begin) return;
-  const uint32_t size = static_cast<uint32_t>(min(end - begin, uintptr_t{1} << 30));
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(begin), "r"(size) : "memory");
-}
-
 // ---------------------------------------------------------------------------------------------
 // Programmatic dependent launch (sm_90): a kernel launched by launch_pdl may start while the
 // kernel before it on the stream finishes. It may read only what that kernel does not write (its

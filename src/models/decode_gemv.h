@@ -6,8 +6,7 @@
 // x.rms_norm(norm_weight, eps), computed inside. Each returns false, doing nothing, when it does
 // not apply (not CUDA, more than one row, unaligned or unsupported operands,
 // WICK_DECODE_GEMV=0); the caller then composes the step from separate ops, which is also what
-// the CPU runs and what the GPU tests compare against. `next`, where given, is the projection
-// that follows: the kernel brings the start of its weights into L2 as it finishes.
+// the CPU runs and what the GPU tests compare against.
 
 #include "models/qlinear.h"
 #include "wick/tensor.h"
@@ -19,21 +18,20 @@ bool decode_gemv_enabled();
 
 /// linear(norm(x), w) for x (..., k) holding one row: (..., n).
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
-                  Tensor* y, const QLinear* next = nullptr);
+                  Tensor* y);
 
 /// q (1, h, 1, d) from norm(x) (x (1, 1, k)) times wqkv (n, k)^T plus bias, rope at the position,
 /// keys and values into the caches: rms_norm + linear + rope_write_at_position in one kernel.
 bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& wqkv,
                     const Tensor& bias, size_t h, size_t h_kv, const Tensor& cos, const Tensor& sin,
-                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position, Tensor* q,
-                    const QLinear* next = nullptr);
+                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position,
+                    Tensor* q);
 
 /// silu_mul(linear(norm(x), w_gate_up)): (1, 1, n / 2).
 bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
-                        const QLinear& w_gate_up, Tensor* act, const QLinear* next = nullptr);
+                        const QLinear& w_gate_up, Tensor* act);
 
 /// residual + linear(x, w), in residual's shape.
-bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
-                       const QLinear* next = nullptr);
+bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum);
 
 }  // namespace wick::models::detail

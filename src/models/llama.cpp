@@ -365,7 +365,7 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     Tensor q;
     if (!(single && !normed.defined() &&
           detail::fused_qkv_rope(x, l.ln1, eps, l.wqkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
-                                 cache.k(li), cache.v(li), position, &q, &l.wo))) {
+                                 cache.k(li), cache.v(li), position, &q))) {
       Tensor in = normed_by(l.ln1), qkv, bias = l.bqkv;
       if (bias.defined() && m.dtype != DType::F32 && !l.wqkv.quantized()) {
         // transformers' f16/bf16 nn.Linear rounds the product and its bias once (the bias
@@ -394,10 +394,9 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
                      .transpose(1, 2)
                      .reshape({b, s, h * hd});
     // Each residual add: fused into the projection, or composed with the norm that follows.
-    auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm,
-                           const QLinear& next) {
+    auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm) {
       Tensor sum;
-      if (single && detail::fused_project_add(in, w, x, &sum, &next)) {
+      if (single && detail::fused_project_add(in, w, x, &sum)) {
         x = sum;
       } else {
         nn::ResidualNorm r = nn::add_rms_norm(x, linear(in, w, Tensor()), next_norm, eps);
@@ -405,16 +404,14 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
         normed = r.normed;
       }
     };
-    project_add(att, l.wo, l.ln2, l.wgate_up);
+    project_add(att, l.wo, l.ln2);
     Tensor act;
     if (!(single && !normed.defined() &&
-          detail::fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act, &l.wdown))) {
+          detail::fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act))) {
       act = nn::silu_mul(linear(normed_by(l.ln2), l.wgate_up, Tensor()));
     }
     normed = Tensor();
-    bool last = li + 1 == m.layers.size();
-    project_add(act, l.wdown, last ? m.norm : m.layers[li + 1].ln1,
-                last ? m.lm_head : m.layers[li + 1].wqkv);
+    project_add(act, l.wdown, li + 1 < m.layers.size() ? m.layers[li + 1].ln1 : m.norm);
   }
   return {x, normed};
 }
@@ -427,9 +424,7 @@ Tensor output_head(const Llama::Impl& m, const Hidden& hidden, size_t from) {
   Tensor x = hidden.residual.narrow(1, from, s - from);
   if (x.dims()[0] * x.dims()[1] == 1 && !hidden.normed.defined() && m.lm_head.quantized()) {
     Tensor y;
-    // The next step starts with the first layer's qkv projection.
-    if (detail::fused_linear(x.squeeze(1), m.norm, m.config.rms_norm_eps, m.lm_head, &y,
-                             &m.layers[0].wqkv)) {
+    if (detail::fused_linear(x.squeeze(1), m.norm, m.config.rms_norm_eps, m.lm_head, &y)) {
       return y;
     }
   }
