@@ -182,21 +182,7 @@ template <class T>
 struct Input {
   const T* x;
   const T* nw;  // null: x as it is
-  bool early;   // prefetch hints (WICK_GEMV_EARLY=0: none)
   float rstd = 1;
-
-  // Brings the norm weight's values of this thread's first `count` units into L1 before
-  // pdl_wait() (it is not the kernel before's output), so that the products do not wait for it.
-  template <class F>
-  __device__ void prefetch_norm_weight(int64_t base, int64_t units, int count) const {
-    if (nw == nullptr || !early) return;
-    for (int u = 0; u < count; ++u) {
-      const int64_t c = base + u * kGemvThreads;
-      if (c >= units) break;
-#pragma unroll
-      for (int run = 0; run < F::V / F::R; ++run) prefetch_l1(nw + F::x_start(c, run));
-    }
-  }
 
   __device__ void find_rstd(int64_t k, double eps) {
     constexpr int PER = 16 / sizeof(T);
@@ -249,9 +235,9 @@ inline constexpr int kUnroll = R >= 8 ? 1 : 2;
 // Rows w[0 .. R) (k values each) dotted with the input by the whole block, totals on every
 // thread. The first units of the weights are loaded before pdl_wait(): they do not depend on the
 // kernel before.
-template <class T, class F, int R, class AfterWait>
+template <class T, class F, int R>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
-                                         double eps, AfterWait after_wait, float (&acc)[R]) {
+                                         double eps, float (&acc)[R]) {
   constexpr int V = F::V, U = kUnroll<R>;
   const int64_t units = k / V;
   typename F::Raw raw[U][R];
@@ -272,9 +258,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
   };
   int64_t base = threadIdx.x;
   load_weights(base);
-  in.template prefetch_norm_weight<F>(base, units, U);
   pdl_wait();
-  after_wait();
   if (in.nw != nullptr) in.find_rstd(k, eps);
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
@@ -303,10 +287,10 @@ __host__ __device__ constexpr int64_t staged_stride(int64_t row_bytes) {
 // or 4, as the rows' alignment allows) before pdl_wait(), then dotted from there. A few wide
 // loads per thread keep more bytes in flight than 16-bit loads of the blocks would, and the
 // copies do not hold registers.
-template <class T, class F, int R, class AfterWait>
+template <class T, class F, int R>
 __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], Input<T>& in,
                                                 int64_t k, double eps, int64_t row_bytes, int copy,
-                                                AfterWait after_wait, float (&acc)[R]) {
+                                                float (&acc)[R]) {
   constexpr int V = F::V, U = kUnroll<R>;
   extern __shared__ __align__(16) uint8_t gemv_rows[];
   const int64_t stride = staged_stride(row_bytes);
@@ -324,10 +308,8 @@ __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], In
     stage.template operator()<4>();
   }
   cp_async_commit();
-  const int64_t units = k / V;
-  in.template prefetch_norm_weight<F>(threadIdx.x, units, U);
   pdl_wait();
-  after_wait();
+  const int64_t units = k / V;
   if (in.nw != nullptr) in.find_rstd(k, eps);
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
@@ -424,32 +406,10 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
   }
 }
 
-// Brings what the epilogue of pair p (rows r0, r1) reads into L1 while the block computes the
-// products (after pdl_wait(): the residual is the kernel before's output), so that its loads do
-// not add a round trip to L2 to the block's life.
-template <class T>
-__device__ __forceinline__ void prefetch_epilogue(const GemvArgs& a, int64_t p, int64_t r0,
-                                                  int64_t r1) {
-  if (a.epilogue == GemvEpilogue::Add) {
-    prefetch_l1(static_cast<const T*>(a.residual) + r0);
-    prefetch_l1(static_cast<const T*>(a.residual) + r1);
-  } else if (a.epilogue == GemvEpilogue::QkvRope) {
-    if (a.bias != nullptr) {
-      prefetch_l1(static_cast<const T*>(a.bias) + r0);
-      prefetch_l1(static_cast<const T*>(a.bias) + r1);
-    }
-    const int64_t half = a.d / 2, pos = static_cast<int64_t>(*a.position);
-    if (pos < a.max_len) {
-      prefetch_l1(static_cast<const T*>(a.cos) + pos * half + p % half);
-      prefetch_l1(static_cast<const T*>(a.sin) + pos * half + p % half);
-    }
-  }
-}
-
 // R rows (R / 2 output pairs) a block.
 template <class T, class F, int R>
 __global__ void __launch_bounds__(kGemvThreads)
-    gemv_kernel(GemvArgs a, int64_t row_bytes, int copy, bool early) {
+    gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   constexpr int P = R / 2;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const int64_t pairs = a.n / 2, p0 = static_cast<int64_t>(blockIdx.x) * P;
@@ -462,20 +422,12 @@ __global__ void __launch_bounds__(kGemvThreads)
     row_ptr[2 * j] = w + rows[2 * j] * row_bytes;
     row_ptr[2 * j + 1] = w + rows[2 * j + 1] * row_bytes;
   }
-  Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight), early};
-  auto after_wait = [&] {
-    const int64_t p = p0 + threadIdx.x;
-    if (early && threadIdx.x < P && p < pairs) {
-      int64_t r0, r1;
-      pair_rows(a, p, r0, r1);
-      prefetch_epilogue<T>(a, p, r0, r1);
-    }
-  };
+  Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
   float acc[R];
   if constexpr (std::is_same_v<F, DenseRows<T>>) {
-    dot_rows<T, F, R>(row_ptr, in, a.k, a.eps, after_wait, acc);
+    dot_rows<T, F, R>(row_ptr, in, a.k, a.eps, acc);
   } else {
-    dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, after_wait, acc);
+    dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
   }
   if (threadIdx.x < P) {
     const int j = static_cast<int>(threadIdx.x);
@@ -537,21 +489,18 @@ void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
   const int copy = staged_copy_bytes(a.w, row_bytes);
   const size_t smem = static_cast<size_t>(R * staged_stride(row_bytes));
-  const bool early = config().gemv_early;
   switch (a.weights) {
     case GemvWeights::Dense:
-      launch_pdl(gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a, row_bytes, 0, early);
+      launch_pdl(gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
       break;
     case GemvWeights::Q4_0:
-      launch_pdl(gemv_kernel<T, Q4Rows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy,
-                 early);
+      launch_pdl(gemv_kernel<T, Q4Rows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q4_1:
-      launch_pdl(gemv_kernel<T, Q4Rows<true>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy,
-                 early);
+      launch_pdl(gemv_kernel<T, Q4Rows<true>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
     case GemvWeights::Q8_0:
-      launch_pdl(gemv_kernel<T, Q8Rows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy, early);
+      launch_pdl(gemv_kernel<T, Q8Rows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
   }
 }

@@ -311,11 +311,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// A hint to bring the line holding p into L1.
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Programmatic dependent launch (sm_90): a kernel launched by launch_pdl may start while the
 // kernel before it on the stream finishes. It may read only what that kernel does not write (its
