@@ -6,7 +6,10 @@
 // programmatic dependent launches, so that a kernel's first weights load while the kernel before
 // it finishes. Measured on the H200 in the Llama-1B decode step (bf16, CUDA graph): per-pair
 // blocks with a last-block RMSNorm tail 829 tok/s; the norm folded into the next projection and
-// 4-row blocks for gate/up 1,131 tok/s.
+// 4-row blocks for gate/up 1,131 tok/s. Measured slower there (1,123-1,145 tok/s in the same runs):
+// persistent blocks streaming groups of rows through a shared-memory pipeline (673), L2 bulk
+// prefetch hints of later blocks' and the next projection's rows (991), L1 prefetch of the norm
+// weight and the epilogue's operands (1,053).
 
 #include "cuda/decode_gemv.h"
 #include "cuda/kernel_utils.cuh"
