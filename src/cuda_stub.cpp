@@ -29,6 +29,10 @@ Tensor cuda_rope_write_at_position(const Tensor&, const Tensor&, size_t, size_t,
   return {};
 }
 
+bool cuda_attend_to_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor*) {
+  return false;
+}
+
 void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                             const Tensor&) {
   cuda::device(0);  // throws: built without CUDA

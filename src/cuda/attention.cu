@@ -599,8 +599,11 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // (splits, b x h_kv x head chunks): a block reads K and V of one k/v head once for up to 16 of its
 // query heads, the rows of an m16n8k16 tensor-core tile (missing rows are zeros). Keys come in
 // tiles of 16, dealt round-robin to the blocks of a head and within a block to its warps, so that
-// any prefix of visible keys is spread evenly: the graph-captured Llama step masks the cache rows
-// past the position with -inf, and tiles with no visible key are neither read nor computed. Each
+// any prefix of visible keys is spread evenly: the graph-captured Llama step hides the cache rows
+// past its position (a device last key, or a mask of -inf), and tiles with no visible key are
+// neither read nor computed. Measured slower on the H200 (bench_nn_cuda, 8 caches in turn): L2
+// prefetch of the tiles before pdl_wait (11.15 against 10.67 us), the next kernel let in right
+// after pdl_wait (10.65, no gain). Each
 // warp streams its tiles through its own shared-memory ring (cp.async, kDecStages deep, no block
 // barrier), keeps S = Q K^T, the online softmax and O += P V in registers as flash_mma_kernel
 // does, then the warps merge in shared memory. With several splits each block leaves (max, sum,
@@ -622,7 +625,8 @@ struct DecodeArgs {
   const uint16_t* q;
   const uint16_t* k;
   const uint16_t* v;
-  const uint16_t* mask;  // null when absent
+  const uint16_t* mask;      // null when absent
+  const uint32_t* last_key;  // null when absent: keys after it are hidden
   uint16_t* out;
   float* part_ml;  // (b, h, splits, 2): max (base 2) and sum per split, when splits > 1
   float* part_o;   // (b, h, splits, d): unnormalised outputs
@@ -658,10 +662,15 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   const uint16_t* mb = p.mask == nullptr ? nullptr : p.mask + bi * p.ms[0] + head0 * p.ms[1];
   const int mask_rows = p.ms[1] == 0 ? 1 : rows;  // a mask shared by the heads is read once
 
-  pdl_wait();  // q and the newest cache row come from the kernel before (the decode step)
   // This warp's tiles: first + step * i for i < count.
   const int first = split + p.splits * warp, step = p.splits * warps;
-  const int count = first < p.tiles ? (p.tiles - 1 - first) / step + 1 : 0;
+  pdl_wait();  // q and the newest cache row come from the kernel before (the decode step)
+  // Keys [0, keys) are read: all, or up to the last visible one.
+  const int keys = p.last_key == nullptr
+                       ? p.s_kv
+                       : static_cast<int>(min(*p.last_key, static_cast<uint32_t>(p.s_kv - 1))) + 1;
+  const int tiles = (keys + kDecKeys - 1) / kDecKeys;
+  const int count = first < tiles ? (tiles - 1 - first) / step + 1 : 0;
   uint16_t* my_ring = ring + warp * kDecStages * STAGE;
 
   // Whether this lane sees a visible key of tile t (a mask value of -inf hides a key); a tile is
@@ -670,7 +679,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     if (mb == nullptr) return true;
     const int key = t * kDecKeys + (lane & 15);
     bool vis = false;
-    if (key < p.s_kv) {
+    if (key < keys) {
       for (int r = lane >> 4; r < mask_rows; r += 2) {
         vis = vis || bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) != neg_inf();
       }
@@ -686,7 +695,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
 #pragma unroll
     for (int j = 0; j < kDecKeys * PIECES / 32; ++j) {
       const int i = lane + 32 * j, r = i / PIECES, c = (i % PIECES) * 8;
-      const bool valid = k0 + r < p.s_kv;
+      const bool valid = k0 + r < keys;
       const int64_t key = valid ? k0 + r : 0;
       cp_async16(kt + r * LD + c, kb + key * p.ks[2] + c, valid);
       cp_async16(vt + r * LD + c, vb + key * p.vs[2] + c, valid);
@@ -771,7 +780,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
           float x = (sc[0][n][e] + sc[1][n][e]) * p.scale_log2;
           const int key = k0 + n * 8 + tg * 2 + (e & 1);
           const int r = g + 8 * (e >> 1);
-          if (key >= p.s_kv) {
+          if (key >= keys) {
             x = neg_inf();
           } else if (mb != nullptr && r < rows) {
             x += bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) * kLog2e;
@@ -1157,6 +1166,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   p.k = static_cast<const uint16_t*>(a.k);
   p.v = static_cast<const uint16_t*>(a.v);
   p.mask = static_cast<const uint16_t*>(a.mask);
+  p.last_key = a.last_key;
   p.out = static_cast<uint16_t*>(a.out);
   for (int i = 0; i < 3; ++i) {
     p.qs[i] = a.q_strides[i];
@@ -1254,8 +1264,15 @@ void run_mma(const AttentionArgs& a, cudaStream_t s) {
 
 }  // namespace
 
+bool attention_last_key_fits(DType dtype, const AttentionArgs& a) {
+  return a.mask == nullptr && !a.causal && !rounded_fits(dtype, a) && decode_fits(dtype, a);
+}
+
 void launch_attention(DType dtype, const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   if (static_cast<int64_t>(a.b) * a.h * a.s * a.d == 0) return;
+  if (a.last_key != nullptr && !attention_last_key_fits(dtype, a)) {
+    throw BackendError("scaled_dot_product_attention: a device last key needs the decode kernel");
+  }
   if (a.d > 32 * kMaxDimPerLane &&
       !((dtype == DType::BF16 || dtype == DType::F16) && mma_fits(a))) {
     throw UnsupportedDType(

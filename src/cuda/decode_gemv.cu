@@ -10,6 +10,14 @@
 // persistent blocks streaming groups of rows through a shared-memory pipeline (673), L2 bulk
 // prefetch hints of later blocks' and the next projection's rows (991), L1 prefetch of the norm
 // weight and the epilogue's operands (1,053).
+//
+// GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
+// for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
+// as two bytes), dp4a dots the bytes with the weights' integers and each half block's sum is
+// scaled in f32. Dequantising every weight to f32 for f32 FMAs made the kernel instruction-bound:
+// measured in a standalone probe on the H200 (Llama-1B Q4_0 layer shapes, 16 layers chained, CUDA
+// graph), that arithmetic took 25.2 us a layer, dp4a against 8-bit activations 17.1, and no
+// arithmetic at all 16.0.
 
 #include "cuda/decode_gemv.h"
 #include "cuda/kernel_utils.cuh"
@@ -32,7 +40,8 @@ __device__ __forceinline__ float warp_total(float v) {
 
 // ---- weight formats: a row is a run of units, each unit's raw bits loaded apart from its use
 // (the first units are loaded before the programmatic-launch wait) and dotted with the unit's
-// activations, given as V floats read in runs of R (16-byte aligned) at x_start(unit, run).
+// activations, read as V floats in runs of R (16-byte aligned) at x_start(unit, run): as they
+// are (plain weights) or quantized (GGML blocks: QUnit below).
 
 template <class T>
 struct DenseRows {  // 16 bytes of T a unit
@@ -42,7 +51,7 @@ struct DenseRows {  // 16 bytes of T a unit
     return __ldg(reinterpret_cast<const uint4*>(row) + unit);
   }
   __device__ static int64_t x_start(int64_t unit, int) { return unit * V; }
-  __device__ static float dot(const Raw& r, const float (&x)[V], float) {
+  __device__ static float dot(const Raw& r, const float (&x)[V]) {
     Vec<T, V> w;
     memcpy(&w, &r, 16);
     float s = 0;
@@ -52,17 +61,86 @@ struct DenseRows {  // 16 bytes of T a unit
   }
 };
 
+// ---- GGML rows: integer dots (dp4a) of the weights' integers with the activations quantized as
+// the CPU's qmatmul takes them by default (cpu/qmatmul.h, 16-bit blocks of 32: q = round(x / d),
+// d = max |x| / 32512), each block sum scaled in f32 by the two scales.
+
+constexpr float kQ16Max = 32512;
+// 1.5 * 2^23: v + kMagic, for |v| < 2^22, is a float whose low 23 bits are 2^22 + round(v) (to
+// nearest even, as lrintf): integers to and from floats with adds (conversion instructions issue
+// at an eighth of the rate of float adds on sm_90).
+constexpr float kMagic = 12582912;
+constexpr int kMagicBits = 0x4b400000;
+
+// A unit's 16 activations quantized: each q as its two bytes, q = 256 hi + lo (hi signed, lo
+// unsigned), four values to a word in the unit's order; s = the sum of the unit's 16 q (exact),
+// d = the scale of the block of 32 that holds the unit.
+struct QUnit {
+  uint32_t hi[4], lo[4];
+  float s, d;
+};
+
+// Four products of the signed bytes of a and the unsigned bytes of b, plus c.
+__device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// Weight bytes w (signed; nibbles 0..15 read the same) dotted with x's q, plus c (an integer
+// below 2^22 in magnitude): the integer sum rounded once to f32. The two digits' sums (each below
+// 2^22 in magnitude: at most 16 x 128 x 255) start from kMagicBits and come out as floats.
+__device__ __forceinline__ float dot_q(const uint32_t (&w)[4], const QUnit& x, float c) {
+  int hi = kMagicBits, lo = kMagicBits;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    hi = __dp4a(static_cast<int>(w[i]), static_cast<int>(x.hi[i]), hi);
+    lo = dp4a_su(w[i], x.lo[i], lo);
+  }
+  return __fmaf_rn(256.0f, __int_as_float(hi) - kMagic, __int_as_float(lo) - (kMagic - c));
+}
+
+// max(a, b), NaN when either is (fmaxf drops a NaN): a NaN activation makes its block's sums NaN,
+// as the f32 products would.
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// Unit x (16 values, zeros past the end) quantized. The unit's block of 32 is units c and c ^ 1,
+// on lanes l and l ^ 1 of the warp (c and l even together): its max |x| is found with one shuffle,
+// so every lane of the warp calls this. The arithmetic is the CPU's (Q8Rows::quantize).
+__device__ __forceinline__ QUnit quantize_unit(const float (&x)[16]) {
+  float amax = 0;
+#pragma unroll
+  for (int e = 0; e < 16; ++e) amax = max_nan(amax, fabsf(x[e]));
+  amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  QUnit u;
+  u.d = amax / kQ16Max;
+  const float inv = u.d != 0 ? 1.0f / u.d : 0.0f;
+  // |x inv| <= 32512: bytes 0 and 1 of the sum's bits are q's lo and hi.
+  uint32_t b[16];
+#pragma unroll
+  for (int e = 0; e < 16; ++e) b[e] = __float_as_uint(__fadd_rn(__fmul_rn(x[e], inv), kMagic));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t p = __byte_perm(b[4 * i], b[4 * i + 1], 0x5140);      // lo0 lo1 hi0 hi1
+    const uint32_t q = __byte_perm(b[4 * i + 2], b[4 * i + 3], 0x5140);  // lo2 lo3 hi2 hi3
+    u.lo[i] = __byte_perm(p, q, 0x5410);
+    u.hi[i] = __byte_perm(p, q, 0x7632);
+  }
+  constexpr uint32_t kOnes[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+  u.s = dot_q(kOnes, u, 0);
+  return u;
+}
+
 // From the block's shared-memory copy of its rows.
 __device__ __forceinline__ uint16_t u16_at(const uint8_t* p) {
   return *reinterpret_cast<const uint16_t*>(p);
 }
 __device__ __forceinline__ float f16_bits(uint16_t b) {
   return __half2float(__ushort_as_half(b));
-}
-// Byte j of w plus 2^23, as a float (exact): one byte permute instead of an int-to-float
-// conversion, which runs at a quarter of the rate.
-__device__ __forceinline__ float byte_plus_2p23(uint32_t w, int j) {
-  return __uint_as_float(__byte_perm(w, 0x4b000000u, 0x7440u | j));
 }
 
 // Q4_0 (18-byte blocks: f16 d, 16 bytes of nibbles; value = d * (q - 8)) and Q4_1 (20 bytes:
@@ -92,21 +170,13 @@ struct Q4Rows {
   __device__ static int64_t x_start(int64_t unit, int run) {
     return (unit >> 1) * 32 + (unit & 1) * 8 + run * 16;
   }
-  __device__ static float dot(const Raw& r, const float (&x)[V], float x_sum) {
-    // 2^23 + q, less 2^23 (+ 8 for Q4_0): the nibble (minus its offset) exactly.
-    constexpr float kBias = kMin ? 8388608.0f : 8388616.0f;
-    float s = 0;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint32_t lo = r.q[i] & 0x0f0f0f0fu, hi = (r.q[i] >> 4) & 0x0f0f0f0fu;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        s += (byte_plus_2p23(lo, j) - kBias) * x[4 * i + j];
-        s += (byte_plus_2p23(hi, j) - kBias) * x[8 + 4 * i + j];
-      }
-    }
-    float v = f16_bits(r.d) * s;
-    if constexpr (kMin) v += f16_bits(r.m) * x_sum;
+  // The CPU's tile kernels: d dx (dot(q, x) - 8 s) for Q4_0; d dx dot(q, x) + m dx s for Q4_1,
+  // here per half block.
+  __device__ static float dot(const Raw& r, const QUnit& x) {
+    const uint32_t w[4] = {r.q[0] & 0x0f0f0f0fu, r.q[1] & 0x0f0f0f0fu, (r.q[0] >> 4) & 0x0f0f0f0fu,
+                           (r.q[1] >> 4) & 0x0f0f0f0fu};
+    float v = dot_q(w, x, kMin ? 0.0f : -8 * x.s) * (f16_bits(r.d) * x.d);
+    if constexpr (kMin) v = fmaf(f16_bits(r.m), x.d * x.s, v);
     return v;
   }
 };
@@ -132,15 +202,8 @@ struct Q8Rows {
   __device__ static int64_t x_start(int64_t unit, int run) {
     return unit * 16 + run * 8;
   }
-  __device__ static float dot(const Raw& r, const float (&x)[V], float) {
-    float s = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t u = r.q[i] ^ 0x80808080u;  // q + 128, unsigned
-#pragma unroll
-      for (int j = 0; j < 4; ++j) s += (byte_plus_2p23(u, j) - 8388736.0f) * x[4 * i + j];
-    }
-    return f16_bits(r.d) * s;
+  __device__ static float dot(const Raw& r, const QUnit& x) {
+    return dot_q(r.q, x, 0) * (f16_bits(r.d) * x.d);
   }
 };
 
@@ -271,7 +334,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] += F::dot(raw[u][r], xv[u], 0.f);
+      for (int r = 0; r < R; ++r) acc[r] += F::dot(raw[u][r], xv[u]);
     }
     base += kGemvThreads * U;
     if (base >= units) break;
@@ -289,7 +352,7 @@ __host__ __device__ constexpr int64_t staged_stride(int64_t row_bytes) {
 // Rows of GGML blocks: copied whole into shared memory (cp.async, `copy` bytes at a time: 16, 8
 // or 4, as the rows' alignment allows) before pdl_wait(), then dotted from there. A few wide
 // loads per thread keep more bytes in flight than 16-bit loads of the blocks would, and the
-// copies do not hold registers.
+// copies do not hold registers. Each unit of activations is quantized once for the R rows.
 template <class T, class F, int R>
 __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], Input<T>& in,
                                                 int64_t k, double eps, int64_t row_bytes, int copy,
@@ -320,8 +383,16 @@ __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], In
   const int64_t rounds = (units + U * kGemvThreads - 1) / (U * kGemvThreads);
   for (int64_t round = 0; round < rounds; ++round) {
     const int64_t base = threadIdx.x + round * U * kGemvThreads;
-    float xv[U][V];
-    load_inputs<T, F, U>(in, base, units, xv);
+    QUnit xq[U];
+    {
+      float xv[U][V];
+      load_inputs<T, F, U>(in, base, units, xv);
+      // Every lane, units past the end too (zeros): the two halves of a block of 32 are units c
+      // and c ^ 1, on lanes l and l ^ 1 (kGemvThreads is even), past the end together (units is
+      // even).
+#pragma unroll
+      for (int u = 0; u < U; ++u) xq[u] = quantize_unit(xv[u]);
+    }
     if (round == 0) {  // the rows have landed (the first activations' loads went out before)
       cp_async_wait<0>();
       __syncthreads();
@@ -330,12 +401,8 @@ __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], In
     for (int u = 0; u < U; ++u) {
       const int64_t c = base + u * kGemvThreads;
       if (c < units) {
-        float x_sum = 0;
 #pragma unroll
-        for (int e = 0; e < V; ++e) x_sum += xv[u][e];
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-          acc[r] += F::dot(F::load(gemv_rows + r * stride, c), xv[u], x_sum);
+        for (int r = 0; r < R; ++r) acc[r] += F::dot(F::load(gemv_rows + r * stride, c), xq[u]);
       }
     }
   }

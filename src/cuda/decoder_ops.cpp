@@ -3,10 +3,13 @@
 
 #include "cuda/decoder_ops.h"
 
+#include <cmath>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "cuda/cuda_storage.h"
+#include "cuda/fused_kernels.h"
 #include "decoder_ops_backend.h"
 #include "models/kv_write.h"
 #include "tensor_internal.h"
@@ -88,6 +91,46 @@ Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t
                         [&](cudaStream_t st) { cuda::launch_rope_write(qkv.dtype(), a, st); });
   }
   return wick::detail::from_storage(std::move(q), Shape{b, h, s, d});
+}
+
+bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
+                             const Tensor& position, Tensor* out) {
+  cuda::AttentionArgs a;
+  a.q = ptr_of(q);
+  a.k = ptr_of(keys);
+  a.v = ptr_of(values);
+  a.last_key = static_cast<const uint32_t*>(ptr_of(position));
+  for (int i = 0; i < 3; ++i) {
+    a.q_strides[i] = static_cast<int64_t>(q.layout().strides()[i]);
+    a.k_strides[i] = static_cast<int64_t>(keys.layout().strides()[i]);
+    a.v_strides[i] = static_cast<int64_t>(values.layout().strides()[i]);
+  }
+  a.b = static_cast<int>(q.dims()[0]);
+  a.h = static_cast<int>(q.dims()[1]);
+  a.s = 1;
+  a.d = static_cast<int>(q.dims()[3]);
+  a.h_kv = static_cast<int>(keys.dims()[1]);
+  a.s_kv = static_cast<int>(keys.dims()[2]);
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.d)));
+  bool last_dims_contiguous = q.layout().strides()[3] == 1 && keys.layout().strides()[3] == 1 &&
+                              values.layout().strides()[3] == 1;
+  if (!last_dims_contiguous || !cuda::attention_last_key_fits(q.dtype(), a)) return false;
+  cuda::CudaDevice& dev = device_of(q);
+  size_t n = q.elem_count();
+  auto storage = std::make_unique<cuda::CudaStorage>(dev, n, q.dtype());
+  a.out = storage->data();
+  std::vector<std::shared_ptr<cuda::DeviceBuffer>> temps;
+  cuda::TempAlloc temp = [&](size_t bytes) -> void* {
+    temps.push_back(std::make_shared<cuda::DeviceBuffer>(dev, bytes));
+    return temps.back()->data();
+  };
+  {
+    auto locks = wick::detail::read_locks({&q, &keys, &values, &position});
+    dev.queue().enqueue("attend_to_position", q.dtype(),
+                        [&](cudaStream_t st) { cuda::launch_attention(q.dtype(), a, temp, st); });
+  }
+  *out = wick::detail::from_storage(std::move(storage), q.shape());
+  return true;
 }
 
 }  // namespace models::detail

@@ -42,7 +42,13 @@ struct AttentionArgs {
   int b = 0, h = 0, h_kv = 0, s = 0, s_kv = 0, d = 0;
   float scale = 1;
   bool causal = false;
+  // s = 1 only: keys after *last_key (a device U32, clamped to s_kv - 1) are hidden, as the
+  // graph-captured decode step's cache rows past its position.
+  const uint32_t* last_key = nullptr;
 };
+
+/// Whether launch_attention takes `a` with last_key set (the decode kernel applies).
+bool attention_last_key_fits(DType dtype, const AttentionArgs& a);
 
 void launch_attention(DType dtype, const AttentionArgs& args, const TempAlloc& temp,
                       cudaStream_t s);

@@ -111,4 +111,29 @@ Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, s
   return qk.narrow(1, 0, h).contiguous();
 }
 
+bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
+                        const Tensor& position, Tensor* out) {
+  if (q.rank() != 4 || keys.rank() != 4 || values.shape() != keys.shape() || q.dims()[2] != 1 ||
+      q.dims()[0] != keys.dims()[0] || q.dims()[3] != keys.dims()[3] || keys.dims()[1] == 0 ||
+      q.dims()[1] % keys.dims()[1] != 0 || keys.dims()[2] == 0) {
+    throw ShapeMismatch(str("attend to position: q ", q.shape(), ", keys ", keys.shape(),
+                            ", values ", values.shape()));
+  }
+  if (position.elem_count() != 1 || position.dtype() != DType::U32) {
+    throw DTypeMismatch(str("attend to position: position must be one u32, got ", position.shape(),
+                            " ", position.dtype()));
+  }
+  if (keys.dtype() != q.dtype() || values.dtype() != q.dtype()) {
+    throw DTypeMismatch(str("attend to position: q ", q.dtype(), ", keys ", keys.dtype(),
+                            ", values ", values.dtype()));
+  }
+  for (const Tensor* t : {&keys, &values, &position}) {
+    if (t->device() != q.device()) {
+      throw DeviceMismatch(
+          str("attend to position: q on ", q.device(), ", an input on ", t->device()));
+    }
+  }
+  return q.device().is_cuda() && cuda_attend_to_position(q, keys, values, position, out);
+}
+
 }  // namespace wick::models::detail

@@ -339,14 +339,18 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
                         : Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(pos.start)},
                                            {1}, m.device);
 
+  // Graph step: keys after the position are hidden, the window's rows past it holding stale or
+  // zero values; by the attention kernel itself where it can, else by a mask (in the model's
+  // dtype, as attention wants) made once per step.
   Tensor mask;
-  if (graph_step) {
-    // Keys after the position are masked (in the model's dtype, as attention wants): the
-    // window's rows past it hold stale or zero values.
-    Tensor later = cache.positions().narrow(0, 0, len).gt(pos.device_pos.broadcast_as({len}));
-    mask = later.where_cond(cache.mask_fill().narrow(0, 0, 1), cache.mask_fill().narrow(0, 1, 1))
-               .reshape({1, len});
-  }
+  auto position_mask = [&] {
+    if (!mask.defined()) {
+      Tensor later = cache.positions().narrow(0, 0, len).gt(pos.device_pos.broadcast_as({len}));
+      mask = later.where_cond(cache.mask_fill().narrow(0, 0, 1), cache.mask_fill().narrow(0, 1, 1))
+                 .reshape({1, len});
+    }
+    return mask;
+  };
 
   // Per layer: norm, qkv projection, rope + cache write, attention, output projection, residual
   // add, norm, gate/up projection, silu * up, down projection, residual add. One token on CUDA
@@ -386,13 +390,15 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     }
     normed = Tensor();
     Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
-    // Prefill: causal, aligned to the end of the keys; graph step: the mask hides later rows.
-    nn::AttentionOptions opts;
-    opts.causal = !graph_step && s > 1;
-    if (graph_step) opts.mask = mask;
-    Tensor att = nn::scaled_dot_product_attention(q, keys, values, opts)  // (b, h, s, hd)
-                     .transpose(1, 2)
-                     .reshape({b, s, h * hd});
+    // Prefill: causal, aligned to the end of the keys; graph step: later rows hidden.
+    Tensor att;  // (b, h, s, hd)
+    if (!(graph_step && detail::attend_to_position(q, keys, values, position, &att))) {
+      nn::AttentionOptions opts;
+      opts.causal = !graph_step && s > 1;
+      if (graph_step) opts.mask = position_mask();
+      att = nn::scaled_dot_product_attention(q, keys, values, opts);
+    }
+    att = att.transpose(1, 2).reshape({b, s, h * hd});
     // Each residual add: fused into the projection, or composed with the norm that follows.
     auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm) {
       Tensor sum;

@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "../qmatmul_test_util.h"
+#include "cpu/qmatmul.h"
 #include "models/decode_gemv.h"
 #include "models/kv_write.h"
 #include "nn_reference.h"
@@ -252,6 +254,56 @@ TEST(CudaDecoderOps, RopeWriteAtPositionMatchesCpu) {
   }
 }
 
+// The graph step's attention to the cache rows up to a device position, against attention over
+// those rows alone (f64 on the CPU). Rows past the position hold NaN: they must not be read.
+TEST(CudaDecoderOps, AttendToPositionReadsRowsUpToIt) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  namespace md = models::detail;
+  size_t b = 2, h = 8, hkv = 2;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (size_t d : {size_t{64}, size_t{128}}) {
+      // 2000 rows: several key splits; 40: one tile-row short of three tiles.
+      for (size_t len : {size_t{40}, size_t{2000}}) {
+        for (size_t p : {size_t{0}, size_t{17}, len - 1, len + 5}) {
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " d " + std::to_string(d) + " len " +
+                       std::to_string(len) + " position " + std::to_string(p));
+          size_t last = std::min(p, len - 1);
+          Tensor q = testing::random_tensor({b, h, 1, d}, dt);
+          Tensor k = testing::random_tensor({b, hkv, len, d}, dt);
+          Tensor v = testing::random_tensor({b, hkv, len, d}, dt);
+          if (last + 1 < len) {
+            Tensor nan = Tensor::full(std::numeric_limits<float>::quiet_NaN(),
+                                      {b, hkv, len - last - 1, d}, Device::cpu())
+                             .to_dtype(dt);
+            k.narrow(2, last + 1, len - last - 1).assign(nan);
+            v.narrow(2, last + 1, len - last - 1).assign(nan);
+          }
+          Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, gpu);
+          Tensor out;
+          ASSERT_TRUE(md::attend_to_position(q.to_device(gpu), k.to_device(gpu), v.to_device(gpu),
+                                             pos, &out));
+          EXPECT_EQ(out.shape(), Shape({b, h, 1, d}));
+          Tensor want = nn::scaled_dot_product_attention(
+              testing::f64(q), testing::f64(k.narrow(2, 0, last + 1)),
+              testing::f64(v.narrow(2, 0, last + 1)), {});
+          EXPECT_TRUE(testing::close_to(out, want, 2 * testing::tolerance(dt)));
+        }
+      }
+    }
+  }
+  // Not for f32 (no decode kernel) nor the CPU: the caller masks. Mismatched shapes throw.
+  Tensor q = testing::random_tensor({1, 4, 1, 64}, DType::F32),
+         k = testing::random_tensor({1, 2, 30, 64}, DType::F32);
+  Tensor pos_cpu = Tensor::from_vec(std::vector<uint32_t>{3}, {1}, Device::cpu()), out;
+  EXPECT_FALSE(md::attend_to_position(q, k, k, pos_cpu, &out));
+  EXPECT_FALSE(md::attend_to_position(q.to_device(gpu), k.to_device(gpu), k.to_device(gpu),
+                                      pos_cpu.to_device(gpu), &out));
+  EXPECT_THROW(md::attend_to_position(q, k.narrow(3, 0, 32), k.narrow(3, 0, 32), pos_cpu, &out),
+               ShapeMismatch);
+  EXPECT_THROW(md::attend_to_position(q.to_device(gpu), k, k, pos_cpu, &out), DeviceMismatch);
+}
+
 // A key window covering the position gives the logits of the whole-cache step.
 TEST(CudaLlama, DecodeStepKeyWindowEqualsWholeCache) {
   SKIP_WITHOUT_GPU();
@@ -319,8 +371,20 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
         *ref = q.dequantize();
         return models::QLinear(std::vector<QTensor>{q.to_device(gpu)});
       };
+      // GGML weights: the kernel dots the activations quantized as the CPU's qmatmul takes them
+      // (16-bit blocks of 32, cpu/qmatmul.h), so the composition takes them so too; what is left
+      // is f32 rounding (without it, the 16-bit rounding alone reaches 3/4 of tol for f32).
+      auto activations = [&](const Tensor& x) {
+        Tensor v = x.to_dtype(ref_dt);
+        if (!format) return v;
+        std::vector<float> f = v.flatten_all().to_vec1<float>();
+        cpu::Q8Rows q;
+        q.quantize(f.data(), 1, f.size(), /*wide=*/true);
+        for (size_t j = 0; j < f.size(); ++j) f[j] = (255.0f * q.qs[j] + q.lo[j]) * q.d[j / 32];
+        return Tensor::from_vec(f, v.shape(), Device::cpu());
+      };
       auto linear = [&](const Tensor& x, const Tensor& w) {
-        return x.to_dtype(ref_dt)
+        return activations(x)
             .reshape({1, x.elem_count()})
             .matmul(w.t())
             .reshape({1, 1, w.dims()[0]});
