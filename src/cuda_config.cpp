@@ -46,6 +46,7 @@ Config read_config() {
   for (const char* rows : {"2", "4", "8"}) {
     if (env_is("WICK_GEMV_ROWS", rows)) c.gemv_rows = std::atoi(rows);
   }
+  c.gemv_stream = !env_is("WICK_GEMV_STREAM", "0");
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);
   c.attention_rounding_transformers = env_is("WICK_ATTENTION_ROUNDING", "transformers");
   if (env_is("WICK_ROW_KERNEL", "block")) c.row_kernel = RowKernel::Block;

@@ -18,6 +18,8 @@
 //   WICK_DECODE_GEMV=0               one-token projections without their fused epilogues
 //   WICK_PDL=0                       decode kernels without programmatic dependent launch
 //   WICK_GEMV_ROWS=2|4|8             output rows a block of the decode GEMV (benchmarks)
+//   WICK_GEMV_STREAM=0               GGML rows of the decode GEMV one block per group of rows,
+//                                    not streamed through fewer blocks (benchmarks)
 //   WICK_ROW_VPT=2|4|8               vectors per thread of the row kernels (benchmarks)
 //   WICK_ROW_KERNEL=block|warp       the kernel for rows a warp could hold (benchmarks)
 //   WICK_ROW_WARPS=1|4               rows (warps) per block of the warp-per-row kernel
@@ -56,6 +58,7 @@ struct Config {
   bool decode_gemv = true;
   bool pdl = true;                 // programmatic dependent launch of the decode kernels
   int gemv_rows = 0;               // 0: the decode GEMV's own choice
+  bool gemv_stream = true;         // GGML rows streamed through fewer blocks
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice
   bool attention_rounding_transformers = false;
   RowKernel row_kernel = RowKernel::Auto;

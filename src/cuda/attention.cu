@@ -1063,16 +1063,6 @@ void run_rounded(const AttentionArgs& a, cudaStream_t s) {
   WICK_CUDA_CHECK_LAUNCH();
 }
 
-int sm_count() {
-  static int count = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 100;
-    return n;
-  }();
-  return count;
-}
-
 template <class T>
 bool split_vec_fits(const AttentionArgs& a) {
   constexpr int N = 16 / sizeof(T);

@@ -29,4 +29,18 @@ void make_current(int ordinal) {
   }
 }
 
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        sms <= 0) {
+      (void)cudaGetLastError();
+      sms = 132;
+    }
+    return sms;
+  }();
+  return n;
+}
+
 }  // namespace wick::cuda

@@ -1,6 +1,7 @@
 #pragma once
 // Every CUDA, cuBLAS and cuBLASLt call goes through these: a failure throws BackendError with
-// the call's text and status. Also the one helper every part of a device uses: make_current.
+// the call's text and status. Also the helpers every part of a device uses: make_current and
+// sm_count.
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -19,6 +20,9 @@ namespace wick::cuda {
 
 /// Makes GPU `ordinal` current on this thread (cheap when it already is).
 void make_current(int ordinal);
+
+/// Multiprocessors of the current GPU, asked once (132 when the query fails).
+int sm_count();
 
 }  // namespace wick::cuda
 

@@ -349,6 +349,38 @@ __host__ __device__ constexpr int64_t staged_stride(int64_t row_bytes) {
   return (row_bytes + 15) / 16 * 16;
 }
 
+// Rows src[0 .. R) (row_bytes each) into shared memory at dst, `stride` apart: cp.async, `copy`
+// bytes (16, 8 or 4) at a time.
+template <int R>
+__device__ __forceinline__ void stage_rows(uint8_t* dst, const uint8_t* const (&src)[R],
+                                           int64_t row_bytes, int64_t stride, int copy) {
+  auto run = [&]<int N>() {
+    for (int64_t i = threadIdx.x * N; i < row_bytes; i += kGemvThreads * N) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) cp_async<N>(dst + r * stride + i, src[r] + i);
+    }
+  };
+  if (copy == 16) {
+    run.template operator()<16>();
+  } else if (copy == 8) {
+    run.template operator()<8>();
+  } else {
+    run.template operator()<4>();
+  }
+}
+
+// The U units from `base` a kGemvThreads apart, quantized. Every lane, units past the end too
+// (zeros): the two halves of a block of 32 are units c and c ^ 1, on lanes l and l ^ 1
+// (kGemvThreads is even), past the end together (units is even).
+template <class T, class F, int U>
+__device__ __forceinline__ void quantize_inputs(const Input<T>& in, int64_t base, int64_t units,
+                                                QUnit (&xq)[U]) {
+  float xv[U][F::V];
+  load_inputs<T, F, U>(in, base, units, xv);
+#pragma unroll
+  for (int u = 0; u < U; ++u) xq[u] = quantize_unit(xv[u]);
+}
+
 // Rows of GGML blocks: copied whole into shared memory (cp.async, `copy` bytes at a time: 16, 8
 // or 4, as the rows' alignment allows) before pdl_wait(), then dotted from there. A few wide
 // loads per thread keep more bytes in flight than 16-bit loads of the blocks would, and the
@@ -360,19 +392,7 @@ __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], In
   constexpr int V = F::V, U = kUnroll<R>;
   extern __shared__ __align__(16) uint8_t gemv_rows[];
   const int64_t stride = staged_stride(row_bytes);
-  auto stage = [&]<int N>() {
-    for (int64_t i = threadIdx.x * N; i < row_bytes; i += kGemvThreads * N) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) cp_async<N>(gemv_rows + r * stride + i, w[r] + i);
-    }
-  };
-  if (copy == 16) {
-    stage.template operator()<16>();
-  } else if (copy == 8) {
-    stage.template operator()<8>();
-  } else {
-    stage.template operator()<4>();
-  }
+  stage_rows<R>(gemv_rows, w, row_bytes, stride, copy);
   cp_async_commit();
   pdl_wait();
   const int64_t units = k / V;
@@ -384,15 +404,7 @@ __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], In
   for (int64_t round = 0; round < rounds; ++round) {
     const int64_t base = threadIdx.x + round * U * kGemvThreads;
     QUnit xq[U];
-    {
-      float xv[U][V];
-      load_inputs<T, F, U>(in, base, units, xv);
-      // Every lane, units past the end too (zeros): the two halves of a block of 32 are units c
-      // and c ^ 1, on lanes l and l ^ 1 (kGemvThreads is even), past the end together (units is
-      // even).
-#pragma unroll
-      for (int u = 0; u < U; ++u) xq[u] = quantize_unit(xv[u]);
-    }
+    quantize_inputs<T, F, U>(in, base, units, xq);
     if (round == 0) {  // the rows have landed (the first activations' loads went out before)
       cp_async_wait<0>();
       __syncthreads();
@@ -511,6 +523,77 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
+// GGML rows, streamed: a block quantizes its U units of x once (after the norm, when there is
+// one), then takes the groups of kStreamRows rows blockIdx.x, blockIdx.x + gridDim.x, ... through
+// two shared-memory stages, the next group's copy in flight while this one is dotted. One block
+// per group did that work on x for every group.
+constexpr int kStreamRows = 8;
+constexpr int kStreamMaxUnits = 4;  // units of x a thread keeps: k up to 4 x 128 x 16
+// Blocks a multiprocessor should hold (registers): 6 with 1 or 2 units of x a thread (80
+// registers, no spills); with 4 the two stages of longer rows allow about 3 anyway.
+
+template <class T, class F, int U>
+__global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
+    gemv_stream_kernel(GemvArgs a, int64_t row_bytes, int copy, int64_t groups) {
+  constexpr int R = kStreamRows, P = R / 2;
+  extern __shared__ __align__(16) uint8_t gemv_rows[];
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  const int64_t pairs = a.n / 2, stride = staged_stride(row_bytes), units = a.k / F::V;
+  // Group g's rows into stage `buf` (a group past the last pair repeats it and writes nothing).
+  auto stage = [&](int64_t g, int buf) {
+    const uint8_t* src[R];
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      int64_t r0, r1;
+      pair_rows(a, min(g * P + j, pairs - 1), r0, r1);
+      src[2 * j] = w + r0 * row_bytes;
+      src[2 * j + 1] = w + r1 * row_bytes;
+    }
+    stage_rows<R>(gemv_rows + buf * R * stride, src, row_bytes, stride, copy);
+  };
+  int64_t g = blockIdx.x;  // the grid has no more blocks than groups
+  stage(g, 0);
+  cp_async_commit();
+  pdl_wait();
+  Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
+  if (in.nw != nullptr) in.find_rstd(a.k, a.eps);
+  QUnit xq[U];
+  quantize_inputs<T, F, U>(in, threadIdx.x, units, xq);
+  for (int buf = 0; g < groups; g += gridDim.x, buf ^= 1) {
+    const bool last = g + gridDim.x >= groups;
+    if (!last) stage(g + gridDim.x, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // this group's rows have landed
+    __syncthreads();     // ... every thread's copies
+    const uint8_t* rows = gemv_rows + buf * R * stride;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = threadIdx.x + u * kGemvThreads;
+      if (c < units) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += F::dot(F::load(rows + r * stride, c), xq[u]);
+      }
+    }
+    if (last) pdl_launch_dependents();
+    // Its barrier also keeps the next iteration's copy off this stage until every thread is done.
+    block_totals<R>(acc);
+    if (threadIdx.x < P) {
+      const int j = static_cast<int>(threadIdx.x);
+#pragma unroll
+      for (int jj = 0; jj < P; ++jj) {
+        if (jj == j && g * P + jj < pairs) {
+          int64_t r0, r1;
+          pair_rows(a, g * P + jj, r0, r1);
+          epilogue<T>(a, g * P + jj, r0, r1, acc[2 * jj], acc[2 * jj + 1]);
+        }
+      }
+    }
+  }
+}
+
 bool aligned(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -575,8 +658,62 @@ void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   }
 }
 
+// Units of x a thread of gemv_stream_kernel keeps (1, 2 or 4); 0 when k is too long for it.
+int stream_units(const GemvArgs& a) {
+  const int64_t per_thread = (a.k / 16 + kGemvThreads - 1) / kGemvThreads;
+  if (per_thread > kStreamMaxUnits) return 0;
+  return per_thread <= 1 ? 1 : per_thread <= 2 ? 2 : 4;
+}
+
+template <class T, class F, int U>
+void launch_stream(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  auto kernel = gemv_stream_kernel<T, F, U>;
+  const size_t smem = static_cast<size_t>(2 * kStreamRows * staged_stride(row_bytes));
+  if (smem > static_cast<size_t>(kMaxStagedBytes)) {
+    WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  }
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, smem) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the launch check
+    per_sm = 1;
+  }
+  const int64_t groups = (a.n / 2 + kStreamRows / 2 - 1) / (kStreamRows / 2);
+  const int64_t blocks = std::min<int64_t>(groups, int64_t{std::max(per_sm, 1)} * sm_count());
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), kGemvThreads, smem, s, a, row_bytes,
+             staged_copy_bytes(a.w, row_bytes), groups);
+}
+
+template <class T, class F>
+void launch_stream_units(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  switch (stream_units(a)) {
+    case 1:
+      return launch_stream<T, F, 1>(a, row_bytes, s);
+    case 2:
+      return launch_stream<T, F, 2>(a, row_bytes, s);
+    default:
+      return launch_stream<T, F, 4>(a, row_bytes, s);
+  }
+}
+
 template <class T>
 void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  // GGML rows stream through fewer blocks when there are four groups of rows or more per
+  // multiprocessor (fewer would leave each block one group, in fewer blocks than one group of 2
+  // rows each), unless WICK_GEMV_STREAM=0, rows a block are forced, or k is too long to keep x in
+  // registers.
+  if (a.weights != GemvWeights::Dense && config().gemv_stream && config().gemv_rows == 0 &&
+      a.n / kStreamRows >= 4 * int64_t{sm_count()} && stream_units(a) > 0) {
+    switch (a.weights) {
+      case GemvWeights::Q4_0:
+        return launch_stream_units<T, Q4Rows<false>>(a, row_bytes, s);
+      case GemvWeights::Q4_1:
+        return launch_stream_units<T, Q4Rows<true>>(a, row_bytes, s);
+      default:
+        return launch_stream_units<T, Q8Rows>(a, row_bytes, s);
+    }
+  }
   switch (rows_per_block(a, row_bytes)) {
     case 8:
       launch_rows<T, 8>(a, row_bytes, s);

@@ -258,20 +258,6 @@ __global__ void __launch_bounds__(kBlock)
 
 // ---- planning ----
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        sms <= 0) {
-      (void)cudaGetLastError();
-      sms = 132;
-    }
-    return sms;
-  }();
-  return n;
-}
-
 /// Blocks of kBlock threads of `kernel` resident at once on the GPU: one full wave.
 template <class Kernel>
 uint64_t wave_blocks(Kernel kernel) {

@@ -445,8 +445,9 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
             EXPECT_FALSE(md::fused_gate_up_silu(two, norm_g, eps, wgu, &act));
           }
         }
-        // projection + residual add; n = 4096 takes the kernel's 8-row blocks.
-        for (size_t n : {size_t{576}, size_t{2050}, size_t{4096}}) {
+        // projection + residual add; n = 4096 takes the kernel's 8-row blocks; n = 16388 gives
+        // GGML rows more groups of 8 than the streaming kernel has blocks (the last one partial).
+        for (size_t n : {size_t{576}, size_t{2050}, size_t{4096}, size_t{16388}}) {
           Tensor wo_ref;
           models::QLinear wo = weight(n, k, &wo_ref);
           Tensor res = testing::random_tensor({1, 1, n}, dt), sum;
