@@ -601,13 +601,13 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // tiles of 16, dealt round-robin to the blocks of a head and within a block to its warps, so that
 // any prefix of visible keys is spread evenly: the graph-captured Llama step hides the cache rows
 // past its position (a device last key, or a mask of -inf), and tiles with no visible key are
-// neither read nor computed. Measured slower on the H200 (bench_nn_cuda, 8 caches in turn): L2
-// prefetch of the tiles before pdl_wait (11.15 against 10.67 us), the next kernel let in right
-// after pdl_wait (10.65, no gain). Each
-// warp streams its tiles through its own shared-memory ring (cp.async, kDecStages deep, no block
-// barrier), keeps S = Q K^T, the online softmax and O += P V in registers as flash_mma_kernel
-// does, then the warps merge in shared memory. With several splits each block leaves (max, sum,
-// output) and the last block of its head group (an atomic count) merges them: one kernel.
+// neither read nor computed. Each warp streams its tiles through its own shared-memory ring
+// (cp.async, kDecStages deep, no block barrier), keeps S = Q K^T, the online softmax and O += P V
+// in registers as flash_mma_kernel does, then the warps merge in shared memory. With several splits
+// each block leaves (max, sum, output) and the last block of its head group (an atomic count)
+// merges them: one kernel. Measured slower on the H200 (bench_nn_cuda, 8 caches in turn): L2
+// prefetch of the tiles before pdl_wait (11.15 against 10.67 us); letting the next kernel launch
+// right after pdl_wait (10.65: no gain).
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp

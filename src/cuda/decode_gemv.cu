@@ -17,7 +17,10 @@
 // scaled in f32. Dequantising every weight to f32 for f32 FMAs made the kernel instruction-bound:
 // measured in a standalone probe on the H200 (Llama-1B Q4_0 layer shapes, 16 layers chained, CUDA
 // graph), that arithmetic took 25.2 us a layer, dp4a against 8-bit activations 17.1, and no
-// arithmetic at all 16.0.
+// arithmetic at all 16.0. In the Llama-1B Q4_0 decode step (bench_generate, CUDA graph) the
+// integer dots alone changed nothing (1,350 and 1,346 tok/s): there a block per group of 8 rows,
+// each normalising and quantizing all of x first, was latency-bound. Streaming the groups of the
+// large projections through fewer blocks (gemv_stream_kernel) took it from 1,344 to 1,393.
 
 #include "cuda/decode_gemv.h"
 #include "cuda/kernel_utils.cuh"
