@@ -22,6 +22,9 @@
 // each normalising and quantizing all of x first, was latency-bound. Streaming the groups of the
 // large projections through fewer blocks (gemv_stream_kernel) took it from 1,344 to 1,393.
 
+#include <algorithm>
+#include <atomic>
+
 #include "cuda/decode_gemv.h"
 #include "cuda/kernel_utils.cuh"
 
@@ -491,22 +494,48 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
   }
 }
 
+// The R rows of output pairs p0, p0 + 1, ... (a pair past the last repeats it, and finish_pairs
+// writes nothing for it).
+template <int R>
+__device__ __forceinline__ void group_rows(const GemvArgs& a, int64_t p0, int64_t (&rows)[R]) {
+#pragma unroll
+  for (int j = 0; j < R / 2; ++j) {
+    pair_rows(a, min(p0 + j, a.n / 2 - 1), rows[2 * j], rows[2 * j + 1]);
+  }
+}
+
+// Where rows start in the weight.
+template <int R>
+__device__ __forceinline__ void row_starts(const GemvArgs& a, int64_t row_bytes,
+                                           const int64_t (&rows)[R], const uint8_t* (&ptr)[R]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) ptr[r] = static_cast<const uint8_t*>(a.w) + rows[r] * row_bytes;
+}
+
+// Thread j < R / 2 runs the epilogue of pair p0 + j with the block's totals acc.
+template <class T, int R>
+__device__ __forceinline__ void finish_pairs(const GemvArgs& a, int64_t p0,
+                                             const int64_t (&rows)[R], const float (&acc)[R]) {
+  if (threadIdx.x >= R / 2) return;
+  const int j = static_cast<int>(threadIdx.x);
+  // acc is indexed by a constant in each branch (registers, not local memory).
+#pragma unroll
+  for (int jj = 0; jj < R / 2; ++jj) {
+    if (jj == j && p0 + jj < a.n / 2) {
+      epilogue<T>(a, p0 + jj, rows[2 * jj], rows[2 * jj + 1], acc[2 * jj], acc[2 * jj + 1]);
+    }
+  }
+}
+
 // R rows (R / 2 output pairs) a block.
 template <class T, class F, int R>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
-  constexpr int P = R / 2;
-  const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  const int64_t pairs = a.n / 2, p0 = static_cast<int64_t>(blockIdx.x) * P;
+  const int64_t p0 = static_cast<int64_t>(blockIdx.x) * (R / 2);
   int64_t rows[R];
   const uint8_t* row_ptr[R];
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    // A block past the last pair repeats it (and writes nothing).
-    pair_rows(a, min(p0 + j, pairs - 1), rows[2 * j], rows[2 * j + 1]);
-    row_ptr[2 * j] = w + rows[2 * j] * row_bytes;
-    row_ptr[2 * j + 1] = w + rows[2 * j + 1] * row_bytes;
-  }
+  group_rows<R>(a, p0, rows);
+  row_starts<R>(a, row_bytes, rows, row_ptr);
   Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
   float acc[R];
   if constexpr (std::is_same_v<F, DenseRows<T>>) {
@@ -514,16 +543,7 @@ __global__ void __launch_bounds__(kGemvThreads)
   } else {
     dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
   }
-  if (threadIdx.x < P) {
-    const int j = static_cast<int>(threadIdx.x);
-    // acc is indexed by a constant in each branch (registers, not local memory).
-#pragma unroll
-    for (int jj = 0; jj < P; ++jj) {
-      if (jj == j && p0 + jj < pairs) {
-        epilogue<T>(a, p0 + jj, rows[2 * jj], rows[2 * jj + 1], acc[2 * jj], acc[2 * jj + 1]);
-      }
-    }
-  }
+  finish_pairs<T, R>(a, p0, rows, acc);
 }
 
 // GGML rows, streamed: a block quantizes its U units of x once (after the norm, when there is
@@ -540,18 +560,13 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
     gemv_stream_kernel(GemvArgs a, int64_t row_bytes, int copy, int64_t groups) {
   constexpr int R = kStreamRows, P = R / 2;
   extern __shared__ __align__(16) uint8_t gemv_rows[];
-  const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  const int64_t pairs = a.n / 2, stride = staged_stride(row_bytes), units = a.k / F::V;
-  // Group g's rows into stage `buf` (a group past the last pair repeats it and writes nothing).
+  const int64_t stride = staged_stride(row_bytes), units = a.k / F::V;
+  // Group g's rows into stage `buf`.
   auto stage = [&](int64_t g, int buf) {
+    int64_t rows[R];
     const uint8_t* src[R];
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      int64_t r0, r1;
-      pair_rows(a, min(g * P + j, pairs - 1), r0, r1);
-      src[2 * j] = w + r0 * row_bytes;
-      src[2 * j + 1] = w + r1 * row_bytes;
-    }
+    group_rows<R>(a, g * P, rows);
+    row_starts<R>(a, row_bytes, rows, src);
     stage_rows<R>(gemv_rows + buf * R * stride, src, row_bytes, stride, copy);
   };
   int64_t g = blockIdx.x;  // the grid has no more blocks than groups
@@ -568,7 +583,7 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
     cp_async_commit();
     cp_async_wait<1>();  // this group's rows have landed
     __syncthreads();     // ... every thread's copies
-    const uint8_t* rows = gemv_rows + buf * R * stride;
+    const uint8_t* staged = gemv_rows + buf * R * stride;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0;
@@ -577,23 +592,15 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
       const int64_t c = threadIdx.x + u * kGemvThreads;
       if (c < units) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] += F::dot(F::load(rows + r * stride, c), xq[u]);
+        for (int r = 0; r < R; ++r) acc[r] += F::dot(F::load(staged + r * stride, c), xq[u]);
       }
     }
     if (last) pdl_launch_dependents();
     // Its barrier also keeps the next iteration's copy off this stage until every thread is done.
     block_totals<R>(acc);
-    if (threadIdx.x < P) {
-      const int j = static_cast<int>(threadIdx.x);
-#pragma unroll
-      for (int jj = 0; jj < P; ++jj) {
-        if (jj == j && g * P + jj < pairs) {
-          int64_t r0, r1;
-          pair_rows(a, g * P + jj, r0, r1);
-          epilogue<T>(a, g * P + jj, r0, r1, acc[2 * jj], acc[2 * jj + 1]);
-        }
-      }
-    }
+    int64_t rows[R];
+    group_rows<R>(a, g * P, rows);
+    finish_pairs<T, R>(a, g * P, rows, acc);
   }
 }
 
@@ -676,14 +683,21 @@ void launch_stream(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
     WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
   }
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, smem) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();  // not left for the launch check
-    per_sm = 1;
+  // Blocks a multiprocessor holds with this shared memory: asked again only when the size
+  // changes (a model's projections share one or two), not at every launch.
+  static std::atomic<uint64_t> known{0};  // smem << 8 | blocks, for the last size asked
+  const uint64_t last = known.load(std::memory_order_relaxed);
+  int per_sm = last >> 8 == smem ? static_cast<int>(last & 0xff) : 0;
+  if (per_sm == 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, smem) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();  // not left for the launch check
+    }
+    per_sm = std::clamp(per_sm, 1, 255);
+    known.store(uint64_t{smem} << 8 | static_cast<uint64_t>(per_sm), std::memory_order_relaxed);
   }
   const int64_t groups = (a.n / 2 + kStreamRows / 2 - 1) / (kStreamRows / 2);
-  const int64_t blocks = std::min<int64_t>(groups, int64_t{std::max(per_sm, 1)} * sm_count());
+  const int64_t blocks = std::min<int64_t>(groups, int64_t{per_sm} * sm_count());
   launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), kGemvThreads, smem, s, a, row_bytes,
              staged_copy_bytes(a.w, row_bytes), groups);
 }
