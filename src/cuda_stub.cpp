@@ -5,6 +5,7 @@
 #include "decoder_ops_backend.h"
 #include "models/decode_gemv.h"
 #include "models/kv_write.h"
+#include "models/token_mailbox.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
 
@@ -36,6 +37,18 @@ bool cuda_attend_to_position(const Tensor&, const Tensor&, const Tensor&, const 
 void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                             const Tensor&) {
   cuda::device(0);  // throws: built without CUDA
+}
+
+struct TokenMailbox::Impl {};
+
+TokenMailbox::TokenMailbox(const Device& device) {
+  cuda::device(device.ordinal());  // throws: built without CUDA
+}
+TokenMailbox::~TokenMailbox() = default;
+void TokenMailbox::advance(const Tensor&, const Tensor&) {}
+void TokenMailbox::clear() {}
+uint32_t TokenMailbox::wait(uint32_t) {
+  return 0;
 }
 
 }  // namespace wick::models::detail

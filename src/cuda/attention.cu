@@ -664,7 +664,12 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
 
   // This warp's tiles: first + step * i for i < count.
   const int first = split + p.splits * warp, step = p.splits * warps;
-  pdl_wait();  // q and the newest cache row come from the kernel before (the decode step)
+  // With a device last key and no mask (the graph-captured decode step), the key itself and the
+  // cache rows before it were written before the kernel before this one (the caller's promise,
+  // AttentionArgs::last_key): they are read before pdl_wait, and only q, the last key's row and
+  // a mask wait for that kernel.
+  const bool rows_before = p.last_key != nullptr && mb == nullptr;
+  if (!rows_before) pdl_wait();
   // Keys [0, keys) are read: all, or up to the last visible one.
   const int keys = p.last_key == nullptr
                        ? p.s_kv
@@ -701,20 +706,35 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
       cp_async16(vt + r * LD + c, vb + key * p.vs[2] + c, valid);
     }
   };
-  // The first tiles start streaming before anything else. Every lane commits one group per tile
-  // slot, loaded or not, so that cp.async.wait_group counts tiles.
-  unsigned live = 0;          // bit st: the tile in ring stage st was loaded (it has a visible key)
-  bool sees[kDecStages - 1];  // the mask reads of these tiles are in flight together
+  // The first tiles start streaming before anything else, ring stages [from, to). Every lane
+  // commits one group per tile slot, loaded or not, so that cp.async.wait_group counts tiles.
+  unsigned live = 0;  // bit st: the tile in ring stage st was loaded (it has a visible key)
+  auto start_tiles = [&](int from, int to) {
+    bool sees[kDecStages - 1];  // the mask reads of these tiles are in flight together
 #pragma unroll
-  for (int st = 0; st < kDecStages - 1; ++st) sees[st] = st < count && lane_sees(first + step * st);
-#pragma unroll
-  for (int st = 0; st < kDecStages - 1; ++st) {
-    if (st < count && __any_sync(0xffffffffu, sees[st])) {
-      issue(st, first + step * st);
-      live |= 1u << st;
+    for (int st = 0; st < kDecStages - 1; ++st) {
+      sees[st] = st >= from && st < to && st < count && lane_sees(first + step * st);
     }
-    cp_async_commit();
+#pragma unroll
+    for (int st = 0; st < kDecStages - 1; ++st) {
+      if (st < from || st >= to) continue;
+      if (st < count && __any_sync(0xffffffffu, sees[st])) {
+        issue(st, first + step * st);
+        live |= 1u << st;
+      }
+      cp_async_commit();
+    }
+  };
+  // The tile of the last key (the last tile) waits for the kernel before, in the one warp whose
+  // first tiles hold it.
+  int early_stages = kDecStages - 1;
+  if (rows_before && count > 0 && count - 1 < kDecStages - 1 &&
+      first + step * (count - 1) == tiles - 1) {
+    early_stages = count - 1;
   }
+  start_tiles(0, early_stages);
+  if (rows_before) pdl_wait();  // q and the last key's row come from the kernel before
+  start_tiles(early_stages, kDecStages - 1);
 
   // The query rows, zeros past this block's heads; then their A fragments, kept in registers.
   for (int i = threadIdx.x; i < kDecRows * (D / 2); i += blockDim.x) {
@@ -1212,7 +1232,8 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     p.part_ml = static_cast<float*>(temp(rows * 2 * sizeof(float)));
     p.part_o = static_cast<float*>(temp(rows * D * sizeof(float)));
   }
-  launch_pdl(kernel, dim3(splits, units), dim3(warps * 32), smem, s, p);
+  launch_pdl_carveout(kCarveoutMaxShared, kernel, dim3(splits, units), dim3(warps * 32), smem, s,
+                      p);
 }
 
 // The tensor-core kernel needs 4-byte aligned query pairs and 16-byte aligned k/v rows.

@@ -647,15 +647,24 @@ int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
   return a.n >= 2048 && 8 * staged_stride(row_bytes) <= kMaxStagedBytes ? 8 : 2;
 }
 
+// Weights up to this size make a latency-bound projection (SmolLM2's: 0.7-3.5 MB in bf16;
+// Llama-1B's are 8.4 MB and up).
+constexpr int64_t kLatencyBoundBytes = int64_t{4} << 20;
+
 template <class T, int R>
 void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
   const int copy = staged_copy_bytes(a.w, row_bytes);
   const size_t smem = static_cast<size_t>(R * staged_stride(row_bytes));
   switch (a.weights) {
-    case GemvWeights::Dense:
-      launch_pdl(gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a, row_bytes, 0);
+    case GemvWeights::Dense: {
+      // Small projections are latency-bound: they take the attention kernel's split of L1 and
+      // shared memory (kernel_utils.cuh); large ones keep the L1 that their loads fill.
+      const int carveout = a.n * row_bytes <= kLatencyBoundBytes ? kCarveoutMaxShared : -1;
+      launch_pdl_carveout(carveout, gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a,
+                          row_bytes, 0);
       break;
+    }
     case GemvWeights::Q4_0:
       launch_pdl(gemv_kernel<T, Q4Rows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;

@@ -3,6 +3,7 @@
 
 #include "cuda/decoder_ops.h"
 
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "cuda/fused_kernels.h"
 #include "decoder_ops_backend.h"
 #include "models/kv_write.h"
+#include "models/token_mailbox.h"
 #include "tensor_internal.h"
 
 namespace wick {
@@ -131,6 +133,76 @@ bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& 
   }
   *out = wick::detail::from_storage(std::move(storage), q.shape());
   return true;
+}
+
+// Slots by position: the host reads a step's token while at most one later step runs.
+constexpr int kMailboxSlots = 4;
+
+struct TokenMailbox::Impl {
+  cuda::CudaDevice* device = nullptr;
+  uint64_t* slots = nullptr;  // pinned, mapped: (position << 32) | token
+};
+
+TokenMailbox::TokenMailbox(const Device& device) : impl_(std::make_unique<Impl>()) {
+  if (!device.is_cuda())
+    throw DeviceMismatch(str("TokenMailbox: needs a CUDA device, got ", device));
+  impl_->device = &cuda::cuda_device(device.ordinal());
+  cuda::make_current(device.ordinal());
+  void* p = nullptr;
+  WICK_CUDA_CHECK(cudaHostAlloc(&p, kMailboxSlots * sizeof(uint64_t), cudaHostAllocMapped));
+  impl_->slots = static_cast<uint64_t*>(p);
+  clear();
+}
+
+TokenMailbox::~TokenMailbox() {
+  if (impl_->slots == nullptr) return;
+  try {
+    impl_->device->queue().synchronize();  // a queued step may still write the slots
+  } catch (...) {
+    // Destructors stay silent; the error was or will be reported by the queue's user.
+  }
+  (void)cudaFreeHost(impl_->slots);
+}
+
+void TokenMailbox::advance(const Tensor& next, const Tensor& input) {
+  if (next.dtype() != DType::U32 || next.elem_count() != 1 || input.dtype() != DType::U32 ||
+      input.elem_count() != 2 || !input.is_contiguous() || next.device() != input.device() ||
+      !input.device().is_cuda() || input.device().ordinal() != impl_->device->ordinal()) {
+    throw ShapeMismatch(str("TokenMailbox::advance: next must be (1) u32 and input (2) u32 ",
+                            "contiguous, on cuda:", impl_->device->ordinal(), "; got ",
+                            next.shape(), " ", next.dtype(), " on ", next.device(), " and ",
+                            input.shape(), " ", input.dtype(), " on ", input.device()));
+  }
+  Storage* in_storage = input.impl()->storage.get();
+  StorageLocks locks({next.impl()->storage.get()}, {in_storage});
+  auto* in = static_cast<uint32_t*>(const_cast<void*>(ptr_of(input)));
+  uint64_t* slots = impl_->slots;
+  impl_->device->queue().enqueue("advance_decode", DType::U32, [&](cudaStream_t s) {
+    cuda::launch_advance_decode(static_cast<const uint32_t*>(ptr_of(next)), in, slots,
+                                kMailboxSlots, s);
+  });
+  in_storage->bump_version();  // as Tensor::assign: recorded ops that saved input are stale
+}
+
+void TokenMailbox::clear() {
+  for (int i = 0; i < kMailboxSlots; ++i) {
+    std::atomic_ref<uint64_t>(impl_->slots[i]).store(0, std::memory_order_release);
+  }
+}
+
+uint32_t TokenMailbox::wait(uint32_t position) {
+  std::atomic_ref<uint64_t> slot(impl_->slots[position % kMailboxSlots]);
+  auto posted = [&](uint64_t v) { return static_cast<uint32_t>(v >> 32) == position; };
+  while (true) {
+    uint64_t v = slot.load(std::memory_order_acquire);
+    if (posted(v)) return static_cast<uint32_t>(v);
+    if (impl_->device->queue().finished("TokenMailbox::wait")) {
+      v = slot.load(std::memory_order_acquire);
+      if (posted(v)) return static_cast<uint32_t>(v);
+      throw BackendError(str("TokenMailbox::wait: the device is idle and no decode step left a ",
+                             "token for position ", position));
+    }
+  }
 }
 
 }  // namespace models::detail

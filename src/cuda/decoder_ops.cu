@@ -125,6 +125,18 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
   }
 }
 
+// One thread: the greedy step's token becomes the next step's input, and is posted to the host.
+__global__ void advance_decode_kernel(const uint32_t* next, uint32_t* input,
+                                      unsigned long long* mailbox, int slots) {
+  const uint32_t token = *next, position = input[1] + 1;
+  input[0] = token;
+  input[1] = position;
+  // One 8-byte store: the host never sees a position with another step's token.
+  volatile unsigned long long* slot = mailbox + position % static_cast<uint32_t>(slots);
+  *slot = static_cast<unsigned long long>(position) << 32 | token;
+  __threadfence_system();
+}
+
 }  // namespace
 
 void launch_add_rms_norm(DType dtype, const void* x, const void* delta, const void* weight,
@@ -150,6 +162,13 @@ void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, s
                                                              static_cast<T*>(out), rows, n);
     WICK_CUDA_CHECK_LAUNCH();
   });
+}
+
+void launch_advance_decode(const uint32_t* next, uint32_t* input, uint64_t* mailbox, int slots,
+                           cudaStream_t s) {
+  advance_decode_kernel<<<1, 1, 0, s>>>(next, input, reinterpret_cast<unsigned long long*>(mailbox),
+                                        slots);
+  WICK_CUDA_CHECK_LAUNCH();
 }
 
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s) {

@@ -1,6 +1,7 @@
 #pragma once
-// Launchers of the fused decoder-block kernels (decoder_ops.cu): nn::add_rms_norm, nn::silu_mul
-// and the decode step's rope + KV-cache write (models/kv_write.h). Row-major operands.
+// Launchers of the fused decoder-block kernels (decoder_ops.cu): nn::add_rms_norm, nn::silu_mul,
+// the decode step's rope + KV-cache write (models/kv_write.h) and the step's end
+// (models/token_mailbox.h). Row-major operands.
 
 #include <cuda_runtime.h>
 
@@ -34,5 +35,11 @@ struct RopeWriteArgs {
   int64_t b, s, h, h_kv, d, max_len;
 };
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s);
+
+/// The end of the graph-captured greedy decode step (models/token_mailbox.h): input (token,
+/// position) becomes (*next, position + 1), and mailbox[(position + 1) % slots], pinned host
+/// memory, gets (position + 1) << 32 | *next.
+void launch_advance_decode(const uint32_t* next, uint32_t* input, uint64_t* mailbox, int slots,
+                           cudaStream_t s);
 
 }  // namespace wick::cuda

@@ -43,7 +43,10 @@ struct AttentionArgs {
   float scale = 1;
   bool causal = false;
   // s = 1 only: keys after *last_key (a device U32, clamped to s_kv - 1) are hidden, as the
-  // graph-captured decode step's cache rows past its position.
+  // graph-captured decode step's cache rows past its position. The caller promises that
+  // *last_key and the k/v rows before it were written before the kernel preceding this one on
+  // the stream: without a mask they are read before that kernel has finished (programmatic
+  // dependent launch), only q and the row of the last key after.
   const uint32_t* last_key = nullptr;
 };
 

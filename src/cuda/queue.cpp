@@ -63,6 +63,17 @@ void Queue::synchronize() {
   flags_.check();
 }
 
+bool Queue::finished(const char* what) {
+  std::lock_guard lock(mutex_);
+  refuse_in_step_capture_locked(what);
+  make_current(ordinal_);
+  end_capture_locked();  // a capturing stream cannot be queried
+  cudaError_t st = cudaStreamQuery(stream_);
+  if (st == cudaErrorNotReady) return false;
+  wait_locked(what);  // at once when the work is done; throws, naming the ops, when it failed
+  return true;
+}
+
 void Queue::drain() {
   std::lock_guard lock(mutex_);
   close_batch_locked();

@@ -82,6 +82,9 @@ class Queue {
   void upload(const void* src, size_t bytes, void* dst);
   /// Closes the batch, waits for all work, rethrows deferred errors.
   void synchronize();
+  /// Launches the open batch and answers whether all work has finished, without waiting;
+  /// rethrows the errors of failed work as synchronize() does.
+  bool finished(const char* what);
   /// Closes the open batch and waits for the stream, ignoring its errors (at process end).
   void drain();
   /// Ops in the open batch, batches closed so far (for tests and traces).

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "cuda_config.h"
+#include "models/token_mailbox.h"
 #include "util.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
@@ -41,15 +42,15 @@ constexpr size_t kWindowStep = 256;
 
 struct Generator::DecodeGraph {
   struct Window {
-    Tensor next;    // (1) U32, written by the graph
     Tensor logits;  // (1, vocab), written by the graph
     CudaGraph graph;
   };
+  explicit DecodeGraph(const Device& dev) : mailbox(dev) {}
   models::KvCache cache;
-  Tensor input;     // (2) U32: token, position
+  Tensor input;     // (2) U32: token, position; the graph advances both (greedy token)
   Tensor token;     // (1, 1) view of input
   Tensor position;  // (1) view of input
-  Tensor one;       // (1) U32 holding 1: the graph advances the position itself
+  models::detail::TokenMailbox mailbox;  // each step's greedy token, for the host
   std::map<size_t, Window> windows;
 };
 
@@ -155,40 +156,52 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
 
   if (more && use_graph) {
     if (!graph_) {
-      auto g = std::make_unique<DecodeGraph>();
+      auto g = std::make_unique<DecodeGraph>(dev);
       g->cache = std::move(cache);
       g->input = Tensor::zeros({2}, DType::U32, dev);
       g->token = g->input.narrow(0, 0, 1).reshape({1, 1});
       g->position = g->input.narrow(0, 1, 1);
-      g->one = Tensor::from_vec(std::vector<uint32_t>{1}, {1}, dev);
       graph_ = std::move(g);
     }
     DecodeGraph& g = *graph_;
-    // Greedy: each replay leaves its token and the next position in `input`, so the host
-    // uploads nothing between replays (only after a host-side pick).
-    bool inputs_on_device = false;
-    while (more) {
-      size_t pos = g.cache.length();
+    g.mailbox.clear();  // the prefill's read-back waited for every earlier step
+    // Enqueues the step at position pos: the graph of its key window, captured at first use.
+    auto replay_at = [&](size_t pos) {
       size_t window = std::min(g.cache.max_len(), (pos / kWindowStep + 1) * kWindowStep);
       auto it = g.windows.find(window);
       if (it == g.windows.end()) {
         DecodeGraph::Window w;
         w.graph = CudaGraph::capture(dev, [&] {
-          w.next = model_.decode_step(g.token, g.position, g.cache, &w.logits, window);
-          g.input.assign(Tensor::cat({w.next, g.position.add(g.one)}, 0));
+          Tensor next = model_.decode_step(g.token, g.position, g.cache, &w.logits, window);
+          g.mailbox.advance(next, g.input);
         });
         it = g.windows.emplace(window, std::move(w)).first;
       }
-      if (!inputs_on_device) {
-        g.input.assign(
-            Tensor::from_vec(std::vector<uint32_t>{next, static_cast<uint32_t>(pos)}, {2}, dev));
-      }
       it->second.graph.replay();
       stats_.graph_nodes = it->second.graph.node_count();
+      return &it->second;
+    };
+    // Greedy: each step leaves its token and the next position in `input`, and the token in the
+    // mailbox, so the next step is queued before this one's token is read and the GPU does not
+    // wait for the host; a step past a stop (or an end asked by on_token) is wasted, harmlessly
+    // (it writes cache rows after the cache's length). Sampling picks on the host between steps.
+    const bool greedy = options_.temperature == 0;
+    size_t pos = g.cache.length();
+    g.input.assign(
+        Tensor::from_vec(std::vector<uint32_t>{next, static_cast<uint32_t>(pos)}, {2}, dev));
+    DecodeGraph::Window* step = replay_at(pos);
+    while (more) {
+      pos = g.cache.length();
+      // The step at pos + 1, when another token may be wanted (max_len holds it then).
+      if (greedy && out.size() + 1 < options_.max_new_tokens) step = replay_at(pos + 1);
+      next = greedy ? g.mailbox.wait(static_cast<uint32_t>(pos + 1)) : pick(step->logits);
       g.cache.set_length(pos + 1);
-      inputs_on_device = options_.temperature == 0;
-      next = inputs_on_device ? it->second.next.to_vec1<uint32_t>()[0] : pick(it->second.logits);
       more = emit(next);
+      if (more && !greedy) {
+        g.input.assign(Tensor::from_vec(std::vector<uint32_t>{next, static_cast<uint32_t>(pos + 1)},
+                                        {2}, dev));
+        step = replay_at(pos + 1);
+      }
     }
   } else {
     while (more) {

@@ -26,9 +26,10 @@ Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, s
 /// softmax(q k^T / sqrt(d)) v of q (b, h, 1, d) over the rows [0, p] of keys and values
 /// (b, h_kv, len, d), p = position's one U32 read on the device (clamped to len - 1): the
 /// graph-captured decode step's attention, whose cache rows past the position hold stale values,
-/// without a mask built per step. Fills *out with (b, h, 1, d) and returns true where one kernel
-/// does it (CUDA f16/bf16, the decode kernel's head dims and alignments); otherwise does nothing
-/// and returns false, and the caller masks.
+/// without a mask built per step. The position and the rows before it must not be written by the
+/// op just before this one (the kernel reads them while that op finishes); row p may be. Fills *out
+/// with (b, h, 1, d) and returns true where one kernel does it (CUDA f16/bf16, the decode kernel's
+/// head dims and alignments); otherwise does nothing and returns false, and the caller masks.
 bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
                         const Tensor& position, Tensor* out);
 

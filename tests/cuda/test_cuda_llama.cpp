@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "cpu/qmatmul.h"
 #include "models/decode_gemv.h"
 #include "models/kv_write.h"
+#include "models/token_mailbox.h"
 #include "nn_reference.h"
 #include "test_util.h"
 #include "wick/cuda.h"
@@ -201,6 +203,67 @@ TEST(CudaLlama, SampledGraphDecodeIsSeeded) {
   EXPECT_EQ(a, b);
 }
 
+// Greedy graph decoding queues each step before the host has read the token of the one before:
+// a stop token, or an end asked by on_token, leaves one step run past it. The result must end at
+// the stop, and the next call must not see that step (its token, its cache row).
+TEST(CudaLlama, GreedyGraphDecodeEndsAtStopsAndRunsAgain) {
+  SKIP_WITHOUT_GPU();
+  auto c = small_config();
+  models::Llama m = models::Llama::from_weights(c, random_weights(c), Device::cuda(0));
+  std::vector<uint32_t> prompt = {4, 90, 17, 333};
+  GenerateOptions opt;
+  opt.max_new_tokens = 24;
+  opt.max_len = 40;
+  opt.stop_tokens = {100000};
+  opt.cuda_graph = false;
+  const auto plain = Generator(m, opt).generate(prompt);
+  ASSERT_EQ(plain.size(), 24u);
+  // A stop: the first token after the fifth that has not been seen before it.
+  size_t at = 5;
+  while (at < plain.size() && std::find(plain.begin(), plain.begin() + static_cast<ptrdiff_t>(at),
+                                        plain[at]) != plain.begin() + static_cast<ptrdiff_t>(at)) {
+    ++at;
+  }
+  ASSERT_LT(at, plain.size()) << "random weights gave no fresh token to stop at";
+  opt.cuda_graph = true;
+  opt.stop_tokens = {plain[at]};
+  Generator gen(m, opt);
+  const std::vector<uint32_t> to_stop(plain.begin(),
+                                      plain.begin() + static_cast<ptrdiff_t>(at) + 1);
+  EXPECT_EQ(gen.generate(prompt), to_stop);
+  EXPECT_TRUE(gen.stats().used_cuda_graph);
+  size_t seen = 0;
+  auto three = gen.generate(prompt, [&](uint32_t) { return ++seen < 3; });
+  EXPECT_EQ(three, std::vector<uint32_t>(plain.begin(), plain.begin() + 3));
+  EXPECT_EQ(gen.generate(prompt), to_stop);
+  // The last token the budget allows: no step is queued past it.
+  opt.stop_tokens = {100000};
+  opt.max_new_tokens = 36;
+  Generator full(m, opt);
+  auto all = full.generate(prompt);
+  ASSERT_EQ(all.size(), 36u);
+  EXPECT_EQ(std::vector<uint32_t>(all.begin(), all.begin() + 24), plain);
+}
+
+TEST(CudaDecoderOps, TokenMailboxPostsTokensByPosition) {
+  SKIP_WITHOUT_GPU();
+  Device dev = Device::cuda(0);
+  models::detail::TokenMailbox mailbox(dev);
+  Tensor input = Tensor::from_vec(std::vector<uint32_t>{7, 41}, {2}, dev);
+  mailbox.advance(Tensor::from_vec(std::vector<uint32_t>{123}, {1}, dev), input);
+  mailbox.advance(Tensor::from_vec(std::vector<uint32_t>{9}, {1}, dev), input);
+  EXPECT_EQ(mailbox.wait(42), 123u);
+  EXPECT_EQ(mailbox.wait(43), 9u);
+  EXPECT_EQ(input.to_vec1<uint32_t>(), (std::vector<uint32_t>{9, 43}));
+  // Nothing will post position 44: the wait ends once the device is idle.
+  EXPECT_THROW(mailbox.wait(44), BackendError);
+  mailbox.clear();
+  EXPECT_THROW(mailbox.wait(43), BackendError);
+  EXPECT_THROW(mailbox.advance(Tensor::from_vec(std::vector<uint32_t>{1, 2}, {2}, dev), input),
+               ShapeMismatch);
+  EXPECT_THROW(models::detail::TokenMailbox(Device::cpu()), DeviceMismatch);
+}
+
 // ---- the fused decoder ops: GPU against the CPU's (tested there against f64 compositions) ----
 
 TEST(CudaDecoderOps, AddRmsNormAndSiluMulMatchCpu) {
@@ -321,6 +384,37 @@ TEST(CudaLlama, DecodeStepKeyWindowEqualsWholeCache) {
   EXPECT_EQ(a, b);
   EXPECT_TRUE(testing::all_close(windowed.to_vec_f64(), whole.to_vec_f64(), 1e-4, 1e-4));
   EXPECT_THROW(m.decode_step(tok, pos, cache, nullptr, 301), IndexOutOfRange);
+}
+
+// The decode step's attention reads the cache rows before the position while the projection that
+// writes the position's row finishes: that row must be the one just written. The rows from the
+// position on hold NaN before the step; its logits must be those of the whole sequence's forward.
+TEST(CudaLlama, DecodeStepAttendsToTheRowItWrites) {
+  SKIP_WITHOUT_GPU();
+  auto c = small_config();
+  Device gpu = Device::cuda(0);
+  models::Llama m = models::Llama::from_weights(c, random_weights(c), gpu, DType::BF16);
+  std::vector<uint32_t> ids(41);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>((i * 61 + 5) % 500);
+  const std::vector<uint32_t> prompt(ids.begin(), ids.end() - 1);
+  models::KvCache cache = m.make_cache(1, 64);
+  for (size_t li = 0; li < cache.layers(); ++li) {
+    for (const Tensor& t : {cache.k(li), cache.v(li)}) {
+      t.assign(Tensor::full(std::numeric_limits<float>::quiet_NaN(), t.shape(), gpu)
+                   .to_dtype(DType::BF16));
+    }
+  }
+  (void)m.forward_last(Tensor::from_vec(prompt, {1, prompt.size()}, gpu), cache);
+  Tensor tok = Tensor::from_vec(std::vector<uint32_t>{ids.back()}, {1, 1}, gpu);
+  Tensor pos = Tensor::from_vec(std::vector<uint32_t>{40}, {1}, gpu);
+  Tensor step;
+  (void)m.decode_step(tok, pos, cache, &step);
+  models::KvCache fresh = m.make_cache(1, 64);
+  Tensor whole = m.forward_last(Tensor::from_vec(ids, {1, ids.size()}, gpu), fresh);
+  const std::vector<double> got = step.to_vec_f64(), want = whole.to_vec_f64();
+  const auto [lo, hi] = std::minmax_element(want.begin(), want.end());
+  const double tol = testing::tolerance(DType::BF16) * (*hi - *lo);
+  EXPECT_TRUE(testing::all_close(got, want, 0, tol)) << "logit range " << *hi - *lo;
 }
 
 // Generation past one 256-row key window: the graph of the next window takes over.
