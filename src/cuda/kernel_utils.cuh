@@ -328,8 +328,9 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 /// Asked by the decode step's latency-bound kernels (attention, small projections) together: the
 /// split of each multiprocessor's L1 and shared memory that gives shared memory the most, so that
 /// a multiprocessor does not change the split (which waits for it to drain) between them.
-/// Measured on the H200, SmolLM2 bf16 decode (CUDA graph): 1,944 tok/s without, 2,011-2,018 with;
-/// the Llama-1B projections (8-67 MB of weights) lost 13% with it (1,156 and 1,000 tok/s).
+/// Measured on the H200, SmolLM2 bf16 decode (CUDA graph): 1,970-1,975 tok/s without, 2,070-2,071
+/// with; the same split for the Llama-1B projections (8-67 MB of weights) cost 13% (1,156 against
+/// 1,000 tok/s), so large projections keep the default.
 inline constexpr int kCarveoutMaxShared = 100;
 
 /// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless WICK_PDL=0;
