@@ -140,7 +140,8 @@ constexpr int kMailboxSlots = 4;
 
 struct TokenMailbox::Impl {
   cuda::CudaDevice* device = nullptr;
-  uint64_t* slots = nullptr;  // pinned, mapped: (position << 32) | token
+  uint64_t* slots = nullptr;         // pinned, mapped: (position << 32) | token
+  uint64_t* device_slots = nullptr;  // the same memory as the GPU addresses it
 };
 
 TokenMailbox::TokenMailbox(const Device& device) : impl_(std::make_unique<Impl>()) {
@@ -151,6 +152,8 @@ TokenMailbox::TokenMailbox(const Device& device) : impl_(std::make_unique<Impl>(
   void* p = nullptr;
   WICK_CUDA_CHECK(cudaHostAlloc(&p, kMailboxSlots * sizeof(uint64_t), cudaHostAllocMapped));
   impl_->slots = static_cast<uint64_t*>(p);
+  WICK_CUDA_CHECK(cudaHostGetDevicePointer(&p, impl_->slots, 0));
+  impl_->device_slots = static_cast<uint64_t*>(p);
   clear();
 }
 
@@ -176,7 +179,7 @@ void TokenMailbox::advance(const Tensor& next, const Tensor& input) {
   Storage* in_storage = input.impl()->storage.get();
   StorageLocks locks({next.impl()->storage.get()}, {in_storage});
   auto* in = static_cast<uint32_t*>(const_cast<void*>(ptr_of(input)));
-  uint64_t* slots = impl_->slots;
+  uint64_t* slots = impl_->device_slots;
   impl_->device->queue().enqueue("advance_decode", DType::U32, [&](cudaStream_t s) {
     cuda::launch_advance_decode(static_cast<const uint32_t*>(ptr_of(next)), in, slots,
                                 kMailboxSlots, s);
