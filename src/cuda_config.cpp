@@ -51,6 +51,7 @@ Config read_config() {
   c.attention_rounding_transformers = env_is("WICK_ATTENTION_ROUNDING", "transformers");
   if (env_is("WICK_ROW_KERNEL", "block")) c.row_kernel = RowKernel::Block;
   if (env_is("WICK_ROW_KERNEL", "warp")) c.row_kernel = RowKernel::Warp;
+  if (env_is("WICK_ROW_KERNEL", "bulk")) c.row_kernel = RowKernel::Bulk;
   if (env_is("WICK_ROW_WARPS", "1")) c.row_warps = 1;
   if (env_is("WICK_ROW_WARPS", "4")) c.row_warps = 4;
   if (env_is("WICK_DECODE_WARPS", "4")) c.decode_warps = 4;

@@ -21,7 +21,8 @@
 //   WICK_GEMV_STREAM=0               GGML rows of the decode GEMV one block per group of rows,
 //                                    not streamed through fewer blocks (benchmarks)
 //   WICK_ROW_VPT=2|4|8               vectors per thread of the row kernels (benchmarks)
-//   WICK_ROW_KERNEL=block|warp       the kernel for rows a warp could hold (benchmarks)
+//   WICK_ROW_KERNEL=block|warp|bulk  the kernel for rows a warp could hold (benchmarks; bulk:
+//                                    softmax rows staged in shared memory, where it applies)
 //   WICK_ROW_WARPS=1|4               rows (warps) per block of the warp-per-row kernel
 //                                    (default 2)
 //   WICK_DECODE_WARPS=4              warps per decode-attention block (default 8; benchmarks)
@@ -43,7 +44,7 @@ enum class WarmUp {
 };
 
 /// Which kernel runs rows a warp could hold in registers.
-enum class RowKernel { Auto, Block, Warp };
+enum class RowKernel { Auto, Block, Warp, Bulk };
 
 struct Config {
   bool trace = false;

@@ -52,6 +52,37 @@ TEST(CudaNn, NormsMatchCompositionOnEveryRowLength) {
   }
 }
 
+TEST(CudaNn, SoftmaxOnManyLongRows) {
+  WICK_REQUIRE_GPU();
+  // f16/bf16 rows above 4 KB, two rows a multiprocessor and more (132 on the H200): the
+  // bulk-copy kernel (rows staged in shared memory; f32 too under WICK_ROW_KERNEL=bulk), counts
+  // no grid divides. 8 KB and 16 KB rows (4 and 8 vectors a thread), and rows of 3000 (vectors
+  // not a multiple of the 128 threads sharing a row) more than the grid's stages hold (4 rows a
+  // group, 8 groups a multiprocessor), so the rings of stages wrap. A masked element (-inf), a
+  // row with a NaN and a row of -inf: NaN throughout those two, as the reference.
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    DType dt;
+    size_t rows, d;
+  };
+  const size_t some = 2 * 132 + 7;
+  for (const Case& c : {Case{DType::BF16, some, 4096}, Case{DType::F16, some, 4096},
+                        Case{DType::BF16, some, 8192}, Case{DType::BF16, 5 * 8 * 132 + 7, 3000},
+                        Case{DType::F32, some, 2048}, Case{DType::F32, some, 4096}}) {
+    std::vector<double> v = random_values(c.rows * c.d, -6, 6);
+    v[5] = -inf;
+    v[c.d + 7] = std::numeric_limits<double>::quiet_NaN();
+    for (size_t i = 0; i < c.d; ++i) v[2 * c.d + i] = -inf;
+    Tensor x = tensor_from(v, {c.rows, c.d}, c.dt);
+    Tensor sm = x.to_device(gpu()).softmax_last_dim().to_device(cpu).to_dtype(DType::F64);
+    Tensor e = f64(x).broadcast_sub(f64(x).max_keepdim(1)).exp();
+    double n = static_cast<double>(c.d);
+    EXPECT_TRUE(close_to(sm.affine(n, 0), e.broadcast_div(e.sum_keepdim({1})).affine(n, 0),
+                         2 * tolerance(c.dt)))
+        << "softmax " << c.dt << " rows " << c.rows << " d " << c.d;
+  }
+}
+
 TEST(CudaNn, NormsOnStridedAndBroadcastInputs) {
   WICK_REQUIRE_GPU();
   for (DType dt : gpu_dtypes()) {
