@@ -22,10 +22,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cuda/device_timeline.cuh"
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
 #include "cuda_config.h"
 #include "util.h"
+
+WICK_TIMELINE_TU(attention)
 
 namespace wick::cuda {
 namespace {
@@ -652,6 +655,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   __shared__ float s_m[kDecMaxWarps][kDecRows], s_l[kDecMaxWarps][kDecRows];
   __shared__ bool s_last;
 
+  WICK_TL_START();
   const int warps = static_cast<int>(blockDim.x) / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tg = lane & 3, mi = lane >> 3, ri = lane & 7;
@@ -672,7 +676,10 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   // AttentionArgs::last_key): they are read before pdl_wait, and only q, the last key's row and
   // a mask wait for that kernel.
   const bool rows_before = p.last_key != nullptr && mb == nullptr;
-  if (!rows_before) pdl_wait();
+  if (!rows_before) {
+    pdl_wait();
+    WICK_TL_WAITED();
+  }
   // Keys [0, keys) are read: all, or up to the last visible one.
   const int keys = p.last_key == nullptr
                        ? p.s_kv
@@ -736,7 +743,10 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     early_stages = count - 1;
   }
   start_tiles(0, early_stages);
-  if (rows_before) pdl_wait();  // q and the last key's row come from the kernel before
+  if (rows_before) {  // q and the last key's row come from the kernel before
+    pdl_wait();
+    WICK_TL_WAITED();
+  }
   start_tiles(early_stages, kDecStages - 1);
 
   // The query rows, zeros past this block's heads; then their A fragments, kept in registers.
@@ -906,7 +916,10 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
       }
     }
   }
-  if (p.splits == 1) return;
+  if (p.splits == 1) {
+    WICK_TL_END(3u << 28 | 1u);
+    return;
+  }
 
   // The last block of this head group merges the splits.
   __threadfence();
@@ -917,7 +930,10 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     if (s_last) g_decode_done[unit] = 0;  // ready for the next call
   }
   __syncthreads();
-  if (!s_last) return;
+  if (!s_last) {
+    WICK_TL_END(3u << 28 | static_cast<uint32_t>(p.splits));
+    return;
+  }
   __threadfence();
   // Each thread merges four outputs of a row: the (max, sum) pairs and outputs of kDecMerge
   // splits are loaded at once (one round trip to the L2 per chunk), the running sums rescaled
@@ -965,6 +981,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     *reinterpret_cast<uint2*>(p.out + (out_row0 + r) * D + c) =
         make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
   }
+  WICK_TL_END(3u << 28 | 1u << 16 | static_cast<uint32_t>(p.splits));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,7 +9,12 @@
 // 4-row blocks for gate/up 1,131 tok/s. Measured slower there (1,123-1,145 tok/s in the same runs):
 // persistent blocks streaming groups of rows through a shared-memory pipeline (673), L2 bulk
 // prefetch hints of later blocks' and the next projection's rows (991), L1 prefetch of the norm
-// weight and the epilogue's operands (1,053).
+// weight and the epilogue's operands (1,053). Later, one unit of each row a thread and 4 rows a
+// block everywhere: 1,151 to 1,197. Slower or no better than that (one run each, a timeline build:
+// scripts/gpu-timeline.sh, 1,078 for the code then): plain rows copied to shared memory before
+// pdl_wait (cp.async.cg, the max-shared split for every projection) 967; the output head through
+// this kernel with its norm instead of cuBLAS 1,074; rope's position and the residual read before
+// pdl_wait 1,147 against 1,151 (a normal build).
 //
 // GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
 // for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
@@ -24,9 +29,16 @@
 
 #include <algorithm>
 #include <atomic>
+#ifdef WICK_DEVICE_TIMELINE
+#include <cstdio>
+#include <cstdlib>
+#endif
 
 #include "cuda/decode_gemv.h"
+#include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
+
+WICK_TIMELINE_TU(decode_gemv)
 
 namespace wick::cuda {
 namespace {
@@ -299,18 +311,20 @@ __device__ __forceinline__ void load_inputs(const Input<T>& in, int64_t base, in
   }
 }
 
-// Units of each row a thread has in flight: fewer when a block has many rows (registers). 4 for
-// long rows in blocks of 2 was slower in the Llama-1B decode step (occupancy).
+// Units of each GGML row a thread quantizes and dots at once: fewer when a block has many rows
+// (registers).
 template <int R>
 inline constexpr int kUnroll = R >= 8 ? 1 : 2;
 
-// Rows w[0 .. R) (k values each) dotted with the input by the whole block, totals on every
+// Plain rows w[0 .. R) (k values each) dotted with the input by the whole block, totals on every
 // thread. The first units of the weights are loaded before pdl_wait(): they do not depend on the
-// kernel before.
+// kernel before. A thread holds one unit of each row at a time: more blocks a multiprocessor
+// (H200, Llama-1B bf16 decode step: blocks of 4 rows 1,151 tok/s with two units a thread, 95
+// registers; 1,189 with one, 64 registers).
 template <class T, class F, int R>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
                                          double eps, float (&acc)[R]) {
-  constexpr int V = F::V, U = kUnroll<R>;
+  constexpr int V = F::V, U = 1;
   const int64_t units = k / V;
   typename F::Raw raw[U][R];
   // A unit past the end is all zero bits: zero elements add nothing.
@@ -331,6 +345,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
   int64_t base = threadIdx.x;
   load_weights(base);
   pdl_wait();
+  WICK_TL_WAITED();
   if (in.nw != nullptr) in.find_rstd(k, eps);
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
@@ -401,6 +416,7 @@ __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], In
   stage_rows<R>(gemv_rows, w, row_bytes, stride, copy);
   cp_async_commit();
   pdl_wait();
+  WICK_TL_WAITED();
   const int64_t units = k / V;
   if (in.nw != nullptr) in.find_rstd(k, eps);
 #pragma unroll
@@ -527,10 +543,17 @@ __device__ __forceinline__ void finish_pairs(const GemvArgs& a, int64_t p0,
   }
 }
 
+// Blocks a multiprocessor should hold: 8 for 4 plain rows a block (64 registers; the compiler's
+// own choice, 72, held 7: Llama-1B bf16 decode 1,135 against 1,197 tok/s; asking for 10 spilled,
+// 1,040).
+template <class T, class F, int R>
+inline constexpr int kGemvMinBlocks = (std::is_same_v<F, DenseRows<T>> && R == 4) ? 8 : 1;
+
 // R rows (R / 2 output pairs) a block.
 template <class T, class F, int R>
-__global__ void __launch_bounds__(kGemvThreads)
+__global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<T, F, R>))
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
+  WICK_TL_START();
   const int64_t p0 = static_cast<int64_t>(blockIdx.x) * (R / 2);
   int64_t rows[R];
   const uint8_t* row_ptr[R];
@@ -544,6 +567,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
   }
   finish_pairs<T, R>(a, p0, rows, acc);
+  WICK_TL_END(1u << 28 | static_cast<uint32_t>(a.epilogue) << 24 | static_cast<uint32_t>(a.k));
 }
 
 // GGML rows, streamed: a block quantizes its U units of x once (after the norm, when there is
@@ -560,6 +584,7 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
     gemv_stream_kernel(GemvArgs a, int64_t row_bytes, int copy, int64_t groups) {
   constexpr int R = kStreamRows, P = R / 2;
   extern __shared__ __align__(16) uint8_t gemv_rows[];
+  WICK_TL_START();
   const int64_t stride = staged_stride(row_bytes), units = a.k / F::V;
   // Group g's rows into stage `buf`.
   auto stage = [&](int64_t g, int buf) {
@@ -573,6 +598,7 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
   stage(g, 0);
   cp_async_commit();
   pdl_wait();
+  WICK_TL_WAITED();
   Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
   if (in.nw != nullptr) in.find_rstd(a.k, a.eps);
   QUnit xq[U];
@@ -602,6 +628,7 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
     group_rows<R>(a, g * P, rows);
     finish_pairs<T, R>(a, g * P, rows, acc);
   }
+  WICK_TL_END(2u << 28 | static_cast<uint32_t>(a.epilogue) << 24 | static_cast<uint32_t>(a.k));
 }
 
 bool aligned(const void* p, uintptr_t bytes) {
@@ -636,14 +663,16 @@ int staged_copy_bytes(const void* w, int64_t row_bytes) {
 constexpr int64_t kMaxStagedBytes = 48 * 1024;  // shared memory without an opt-in attribute
 
 // Rows a block: fewer, longer-lived blocks for many rows (launching a block costs about as much
-// as reading a few kilobytes): 4 plain rows, or 8 rows of blocks (their copies in shared memory
-// hold no registers); else 2. Measured on the H200 in the Llama decode step. WICK_GEMV_ROWS
+// as reading a few kilobytes): 4 plain rows (H200 decode, bf16: 2 rows for the projections with
+// fewer than 4,096 rows or rows over 4 KB gave Llama-1B 1,189 tok/s and SmolLM2 2,054, 4 rows
+// 1,197 and 2,077: a single wave of blocks for Llama's qkv), or 8 rows of blocks (their copies in
+// shared memory hold no registers) where there are 2,048 rows or more; else 2. WICK_GEMV_ROWS
 // forces 2, 4 or 8 where shared memory allows.
 int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
   const bool dense = a.weights == GemvWeights::Dense;
   const int forced = config().gemv_rows;
   if (forced > 0 && (dense || forced * staged_stride(row_bytes) <= kMaxStagedBytes)) return forced;
-  if (dense) return row_bytes <= 4096 && a.n >= 4096 ? 4 : 2;
+  if (dense) return 4;
   return a.n >= 2048 && 8 * staged_stride(row_bytes) <= kMaxStagedBytes ? 8 : 2;
 }
 
@@ -774,6 +803,9 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
 }
 
 void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s) {
+#ifdef WICK_DEVICE_TIMELINE
+  timeline::write_at_exit();
+#endif
   const int64_t row_bytes = row_bytes_of(dtype, a.weights, a.k);
   switch (dtype) {
     case DType::F32:
@@ -789,5 +821,35 @@ void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s) {
       throw UnsupportedDType("decode gemv: f32, f16 or bf16");
   }
 }
+
+#ifdef WICK_DEVICE_TIMELINE
+namespace timeline {
+std::vector<Record> take_attention();
+std::vector<Record> take_decoder_ops();
+
+void write_at_exit() {
+  static const bool registered = [] {
+    if (std::getenv("WICK_DEVICE_TIMELINE_OUT") == nullptr) return false;
+    std::atexit([] {
+      cudaDeviceSynchronize();
+      FILE* f = std::fopen(std::getenv("WICK_DEVICE_TIMELINE_OUT"), "w");
+      if (f == nullptr) return;
+      using Take = std::vector<Record> (*)();
+      for (Take take : {Take{take_decode_gemv}, Take{take_attention}, Take{take_decoder_ops}}) {
+        for (const Record& r : take()) {
+          std::fprintf(f, "%u %u %u %u %llu %llu %llu\n", r.tag, r.block, r.sm, r.seq,
+                       static_cast<unsigned long long>(r.start),
+                       static_cast<unsigned long long>(r.waited),
+                       static_cast<unsigned long long>(r.end));
+        }
+      }
+      std::fclose(f);
+    });
+    return true;
+  }();
+  (void)registered;
+}
+}  // namespace timeline
+#endif
 
 }  // namespace wick::cuda

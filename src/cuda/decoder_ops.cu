@@ -2,7 +2,10 @@
 // decode step's rope of q and k with the KV-cache write (a thread per rotated pair).
 
 #include "cuda/decoder_ops.h"
+#include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
+
+WICK_TIMELINE_TU(decoder_ops)
 
 namespace wick::cuda {
 namespace {
@@ -128,6 +131,8 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
 // One thread: the greedy step's token becomes the next step's input, and is posted to the host.
 __global__ void advance_decode_kernel(const uint32_t* next, uint32_t* input,
                                       unsigned long long* mailbox, int slots) {
+  WICK_TL_START();
+  WICK_TL_WAITED();
   const uint32_t token = *next, position = input[1] + 1;
   input[0] = token;
   input[1] = position;
@@ -135,6 +140,7 @@ __global__ void advance_decode_kernel(const uint32_t* next, uint32_t* input,
   volatile unsigned long long* slot = mailbox + position % static_cast<uint32_t>(slots);
   *slot = static_cast<unsigned long long>(position) << 32 | token;
   __threadfence_system();
+  WICK_TL_END(4u << 28);
 }
 
 }  // namespace

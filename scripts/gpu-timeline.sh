@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Where a decode step's time goes on the GPU machine, kernel by kernel as the CUDA graph runs them
+# (programmatic launches overlapping): builds build-timeline with -DWICK_DEVICE_TIMELINE
+# (src/cuda/device_timeline.cuh: every block of the decode GEMVs, the decode attention and the
+# step's last kernel records its start, its pdl_wait and its end), runs bench_generate's decode
+# (batch 1, CUDA graph) and prints scripts/timeline_summary.py's table: per kind of kernel the
+# gap after the kernel before, the time after pdl_wait and what it adds to a step, then every
+# launch of the last step. The records cost a few percent of the step (7% on Llama-1B bf16):
+# compare variants with each other here, and speed with bench_generate in a normal build.
+# Nsight Systems does not run on the GPU machine, and ncu runs each kernel alone.
+#
+#   scripts/gpu-timeline.sh [SHAPE ...]      (default: llama1b; carry build-gpudeps/)
+#   WICK_TIMELINE_VARIANTS="default WICK_PDL=0"   settings to run, one run each (join two with a comma)
+set -uo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+source scripts/gpu-env.sh
+B=build-timeline
+cmake -S . -B $B -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DCMAKE_CUDA_FLAGS=-DWICK_DEVICE_TIMELINE "${cmake_deps[@]}" >/tmp/timeline_cfg.txt 2>&1 ||
+  { tail -20 /tmp/timeline_cfg.txt; exit 1; }
+ninja -C $B bench_generate >/tmp/timeline_build.txt 2>&1 ||
+  { grep -E "error|FAILED" /tmp/timeline_build.txt | head -30; exit 1; }
+echo "built in $(($(date +%s) - T0)) s"
+for shape in "${@:-llama1b}"; do
+  for variant in ${WICK_TIMELINE_VARIANTS:-default}; do
+    run_env=(env WICK_DEVICE_TIMELINE_OUT=/tmp/timeline.txt)
+    [[ $variant != default ]] && run_env+=(${variant//,/ })
+    echo "==== $shape $variant"
+    "${run_env[@]}" timeout 120 $B/bench/bench_generate --shape "$shape" --device cuda --dtype bf16 \
+      --new 256 --repeats 2 2>&1 | awk '/^RESULT wick_graph_decode_tps/ {print "graph decode " $3 " tok/s (timeline build)"}'
+    python3 scripts/timeline_summary.py /tmp/timeline.txt --steps 3 --detail
+  done
+done
