@@ -1162,6 +1162,9 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   }
 }
 
+int decode_warps();
+size_t decode_smem_for(int d);
+
 // The decode kernel: s = 1, f16/bf16, d 16/32/64/96/128, 16-byte aligned k/v rows, an 8-byte
 // aligned output (any group, with or without a mask; causal is moot for one end-aligned query).
 bool decode_fits(DType dtype, const AttentionArgs& a) {
@@ -1175,7 +1178,8 @@ bool decode_fits(DType dtype, const AttentionArgs& a) {
   for (int i = 0; i < 3; ++i) {
     if (a.k_strides[i] % 8 != 0 || a.v_strides[i] % 8 != 0) return false;
   }
-  return true;
+  // Its shared memory (d = 128, 8 warps: 213 KB) on GPUs that have less.
+  return decode_smem_for(a.d) <= shared_per_block_optin();
 }
 
 // Warps per decode block: 8 (WICK_DECODE_WARPS=4 for 4; benchmarks).
@@ -1187,6 +1191,11 @@ int decode_warps() {
 template <int D>
 constexpr size_t decode_smem(int warps) {
   return static_cast<size_t>(kDecRows + warps * kDecStages * 2 * kDecKeys) * (D + kPad) * 2;
+}
+
+size_t decode_smem_for(int d) {
+  return static_cast<size_t>(kDecRows + decode_warps() * kDecStages * 2 * kDecKeys) *
+         static_cast<size_t>(d + kPad) * 2;
 }
 
 template <class T, int D>
@@ -1256,6 +1265,11 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
                       p);
 }
 
+// Shared memory of flash_mma_kernel: Q, and two stages of K and V tiles.
+size_t flash_smem_bytes(int d) {
+  return static_cast<size_t>(kMmaRows + 2 * 2 * kMmaKeys) * static_cast<size_t>(d + kPad) * 2;
+}
+
 // The tensor-core kernel needs 4-byte aligned query pairs and 16-byte aligned k/v rows.
 bool mma_fits(const AttentionArgs& a) {
   if (a.d != 64 && a.d != 128) return false;
@@ -1267,7 +1281,8 @@ bool mma_fits(const AttentionArgs& a) {
       return false;
     }
   }
-  return true;
+  // Q and two stages of K and V tiles (d = 128: 104 KB) on GPUs that have less.
+  return flash_smem_bytes(a.d) <= shared_per_block_optin();
 }
 
 template <class T>
@@ -1277,8 +1292,7 @@ void run_mma(const AttentionArgs& a, cudaStream_t s) {
             a.q_strides[1] % 8 == 0 && a.q_strides[2] % 8 == 0;
   dim3 grid(a.h, (a.s + kMmaRows - 1) / kMmaRows, a.b);
   auto launch = [&](auto kernel, int d) {
-    // Q, and two stages of K and V tiles.
-    int smem = (kMmaRows + 2 * 2 * kMmaKeys) * (d + kPad) * 2;
+    const int smem = static_cast<int>(flash_smem_bytes(d));
     if (smem > 48 * 1024) {
       WICK_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

@@ -43,4 +43,26 @@ int sm_count() {
   return n;
 }
 
+namespace {
+size_t device_attribute(cudaDeviceAttr attr, size_t fallback) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess ||
+      v <= 0) {
+    (void)cudaGetLastError();
+    return fallback;
+  }
+  return static_cast<size_t>(v);
+}
+}  // namespace
+
+size_t shared_per_block_optin() {
+  static const size_t n = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 227 * 1024);
+  return n;
+}
+
+size_t shared_per_multiprocessor() {
+  static const size_t n = device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024);
+  return n;
+}
+
 }  // namespace wick::cuda

@@ -24,6 +24,11 @@ void make_current(int ordinal);
 /// Multiprocessors of the current GPU, asked once (132 when the query fails).
 int sm_count();
 
+/// Shared memory of the current GPU, asked once (sm_90's when the query fails): the most a block
+/// may ask for (above 48 KB by opting in), and a multiprocessor's whole.
+size_t shared_per_block_optin();
+size_t shared_per_multiprocessor();
+
 }  // namespace wick::cuda
 
 #define WICK_CUDA_CHECK(call)                                                  \

@@ -531,8 +531,7 @@ __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
 constexpr unsigned kBulkGroup = 128;              // threads that share a row
 constexpr size_t kBulkStageBytes = 200 * 1024;    // shared memory a block gives its stages
 constexpr unsigned kBulkMaxStages = 8;            // rows a group has in flight at most
-constexpr size_t kSharedPerSm = 228 * 1024;       // sm_90's shared memory a multiprocessor
-constexpr size_t kSharedReservedPerBlock = 1024;  // of it, the system's share for each block
+constexpr size_t kSharedReservedPerBlock = 1024;  // a multiprocessor keeps for each block
 
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
@@ -692,31 +691,32 @@ __global__ void __launch_bounds__(kBulkGroup* kBulkGroups<VPT>, 1)
 }
 
 /// Softmax rows through softmax_bulk_kernel; false (nothing launched) when a row is longer than
-/// 16 KB (8 vectors a thread).
+/// 16 KB (8 vectors a thread) or the GPU's shared memory holds fewer than two stages a group.
 template <class T>
 bool try_softmax_bulk(const T* x, T* y, size_t rows, size_t nvec, cudaStream_t s) {
   auto go = [&](auto kernel, size_t groups) {
     const size_t row_bytes = nvec * 16;
-    const size_t stages = std::min<size_t>(kBulkMaxStages, kBulkStageBytes / (groups * row_bytes));
+    // The stages' share: at most kBulkStageBytes, and what the GPU lets a block have besides
+    // the kernel's static shared memory.
+    const size_t budget = std::min(kBulkStageBytes, shared_per_block_optin() - 2048);
+    const size_t stages = std::min<size_t>(kBulkMaxStages, budget / (groups * row_bytes));
+    if (stages < 2) return false;
     const size_t smem = groups * stages * (row_bytes + sizeof(uint64_t));
     // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
     WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
-    const size_t per_sm = std::max<size_t>(1, kSharedPerSm / (smem + kSharedReservedPerBlock));
+    const size_t per_sm =
+        std::max<size_t>(1, shared_per_multiprocessor() / (smem + kSharedReservedPerBlock));
     const unsigned grid = static_cast<unsigned>(per_sm * static_cast<size_t>(sm_count()));
     kernel<<<grid, static_cast<unsigned>(groups * kBulkGroup), smem, s>>>(
         x, y, static_cast<unsigned>(rows), static_cast<unsigned>(nvec),
         static_cast<unsigned>(stages));
     WICK_CUDA_CHECK_LAUNCH();
+    return true;
   };
-  if (nvec <= 4 * kBulkGroup) {
-    go(softmax_bulk_kernel<T, 4>, kBulkGroups<4>);
-  } else if (nvec <= 8 * kBulkGroup) {
-    go(softmax_bulk_kernel<T, 8>, kBulkGroups<8>);
-  } else {
-    return false;
-  }
-  return true;
+  if (nvec <= 4 * kBulkGroup) return go(softmax_bulk_kernel<T, 4>, kBulkGroups<4>);
+  if (nvec <= 8 * kBulkGroup) return go(softmax_bulk_kernel<T, 8>, kBulkGroups<8>);
+  return false;
 }
 
 /// The vector row kernel when rows are 16-byte aligned and short enough to sit in registers;
