@@ -25,10 +25,6 @@ struct Record {
 /// at the first decode GEMV launch, after the CUDA runtime's own exit handler is registered.
 void write_at_exit();
 
-}  // namespace wick::cuda::timeline
-
-namespace wick::cuda::timeline {
-
 constexpr uint32_t kCapacity = 1u << 21;
 
 __device__ __forceinline__ uint64_t now() {
