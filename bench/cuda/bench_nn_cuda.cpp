@@ -305,7 +305,8 @@ int main(int argc, char** argv) {
       a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
       return a;
     };
-    auto decode_launch = [&](cudaStream_t cs, int set, const void* mask) {
+    auto decode_launch = [&](cudaStream_t cs, int set, const void* mask,
+                             const uint32_t* last_key = nullptr) {
       size_t used = 0;
       cuda::TempAlloc temp = [&](size_t n) -> void* {
         void* p = static_cast<char*>(scratch) + used;
@@ -316,7 +317,9 @@ int main(int argc, char** argv) {
         }
         return p;
       };
-      cuda::launch_attention(DType::BF16, args_for(set, mask, 1), temp, cs);
+      cuda::AttentionArgs a = args_for(set, mask, 1);
+      a.last_key = last_key;
+      cuda::launch_attention(DType::BF16, a, temp, cs);
     };
     double t_cold =
         graph_ms([&](cudaStream_t cs, int i) { decode_launch(cs, i, nullptr); }, 8 * sets, 4, 9);
@@ -336,6 +339,15 @@ int main(int argc, char** argv) {
         graph_ms([&](cudaStream_t cs, int i) { decode_launch(cs, i, dmask); }, 8 * sets, 4, 9);
     line("kernel, mask hiding the last half (visible bytes)", "decode_masked", t_mask,
          kv_bytes * (pos + 1) / s_kv);
+    // The graph-captured Llama step's form: the last key in device memory (here the cache's last
+    // row), so that a kernel reads the rows before it while the kernel before it finishes.
+    uint32_t* dlast = nullptr;
+    CHECK_CUDA(cudaMalloc(&dlast, sizeof(uint32_t)));
+    const uint32_t last_host = static_cast<uint32_t>(s_kv - 1);
+    CHECK_CUDA(cudaMemcpy(dlast, &last_host, sizeof last_host, cudaMemcpyHostToDevice));
+    double t_last = graph_ms([&](cudaStream_t cs, int i) { decode_launch(cs, i, nullptr, dlast); },
+                             8 * sets, 4, 9);
+    line("kernel, device last key (graph step), 8 caches", "decode_last_key", t_last, kv_bytes);
 
     // Through the public op on one cache (host work per call included where it outlasts the GPU).
     Tensor q = randn({1, heads, 1, dim}, gpu), k = randn({1, h_kv, s_kv, dim}, gpu),
@@ -349,7 +361,7 @@ int main(int argc, char** argv) {
     line("nn::scaled_dot_product_attention, one cache", "decode_op", t_op, kv_bytes);
     for (void* p : ks) CHECK_CUDA(cudaFree(p));
     for (void* p : vs) CHECK_CUDA(cudaFree(p));
-    for (void* p : {dq, dout, scratch, dmask}) CHECK_CUDA(cudaFree(p));
+    for (void* p : {dq, dout, scratch, dmask, static_cast<void*>(dlast)}) CHECK_CUDA(cudaFree(p));
   }
   return 0;
 }
