@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "check_exit.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_storage.h"
 #include "cuda_config.h"
@@ -24,23 +25,6 @@
 namespace {
 
 using namespace wick;
-
-#define CHECK_CUDA(x)                                                      \
-  do {                                                                     \
-    cudaError_t e_ = (x);                                                  \
-    if (e_ != cudaSuccess) {                                               \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
-#define CHECK_CUBLAS(x)                                                       \
-  do {                                                                        \
-    cublasStatus_t s_ = (x);                                                  \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                        \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cublasGetStatusString(s_)); \
-      std::exit(1);                                                           \
-    }                                                                         \
-  } while (0)
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "check_exit.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_storage.h"
 #include "cuda/kernels.h"
@@ -42,23 +43,6 @@
 namespace {
 
 using namespace wick;
-
-#define CHECK_CUDA(x)                                                      \
-  do {                                                                     \
-    cudaError_t e_ = (x);                                                  \
-    if (e_ != cudaSuccess) {                                               \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
-#define CHECK_CUBLAS(x)                                                       \
-  do {                                                                        \
-    cublasStatus_t s_ = (x);                                                  \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                        \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cublasGetStatusString(s_)); \
-      std::exit(1);                                                           \
-    }                                                                         \
-  } while (0)
 
 constexpr int kChain = 1000;
 constexpr int kLayers = 12;

@@ -6,19 +6,11 @@
 #include <cuda_runtime.h>
 
 #include "../load_file.h"
+#include "check_exit.h"
 #include "wick/formats.h"
 #include "wick/wick.h"
 
 using namespace wick;
-
-#define CHECK_CUDA(call)                                              \
-  do {                                                                \
-    cudaError_t e = (call);                                           \
-    if (e != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                   \
-    }                                                                 \
-  } while (0)
 
 int main() {
   if (!cuda_is_available()) {

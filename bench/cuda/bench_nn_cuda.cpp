@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "check_exit.h"
 #include "cuda/cuda_device.h"
 #include "cuda/fused_kernels.h"
 #include "cuda/kernels.h"
@@ -28,15 +29,6 @@
 namespace {
 
 using namespace wick;
-
-#define CHECK_CUDA(x)                                                      \
-  do {                                                                     \
-    cudaError_t e_ = (x);                                                  \
-    if (e_ != cudaSuccess) {                                               \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
 
 void result(const std::string& key, double value) {
   std::printf("RESULT nn_%s %.6g\n", key.c_str(), value);
