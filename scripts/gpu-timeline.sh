@@ -9,7 +9,9 @@
 # compare variants with each other here, and speed with bench_generate in a normal build.
 # Nsight Systems does not run on the GPU machine, and ncu runs each kernel alone.
 #
-#   scripts/gpu-timeline.sh [SHAPE ...]      (default: llama1b; carry build-gpudeps/)
+#   scripts/gpu-timeline.sh [MODEL ...]      (default: llama1b; carry build-gpudeps/ and .whl/)
+#   MODEL: a bench_generate shape (llama1b, smollm2, qwen05b; bf16 random weights), or
+#   llama1b-q4_0 / smollm2-q4_1 (random GGUF files kept quantized, made as gpu-decode.sh makes them)
 #   WICK_TIMELINE_VARIANTS="default WICK_PDL=0"   settings to run, one run each (join two with a comma)
 set -uo pipefail
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
@@ -26,13 +28,27 @@ cmake -S . -B $B -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA
 ninja -C $B bench_generate >/tmp/timeline_build.txt 2>&1 ||
   { grep -E "error|FAILED" /tmp/timeline_build.txt | head -30; exit 1; }
 echo "built in $(($(date +%s) - T0)) s"
-for shape in "${@:-llama1b}"; do
+DIR=${WICK_QGGUF_DIR:-/tmp/wick-qgguf}
+for model in "${@:-llama1b}"; do
+  case $model in
+    *-q4_0 | *-q4_1 | *-q8_0)
+      if ! python3 -c "import gguf" 2>/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+          .whl/gguf-*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+      fi
+      mkdir -p "$DIR"
+      [[ -f $DIR/$model.gguf ]] || python3 scripts/make_random_gguf.py --shape "${model%%-*}" \
+        --type "${model#*-}" -o "$DIR/$model.gguf" >/dev/null || exit 1
+      source_args=(--model "$DIR/$model.gguf" --keep-quantized) ;;
+    *) source_args=(--shape "$model") ;;
+  esac
   for variant in ${WICK_TIMELINE_VARIANTS:-default}; do
     run_env=(env WICK_DEVICE_TIMELINE_OUT=/tmp/timeline.txt)
     [[ $variant != default ]] && run_env+=(${variant//,/ })
-    echo "==== $shape $variant"
-    "${run_env[@]}" timeout 120 $B/bench/bench_generate --shape "$shape" --device cuda --dtype bf16 \
-      --new 256 --repeats 2 2>&1 | awk '/^RESULT wick_graph_decode_tps/ {print "graph decode " $3 " tok/s (timeline build)"}'
+    echo "==== $model $variant"
+    "${run_env[@]}" timeout 120 $B/bench/bench_generate "${source_args[@]}" --device cuda \
+      --dtype bf16 --new 256 --repeats 2 2>&1 |
+      awk '/^RESULT wick_graph_decode_tps/ {print "graph decode " $3 " tok/s (timeline build)"}'
     python3 scripts/timeline_summary.py /tmp/timeline.txt --steps 3 --detail
   done
 done
