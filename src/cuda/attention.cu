@@ -1162,8 +1162,17 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   }
 }
 
-int decode_warps();
-size_t decode_smem_for(int d);
+// Warps per decode block: 8 (WICK_DECODE_WARPS=4 for 4; benchmarks).
+int decode_warps() {
+  static const int n = config().decode_warps == 4 ? 4 : kDecMaxWarps;
+  return n;
+}
+
+// Shared memory of a decode block: the query rows, then each warp's ring of K and V tiles.
+size_t decode_smem(int d) {
+  return static_cast<size_t>(kDecRows + decode_warps() * kDecStages * 2 * kDecKeys) *
+         static_cast<size_t>(d + kPad) * 2;
+}
 
 // The decode kernel: s = 1, f16/bf16, d 16/32/64/96/128, 16-byte aligned k/v rows, an 8-byte
 // aligned output (any group, with or without a mask; causal is moot for one end-aligned query).
@@ -1179,23 +1188,7 @@ bool decode_fits(DType dtype, const AttentionArgs& a) {
     if (a.k_strides[i] % 8 != 0 || a.v_strides[i] % 8 != 0) return false;
   }
   // Its shared memory (d = 128, 8 warps: 213 KB) on GPUs that have less.
-  return decode_smem_for(a.d) <= shared_per_block_optin();
-}
-
-// Warps per decode block: 8 (WICK_DECODE_WARPS=4 for 4; benchmarks).
-int decode_warps() {
-  static const int n = config().decode_warps == 4 ? 4 : kDecMaxWarps;
-  return n;
-}
-
-template <int D>
-constexpr size_t decode_smem(int warps) {
-  return static_cast<size_t>(kDecRows + warps * kDecStages * 2 * kDecKeys) * (D + kPad) * 2;
-}
-
-size_t decode_smem_for(int d) {
-  return static_cast<size_t>(kDecRows + decode_warps() * kDecStages * 2 * kDecKeys) *
-         static_cast<size_t>(d + kPad) * 2;
+  return decode_smem(a.d) <= shared_per_block_optin();
 }
 
 template <class T, int D>
@@ -1223,7 +1216,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
 
   auto kernel = attn_decode_kernel<T, D>;
   const int warps = decode_warps();
-  const size_t smem = decode_smem<D>(warps);
+  const size_t smem = decode_smem(D);
   // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
   WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));

@@ -29,21 +29,8 @@ void make_current(int ordinal) {
   }
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        sms <= 0) {
-      (void)cudaGetLastError();
-      sms = 132;
-    }
-    return sms;
-  }();
-  return n;
-}
-
 namespace {
+// The current GPU's attribute, or `fallback` (sm_90's) when the query fails.
 size_t device_attribute(cudaDeviceAttr attr, size_t fallback) {
   int dev = 0, v = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess ||
@@ -54,6 +41,11 @@ size_t device_attribute(cudaDeviceAttr attr, size_t fallback) {
   return static_cast<size_t>(v);
 }
 }  // namespace
+
+int sm_count() {
+  static const int n = static_cast<int>(device_attribute(cudaDevAttrMultiProcessorCount, 132));
+  return n;
+}
 
 size_t shared_per_block_optin() {
   static const size_t n = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 227 * 1024);
