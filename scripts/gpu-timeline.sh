@@ -49,6 +49,6 @@ for model in "${@:-llama1b}"; do
     "${run_env[@]}" timeout 120 $B/bench/bench_generate "${source_args[@]}" --device cuda \
       --dtype bf16 --new 256 --repeats 2 2>&1 |
       awk '/^RESULT wick_graph_decode_tps/ {print "graph decode " $3 " tok/s (timeline build)"}'
-    python3 scripts/timeline_summary.py /tmp/timeline.txt --steps 3 --detail
+    python3 scripts/timeline_summary.py /tmp/timeline.txt --steps 3 --detail --marks
   done
 done

@@ -8,10 +8,14 @@ kind of kernel the mean over the last complete decode steps of:
   post   from the first block passing pdl_wait to the launch's last block ending;
   span   from the end of the launch before to this launch's end: what the launch adds to a step.
 Kernels that are not instrumented (cuBLAS, argmax, embedding) show as the gap of the next one.
+With --marks, first the decode attention's blocks inside: the mean time from a block's start to
+its pdl_wait, q in registers, its first warp's key tiles done, the warps merged and its end (also
+for a timeline of bench_nn_cuda's decode kernel alone, which has no steps).
 
-  scripts/timeline_summary.py TIMELINE [--steps N]
+  scripts/timeline_summary.py TIMELINE [--steps N] [--detail] [--marks]
 """
 import argparse
+import bisect
 import statistics
 from collections import defaultdict
 
@@ -31,17 +35,49 @@ def kind_of(tag):
     return f"tag {tag:#x}"
 
 
+def print_marks(attention, marks, last=400):
+    """Mean offsets inside the last attention blocks: each block's marks record is the next one
+    its thread 0 wrote after the block's own record."""
+    seqs = {b: sorted(v) for b, v in marks.items()}
+    keys = {b: [m[0] for m in v] for b, v in seqs.items()}
+    rows = []
+    for start, seq, block, waited, end in sorted(attention)[-last:]:
+        i = bisect.bisect_right(keys.get(block, []), seq)
+        if i == len(keys.get(block, [])):
+            continue
+        _, q_ready, loop_done, merged = seqs[block][i]
+        rows.append((waited, q_ready, loop_done, merged, end))
+        rows[-1] = tuple((t - start) / 1e3 for t in rows[-1])
+    if not rows:
+        print("no attention marks (a build without them, or no decode attention)")
+        return
+    print(f"decode attention, the last {len(rows)} blocks: us from a block's start (mean, max)")
+    for i, name in enumerate(["pdl_wait", "q ready", "warp 0 tiles", "warps merged", "end"]):
+        v = [r[i] for r in rows]
+        print(f"  {name:13} {statistics.mean(v):6.2f} {max(v):6.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("timeline")
     ap.add_argument("--steps", type=int, default=3, help="last complete steps summarised")
     ap.add_argument("--detail", action="store_true", help="also every launch of the last step")
+    ap.add_argument("--marks", action="store_true", help="the attention blocks' inner times")
     args = ap.parse_args()
     recs = []
+    marks = defaultdict(list)  # block -> (seq, q ready, loop done, merged)
+    attention = []  # (start, seq, block, waited, end)
     with open(args.timeline) as f:
         for line in f:
             tag, block, sm, seq, start, waited, end = map(int, line.split())
+            if tag >> 28 == 5:  # WICK_TL_END_MARKS of the attention block that just ended
+                marks[block].append((seq, start, waited, end))
+                continue
+            if tag >> 28 == 3:
+                attention.append((start, seq, block, waited, end))
             recs.append((start, waited, end, tag, block, sm))
+    if args.marks:
+        print_marks(attention, marks)
     if not recs:
         print("no records")
         return

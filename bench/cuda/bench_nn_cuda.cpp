@@ -5,7 +5,8 @@
 // samples, in two ways: through the public op (host work included where it outlasts the GPU's),
 // and the kernel alone (its launcher captured many times into a CUDA graph and replayed: the
 // GPU's time per call). The decode kernel reads 8 caches in turn (134 MB, beyond the L2), so
-// its figure is HBM bandwidth. Prints "RESULT nn_<key> <value>" lines; bench/cuda/torch_nn.py
+// its figure is HBM bandwidth; WICK_BENCH_DECODE_SKV=16,288 measures its two kernel lines at
+// those cache lengths instead. Prints "RESULT nn_<key> <value>" lines; bench/cuda/torch_nn.py
 // prints PyTorch's.
 
 #include <cuda_runtime.h>
@@ -245,20 +246,36 @@ int main(int argc, char** argv) {
   }
 
   // ---- decode: one query per head against a 4096-long KV cache, h_kv 8 ----
-  if (want("decode")) {
-    const size_t s_kv = 4096, h_kv = 8;
+  // WICK_BENCH_DECODE_SKV=288,1024: the kernel's two lines at other cache lengths instead.
+  std::vector<size_t> decode_lengths = {4096};
+  const bool lengths_given = std::getenv("WICK_BENCH_DECODE_SKV") != nullptr;
+  if (lengths_given) {
+    const char* e = std::getenv("WICK_BENCH_DECODE_SKV");
+    decode_lengths.clear();
+    for (const char* c = e; *c != 0;) {
+      char* end = nullptr;
+      decode_lengths.push_back(std::strtoul(c, &end, 10));
+      c = *end != 0 ? end + 1 : end;
+    }
+  }
+  for (size_t s_kv : decode_lengths) {
+    if (!want("decode")) break;
+    const size_t h_kv = 8;
     const double kv_bytes = 2.0 * h_kv * s_kv * dim * 2;
     std::printf("== decode bf16 s=1 s_kv=%zu h=%zu h_kv=%zu d=%zu, KV cache %.1f MB\n", s_kv, heads,
                 h_kv, dim, kv_bytes / 1e6);
+    char at[32] = "";  // the key's suffix at other lengths
+    if (lengths_given) std::snprintf(at, sizeof at, "_%zu", s_kv);
     auto line = [&](const char* what, const std::string& key, double ms, double bytes_read) {
       double gbs = bytes_read / ms / 1e6;
       std::printf("%-52s %6.2f us %6.0f GB/s %5.1f%% of copy\n", what, ms * 1e3, gbs,
                   100 * gbs / copy_gbs);
-      result(key + "_us", ms * 1e3);
-      result(key + "_gbs", gbs);
-      result(key + "_vs_copy", gbs / copy_gbs);
+      result(key + at + "_us", ms * 1e3);
+      result(key + at + "_gbs", gbs);
+      result(key + at + "_vs_copy", gbs / copy_gbs);
     };
-    // The kernel alone: 8 caches (134 MB) read in turn, so that the L2 (50 MB) holds none.
+    // The kernel alone: 8 caches read in turn, at 4096 keys 134 MB, so that the L2 (50 MB) holds
+    // none.
     const int sets = 8;
     const size_t kv_elems = h_kv * s_kv * dim;
     std::vector<void*> ks, vs;
@@ -316,6 +333,22 @@ int main(int argc, char** argv) {
     double t_cold =
         graph_ms([&](cudaStream_t cs, int i) { decode_launch(cs, i, nullptr); }, 8 * sets, 4, 9);
     line("kernel, 8 caches in turn (HBM)", "decode", t_cold, kv_bytes);
+    // The graph-captured Llama step's form: the last key in device memory (here the cache's last
+    // row), so that a kernel reads the rows before it while the kernel before it finishes.
+    uint32_t* dlast = nullptr;
+    CHECK_CUDA(cudaMalloc(&dlast, sizeof(uint32_t)));
+    const uint32_t last_host = static_cast<uint32_t>(s_kv - 1);
+    CHECK_CUDA(cudaMemcpy(dlast, &last_host, sizeof last_host, cudaMemcpyHostToDevice));
+    double t_last = graph_ms([&](cudaStream_t cs, int i) { decode_launch(cs, i, nullptr, dlast); },
+                             8 * sets, 4, 9);
+    line("kernel, device last key (graph step), 8 caches", "decode_last_key", t_last, kv_bytes);
+    // The rest at the default length only.
+    if (lengths_given) {
+      for (void* p : ks) CHECK_CUDA(cudaFree(p));
+      for (void* p : vs) CHECK_CUDA(cudaFree(p));
+      for (void* p : {dq, dout, scratch, static_cast<void*>(dlast)}) CHECK_CUDA(cudaFree(p));
+      continue;
+    }
     double t_warm =
         graph_ms([&](cudaStream_t cs, int) { decode_launch(cs, 0, nullptr); }, 8 * sets, 4, 9);
     line("kernel, one cache (partly L2)", "decode_l2", t_warm, kv_bytes);
@@ -331,15 +364,6 @@ int main(int argc, char** argv) {
         graph_ms([&](cudaStream_t cs, int i) { decode_launch(cs, i, dmask); }, 8 * sets, 4, 9);
     line("kernel, mask hiding the last half (visible bytes)", "decode_masked", t_mask,
          kv_bytes * (pos + 1) / s_kv);
-    // The graph-captured Llama step's form: the last key in device memory (here the cache's last
-    // row), so that a kernel reads the rows before it while the kernel before it finishes.
-    uint32_t* dlast = nullptr;
-    CHECK_CUDA(cudaMalloc(&dlast, sizeof(uint32_t)));
-    const uint32_t last_host = static_cast<uint32_t>(s_kv - 1);
-    CHECK_CUDA(cudaMemcpy(dlast, &last_host, sizeof last_host, cudaMemcpyHostToDevice));
-    double t_last = graph_ms([&](cudaStream_t cs, int i) { decode_launch(cs, i, nullptr, dlast); },
-                             8 * sets, 4, 9);
-    line("kernel, device last key (graph step), 8 caches", "decode_last_key", t_last, kv_bytes);
 
     // Through the public op on one cache (host work per call included where it outlasts the GPU).
     Tensor q = randn({1, heads, 1, dim}, gpu), k = randn({1, h_kv, s_kv, dim}, gpu),

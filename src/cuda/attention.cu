@@ -613,7 +613,12 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // 1,157: there attention costs about 4.8 us a layer whatever the cache's length, measured by
 // leaving it out). Measured slower on the H200 (bench_nn_cuda, 8 caches in turn): L2 prefetch of
 // the tiles before pdl_wait (11.15 against 10.67 us); letting the next kernel launch right after
-// pdl_wait (10.65: no gain; in the decode step 1,161 against 1,157 tok/s).
+// pdl_wait (10.65: no gain; in the decode step 1,161 against 1,157 tok/s). Inside a block of the
+// Llama-1B step (~280 keys, timeline marks, scripts/gpu-timeline.sh): pdl_wait passes 1.8 us after
+// the block starts, q is in registers 0.7 us later, warp 0's three tiles take 2.4 us more (about
+// 0.8 us a tile, at 2 warps a scheduler), merging the warps 0.9 us, the end 0.2 us. Stepped copy
+// addresses and an unrolled merge: 10.66 to 10.43 us at 4,096 keys, SmolLM2 2,090 to 2,111 tok/s,
+// Llama-1B unchanged (1,190).
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
@@ -703,17 +708,36 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   };
   auto visible = [&](int t) { return __any_sync(0xffffffffu, lane_sees(t)) != 0; };
   // Tile t into ring stage st: 16-byte copies, zeros past the last key (0 * garbage could be nan).
+  // A lane copies the same 16-byte piece of every RSTEP-th row of a tile (d other than 96): its
+  // addresses step by a stride fixed at the start, and only the last tile checks its rows
+  // (fewer instructions a tile than an address computed per copy).
+  constexpr int RSTEP = 32 % PIECES == 0 ? 32 / PIECES : 1;
+  const int lane_row = lane / PIECES, lane_col = (lane % PIECES) * 8;
+  const int64_t k_step = RSTEP * p.ks[2], v_step = RSTEP * p.vs[2];
   auto issue = [&](int st, int t) {
     uint16_t* kt = my_ring + st * STAGE;
     uint16_t* vt = kt + kDecKeys * LD;
     const int k0 = t * kDecKeys;
+    if constexpr (32 % PIECES == 0) {
+      const uint16_t* ksrc = kb + static_cast<int64_t>(k0 + lane_row) * p.ks[2] + lane_col;
+      const uint16_t* vsrc = vb + static_cast<int64_t>(k0 + lane_row) * p.vs[2] + lane_col;
+      const bool whole = k0 + kDecKeys <= keys;
 #pragma unroll
-    for (int j = 0; j < kDecKeys * PIECES / 32; ++j) {
-      const int i = lane + 32 * j, r = i / PIECES, c = (i % PIECES) * 8;
-      const bool valid = k0 + r < keys;
-      const int64_t key = valid ? k0 + r : 0;
-      cp_async16(kt + r * LD + c, kb + key * p.ks[2] + c, valid);
-      cp_async16(vt + r * LD + c, vb + key * p.vs[2] + c, valid);
+      for (int j = 0; j < kDecKeys / RSTEP; ++j) {
+        const int r = lane_row + RSTEP * j;
+        const bool valid = whole || k0 + r < keys;
+        cp_async16(kt + r * LD + lane_col, valid ? ksrc + j * k_step : kb, valid);
+        cp_async16(vt + r * LD + lane_col, valid ? vsrc + j * v_step : vb, valid);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kDecKeys * PIECES / 32; ++j) {
+        const int i = lane + 32 * j, r = i / PIECES, c = (i % PIECES) * 8;
+        const bool valid = k0 + r < keys;
+        const int64_t key = valid ? k0 + r : 0;
+        cp_async16(kt + r * LD + c, kb + key * p.ks[2] + c, valid);
+        cp_async16(vt + r * LD + c, vb + key * p.vs[2] + c, valid);
+      }
     }
   };
   // The first tiles start streaming before anything else, ring stages [from, to). Every lane
@@ -765,6 +789,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   for (int kk = 0; kk < KSTEPS; ++kk) {
     ldmatrix_x4(qf[kk], &q_tile[lane & 15][kk * 16 + (lane >> 4) * 8]);
   }
+  WICK_TL_MARK(0);
 
   float o[NT_O][4];
 #pragma unroll
@@ -865,6 +890,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     __syncwarp();  // the next iteration refills stage (i + kDecStages) % kDecStages = this one
   }
   cp_async_wait<0>();  // no copy outlives the loop (tiles that were not computed)
+  WICK_TL_MARK(1);
   pdl_launch_dependents();
 
   // Merge the warps: each leaves (max, sum, output) of its rows; the ring becomes the buffer.
@@ -893,12 +919,20 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   const int64_t out_row0 = static_cast<int64_t>(bi) * p.h + head0;
   for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
     const int r = idx / (D / 2), c = (idx % (D / 2)) * 2;
+    // Unrolled over the most warps a block has, so that the shared-memory loads go out together
+    // (with a loop over the block's warps, merging took 0.9 us: timeline marks).
+    float mw[kDecMaxWarps];
     float mx = neg_inf();
-    for (int w = 0; w < warps; ++w) mx = fmaxf(mx, s_m[w][r]);
+#pragma unroll
+    for (int w = 0; w < kDecMaxWarps; ++w) {
+      mw[w] = w < warps ? s_m[w][r] : neg_inf();
+      mx = fmaxf(mx, mw[w]);
+    }
     float sum = 0.f, a0 = 0.f, a1 = 0.f;
-    for (int w = 0; w < warps; ++w) {
-      const float mw = s_m[w][r];
-      const float f = mw == neg_inf() ? 0.f : exp2_approx(mw - mx);  // 0: the warp saw no key
+#pragma unroll
+    for (int w = 0; w < kDecMaxWarps; ++w) {
+      if (w >= warps) continue;
+      const float f = mw[w] == neg_inf() ? 0.f : exp2_approx(mw[w] - mx);  // 0: saw no key
       const float2 ov = *reinterpret_cast<const float2*>(s_o + (w * kDecRows + r) * OLD + c);
       sum += f * s_l[w][r];
       a0 += f * ov.x;
@@ -916,8 +950,10 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
       }
     }
   }
+  WICK_TL_MARK(2);
   if (p.splits == 1) {
     WICK_TL_END(3u << 28 | 1u);
+    WICK_TL_END_MARKS(5u << 28);
     return;
   }
 
@@ -932,6 +968,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   __syncthreads();
   if (!s_last) {
     WICK_TL_END(3u << 28 | static_cast<uint32_t>(p.splits));
+    WICK_TL_END_MARKS(5u << 28);
     return;
   }
   __threadfence();
@@ -982,6 +1019,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
         make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
   }
   WICK_TL_END(3u << 28 | 1u << 16 | static_cast<uint32_t>(p.splits));
+  WICK_TL_END_MARKS(5u << 28 | 1u << 16);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1231,7 +1269,9 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     return std::max(n, 1);
   }();
   // Splits: one wave of blocks over the GPU, each warp with two tiles at least
-  // (WICK_DECODE_SPLITS forces a count up to kDecMaxSplits; benchmarks).
+  // (WICK_DECODE_SPLITS forces a count up to kDecMaxSplits and the tiles; benchmarks: 2 or 3
+  // splits at ~280 keys, one tile a warp, made the Llama-1B step slower, 1,172-1,177 against
+  // 1,194 tok/s).
   const int units = a.b * a.h_kv * p.chunks;
   int splits = 1;
   if (units <= kDecCounterSlots) {
@@ -1244,7 +1284,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     }
     // A split gives each of its warps two tiles at least: with fewer, merging the splits (an
     // atomic count and a pass of the last block) costs more than it saves.
-    const int64_t useful = p.tiles / (2 * warps);
+    const int64_t useful = forced > 0 ? p.tiles : p.tiles / (2 * warps);
     splits = static_cast<int>(std::clamp<int64_t>(
         want, 1, std::min<int64_t>(kDecMaxSplits, std::max<int64_t>(useful, 1))));
   }
@@ -1307,6 +1347,9 @@ bool attention_last_key_fits(DType dtype, const AttentionArgs& a) {
 }
 
 void launch_attention(DType dtype, const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
+#ifdef WICK_DEVICE_TIMELINE
+  timeline::write_at_exit();
+#endif
   if (static_cast<int64_t>(a.b) * a.h * a.s * a.d == 0) return;
   if (a.last_key != nullptr && !attention_last_key_fits(dtype, a)) {
     throw BackendError("scaled_dot_product_attention: a device last key needs the decode kernel");

@@ -15,6 +15,11 @@
 // pdl_wait (cp.async.cg, the max-shared split for every projection) 967; the output head through
 // this kernel with its norm instead of cuBLAS 1,074; rope's position and the residual read before
 // pdl_wait 1,147 against 1,151 (a normal build).
+// Slower again (H200, Llama-1B bf16; normal build, against 1,189-1,191): each thread two units of
+// each row ahead of their use, both before pdl_wait (80 registers, 6 blocks a multiprocessor) in
+// every projection 1,101, in one-wave launches 1,126, in qkv and o only 1,137. In a timeline
+// build (1,126 for this code): persistent blocks for gate/up that normalise x once and keep it
+// in registers 1,107; pdl_launch_dependents at a block's start 1,085.
 //
 // GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
 // for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here

@@ -2,7 +2,8 @@
 // A diagnostic timeline of the decode step's kernels, compiled in only with
 // -DWICK_DEVICE_TIMELINE (scripts/gpu-timeline.sh): thread 0 of every block of an instrumented
 // kernel records the global timer when the block starts, when it passes pdl_wait() and when it
-// ends, with a tag naming the kernel, into a ring in device memory. Without the define every
+// ends, with a tag naming the kernel, into a ring in device memory (the decode attention also
+// three points inside, WICK_TL_MARK, as a second record). Without the define every
 // macro is empty. Nsight Systems is not available on the GPU machine, and ncu runs each kernel
 // alone: neither shows how the kernels of a CUDA graph overlap under programmatic launch.
 
@@ -41,7 +42,7 @@ __device__ __forceinline__ uint64_t now() {
   namespace wick::cuda::timeline {                                             \
   static __device__ Record g_ring[kCapacity];                                  \
   static __device__ unsigned g_count;                                          \
-  static __shared__ uint64_t s_start, s_waited;                                \
+  static __shared__ uint64_t s_start, s_waited, s_mark[3];                     \
   std::vector<Record> take_##name() {                                          \
     unsigned n = 0;                                                            \
     cudaMemcpyFromSymbol(&n, g_count, sizeof n);                               \
@@ -77,7 +78,32 @@ __device__ __forceinline__ uint64_t now() {
                                      now()};                              \
     }                                                                     \
   } while (0)
+// Three more points of a block's life (thread 0), written as one more record with tag_value.
+#define WICK_TL_MARK(n)                                                                  \
+  do {                                                                                   \
+    if (threadIdx.x == 0) wick::cuda::timeline::s_mark[n] = wick::cuda::timeline::now(); \
+  } while (0)
+#define WICK_TL_END_MARKS(tag_value)                                      \
+  do {                                                                    \
+    if (threadIdx.x == 0) {                                               \
+      using namespace wick::cuda::timeline;                               \
+      const unsigned i = atomicAdd(&g_count, 1u);                         \
+      g_ring[i % kCapacity] = Record{static_cast<uint32_t>(tag_value),    \
+                                     blockIdx.x + gridDim.x * blockIdx.y, \
+                                     0,                                   \
+                                     i,                                   \
+                                     s_mark[0],                           \
+                                     s_mark[1],                           \
+                                     s_mark[2]};                          \
+    }                                                                     \
+  } while (0)
 #else
+#define WICK_TL_MARK(n) \
+  do {                  \
+  } while (0)
+#define WICK_TL_END_MARKS(tag_value) \
+  do {                               \
+  } while (0)
 #define WICK_TIMELINE_TU(name)
 #define WICK_TL_START() \
   do {                  \
