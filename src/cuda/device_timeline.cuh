@@ -38,21 +38,27 @@ __device__ __forceinline__ uint64_t now() {
 
 // One ring per translation unit; WICK_TIMELINE_TU(name) defines it and a host function
 // timeline::take_name() returning its records.
-#define WICK_TIMELINE_TU(name)                                                 \
-  namespace wick::cuda::timeline {                                             \
-  static __device__ Record g_ring[kCapacity];                                  \
-  static __device__ unsigned g_count;                                          \
-  static __shared__ uint64_t s_start, s_waited, s_mark[3];                     \
-  std::vector<Record> take_##name() {                                          \
-    unsigned n = 0;                                                            \
-    cudaMemcpyFromSymbol(&n, g_count, sizeof n);                               \
-    const unsigned kept = n < kCapacity ? n : kCapacity;                       \
-    std::vector<Record> all(kCapacity);                                        \
-    cudaMemcpyFromSymbol(all.data(), g_ring, sizeof(Record) * kCapacity);      \
-    std::vector<Record> out;                                                   \
-    for (unsigned i = n - kept; i < n; ++i) out.push_back(all[i % kCapacity]); \
-    return out;                                                                \
-  }                                                                            \
+#define WICK_TIMELINE_TU(name)                                                                     \
+  namespace wick::cuda::timeline {                                                                 \
+  static __device__ Record g_ring[kCapacity];                                                      \
+  static __device__ unsigned g_count;                                                              \
+  static __shared__ uint64_t s_start, s_waited;                                                    \
+  [[maybe_unused]] static __shared__ uint64_t s_mark[3]; /* WICK_TL_MARK */                        \
+  static __device__ __forceinline__ void record(uint32_t tag, uint32_t sm, uint64_t a, uint64_t b, \
+                                                uint64_t c) {                                      \
+    const unsigned i = atomicAdd(&g_count, 1u);                                                    \
+    g_ring[i % kCapacity] = Record{tag, blockIdx.x + gridDim.x * blockIdx.y, sm, i, a, b, c};      \
+  }                                                                                                \
+  std::vector<Record> take_##name() {                                                              \
+    unsigned n = 0;                                                                                \
+    cudaMemcpyFromSymbol(&n, g_count, sizeof n);                                                   \
+    const unsigned kept = n < kCapacity ? n : kCapacity;                                           \
+    std::vector<Record> all(kCapacity);                                                            \
+    cudaMemcpyFromSymbol(all.data(), g_ring, sizeof(Record) * kCapacity);                          \
+    std::vector<Record> out;                                                                       \
+    for (unsigned i = n - kept; i < n; ++i) out.push_back(all[i % kCapacity]);                     \
+    return out;                                                                                    \
+  }                                                                                                \
   }
 #define WICK_TL_START()                                                                \
   do {                                                                                 \
@@ -62,40 +68,26 @@ __device__ __forceinline__ uint64_t now() {
   do {                                                                                  \
     if (threadIdx.x == 0) wick::cuda::timeline::s_waited = wick::cuda::timeline::now(); \
   } while (0)
-#define WICK_TL_END(tag_value)                                            \
-  do {                                                                    \
-    if (threadIdx.x == 0) {                                               \
-      using namespace wick::cuda::timeline;                               \
-      const unsigned i = atomicAdd(&g_count, 1u);                         \
-      unsigned sm;                                                        \
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                     \
-      g_ring[i % kCapacity] = Record{static_cast<uint32_t>(tag_value),    \
-                                     blockIdx.x + gridDim.x * blockIdx.y, \
-                                     sm,                                  \
-                                     i,                                   \
-                                     s_start,                             \
-                                     s_waited,                            \
-                                     now()};                              \
-    }                                                                     \
+#define WICK_TL_END(tag_value)                                                \
+  do {                                                                        \
+    if (threadIdx.x == 0) {                                                   \
+      using namespace wick::cuda::timeline;                                   \
+      unsigned sm;                                                            \
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                         \
+      record(static_cast<uint32_t>(tag_value), sm, s_start, s_waited, now()); \
+    }                                                                         \
   } while (0)
 // Three more points of a block's life (thread 0), written as one more record with tag_value.
 #define WICK_TL_MARK(n)                                                                  \
   do {                                                                                   \
     if (threadIdx.x == 0) wick::cuda::timeline::s_mark[n] = wick::cuda::timeline::now(); \
   } while (0)
-#define WICK_TL_END_MARKS(tag_value)                                      \
-  do {                                                                    \
-    if (threadIdx.x == 0) {                                               \
-      using namespace wick::cuda::timeline;                               \
-      const unsigned i = atomicAdd(&g_count, 1u);                         \
-      g_ring[i % kCapacity] = Record{static_cast<uint32_t>(tag_value),    \
-                                     blockIdx.x + gridDim.x * blockIdx.y, \
-                                     0,                                   \
-                                     i,                                   \
-                                     s_mark[0],                           \
-                                     s_mark[1],                           \
-                                     s_mark[2]};                          \
-    }                                                                     \
+#define WICK_TL_END_MARKS(tag_value)                                                \
+  do {                                                                              \
+    if (threadIdx.x == 0) {                                                         \
+      using namespace wick::cuda::timeline;                                         \
+      record(static_cast<uint32_t>(tag_value), 0, s_mark[0], s_mark[1], s_mark[2]); \
+    }                                                                               \
   } while (0)
 #else
 #define WICK_TL_MARK(n) \
