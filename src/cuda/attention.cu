@@ -615,10 +615,10 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // the tiles before pdl_wait (11.15 against 10.67 us); letting the next kernel launch right after
 // pdl_wait (10.65: no gain; in the decode step 1,161 against 1,157 tok/s). Inside a block of the
 // Llama-1B step (~280 keys, timeline marks, scripts/gpu-timeline.sh): pdl_wait passes 1.8 us after
-// the block starts, q is in registers 0.7 us later, warp 0's three tiles take 2.4 us more (about
-// 0.8 us a tile, at 2 warps a scheduler), merging the warps 0.9 us, the end 0.2 us. Stepped copy
-// addresses and an unrolled merge: 10.66 to 10.43 us at 4,096 keys, SmolLM2 2,090 to 2,111 tok/s,
-// Llama-1B unchanged (1,190).
+// the block starts, q is in registers 0.7 us later, warp 0's three tiles take 2.4 us more (the
+// third is requested only when the loop starts), merging the warps 0.9 us (0.67 unrolled), the
+// end 0.2 us. Stepped copy addresses and an unrolled merge: 10.66 to 10.43 us at 4,096 keys,
+// SmolLM2 2,090 to 2,111 tok/s, Llama-1B unchanged (1,190).
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
