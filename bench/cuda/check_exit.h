@@ -8,19 +8,19 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK_CUDA(x)                                                      \
-  do {                                                                     \
-    cudaError_t e_ = (x);                                                  \
-    if (e_ != cudaSuccess) {                                               \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                        \
-    }                                                                      \
+inline void exit_if_failed(bool failed, const char* call, const char* error) {
+  if (!failed) return;
+  std::fprintf(stderr, "%s failed: %s\n", call, error);
+  std::exit(1);
+}
+
+#define CHECK_CUDA(x)                                              \
+  do {                                                             \
+    cudaError_t e_ = (x);                                          \
+    exit_if_failed(e_ != cudaSuccess, #x, cudaGetErrorString(e_)); \
   } while (0)
-#define CHECK_CUBLAS(x)                                                       \
-  do {                                                                        \
-    cublasStatus_t s_ = (x);                                                  \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                        \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cublasGetStatusString(s_)); \
-      std::exit(1);                                                           \
-    }                                                                         \
+#define CHECK_CUBLAS(x)                                                         \
+  do {                                                                          \
+    cublasStatus_t s_ = (x);                                                    \
+    exit_if_failed(s_ != CUBLAS_STATUS_SUCCESS, #x, cublasGetStatusString(s_)); \
   } while (0)

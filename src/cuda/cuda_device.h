@@ -11,6 +11,7 @@
 // warm-up thread, closes its open batch and waits for the GPU.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -88,6 +89,23 @@ class DeviceBuffer {
   Allocator* allocator_;
   void* ptr_;
   size_t bytes_;
+};
+
+/// Scratch for one enqueued launch: alloc() gives a TempAlloc (kernels.h) whose every call is a
+/// DeviceBuffer, all freed with this object.
+class TempBuffers {
+ public:
+  explicit TempBuffers(CudaDevice& device) : device_(&device) {}
+  std::function<void*(size_t)> alloc() {
+    return [this](size_t bytes) {
+      buffers_.push_back(std::make_unique<DeviceBuffer>(*device_, bytes));
+      return buffers_.back()->data();
+    };
+  }
+
+ private:
+  CudaDevice* device_;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
 };
 
 /// The device of `ordinal`, created on first use (BackendError without that GPU).

@@ -202,13 +202,9 @@ StoragePtr CudaStorage::reduce(ReduceKind op, const Layout& layout,
     return dev_->filled(out_count, out_dtype, &zero_bits);
   }
   LayoutOperand src = layout_operand(*this, layout);
-  std::vector<std::shared_ptr<DeviceBuffer>> temps;
-  TempAlloc temp = [&](size_t bytes) -> void* {
-    temps.push_back(std::make_shared<DeviceBuffer>(*dev_, bytes));
-    return temps.back()->data();
-  };
+  TempBuffers temps(*dev_);
   dev_->queue().enqueue(reduce_name(op), dtype_, [&](cudaStream_t s) {
-    launch_reduce(op, dtype_, src.ptr, src.layout, dims, out->data(), temp, s);
+    launch_reduce(op, dtype_, src.ptr, src.layout, dims, out->data(), temps.alloc(), s);
   });
   return out;
 }

@@ -329,21 +329,17 @@ inline constexpr int kUnroll = R >= 8 ? 1 : 2;
 template <class T, class F, int R>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
                                          double eps, float (&acc)[R]) {
-  constexpr int V = F::V, U = 1;
+  constexpr int V = F::V;
   const int64_t units = k / V;
-  typename F::Raw raw[U][R];
+  typename F::Raw raw[R];
   // A unit past the end is all zero bits: zero elements add nothing.
-  auto load_weights = [&](int64_t base) {
+  auto load_weights = [&](int64_t c) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = base + u * kGemvThreads;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (c < units) {
-          raw[u][r] = F::load(w[r], c);
-        } else {
-          memset(&raw[u][r], 0, sizeof(raw[u][r]));
-        }
+    for (int r = 0; r < R; ++r) {
+      if (c < units) {
+        raw[r] = F::load(w[r], c);
+      } else {
+        memset(&raw[r], 0, sizeof(raw[r]));
       }
     }
   };
@@ -355,14 +351,11 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
   while (true) {
-    float xv[U][V];
-    load_inputs<T, F, U>(in, base, units, xv);
+    float xv[1][V];
+    load_inputs<T, F, 1>(in, base, units, xv);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] += F::dot(raw[u][r], xv[u]);
-    }
-    base += kGemvThreads * U;
+    for (int r = 0; r < R; ++r) acc[r] += F::dot(raw[r], xv[0]);
+    base += kGemvThreads;
     if (base >= units) break;
     load_weights(base);
   }

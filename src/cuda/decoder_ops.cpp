@@ -7,7 +7,6 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
-#include <vector>
 
 #include "cuda/cuda_storage.h"
 #include "cuda/fused_kernels.h"
@@ -121,15 +120,12 @@ bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& 
   size_t n = q.elem_count();
   auto storage = std::make_unique<cuda::CudaStorage>(dev, n, q.dtype());
   a.out = storage->data();
-  std::vector<std::shared_ptr<cuda::DeviceBuffer>> temps;
-  cuda::TempAlloc temp = [&](size_t bytes) -> void* {
-    temps.push_back(std::make_shared<cuda::DeviceBuffer>(dev, bytes));
-    return temps.back()->data();
-  };
+  cuda::TempBuffers temps(dev);
   {
     auto locks = wick::detail::read_locks({&q, &keys, &values, &position});
-    dev.queue().enqueue("attend_to_position", q.dtype(),
-                        [&](cudaStream_t st) { cuda::launch_attention(q.dtype(), a, temp, st); });
+    dev.queue().enqueue("attend_to_position", q.dtype(), [&](cudaStream_t st) {
+      cuda::launch_attention(q.dtype(), a, temps.alloc(), st);
+    });
   }
   *out = wick::detail::from_storage(std::move(storage), q.shape());
   return true;

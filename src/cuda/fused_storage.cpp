@@ -74,14 +74,11 @@ StoragePtr CudaStorage::fused(const FusedParams& params,
       a.s_kv = static_cast<int>(operands[1].layout.dims()[2]);
       a.scale = static_cast<float>(params.scale);
       a.causal = params.causal;
-      std::vector<std::shared_ptr<DeviceBuffer>> temps;
-      TempAlloc temp = [&](size_t bytes) -> void* {
-        temps.push_back(std::make_shared<DeviceBuffer>(*dev_, bytes));
-        return temps.back()->data();
-      };
+      TempBuffers temps(*dev_);
       double work = 4.0 * a.b * a.h * a.s * double(a.s_kv) * a.d;
       dev_->queue().enqueue(
-          name, dtype_, [&](cudaStream_t s) { launch_attention(dtype_, a, temp, s); }, work);
+          name, dtype_, [&](cudaStream_t s) { launch_attention(dtype_, a, temps.alloc(), s); },
+          work);
       return out;
     }
   }
