@@ -47,6 +47,7 @@ Config read_config() {
     if (env_is("WICK_GEMV_ROWS", rows)) c.gemv_rows = std::atoi(rows);
   }
   c.gemv_stream = !env_is("WICK_GEMV_STREAM", "0");
+  c.gemv_pairs = !env_is("WICK_GEMV_PAIRS", "0");
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);
   c.attention_rounding_transformers = env_is("WICK_ATTENTION_ROUNDING", "transformers");
   if (env_is("WICK_ROW_KERNEL", "block")) c.row_kernel = RowKernel::Block;

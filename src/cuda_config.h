@@ -60,6 +60,7 @@ struct Config {
   bool pdl = true;                 // programmatic dependent launch of the decode kernels
   int gemv_rows = 0;               // 0: the decode GEMV's own choice
   bool gemv_stream = true;         // GGML rows streamed through fewer blocks
+  bool gemv_pairs = true;          // GGML rows with k % 2048 == 0 in warp-owned pairs
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice
   bool attention_rounding_transformers = false;
   RowKernel row_kernel = RowKernel::Auto;

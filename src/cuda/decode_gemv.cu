@@ -34,9 +34,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #ifdef WICK_DEVICE_TIMELINE
 #include <cstdio>
-#include <cstdlib>
 #endif
 
 #include "cuda/decode_gemv.h"
@@ -629,6 +631,186 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
   WICK_TL_END(2u << 28 | static_cast<uint32_t>(a.epilogue) << 24 | static_cast<uint32_t>(a.k));
 }
 
+// ---- GGML rows in warp-owned pairs (gemv_pairs_kernel), for k a multiple of 2048 ----
+// A unit is two GGML blocks (64 values) of a row. Lane l of a warp dots units l, l + 32, ... of
+// the warp's two rows from their shared-memory copy with 32-bit loads: units 9 (Q4_0), 10 (Q4_1)
+// or 17 (Q8_0) words apart put the lanes' words in different banks (Q4_1: two lanes a bank),
+// where the 16-bit loads of half blocks above meet three to five lanes a bank. Each warp copies
+// its own rows through a ring of stages and needs no block barrier after x is quantized.
+
+// A unit's words: the two blocks' scales and integers, dotted with x's four half blocks.
+struct Q4_0Unit {
+  static constexpr int kWords = 9;  // f16 d, 16 nibble bytes; twice
+  __device__ static float block(const uint32_t (&q)[4], float d, const QUnit& xa,
+                                const QUnit& xb) {
+    const uint32_t lo[4] = {q[0] & 0x0f0f0f0fu, q[1] & 0x0f0f0f0fu, q[2] & 0x0f0f0f0fu,
+                            q[3] & 0x0f0f0f0fu};
+    const uint32_t hi[4] = {(q[0] >> 4) & 0x0f0f0f0fu, (q[1] >> 4) & 0x0f0f0f0fu,
+                            (q[2] >> 4) & 0x0f0f0f0fu, (q[3] >> 4) & 0x0f0f0f0fu};
+    return (dot_q(lo, xa, -8 * xa.s) + dot_q(hi, xb, -8 * xb.s)) * (d * xa.d);
+  }
+  __device__ static float dot(const uint32_t (&w)[kWords], const QUnit (&x)[4]) {
+    // The first block's integers start 2 bytes into word 0; the second's are word-aligned.
+    const uint32_t q0[4] = {__byte_perm(w[0], w[1], 0x5432), __byte_perm(w[1], w[2], 0x5432),
+                            __byte_perm(w[2], w[3], 0x5432), __byte_perm(w[3], w[4], 0x5432)};
+    const uint32_t q1[4] = {w[5], w[6], w[7], w[8]};
+    return block(q0, f16_bits(static_cast<uint16_t>(w[0])), x[0], x[1]) +
+           block(q1, f16_bits(static_cast<uint16_t>(w[4] >> 16)), x[2], x[3]);
+  }
+};
+
+struct Q4_1Unit {
+  static constexpr int kWords = 10;  // f16 d, f16 m, 16 nibble bytes; twice
+  __device__ static float block(const uint32_t* w, const QUnit& xa, const QUnit& xb) {
+    const uint32_t lo[4] = {w[1] & 0x0f0f0f0fu, w[2] & 0x0f0f0f0fu, w[3] & 0x0f0f0f0fu,
+                            w[4] & 0x0f0f0f0fu};
+    const uint32_t hi[4] = {(w[1] >> 4) & 0x0f0f0f0fu, (w[2] >> 4) & 0x0f0f0f0fu,
+                            (w[3] >> 4) & 0x0f0f0f0fu, (w[4] >> 4) & 0x0f0f0f0fu};
+    const float v = (dot_q(lo, xa, 0) + dot_q(hi, xb, 0)) * (f16_bits(static_cast<uint16_t>(w[0])) * xa.d);
+    return fmaf(f16_bits(static_cast<uint16_t>(w[0] >> 16)), xa.d * (xa.s + xb.s), v);
+  }
+  __device__ static float dot(const uint32_t (&w)[kWords], const QUnit (&x)[4]) {
+    return block(w, x[0], x[1]) + block(w + 5, x[2], x[3]);
+  }
+};
+
+struct Q8_0Unit {
+  static constexpr int kWords = 17;  // f16 d, 32 int8; twice
+  __device__ static float dot(const uint32_t (&w)[kWords], const QUnit (&x)[4]) {
+    uint32_t q0[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q0[i] = __byte_perm(w[i], w[i + 1], 0x5432);
+    const uint32_t a0[4] = {q0[0], q0[1], q0[2], q0[3]}, b0[4] = {q0[4], q0[5], q0[6], q0[7]};
+    const uint32_t a1[4] = {w[9], w[10], w[11], w[12]}, b1[4] = {w[13], w[14], w[15], w[16]};
+    return (dot_q(a0, x[0], 0) + dot_q(b0, x[1], 0)) * (f16_bits(static_cast<uint16_t>(w[0])) * x[0].d) +
+           (dot_q(a1, x[2], 0) + dot_q(b1, x[3], 0)) * (f16_bits(static_cast<uint16_t>(w[8] >> 16)) * x[2].d);
+  }
+};
+
+constexpr int kPairsWarps = kGemvThreads / 32;
+constexpr int kPairsMaxStages = 4;
+// x quantized in shared memory, a unit's four half blocks (hi and lo words, 128 bytes, then
+// their sums and scales) 176 bytes apart: the 16-byte loads of 8 consecutive units meet
+// different banks.
+constexpr int kXUnitBytes = 176;
+
+__device__ __forceinline__ void store_x_half(uint8_t* xs, int64_t half, const QUnit& q) {
+  uint8_t* u = xs + (half / 4) * kXUnitBytes;
+  const int j = static_cast<int>(half % 4);
+  *reinterpret_cast<uint4*>(u + 32 * j) = make_uint4(q.hi[0], q.hi[1], q.hi[2], q.hi[3]);
+  *reinterpret_cast<uint4*>(u + 32 * j + 16) = make_uint4(q.lo[0], q.lo[1], q.lo[2], q.lo[3]);
+  reinterpret_cast<float*>(u + 128)[j] = q.s;
+  reinterpret_cast<float*>(u + 144)[j] = q.d;
+}
+
+__device__ __forceinline__ void load_x_unit(const uint8_t* xs, int64_t unit, QUnit (&x)[4]) {
+  const uint8_t* u = xs + unit * kXUnitBytes;
+  const float4 s = *reinterpret_cast<const float4*>(u + 128);
+  const float4 d = *reinterpret_cast<const float4*>(u + 144);
+  const float ss[4] = {s.x, s.y, s.z, s.w}, dd[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint4 hi = *reinterpret_cast<const uint4*>(u + 32 * j);
+    const uint4 lo = *reinterpret_cast<const uint4*>(u + 32 * j + 16);
+    x[j] = QUnit{{hi.x, hi.y, hi.z, hi.w}, {lo.x, lo.y, lo.z, lo.w}, ss[j], dd[j]};
+  }
+}
+
+// Warp w of the grid takes pairs of rows w, w + warps, ... (an item each), each copied into its
+// ring's next stage `stages` items ahead. With k = 2048 a lane's one unit of x stays in registers.
+template <class T, class F, bool kOneUnit>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_pairs_kernel(GemvArgs a, int64_t row_bytes, int stages, int64_t items) {
+  extern __shared__ __align__(16) uint8_t gemv_rows[];
+  WICK_TL_START();
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t slot_bytes = 2 * row_bytes;
+  uint8_t* ring = gemv_rows + warp * stages * slot_bytes;
+  uint8_t* xs = gemv_rows + kPairsWarps * stages * slot_bytes;
+  const int64_t warps = int64_t{gridDim.x} * kPairsWarps;
+  int64_t item = int64_t{blockIdx.x} * kPairsWarps + warp;
+  // Item `it`'s two rows into stage `slot`: one commit group each, empty past the last item.
+  auto stage = [&](int64_t it, int slot) {
+    if (it < items) {
+      int64_t rows[2];
+      const uint8_t* src[2];
+      group_rows<2>(a, it, rows);
+      row_starts<2>(a, row_bytes, rows, src);
+      uint8_t* dst = ring + slot * slot_bytes;
+      for (int64_t i = lane * 16; i < row_bytes; i += 32 * 16) {
+        cp_async<16>(dst + i, src[0] + i);
+        cp_async<16>(dst + row_bytes + i, src[1] + i);
+      }
+    }
+    cp_async_commit();
+  };
+  for (int s = 0; s < stages; ++s) stage(item + s * warps, s);
+  pdl_wait();
+  WICK_TL_WAITED();
+  Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
+  if (in.nw != nullptr) in.find_rstd(a.k, a.eps);
+  // Every thread runs every round: halves is a multiple of the block's threads.
+  const int64_t halves = a.k / 16, units = a.k / 64;
+  for (int64_t h = threadIdx.x; h < halves; h += kGemvThreads) {
+    QUnit q[1];
+    quantize_inputs<T, Q8Rows, 1>(in, h, halves, q);  // Q8Rows: x's halves in order
+    store_x_half(xs, h, q[0]);
+  }
+  __syncthreads();
+  QUnit x_own[4];
+  if constexpr (kOneUnit) load_x_unit(xs, lane, x_own);
+  for (int slot = 0; item < items; item += warps, slot = slot + 1 == stages ? 0 : slot + 1) {
+    switch (stages) {  // this item's copies have landed
+      case 1:
+        cp_async_wait<0>();
+        break;
+      case 2:
+        cp_async_wait<1>();
+        break;
+      case 3:
+        cp_async_wait<2>();
+        break;
+      default:
+        cp_async_wait<3>();
+    }
+    __syncwarp();  // ... every lane's
+    const uint8_t* staged = ring + slot * slot_bytes;
+    float acc[2] = {0, 0};
+    for (int64_t u = lane; u < units; u += 32) {
+      QUnit xu[4];
+      if constexpr (kOneUnit) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) xu[j] = x_own[j];
+      } else {
+        load_x_unit(xs, u, xu);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t* src =
+            reinterpret_cast<const uint32_t*>(staged + r * row_bytes) + u * F::kWords;
+        uint32_t w[F::kWords];
+#pragma unroll
+        for (int i = 0; i < F::kWords; ++i) w[i] = src[i];
+        acc[r] += F::dot(w, xu);
+      }
+    }
+    __syncwarp();  // every lane is done with the stage before it is refilled
+    stage(item + stages * warps, slot);
+    if (item + warps >= items) pdl_launch_dependents();
+    acc[0] = warp_total(acc[0]);
+    acc[1] = warp_total(acc[1]);
+    if (lane == 0) {
+      int64_t r0, r1;
+      pair_rows(a, item, r0, r1);
+      epilogue<T>(a, item, r0, r1, acc[0], acc[1]);
+    }
+  }
+#ifdef WICK_DEVICE_TIMELINE
+  __syncthreads();  // the block's end is its last warp's
+#endif
+  WICK_TL_END(5u << 28 | static_cast<uint32_t>(a.epilogue) << 24 | static_cast<uint32_t>(a.k));
+}
+
 bool aligned(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -750,12 +932,90 @@ void launch_stream_units(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   }
 }
 
+// Whether gemv_pairs_kernel takes the projection: k a multiple of 2048 (every lane has whole
+// units, x's halves a multiple of the block's threads), rows that cp.async copies 16 bytes at a
+// time, and one stage that fits in shared memory.
+constexpr int64_t kPairsK = 2048;
+
+// Dynamic shared memory the kernel may ask for: the opt-in limit less room for its static
+// shared memory (block_totals' partial sums; the timeline's records).
+size_t pairs_max_smem() {
+  return shared_per_block_optin() - 1024;
+}
+
+size_t pairs_smem(int64_t row_bytes, int64_t k, int stages) {
+  return static_cast<size_t>(kPairsWarps * stages * 2 * row_bytes + k / 64 * kXUnitBytes);
+}
+
+bool pairs_fit(const GemvArgs& a, int64_t row_bytes) {
+  return config().gemv_pairs && config().gemv_rows == 0 && a.k % kPairsK == 0 &&
+         aligned(a.w, 16) && row_bytes % 16 == 0 &&
+         pairs_smem(row_bytes, a.k, 1) <= pairs_max_smem();
+}
+
+// Stages: the fewest whose copies put every item in flight at once, else 2 (each warp copies
+// one item while it dots the other). Blocks: as many as a multiprocessor holds with that
+// shared memory (the occupancy asked once per size: a model's projections share a few).
+template <class T, class F, bool kOneUnit>
+void launch_pairs(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  auto kernel = gemv_pairs_kernel<T, F, kOneUnit>;
+  static std::once_flag attribute;
+  std::call_once(attribute, [&] {
+    WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(pairs_max_smem())));
+  });
+  static std::mutex mutex;
+  static std::map<size_t, int> blocks_for;  // per shared-memory size
+  auto per_sm = [&](size_t smem) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto [it, added] = blocks_for.try_emplace(smem, 0);
+    if (added) {
+      WICK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel,
+                                                                    kGemvThreads, smem));
+    }
+    return int64_t{it->second};
+  };
+  const int64_t items = a.n / 2;
+  int stages = 2;
+  for (int st = 1; st <= kPairsMaxStages; ++st) {
+    const size_t smem = pairs_smem(row_bytes, a.k, st);
+    if (smem > pairs_max_smem()) break;
+    if (st * per_sm(smem) * sm_count() * kPairsWarps >= items) {
+      stages = st;
+      break;
+    }
+  }
+  if (const char* v = std::getenv("WICK_GEMV_STAGES")) stages = std::atoi(v);  // EXPERIMENT
+  while (stages > 1 && pairs_smem(row_bytes, a.k, stages) > pairs_max_smem()) --stages;
+  const size_t smem = pairs_smem(row_bytes, a.k, stages);
+  const int64_t blocks =
+      std::min((items + kPairsWarps - 1) / kPairsWarps, std::max<int64_t>(per_sm(smem), 1) * sm_count());
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), kGemvThreads, smem, s, a, row_bytes,
+             stages, items);
+}
+
+template <class T, class F>
+void launch_pairs_units(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
+  if (a.k == kPairsK) return launch_pairs<T, F, true>(a, row_bytes, s);
+  launch_pairs<T, F, false>(a, row_bytes, s);
+}
+
 template <class T>
 void launch_typed(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   // GGML rows stream through fewer blocks when there are four groups of rows or more per
   // multiprocessor (fewer would leave each block one group, in fewer blocks than one group of 2
   // rows each), unless WICK_GEMV_STREAM=0, rows a block are forced, or k is too long to keep x in
   // registers.
+  if (a.weights != GemvWeights::Dense && pairs_fit(a, row_bytes)) {
+    switch (a.weights) {
+      case GemvWeights::Q4_0:
+        return launch_pairs_units<T, Q4_0Unit>(a, row_bytes, s);
+      case GemvWeights::Q4_1:
+        return launch_pairs_units<T, Q4_1Unit>(a, row_bytes, s);
+      default:
+        return launch_pairs_units<T, Q8_0Unit>(a, row_bytes, s);
+    }
+  }
   if (a.weights != GemvWeights::Dense && config().gemv_stream && config().gemv_rows == 0 &&
       a.n / kStreamRows >= 4 * int64_t{sm_count()} && stream_units(a) > 0) {
     switch (a.weights) {

@@ -483,8 +483,9 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
             .matmul(w.t())
             .reshape({1, 1, w.dims()[0]});
       };
-      // k = 2304: rows longer than one round of the block's threads.
-      for (size_t k : {size_t{192}, size_t{2304}}) {
+      // k = 2304: rows longer than one round of the block's threads; 2048 and 6144: GGML rows
+      // in warp-owned pairs, one unit of x a lane in registers and three from shared memory.
+      for (size_t k : {size_t{192}, size_t{2304}, size_t{2048}, size_t{6144}}) {
         SCOPED_TRACE("k " + std::to_string(k));
         size_t max_len = 9, p = 5;
         double eps = 1e-5;
