@@ -59,6 +59,7 @@ Config read_config() {
   if (const char* v = env("WICK_DECODE_SPLITS"); v != nullptr && std::atoi(v) > 0) {
     c.decode_splits = std::atoi(v);
   }
+  c.flash_wgmma = !env_is("WICK_FLASH_WGMMA", "0");
   return c;
 }
 
@@ -70,7 +71,10 @@ const Config& config() {
 }
 
 Switches& switches() {
-  static Switches s{{config().allow_tf32}, {config().matmul_path}, {config().matmul_graphs}};
+  static Switches s{{config().allow_tf32},
+                    {config().matmul_path},
+                    {config().matmul_graphs},
+                    {config().flash_wgmma}};
   return s;
 }
 

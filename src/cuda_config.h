@@ -28,6 +28,8 @@
 //   WICK_DECODE_WARPS=4              warps per decode-attention block (default 8; benchmarks)
 //   WICK_DECODE_SPLITS=N             key splits per k/v head of decode attention (default: one
 //                                    wave over the GPU; benchmarks)
+//   WICK_FLASH_WGMMA=0               prefill attention on sm_90 by the mma.sync kernel, not the
+//                                    wgmma one (tests, benchmarks)
 // clang-format on
 
 #include <atomic>
@@ -66,7 +68,8 @@ struct Config {
   RowKernel row_kernel = RowKernel::Auto;
   int row_warps = 2;
   int decode_warps = 8;
-  int decode_splits = 0;  // 0: the kernel's own choice
+  int decode_splits = 0;    // 0: the kernel's own choice
+  bool flash_wgmma = true;  // initial value
 };
 
 /// The settings, read from the environment at first use.
@@ -78,6 +81,7 @@ struct Switches {
   std::atomic<bool> allow_tf32;
   std::atomic<CudaMatmulPath> matmul_path;
   std::atomic<bool> matmul_graphs;
+  std::atomic<bool> flash_wgmma;
 };
 Switches& switches();
 
@@ -91,6 +95,13 @@ inline bool matmul_graphs_enabled() {
 }
 inline void set_matmul_graphs(bool on) {
   switches().matmul_graphs.store(on);
+}
+/// Whether prefill attention on a 9.0 GPU may take the wgmma kernel (attention_wgmma.h).
+inline bool flash_wgmma_enabled() {
+  return switches().flash_wgmma.load(std::memory_order_relaxed);
+}
+inline void set_flash_wgmma(bool on) {
+  switches().flash_wgmma.store(on);
 }
 
 }  // namespace wick::cuda

@@ -7,7 +7,9 @@
 // GPU's time per call). The decode kernel reads 8 caches in turn (134 MB, beyond the L2), so
 // its figure is HBM bandwidth; WICK_BENCH_DECODE_SKV=16,288 measures its two kernel lines at
 // those cache lengths instead. Prints "RESULT nn_<key> <value>" lines; bench/cuda/torch_nn.py
-// prints PyTorch's.
+// prints PyTorch's. Prefill lines name the kernel launch_attention picks; where that is the wgmma
+// kernel, a second line (keys attn_mma_*) times the mma.sync kernel (set_flash_wgmma(false), as
+// WICK_FLASH_WGMMA=0).
 
 #include <cuda_runtime.h>
 
@@ -25,6 +27,7 @@
 #include "cuda/cuda_device.h"
 #include "cuda/fused_kernels.h"
 #include "cuda/kernels.h"
+#include "cuda_config.h"
 #include "wick/wick.h"
 
 namespace {
@@ -105,6 +108,26 @@ double graph_ms(const std::function<void(cudaStream_t, int)>& launch, int per_gr
   CHECK_CUDA(cudaStreamDestroy(cs));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// The kernel launch_attention picks now for bf16 causal attention of contiguous (1, heads, s,
+// dim) q, k, v: the op's fresh tensors, 256-byte aligned (whole cudaMalloc'd blocks).
+const char* prefill_kernel(size_t heads, size_t s, size_t dim) {
+  alignas(256) static char aligned[16];
+  cuda::AttentionArgs a;
+  a.q = a.k = a.v = a.out = aligned;
+  for (int64_t* st : {a.q_strides, a.k_strides, a.v_strides}) {
+    st[0] = static_cast<int64_t>(heads * s * dim);
+    st[1] = static_cast<int64_t>(s * dim);
+    st[2] = static_cast<int64_t>(dim);
+  }
+  a.b = 1;
+  a.h = a.h_kv = static_cast<int>(heads);
+  a.s = a.s_kv = static_cast<int>(s);
+  a.d = static_cast<int>(dim);
+  a.scale = 1 / std::sqrt(static_cast<float>(dim));
+  a.causal = true;
+  return cuda::attention_kernel_name(DType::BF16, a);
 }
 
 // A device buffer of n random bf16 values (normal, mean 0, sd 1).
@@ -233,16 +256,26 @@ int main(int argc, char** argv) {
     Tensor q = randn({1, heads, s, dim}, gpu), k = randn({1, heads, s, dim}, gpu),
            v = randn({1, heads, s, dim}, gpu);
     int reps = s >= 16384 ? 2 : 10;
-    double t = gpu_ms(
-        stream,
-        [&] {
-          (void)nn::scaled_dot_product_attention(q, k, v, {true, 0, std::nullopt});
-        },
-        reps, 7);
-    double tflops = 4.0 * heads * s * s * dim * 0.5 / t / 1e9;
-    std::printf("s=%-6zu %9.3f ms %7.1f TFLOP/s\n", s, t, tflops);
-    result("attn_s" + std::to_string(s) + "_ms", t);
-    result("attn_s" + std::to_string(s) + "_tflops", tflops);
+    // The default kernel, then the mma.sync one where the default was the wgmma kernel.
+    std::string first;
+    for (int pass = 0; pass < 2; ++pass) {
+      cuda::set_flash_wgmma(pass == 0 && cuda::config().flash_wgmma);
+      const std::string kernel = prefill_kernel(heads, s, dim);
+      if (pass == 1 && kernel == first) break;
+      first = kernel;
+      double t = gpu_ms(
+          stream,
+          [&] {
+            (void)nn::scaled_dot_product_attention(q, k, v, {true, 0, std::nullopt});
+          },
+          reps, 7);
+      double tflops = 4.0 * heads * s * s * dim * 0.5 / t / 1e9;
+      std::printf("s=%-6zu %9.3f ms %7.1f TFLOP/s  %s\n", s, t, tflops, kernel.c_str());
+      const std::string key = (pass == 0 ? "attn_s" : "attn_mma_s") + std::to_string(s);
+      result(key + "_ms", t);
+      result(key + "_tflops", tflops);
+    }
+    cuda::set_flash_wgmma(cuda::config().flash_wgmma);
   }
 
   // ---- decode: one query per head against a 4096-long KV cache, h_kv 8 ----

@@ -1,4 +1,8 @@
-// Scaled dot-product attention on CUDA, three kernels:
+// Scaled dot-product attention on CUDA, these kernels:
+// - flash_wgmma_kernel (attention_wgmma.cu; compute capability 9.0, f16/bf16, d = 128, no mask,
+//   16-byte aligned operands, s >= 16): prefill with wgmma, 128 queries a block of two
+//   warpgroups, 128-key tiles (its standalone draft: 1.7x flash_mma_kernel on an H200).
+//   WICK_FLASH_WGMMA=0 (or set_flash_wgmma(false)) leaves its cases to flash_mma_kernel.
 // - flash_mma_kernel (f16/bf16, d = 64 or 128, aligned operands): FlashAttention-2 style. A block
 //   of 4 warps owns 128 queries of one head (Q in shared memory); each warp computes 32 query
 //   rows (two m16 tiles sharing each K/V fragment) with mma.sync m16n8k16,
@@ -22,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cuda/attention_wgmma.h"
 #include "cuda/device_timeline.cuh"
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
@@ -1340,10 +1345,41 @@ void run_mma(const AttentionArgs& a, cudaStream_t s) {
   WICK_CUDA_CHECK_LAUNCH();
 }
 
+// The kernels launch_attention chooses from, in the order it asks whether they apply.
+enum class AttentionKernel { Rounded, Decode, FlashWgmma, FlashMma, NoKeys, Split };
+
+AttentionKernel choose_kernel(DType dtype, const AttentionArgs& a) {
+  if (rounded_fits(dtype, a)) return AttentionKernel::Rounded;
+  if (decode_fits(dtype, a)) return AttentionKernel::Decode;
+  if ((dtype == DType::BF16 || dtype == DType::F16) && mma_fits(a)) {
+    return flash_wgmma_fits(dtype, a) ? AttentionKernel::FlashWgmma : AttentionKernel::FlashMma;
+  }
+  if (a.s_kv == 0) return AttentionKernel::NoKeys;
+  return AttentionKernel::Split;
+}
+
 }  // namespace
 
 bool attention_last_key_fits(DType dtype, const AttentionArgs& a) {
   return a.mask == nullptr && !a.causal && !rounded_fits(dtype, a) && decode_fits(dtype, a);
+}
+
+const char* attention_kernel_name(DType dtype, const AttentionArgs& a) {
+  switch (choose_kernel(dtype, a)) {
+    case AttentionKernel::Rounded:
+      return "attn_rounded_kernel";
+    case AttentionKernel::Decode:
+      return "attn_decode_kernel";
+    case AttentionKernel::FlashWgmma:
+      return "flash_wgmma_kernel";
+    case AttentionKernel::FlashMma:
+      return "flash_mma_kernel";
+    case AttentionKernel::NoKeys:
+      return "none (no keys: zeros)";
+    case AttentionKernel::Split:
+      break;
+  }
+  return "attn_split_kernel";
 }
 
 void launch_attention(DType dtype, const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
@@ -1359,35 +1395,40 @@ void launch_attention(DType dtype, const AttentionArgs& a, const TempAlloc& temp
     throw UnsupportedDType(
         str("scaled_dot_product_attention: head dim ", a.d, " is above 256 on cuda"));
   }
-  if (rounded_fits(dtype, a)) {
-    if (dtype == DType::BF16) return run_rounded<__nv_bfloat16>(a, s);
-    return run_rounded<__half>(a, s);
-  }
-  if (decode_fits(dtype, a)) {
-    auto by_dim = [&]<class T>() {
-      switch (a.d) {
-        case 16:
-          return run_decode<T, 16>(a, temp, s);
-        case 32:
-          return run_decode<T, 32>(a, temp, s);
-        case 64:
-          return run_decode<T, 64>(a, temp, s);
-        case 96:
-          return run_decode<T, 96>(a, temp, s);
-        default:
-          return run_decode<T, 128>(a, temp, s);
-      }
-    };
-    if (dtype == DType::BF16) return by_dim.template operator()<__nv_bfloat16>();
-    return by_dim.template operator()<__half>();
-  }
-  if (dtype == DType::BF16 && mma_fits(a)) return run_mma<__nv_bfloat16>(a, s);
-  if (dtype == DType::F16 && mma_fits(a)) return run_mma<__half>(a, s);
-  if (a.s_kv == 0) {
-    // No keys: zeros, as the CPU.
-    WICK_CUDA_CHECK(cudaMemsetAsync(
-        a.out, 0, static_cast<size_t>(a.b) * a.h * a.s * a.d * size_in_bytes(dtype), s));
-    return;
+  switch (choose_kernel(dtype, a)) {
+    case AttentionKernel::Rounded:
+      if (dtype == DType::BF16) return run_rounded<__nv_bfloat16>(a, s);
+      return run_rounded<__half>(a, s);
+    case AttentionKernel::Decode: {
+      auto by_dim = [&]<class T>() {
+        switch (a.d) {
+          case 16:
+            return run_decode<T, 16>(a, temp, s);
+          case 32:
+            return run_decode<T, 32>(a, temp, s);
+          case 64:
+            return run_decode<T, 64>(a, temp, s);
+          case 96:
+            return run_decode<T, 96>(a, temp, s);
+          default:
+            return run_decode<T, 128>(a, temp, s);
+        }
+      };
+      if (dtype == DType::BF16) return by_dim.template operator()<__nv_bfloat16>();
+      return by_dim.template operator()<__half>();
+    }
+    case AttentionKernel::FlashWgmma:
+      return launch_flash_wgmma(dtype, a, s);
+    case AttentionKernel::FlashMma:
+      if (dtype == DType::BF16) return run_mma<__nv_bfloat16>(a, s);
+      return run_mma<__half>(a, s);
+    case AttentionKernel::NoKeys:
+      // No keys: zeros, as the CPU.
+      WICK_CUDA_CHECK(cudaMemsetAsync(
+          a.out, 0, static_cast<size_t>(a.b) * a.h * a.s * a.d * size_in_bytes(dtype), s));
+      return;
+    case AttentionKernel::Split:
+      break;
   }
   dispatch_float<DeviceTypes>(dtype, "scaled_dot_product_attention",
                               [&]<class T>() { run_split<T>(a, temp, s); });

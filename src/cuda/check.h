@@ -29,6 +29,10 @@ int sm_count();
 size_t shared_per_block_optin();
 size_t shared_per_multiprocessor();
 
+/// Compute capability of the current GPU as major * 10 + minor (90 for sm_90), asked at every
+/// call: it decides which machine code may run. 0 when the query fails.
+int compute_capability();
+
 }  // namespace wick::cuda
 
 #define WICK_CUDA_CHECK(call)                                                  \

@@ -53,6 +53,9 @@ struct AttentionArgs {
 /// Whether launch_attention takes `a` with last_key set (the decode kernel applies).
 bool attention_last_key_fits(DType dtype, const AttentionArgs& a);
 
+/// The name of the kernel launch_attention runs for `a` now (benchmarks, traces).
+const char* attention_kernel_name(DType dtype, const AttentionArgs& a);
+
 void launch_attention(DType dtype, const AttentionArgs& args, const TempAlloc& temp,
                       cudaStream_t s);
 

@@ -1,6 +1,8 @@
 // The fused ops on CUDA against the f64 compositions on the CPU (tests/nn_reference.h): every
-// float dtype, contiguous / transposed / broadcast inputs, the tensor-core attention path
-// (f16/bf16, d 64 and 128) and the split-KV path (f32, other head dims, decode), gradients.
+// float dtype, contiguous / transposed / broadcast inputs, the tensor-core attention paths
+// (f16/bf16: d 128 without a mask by the wgmma kernel on compute capability 9.0, else mma.sync;
+// CTest runs the attention tests again with WICK_FLASH_WGMMA=0) and the split-KV path (f32,
+// other head dims, decode), gradients.
 
 #include <limits>
 #include <string>
@@ -131,6 +133,13 @@ std::vector<Case> attention_cases() {
       {"causal-ragged", 2, 4, 4, 100, 100, 128, true, false},
       {"gqa-causal-end-aligned", 1, 8, 2, 37, 150, 64, true, false},
       {"masked", 1, 2, 1, 20, 77, 128, false, true},
+      // d 128 without a mask (the wgmma kernel on sm_90): several 128-query blocks and 128-key
+      // tiles, ragged ends, groups 1/2/4, s_kv above, below and equal to s.
+      {"causal-three-tiles", 2, 4, 4, 300, 300, 128, true, false},
+      {"gqa-causal-end-aligned-d128", 1, 8, 2, 200, 457, 128, true, false},
+      {"gqa-full-fewer-keys", 2, 6, 3, 260, 130, 128, false, false},
+      {"causal-whole-tiles", 1, 2, 2, 256, 384, 128, true, false},
+      {"full-short", 3, 2, 1, 16, 20, 128, false, false},
       // Split path for every dtype: decode against a long cache, odd head dims.
       {"decode-gqa", 2, 8, 2, 1, 1000, 128, true, false},
       {"decode-masked", 1, 4, 4, 1, 300, 64, false, true},
@@ -228,6 +237,44 @@ TEST(CudaNn, AttentionOnUnalignedViews) {
     Tensor ref =
         attention_ref(f64(view(qb)), f64(view(kb)), f64(view(vb)), {true, 0, std::nullopt});
     EXPECT_TRUE(close_to(got, ref, attn_tol(dt))) << dt;
+  }
+}
+
+TEST(CudaNn, CausalAttentionGivesZerosToQueriesWithoutKeys) {
+  WICK_REQUIRE_GPU();
+  // s > s_kv, causal: query i sees keys j <= i - 143, so the first 143 queries (a whole 128-query
+  // block and part of the next) see none and get zeros; the rest are a square causal attention.
+  const size_t b = 2, h = 4, hk = 2, s = 333, skv = 190, d = 128, blind = s - skv;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Tensor q = random_tensor({b, h, s, d}, dt), k = random_tensor({b, hk, skv, d}, dt),
+           v = random_tensor({b, hk, skv, d}, dt);
+    testing::poison_allocations(b * h * s * d, dt, gpu());
+    Tensor got = nn::scaled_dot_product_attention(q.to_device(gpu()), k.to_device(gpu()),
+                                                  v.to_device(gpu()), {true, 0, std::nullopt});
+    for (double x : got.narrow(2, 0, blind).to_vec_f64()) ASSERT_EQ(x, 0.0) << dt;
+    Tensor ref =
+        attention_ref(f64(q.narrow(2, blind, skv)), f64(k), f64(v), {true, 0, std::nullopt});
+    EXPECT_TRUE(close_to(got.narrow(2, blind, skv), ref, attn_tol(dt))) << dt;
+  }
+}
+
+TEST(CudaNn, AttentionOnHeadInterleavedViews) {
+  WICK_REQUIRE_GPU();
+  // q, k, v as a model's projections give them: (b, s, h, d) viewed as (b, h, s, d), rows of one
+  // head h * d apart; an explicit scale.
+  const size_t b = 2, h = 8, hk = 2, s = 150, d = 128;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (bool causal : {true, false}) {
+      Tensor q = random_tensor({b, s, h, d}, dt), k = random_tensor({b, s, hk, d}, dt),
+             v = random_tensor({b, s, hk, d}, dt);
+      nn::AttentionOptions o{causal, 0.05, std::nullopt};
+      Tensor got = nn::scaled_dot_product_attention(q.to_device(gpu()).transpose(1, 2),
+                                                    k.to_device(gpu()).transpose(1, 2),
+                                                    v.to_device(gpu()).transpose(1, 2), o);
+      Tensor ref =
+          attention_ref(f64(q).transpose(1, 2), f64(k).transpose(1, 2), f64(v).transpose(1, 2), o);
+      EXPECT_TRUE(close_to(got, ref, attn_tol(dt))) << dt << " causal " << causal;
+    }
   }
 }
 

@@ -1,0 +1,20 @@
+#pragma once
+// The prefill attention kernel for sm_90a (attention_wgmma.cu, whose machine code is built for
+// sm_90a alone): launch_attention (attention.cu) takes it where flash_wgmma_fits says it applies.
+
+#include <cuda_runtime.h>
+
+#include "cuda/fused_kernels.h"
+#include "wick/dtype.h"
+
+namespace wick::cuda {
+
+/// Whether flash_wgmma_kernel can run `a`: WICK_FLASH_WGMMA not 0, a GPU of compute capability
+/// 9.0 exactly, f16/bf16, d 128, no mask and no device last key, q/k/v 16-byte aligned with
+/// strides of multiples of 8 elements, out 4-byte aligned; causal or not, any group, s and s_kv.
+bool flash_wgmma_fits(DType dtype, const AttentionArgs& a);
+
+/// Enqueues flash_wgmma_kernel on `s`; flash_wgmma_fits(dtype, a) must hold.
+void launch_flash_wgmma(DType dtype, const AttentionArgs& a, cudaStream_t s);
+
+}  // namespace wick::cuda
