@@ -24,10 +24,10 @@ EPILOGUES = {0: "store", 1: "qkv_rope", 2: "silu_mul", 3: "add"}
 
 def kind_of(tag):
     top = tag >> 28
-    if top in (1, 2, 5):
+    if top in (1, 2, 6):
         epi = EPILOGUES.get((tag >> 24) & 0xF, "?")
         k = tag & 0xFFFFFF
-        return f"{ {1: 'gemv', 2: 'gemv_stream', 5: 'gemv_pairs'}[top]} {epi} k={k}"
+        return f"{ {1: 'gemv', 2: 'gemv_stream', 6: 'gemv_pairs'}[top]} {epi} k={k}"
     if top == 3:
         return "attention"
     if top == 4:

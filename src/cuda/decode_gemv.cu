@@ -825,7 +825,7 @@ __global__ void __launch_bounds__(kGemvThreads, 6)
 #ifdef WICK_DEVICE_TIMELINE
   __syncthreads();  // the block's end is its last warp's
 #endif
-  WICK_TL_END(5u << 28 | static_cast<uint32_t>(a.epilogue) << 24 | static_cast<uint32_t>(a.k));
+  WICK_TL_END(6u << 28 | static_cast<uint32_t>(a.epilogue) << 24 | static_cast<uint32_t>(a.k));
 }
 
 bool aligned(const void* p, uintptr_t bytes) {
