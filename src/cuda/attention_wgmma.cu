@@ -97,25 +97,6 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* src, int
   }
 }
 
-// Two floats as one register of two halves of T (the first in the low bits).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
-// 2^x by the special-function unit alone (inputs are <= 0 here: results in [0, 1]).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-
 // The 64 f32 accumulators of a thread in an m64n128 wgmma: registers {%0..%63}.
 #define WICK_WGMMA_D_REGS                                                                       \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24," \

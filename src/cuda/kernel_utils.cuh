@@ -285,6 +285,26 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// Two floats as one register of two halves of T (the first in the low bits), one cvt
+// instruction (the attention kernels' P tiles).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// 2^x by the special-function unit alone (the online softmax: inputs <= 0, results in [0, 1]).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Asynchronous copies global -> shared (cp.async, sm_80+): no registers held while in flight.
 
