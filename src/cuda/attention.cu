@@ -1,7 +1,9 @@
 // Scaled dot-product attention on CUDA, these kernels:
 // - flash_wgmma_kernel (attention_wgmma.cu; compute capability 9.0, f16/bf16, d = 128, no mask,
 //   16-byte aligned operands, s >= 16): prefill with wgmma, 128 queries a block of two
-//   warpgroups, 128-key tiles (its standalone draft: 1.7x flash_mma_kernel on an H200).
+//   warpgroups, 128-key tiles. H200, bf16 b 1 h 32 causal, s = 1k / 4k / 16k: 0.055 / 0.496 /
+//   6.375 ms, against flash_mma_kernel's 0.093 / 0.716 / 10.438 and PyTorch's 0.032 / 0.255 /
+//   3.279 (F.scaled_dot_product_attention, same run).
 //   WICK_FLASH_WGMMA=0 (or set_flash_wgmma(false)) leaves its cases to flash_mma_kernel.
 // - flash_mma_kernel (f16/bf16, d = 64 or 128, aligned operands): FlashAttention-2 style. A block
 //   of 4 warps owns 128 queries of one head (Q in shared memory); each warp computes 32 query
