@@ -639,17 +639,28 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
 // or 17 (Q8_0) words apart put the lanes' words in different banks (Q4_1: two lanes a bank),
 // where the 16-bit loads of half blocks above meet three to five lanes a bank. Each warp copies
 // its own rows into shared memory and needs no block barrier after x is quantized. H200,
-// Llama-1B Q4_0 decode (CUDA graph): 1,417 tok/s with the block kernels above, 1,854 with this.
+// Llama-1B Q4_0 decode (CUDA graph): 1,417 tok/s with the block kernels above, 1,985 with this
+// (scripts/gpu-check.sh).
 
 // A unit's words: the two blocks' scales and integers, dotted with x's four half blocks.
+// A block's 16 nibble bytes (values 0-15 in the low nibbles, 16-31 in the high ones) as the
+// integers of its two half blocks, four to a word.
+struct Nibbles {
+  uint32_t lo[4], hi[4];
+  __device__ explicit Nibbles(const uint32_t* q) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = q[i] & 0x0f0f0f0fu;
+      hi[i] = (q[i] >> 4) & 0x0f0f0f0fu;
+    }
+  }
+};
+
 struct Q4_0Unit {
   static constexpr int kWords = 9;  // f16 d, 16 nibble bytes; twice
   __device__ static float block(const uint32_t (&q)[4], float d, const QUnit& xa, const QUnit& xb) {
-    const uint32_t lo[4] = {q[0] & 0x0f0f0f0fu, q[1] & 0x0f0f0f0fu, q[2] & 0x0f0f0f0fu,
-                            q[3] & 0x0f0f0f0fu};
-    const uint32_t hi[4] = {(q[0] >> 4) & 0x0f0f0f0fu, (q[1] >> 4) & 0x0f0f0f0fu,
-                            (q[2] >> 4) & 0x0f0f0f0fu, (q[3] >> 4) & 0x0f0f0f0fu};
-    return (dot_q(lo, xa, -8 * xa.s) + dot_q(hi, xb, -8 * xb.s)) * (d * xa.d);
+    const Nibbles n(q);
+    return (dot_q(n.lo, xa, -8 * xa.s) + dot_q(n.hi, xb, -8 * xb.s)) * (d * xa.d);
   }
   __device__ static float dot(const uint32_t (&w)[kWords], const QUnit (&x)[4]) {
     // The first block's integers start 2 bytes into word 0; the second's are word-aligned.
@@ -664,12 +675,9 @@ struct Q4_0Unit {
 struct Q4_1Unit {
   static constexpr int kWords = 10;  // f16 d, f16 m, 16 nibble bytes; twice
   __device__ static float block(const uint32_t* w, const QUnit& xa, const QUnit& xb) {
-    const uint32_t lo[4] = {w[1] & 0x0f0f0f0fu, w[2] & 0x0f0f0f0fu, w[3] & 0x0f0f0f0fu,
-                            w[4] & 0x0f0f0f0fu};
-    const uint32_t hi[4] = {(w[1] >> 4) & 0x0f0f0f0fu, (w[2] >> 4) & 0x0f0f0f0fu,
-                            (w[3] >> 4) & 0x0f0f0f0fu, (w[4] >> 4) & 0x0f0f0f0fu};
+    const Nibbles n(w + 1);
     const float v =
-        (dot_q(lo, xa, 0) + dot_q(hi, xb, 0)) * (f16_bits(static_cast<uint16_t>(w[0])) * xa.d);
+        (dot_q(n.lo, xa, 0) + dot_q(n.hi, xb, 0)) * (f16_bits(static_cast<uint16_t>(w[0])) * xa.d);
     return fmaf(f16_bits(static_cast<uint16_t>(w[0] >> 16)), xa.d * (xa.s + xb.s), v);
   }
   __device__ static float dot(const uint32_t (&w)[kWords], const QUnit (&x)[4]) {
