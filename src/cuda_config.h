@@ -20,6 +20,8 @@
 //   WICK_GEMV_ROWS=2|4|8             output rows a block of the decode GEMV (benchmarks)
 //   WICK_GEMV_STREAM=0               GGML rows of the decode GEMV one block per group of rows,
 //                                    not streamed through fewer blocks (benchmarks)
+//   WICK_GEMV_PAIRS=0                GGML rows with k a multiple of 2048 through the block
+//                                    kernels, not in warp-owned pairs (benchmarks)
 //   WICK_ROW_VPT=2|4|8               vectors per thread of the row kernels (benchmarks)
 //   WICK_ROW_KERNEL=block|warp|bulk  the kernel for rows a warp could hold (benchmarks; bulk:
 //                                    softmax rows staged in shared memory, where it applies)

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/attention_operands.h"
 #include "cuda/attention_wgmma.h"
 #include "cuda/check.h"
 #include "cuda/kernel_utils.cuh"
@@ -43,15 +44,8 @@ constexpr int kHalfBytes = kTileBytes / 2;    // 16 KB: 64 dims of every row of 
 constexpr int kSmem = 5 * kTileBytes + 1024;  // Q, 2 K, 2 V, and room to align to 1024 bytes
 static_assert(kRows == kKeys, "Q is loaded as a K/V tile");
 
-struct WgmmaArgs {
-  const uint16_t* q;
-  const uint16_t* k;
-  const uint16_t* v;
-  uint16_t* out;
-  int64_t qs[3], ks[3], vs[3];  // element strides of (b, h, s) and (b, h_kv, s_kv)
-  int h, group, s, s_kv;
-  float scale_log2;  // scale * log2(e): the softmax runs in base 2
-  bool causal;
+struct WgmmaArgs : HalfOperands {  // no mask: flash_wgmma_fits
+  float scale_log2;                // scale * log2(e): the softmax runs in base 2
 };
 
 // 16 bytes global -> shared (a shared-window address), zero-filled when !valid.
@@ -299,22 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(WgmmaArgs p) {
 
 template <class T>
 void launch_typed(const AttentionArgs& a, cudaStream_t s) {
-  WgmmaArgs p{};
-  p.q = static_cast<const uint16_t*>(a.q);
-  p.k = static_cast<const uint16_t*>(a.k);
-  p.v = static_cast<const uint16_t*>(a.v);
-  p.out = static_cast<uint16_t*>(a.out);
-  for (int i = 0; i < 3; ++i) {
-    p.qs[i] = a.q_strides[i];
-    p.ks[i] = a.k_strides[i];
-    p.vs[i] = a.v_strides[i];
-  }
-  p.h = a.h;
-  p.group = a.h / a.h_kv;
-  p.s = a.s;
-  p.s_kv = a.s_kv;
-  p.scale_log2 = a.scale * 1.4426950408889634f;
-  p.causal = a.causal;
+  const WgmmaArgs p{operands<uint16_t>(a), a.scale * kLog2e};
   auto kernel = flash_wgmma_kernel<T>;
   // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
   WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
