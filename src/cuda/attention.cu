@@ -1,9 +1,10 @@
 // Scaled dot-product attention on CUDA, these kernels:
 // - flash_wgmma_kernel (attention_wgmma.cu; compute capability 9.0, f16/bf16, d = 128, no mask,
-//   16-byte aligned operands, s >= 16): prefill with wgmma, 128 queries a block of two
-//   warpgroups, 128-key tiles. H200, bf16 b 1 h 32 causal, s = 1k / 4k / 16k: 0.055 / 0.496 /
-//   6.375 ms, against flash_mma_kernel's 0.093 / 0.716 / 10.438 and PyTorch's 0.032 / 0.255 /
-//   3.279 (F.scaled_dot_product_attention, same run).
+//   16-byte aligned operands, strides the TMA takes): prefill with wgmma and TMA, FlashAttention-3
+//   style (a producer warpgroup, two consumers taking turns), 128 queries a block, 128-key tiles.
+//   H200, bf16 b 1 h 32 causal, s = 1k / 4k / 16k: 0.034 / 0.268 / 3.368 ms, against
+//   flash_mma_kernel's 0.096 / 0.731 / 10.520 and PyTorch's 0.032 / 0.257 / 3.482
+//   (F.scaled_dot_product_attention, same call).
 //   WICK_FLASH_WGMMA=0 (or set_flash_wgmma(false)) leaves its cases to flash_mma_kernel.
 // - flash_mma_kernel (f16/bf16, d = 64 or 128, aligned operands): FlashAttention-2 style. A block
 //   of 4 warps owns 128 queries of one head (Q in shared memory); each warp computes 32 query
