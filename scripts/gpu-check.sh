@@ -10,7 +10,7 @@
 #                                      the GPU machine has no registry and may lack them)
 #
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
-# WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
+# WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode nn sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
 # after which no further sanitizer run starts). With $OUT set (the device tool), the logs are
 # packed into $OUT/gpu-check-logs.tgz.
 set -uo pipefail
@@ -125,6 +125,12 @@ if ! skip decode; then
   sed -n '/gpu-decode summary/,$p' "$LOGS/decode.txt"
 fi
 
+if ! skip nn; then
+  stage "nn kernels beside PyTorch: row ops, prefill and decode attention (bench_nn_cuda, torch_nn.py)"
+  timeout 180 "$BUILD"/bench/cuda_bench_nn_cuda 2>&1 | tee "$LOGS/nn.txt"
+  PYTHONUNBUFFERED=1 timeout 180 python3 bench/cuda/torch_nn.py 2>&1 | tee -a "$LOGS/nn.txt"
+fi
+
 SAN_SUMMARY="not run"
 if ! skip sanitizer; then
   stage "compute-sanitizer memcheck over the CUDA tests"
@@ -150,7 +156,7 @@ if ! skip sanitizer; then
 fi
 
 stage "table (gpu-check took $(($(date +%s) - T0)) s)"
-cat "$LOGS"/bench.txt "$LOGS"/torch.txt "$LOGS"/graphs.txt "$LOGS"/embed.txt 2>/dev/null | grep '^RESULT ' >"$LOGS/results.txt"
+cat "$LOGS"/bench.txt "$LOGS"/torch.txt "$LOGS"/graphs.txt "$LOGS"/embed.txt "$LOGS"/nn.txt 2>/dev/null | grep '^RESULT ' >"$LOGS/results.txt"
 BUILD_SUMMARY="$BUILD_SUMMARY" CTEST_SUMMARY="$CTEST_SUMMARY" SAN_SUMMARY="$SAN_SUMMARY" WICKMM="$LOGS/wickmm2.txt" LOGS="$LOGS" \
   python3 - "$LOGS/results.txt" <<'EOF'
 import os, re, sys
@@ -221,6 +227,20 @@ for dt in ("f32", "bf16"):
     row(f"MiniLM embeddings {dt}: wick/ST (sent/s)", ">= 2",
         f"{r[k + '_ratio']:.2f} ({r[k + '_wick_sps']:.0f})" if k + "_ratio" in r else "-",
         f(f"torch_{k}_sps", "{:.0f}"), lim(k + "_ratio", 2, lambda a, b: a >= b))
+for op in ("layer_norm", "rms_norm", "softmax"):
+    ours, theirs = r.get(f"nn_{op}_vs_copy"), r.get(f"torch_nn_{op}_vs_copy")
+    row(f"{op} (4096, 4096) bf16 / D2D copy", ">= 0.85, >= PyTorch", f(f"nn_{op}_vs_copy", "{:.3f}"),
+        f(f"torch_nn_{op}_vs_copy", "{:.3f}"),
+        None if ours is None else ours >= 0.85 and (theirs is None or ours >= theirs))
+for n in (1024, 4096, 16384):
+    ours, theirs = r.get(f"nn_attn_s{n}_ms"), r.get(f"torch_nn_attn_s{n}_ms")
+    ratio = theirs / ours if ours and theirs else None
+    row(f"attention bf16 b1 h32 d128 causal s={n}: PyTorch time / wick's (ms)", ">= 0.9",
+        "-" if ratio is None else f"{ratio:.2f} ({ours:.3f})", f(f"torch_nn_attn_s{n}_ms", "{:.3f}"),
+        None if ratio is None else ratio >= 0.9)
+row("decode attention s_kv 4096 h_kv 8: KV read / D2D copy", ">= 0.70",
+    f("nn_decode_vs_copy", "{:.3f}"), f("torch_nn_decode_vs_copy", "{:.3f}"),
+    lim("nn_decode_vs_copy", 0.70, lambda a, b: a >= b))
 fm = first_ms(os.environ["WICKMM"])
 row("first matmul 1024 f32, fresh process (ms)", "<= 25", "-" if fm is None else f"{fm:.2f}",
     f("torch_first_matmul_ms", "{:.1f}"), None if fm is None else fm <= 25)

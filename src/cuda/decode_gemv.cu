@@ -855,15 +855,13 @@ __global__ void __launch_bounds__(kGemvThreads, 6)
   }
   if constexpr (kArgmax) {
     __shared__ unsigned long long warp_best[kPairsWarps];
-    __shared__ bool last_block;
     if (lane == 0) warp_best[warp] = best;
     __syncthreads();
     if (threadIdx.x == 0) {
       for (int w = 1; w < kPairsWarps; ++w) best = max(best, warp_best[w]);
       atomicMax(&g_argmax_key, best);
       __threadfence();  // the key is in before the count says so
-      last_block = atomicAdd(&g_argmax_done, 1u) == gridDim.x - 1;
-      if (last_block) {
+      if (atomicAdd(&g_argmax_done, 1u) == gridDim.x - 1) {  // the last block
         const unsigned long long key = atomicExch(&g_argmax_key, 0ull);
         g_argmax_done = 0;
         *a.argmax = 0xffffffffu - static_cast<uint32_t>(key);
