@@ -107,7 +107,7 @@ namespace wick::models::detail {
 bool decode_gemv_enabled() {
   return false;
 }
-bool fused_linear(const Tensor&, const Tensor&, double, const QLinear&, Tensor*, Tensor*) {
+bool fused_linear(const Tensor&, const Tensor&, double, const QLinear&, Tensor*) {
   return false;
 }
 bool fused_qkv_rope(const Tensor&, const Tensor&, double, const QLinear&, const Tensor&, size_t,

@@ -120,24 +120,15 @@ bool decode_gemv_enabled() {
 }
 
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
-                  Tensor* y, Tensor* argmax) {
+                  Tensor* y) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l)) return false;
-  std::unique_ptr<cuda::CudaStorage> index;
-  if (argmax != nullptr) {
-    *argmax = Tensor();
-    index = std::make_unique<cuda::CudaStorage>(device_of(x), 1, DType::U32);
-    l.args.argmax = static_cast<uint32_t*>(index->data());
-    if (!cuda::gemv_fits(x.dtype(), l.args)) {  // the projection alone, then
-      l.args.argmax = nullptr;
-      index.reset();
-    }
+  if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l) ||
+      !cuda::gemv_fits(x.dtype(), l.args)) {
+    return false;
   }
-  if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
   std::vector<size_t> dims = x.dims();
   dims.back() = static_cast<size_t>(l.weight.n);
   *y = run("linear_gemv", l, x, static_cast<size_t>(l.weight.n), Shape(dims));
-  if (index) *argmax = wick::detail::from_storage(std::move(index), Shape{1});
   return true;
 }
 

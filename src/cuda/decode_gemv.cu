@@ -772,23 +772,7 @@ __device__ __forceinline__ void quantize_x_to_shared(const GemvArgs& a, uint8_t*
 // item's rows as soon as it has read this one's. One item in flight a warp, and more warps a
 // multiprocessor, beat a ring of 2-4 stages a warp (H200, Llama-1B Q4_0 decode: 1,854 tok/s
 // against 1,796, 1,726 and 1,721). With k = 2048 a lane's one unit of x stays in registers.
-// The argmax of a Store: each block folds its warps' best keys into g_argmax_key, and the last
-// block to finish (g_argmax_done) writes the index and sets both back to zero, so no memset is
-// needed per call (one such projection at a time on the device's stream).
-__device__ unsigned long long g_argmax_key;
-__device__ unsigned int g_argmax_done;
-
-// A value and its row as one integer that orders as Tensor::argmax does: larger values above
-// smaller ones, NaN above every number, then the smaller row above the larger; 0 is below every
-// key (its value bits would be a NaN's).
-__device__ __forceinline__ unsigned long long argmax_key(float v, int64_t row) {
-  const uint32_t bits = __float_as_uint(v == 0.f ? 0.f : v);  // -0 ties with +0
-  const uint32_t ordered = v != v ? 0xffffffffu : (bits >> 31 ? ~bits : bits | 0x80000000u);
-  return static_cast<unsigned long long>(ordered) << 32 |
-         (0xffffffffu - static_cast<uint32_t>(row));
-}
-
-template <class T, class F, bool kOneUnit, bool kArgmax>
+template <class T, class F, bool kOneUnit>
 __global__ void __launch_bounds__(kGemvThreads, 6)
     gemv_pairs_kernel(GemvArgs a, int64_t row_bytes, int64_t items) {
   extern __shared__ __align__(16) uint8_t gemv_rows[];
@@ -815,7 +799,6 @@ __global__ void __launch_bounds__(kGemvThreads, 6)
   const int64_t units = a.k / 64;
   QUnit x_own[4];
   if constexpr (kOneUnit) load_x_unit(xs, lane, x_own);
-  [[maybe_unused]] unsigned long long best = 0;  // kArgmax: lane 0's best key so far
   for (; item < items; item += warps) {
     cp_async_wait<0>();
     __syncwarp();  // every lane's copies have landed
@@ -847,25 +830,6 @@ __global__ void __launch_bounds__(kGemvThreads, 6)
       int64_t r0, r1;
       pair_rows(a, item, r0, r1);
       epilogue<T>(a, item, r0, r1, acc[0], acc[1]);
-      if constexpr (kArgmax) {
-        best = max(best,
-                   max(argmax_key(round_to<T>(acc[0]), r0), argmax_key(round_to<T>(acc[1]), r1)));
-      }
-    }
-  }
-  if constexpr (kArgmax) {
-    __shared__ unsigned long long warp_best[kPairsWarps];
-    if (lane == 0) warp_best[warp] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < kPairsWarps; ++w) best = max(best, warp_best[w]);
-      atomicMax(&g_argmax_key, best);
-      __threadfence();  // the key is in before the count says so
-      if (atomicAdd(&g_argmax_done, 1u) == gridDim.x - 1) {  // the last block
-        const unsigned long long key = atomicExch(&g_argmax_key, 0ull);
-        g_argmax_done = 0;
-        *a.argmax = 0xffffffffu - static_cast<uint32_t>(key);
-      }
     }
   }
 #ifdef WICK_DEVICE_TIMELINE
@@ -1016,9 +980,9 @@ bool pairs_fit(const GemvArgs& a, int64_t row_bytes) {
 
 // As many blocks as a multiprocessor holds with the shared memory (asked once per size: a
 // model's projections share a few).
-template <class T, class F, bool kOneUnit, bool kArgmax>
+template <class T, class F, bool kOneUnit>
 void launch_pairs(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
-  auto kernel = gemv_pairs_kernel<T, F, kOneUnit, kArgmax>;
+  auto kernel = gemv_pairs_kernel<T, F, kOneUnit>;
   static std::once_flag attribute;
   std::call_once(attribute, [&] {
     WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1046,12 +1010,8 @@ void launch_pairs(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
 
 template <class T, class F>
 void launch_pairs_units(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
-  if (a.argmax != nullptr) {
-    if (a.k == kPairsK) return launch_pairs<T, F, true, true>(a, row_bytes, s);
-    return launch_pairs<T, F, false, true>(a, row_bytes, s);
-  }
-  if (a.k == kPairsK) return launch_pairs<T, F, true, false>(a, row_bytes, s);
-  launch_pairs<T, F, false, false>(a, row_bytes, s);
+  if (a.k == kPairsK) return launch_pairs<T, F, true>(a, row_bytes, s);
+  launch_pairs<T, F, false>(a, row_bytes, s);
 }
 
 template <class T>
@@ -1106,10 +1066,6 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
     if (!aligned(a.w, 16)) return false;
   } else if (staged_copy_bytes(a.w, row_bytes) == 0 ||
              2 * staged_stride(row_bytes) > kMaxStagedBytes) {
-    return false;
-  }
-  if (a.argmax != nullptr && (a.epilogue != GemvEpilogue::Store ||
-                              a.weights == GemvWeights::Dense || !pairs_fit(a, row_bytes))) {
     return false;
   }
   if (a.epilogue == GemvEpilogue::QkvRope) {

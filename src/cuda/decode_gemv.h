@@ -3,7 +3,7 @@
 // (decode_gemv.cu): W (n, k) row-major, in the activations' dtype or as GGML Q4_0 / Q4_1 / Q8_0
 // blocks, times x (k) -- or times RMSNorm(x) * norm_weight when norm_weight is given -- f32
 // accumulation, the product rounded to the dtype as a separate matmul would leave it, then
-//   Store:   the product -> out, and optionally the index of its largest value -> *argmax;
+//   Store:   the product -> out;
 //   QkvRope: + bias, rope of the q and k heads at *position, q out, k and v into the caches;
 //   SiluMul: rows j and n/2 + j give silu(gate) * up -> out;
 //   Add:     residual + product -> out.
@@ -42,9 +42,6 @@ struct GemvArgs {
   // Store, SiluMul, Add
   void* out;             // (n), (n / 2), (n)
   const void* residual;  // Add: (n)
-  // Store, or null: the index of out's largest value as stored (the first on ties, the first NaN
-  // before numbers: Tensor::argmax's), for GGML rows that gemv_pairs_kernel takes.
-  uint32_t* argmax = nullptr;
 };
 
 /// False when the operands do not suit the kernel (k % 8 or 32, alignment, head_dim): the

@@ -16,11 +16,9 @@ namespace wick::models::detail {
 /// Whether the fused projections may be used (WICK_DECODE_GEMV unset or not "0").
 bool decode_gemv_enabled();
 
-/// linear(norm(x), w) for x (..., k) holding one row: (..., n). With `argmax` given, also
-/// y.flatten_all().argmax(0) ((1) u32) from the same kernel where it can give it (GGML rows of
-/// k a multiple of 2048), else *argmax is left undefined.
+/// linear(norm(x), w) for x (..., k) holding one row: (..., n).
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
-                  Tensor* y, Tensor* argmax = nullptr);
+                  Tensor* y);
 
 /// q (1, h, 1, d) from norm(x) (x (1, 1, k)) times wqkv (n, k)^T plus bias, rope at the position,
 /// keys and values into the caches: rms_norm + linear + rope_write_at_position in one kernel.

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
@@ -561,69 +560,6 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
   models::QLinear k_quant(
       std::vector<QTensor>{testing::random_qtensor(GgmlType::Q4_K, 64, 256).to_device(gpu)});
   EXPECT_FALSE(md::fused_gate_up_silu(x.to_device(gpu), Tensor(), 0, k_quant, &act));
-}
-
-// The output head's greedy token from its own kernel: the argmax of the values it stored, the
-// first row on ties and the first NaN before any number, as Tensor::argmax gives it; the kernel's
-// counters are ready for the next call.
-TEST(CudaDecodeGemv, FusedLinearArgmaxIsTheArgmaxOfItsOutput) {
-  SKIP_WITHOUT_GPU();
-  Device gpu = Device::cuda(0);
-  namespace md = models::detail;
-  auto index = [](const Tensor& t) { return t.to_device(Device::cpu()).to_vec1<uint32_t>(); };
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
-    for (DType dt : {DType::F32, DType::BF16}) {
-      for (size_t k : {size_t{2048}, size_t{4096}}) {
-        SCOPED_TRACE(ggml_type_name(type) + " " + dtype_name(dt) + " k " + std::to_string(k));
-        const size_t n = 6002, row = ggml_bytes(type, k);  // 3001 pairs: a partial last block
-        std::vector<uint8_t> raw = testing::random_qtensor(type, n, k).data().to_vec1<uint8_t>();
-        auto head = [&] {
-          return models::QLinear(std::vector<QTensor>{
-              QTensor(type, {n, k}, Tensor::from_vec(raw, {raw.size()}, Device::cpu()))
-                  .to_device(gpu)});
-        };
-        Tensor x = testing::random_tensor({1, k}, dt).to_device(gpu);
-        Tensor nw = testing::random_tensor({k}, dt).to_device(gpu);
-        Tensor y, best, plain;
-        ASSERT_TRUE(md::fused_linear(x, nw, 1e-5, head(), &y, &best));
-        ASSERT_TRUE(best.defined());
-        EXPECT_EQ(best.shape(), Shape({1}));
-        EXPECT_EQ(best.dtype(), DType::U32);
-        EXPECT_EQ(index(best), index(y.argmax(1)));
-        // The same values as without the argmax.
-        ASSERT_TRUE(md::fused_linear(x, nw, 1e-5, head(), &plain));
-        EXPECT_EQ(y.to_dtype(DType::F32).flatten_all().to_vec1<float>(),
-                  plain.to_dtype(DType::F32).flatten_all().to_vec1<float>());
-        // Ties: the winning row copied before and after itself and to the last row.
-        const size_t win = index(best)[0], before = win / 2, after = (win + n) / 2;
-        for (size_t to : {before, after, n - 1}) {
-          std::memcpy(raw.data() + to * row, raw.data() + win * row, row);
-        }
-        ASSERT_TRUE(md::fused_linear(x, nw, 1e-5, head(), &y, &best));
-        EXPECT_EQ(index(best), std::vector<uint32_t>{static_cast<uint32_t>(before)});
-        EXPECT_EQ(index(best), index(y.argmax(1)));
-        // NaN (a block scale of NaN) wins over every number; the first NaN row of two.
-        for (size_t r : {size_t{4001}, size_t{3000}}) {
-          const uint16_t nan = 0x7e00;
-          std::memcpy(raw.data() + r * row, &nan, 2);
-        }
-        ASSERT_TRUE(md::fused_linear(x, nw, 1e-5, head(), &y, &best));
-        EXPECT_EQ(index(best), std::vector<uint32_t>{3000u});
-        EXPECT_EQ(index(best), index(y.argmax(1)));
-      }
-    }
-  }
-  // Where the kernel does not take the head (plain rows; k not a multiple of 2048), the
-  // projection alone, and the argmax left undefined.
-  Tensor x = testing::random_tensor({1, 2048}, DType::BF16).to_device(gpu), y, best;
-  ASSERT_TRUE(md::fused_linear(
-      x, Tensor(), 0, testing::random_tensor({64, 2048}, DType::BF16).to_device(gpu), &y, &best));
-  EXPECT_FALSE(best.defined());
-  Tensor x_short = testing::random_tensor({1, 1024}, DType::BF16).to_device(gpu);
-  models::QLinear short_rows(
-      std::vector<QTensor>{testing::random_qtensor(GgmlType::Q8_0, 64, 1024).to_device(gpu)});
-  ASSERT_TRUE(md::fused_linear(x_short, Tensor(), 0, short_rows, &y, &best));
-  EXPECT_FALSE(best.defined());
 }
 
 }  // namespace
