@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, in one call on the GPU machine (see DEVELOPERS.md): configure and build with CUDA
 # for sm_90, run the whole test suite with WICK_REQUIRE_CUDA=1 (a skipped GPU test fails), the GPU
-# benchmark, the PyTorch comparison, compute-sanitizer memcheck over the CUDA tests and
+# benchmark, the PyTorch comparison, the decode step's tok/s, the nn kernels (norms, prefill and
+# decode attention) beside PyTorch, compute-sanitizer memcheck over the CUDA tests and
 # `wick-mm time cuda`; then a short table, printed last.
 #
 #   scripts/gpu-check.sh               run everything (logs under $OUT or build-gpu/logs)
@@ -10,8 +11,8 @@
 #                                      the GPU machine has no registry and may lack them)
 #
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
-# WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode nn sanitizer" (stages to leave out), WICK_GPU_BUDGET (seconds
-# after which no further sanitizer run starts). With $OUT set (the device tool), the logs are
+# WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode nn sanitizer"
+# (stages to leave out), WICK_GPU_BUDGET (seconds after which no further sanitizer run starts). With $OUT set (the device tool), the logs are
 # packed into $OUT/gpu-check-logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
