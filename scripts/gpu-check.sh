@@ -12,8 +12,8 @@
 #
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
 # WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode nn sanitizer"
-# (stages to leave out), WICK_GPU_BUDGET (seconds after which no further sanitizer run starts). With $OUT set (the device tool), the logs are
-# packed into $OUT/gpu-check-logs.tgz.
+# (stages to leave out), WICK_GPU_BUDGET (seconds after which no further sanitizer run starts).
+# With $OUT set (the device tool), the logs are packed into $OUT/gpu-check-logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
