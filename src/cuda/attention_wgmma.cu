@@ -20,8 +20,9 @@
 //
 // Measured on an H200 (b 1, h 32, d 128, bf16, causal; bench_nn_cuda attn beside
 // bench/cuda/torch_nn.py in one call): 0.034 / 0.268 / 3.368 ms at s = 1k / 4k / 16k (253 / 512 /
-// 653 TFLOP/s), 0.94x / 0.96x / 1.03x PyTorch's F.scaled_dot_product_attention, 1.6-1.9x the
-// cp.async kernel this replaced (all 256 threads copying, no turns: 0.055 / 0.496 / 6.375 ms).
+// 653 TFLOP/s), 0.94x / 0.96x / 1.03x PyTorch's F.scaled_dot_product_attention. The cp.async
+// kernel this replaced (all 256 threads copying, no turns) took 0.053 / 0.473 / 6.1-6.5 ms in the
+// call that first ran this design (scratch harness, then 0.035 / 0.278 / 3.499 ms).
 
 #include <cuda.h>  // CUtensorMap and its enums; the encoder comes from the runtime's entry point
 #include <cudaTypedefs.h>
