@@ -445,10 +445,15 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();  // not sticky; leave no error for the next check to find
+#if CUDART_VERSION >= 12050
+    const cudaError_t status = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                                cudaEnableDefault, &found);
+#else  // toolkits before 12.5 have only the unversioned query
+    const cudaError_t status =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &f, cudaEnableDefault, &found);
+#endif
+    if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();  // not sticky; leave no error for the next check to find
       return PFN_cuTensorMapEncodeTiled_v12000{};
     }
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
