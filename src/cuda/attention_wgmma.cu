@@ -159,34 +159,6 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[8][4]) {
   }
 }
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// The inits visible to the other threads and to the async proxy (the TMA unit).
-__device__ __forceinline__ void fence_mbar_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// This thread's arrival, and `bytes` more transaction bytes the phase waits for.
-__device__ __forceinline__ void mbar_arrive_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-// Returns once the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.b32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  }
-}
-
 // Half a tile (64 dims x 128 rows of one head and batch) of a tensor map at dims offset c0 into
 // shared memory at dst (1024-byte aligned, 16 KB), completing on mbarrier bar.
 __device__ __forceinline__ void tma_half(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
@@ -202,15 +174,6 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, u
                                          int row, int head, int batch) {
   tma_half(dst, map, bar, 0, row, head, batch);
   tma_half(dst + kHalfBytes, map, bar, 64, row, head, batch);
-}
-
-template <int kId>
-__device__ __forceinline__ void named_sync(int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "r"(threads) : "memory");
-}
-template <int kId>
-__device__ __forceinline__ void named_arrive(int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "r"(threads) : "memory");
 }
 
 // S = Q K^T of one warpgroup: A = its 64 rows of Q at q_rows, B = the 128 keys of the tile at
@@ -302,14 +265,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_tiles = key_end > 0 ? (key_end + kKeys - 1) / kKeys : 0;
 
   if (threadIdx.x == 0) {
-    mbar_init(q_full, 1);
+    mbarrier_init(q_full, 1);
     for (int st = 0; st < kStages; ++st) {
-      mbar_init(k_full(st), 1);
-      mbar_init(v_full(st), 1);
-      mbar_init(k_empty(st), kConsumerWarps);
-      mbar_init(v_empty(st), kConsumerWarps);
+      mbarrier_init(k_full(st), 1);
+      mbarrier_init(v_full(st), 1);
+      mbarrier_init(k_empty(st), kConsumerWarps);
+      mbarrier_init(v_empty(st), kConsumerWarps);
     }
-    fence_mbar_init();
+    fence_mbarrier_init();
   }
   __syncthreads();
 
@@ -317,18 +280,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Producer: one thread issues every copy; the warpgroup's other threads are done.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x != 0 || n_tiles == 0) return;
-    mbar_arrive_tx(q_full, kTileBytes);
+    mbarrier_arrive_expect_bytes(q_full, kTileBytes);
     tma_tile(q_s, &tq, q_full, m0, hi, bi);
     // Tile j uses stage j % kStages for the (j / kStages)-th time: it waits for the consumers to
     // have released the previous use (parity starts at 1: the first pass does not wait).
     for (int j = 0; j < n_tiles; ++j) {
       const int st = j % kStages;
       const uint32_t parity = ((j / kStages) & 1) ^ 1;
-      mbar_wait(k_empty(st), parity);
-      mbar_arrive_tx(k_full(st), kTileBytes);
+      mbarrier_wait_parity(k_empty(st), parity);
+      mbarrier_arrive_expect_bytes(k_full(st), kTileBytes);
       tma_tile(k_s + st * kTileBytes, &tk, k_full(st), j * kKeys, hk, bi);
-      mbar_wait(v_empty(st), parity);
-      mbar_arrive_tx(v_full(st), kTileBytes);
+      mbarrier_wait_parity(v_empty(st), parity);
+      mbarrier_arrive_expect_bytes(v_full(st), kTileBytes);
       tma_tile(v_s + st * kTileBytes, &tv, v_full(st), j * kKeys, hk, bi);
     }
     return;
@@ -346,26 +309,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   // and the other consumer arrives on it (128 more) once it has issued its own. Consumer 0's
   // first turn is granted by its own arrival, so consumer 1 skips its very last arrival and both
   // barriers end balanced.
-  auto take_turn = [&]() {
-    if (cwg == 0) {
-      named_sync<1>(256);
-    } else {
-      named_sync<2>(256);
-    }
-  };
+  auto take_turn = [&]() { named_barrier_sync(1 + cwg, 256); };
   auto pass_turn = [&](bool last) {
-    if (cwg == 0) {
-      named_arrive<2>(256);
-    } else if (!last) {
-      named_arrive<1>(256);
-    }
+    if (cwg == 0 || !last) named_barrier_arrive(2 - cwg, 256);
   };
   auto release = [&](uint32_t bar) {
-    if (lane == 0) mbar_arrive(bar);
+    if (lane == 0) mbarrier_arrive(bar);
   };
   // The wait loop may leave a warp's lanes apart; the wgmma that follow are .sync.aligned.
   auto wait_full = [&](uint32_t bar, uint32_t parity) {
-    mbar_wait(bar, parity);
+    mbarrier_wait_parity(bar, parity);
     __syncwarp();
   };
 
@@ -377,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (n_tiles > 0) {
     float s[64], corr[2];
     uint32_t pa[8][4];  // P as the A operand of 8 k-steps of 16 keys
-    if (cwg == 0) named_arrive<1>(256);
+    if (cwg == 0) named_barrier_arrive(1, 256);
     wait_full(q_full, 0);
     // Turns: [S(0)], [P V(0), S(1)], ..., [P V(n - 1)].
     take_turn();

@@ -35,9 +35,9 @@
 // without bank conflicts): 1,417 -> 1,854 tok/s in one run, 1,985 in the final check's.
 
 #include <algorithm>
-#include <atomic>
 #include <map>
 #include <mutex>
+#include <utility>
 #ifdef WICK_DEVICE_TIMELINE
 #include <cstdio>
 #include <cstdlib>
@@ -920,6 +920,22 @@ int stream_units(const GemvArgs& a) {
   return per_thread <= 1 ? 1 : per_thread <= 2 ? 2 : 4;
 }
 
+// Blocks of kGemvThreads threads that a multiprocessor holds of `kernel` with `smem` bytes of
+// dynamic shared memory (1 when the query fails), asked once per kernel and size: a model's
+// projections share a few sizes.
+int blocks_per_sm(const void* kernel, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, size_t>, int> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, added] = known.try_emplace({kernel, smem}, 0);
+  if (added && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, kGemvThreads,
+                                                             smem) != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the launch check
+    it->second = 1;
+  }
+  return std::max(it->second, 1);
+}
+
 template <class T, class F, int U>
 void launch_stream(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   auto kernel = gemv_stream_kernel<T, F, U>;
@@ -928,19 +944,7 @@ void launch_stream(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
     WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
   }
-  // Blocks a multiprocessor holds with this shared memory: asked again only when the size
-  // changes (a model's projections share one or two), not at every launch.
-  static std::atomic<uint64_t> known{0};  // smem << 8 | blocks, for the last size asked
-  const uint64_t last = known.load(std::memory_order_relaxed);
-  int per_sm = last >> 8 == smem ? static_cast<int>(last & 0xff) : 0;
-  if (per_sm == 0) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, smem) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();  // not left for the launch check
-    }
-    per_sm = std::clamp(per_sm, 1, 255);
-    known.store(uint64_t{smem} << 8 | static_cast<uint64_t>(per_sm), std::memory_order_relaxed);
-  }
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
   const int64_t groups = (a.n / 2 + kStreamRows / 2 - 1) / (kStreamRows / 2);
   const int64_t blocks = std::min<int64_t>(groups, int64_t{per_sm} * sm_count());
   launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), kGemvThreads, smem, s, a, row_bytes,
@@ -978,8 +982,7 @@ bool pairs_fit(const GemvArgs& a, int64_t row_bytes) {
          row_bytes % 16 == 0 && pairs_smem(row_bytes, a.k) <= pairs_max_smem();
 }
 
-// As many blocks as a multiprocessor holds with the shared memory (asked once per size: a
-// model's projections share a few).
+// As many blocks as a multiprocessor holds with the shared memory.
 template <class T, class F, bool kOneUnit>
 void launch_pairs(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   auto kernel = gemv_pairs_kernel<T, F, kOneUnit>;
@@ -989,18 +992,7 @@ void launch_pairs(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
                                          static_cast<int>(pairs_max_smem())));
   });
   const size_t smem = pairs_smem(row_bytes, a.k);
-  static std::mutex mutex;
-  static std::map<size_t, int> blocks_for;  // per shared-memory size
-  int per_sm;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto [it, added] = blocks_for.try_emplace(smem, 0);
-    if (added) {
-      WICK_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, kGemvThreads, smem));
-    }
-    per_sm = std::max(it->second, 1);
-  }
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
   const int64_t items = a.n / 2;
   const int64_t blocks =
       std::min((items + kPairsWarps - 1) / kPairsWarps, int64_t{per_sm} * sm_count());

@@ -533,18 +533,6 @@ constexpr size_t kBulkStageBytes = 200 * 1024;    // shared memory a block gives
 constexpr unsigned kBulkMaxStages = 8;            // rows a group has in flight at most
 constexpr size_t kSharedReservedPerBlock = 1024;  // a multiprocessor keeps for each block
 
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
-}
-/// Makes the initialised mbarriers visible to the async proxy (the bulk copies).
-__device__ __forceinline__ void fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-/// One arrival on `bar` that also expects `bytes` more bytes before the phase completes.
-__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
 /// Global -> this block's shared memory, `bytes` a multiple of 16, both addresses 16-byte
 /// aligned; the bytes are counted on `bar` as they land (a plain launch is a 1-block cluster).
 __device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
@@ -555,22 +543,6 @@ __device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* sr
       "l"(static_cast<uint64_t>(__cvta_generic_to_global(src))), "r"(bytes), "r"(bar)
       : "memory");
 }
-/// Whether the phase of `bar` with this parity has completed (may suspend the thread a while).
-__device__ __forceinline__ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      " selp.b32 %0, 1, 0, p;\n}"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
-__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 /// Element-wise max of two 16-byte vectors, NaN wins: max.NaN, on f16/bf16 pairs as they are.
 template <class T, class V>
 __device__ __forceinline__ V max_nan_vec(const V& a, const V& b) {
