@@ -263,6 +263,11 @@ TEST(CudaAutograd, IntermediateGradientsReleasedDuringBackward) {
   const size_t n = 4 << 20, depth = 24;  // 16 MB per tensor
   const size_t bytes = n * sizeof(float);
   Device gpu = Device::cuda();
+  // cuBLASLt's warm-up thread allocates (workspace, GEMM operands) from the same allocator: a
+  // matmul on the cuBLAS path waits for it, so that it does not run during the measurement.
+  cuda_set_matmul_path(CudaMatmulPath::Cublas);
+  (void)Tensor::ones({8, 8}, DType::F32, gpu).matmul(Tensor::ones({8, 8}, DType::F32, gpu));
+  cuda_set_matmul_path(CudaMatmulPath::Auto);
   Tensor x = Tensor::ones({n}, DType::F32, gpu).requires_grad();
   Tensor y = x;
   for (size_t i = 0; i < depth; ++i) y = i % 2 ? y.tanh() : y.affine(0.5, 0.25);
