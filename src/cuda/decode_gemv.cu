@@ -762,8 +762,8 @@ __device__ __forceinline__ void quantize_x_to_shared(const GemvArgs& a, uint8_t*
   } else {
     // A thread's halves of x are loaded ROUNDS at a time before any is used: one round trip to
     // the L2 for them, not one a half (k = 8192, bf16: four halves a thread, one load round).
-    // H200, Llama-1B Q4_0 decode (its down projection), three rounds in one call: 2,005.7-2,008.2
-    // tok/s against 2,000.7-2,002.5 a half at a time.
+    // H200, Llama-1B Q4_0 decode (its down projection), three runs each in one call:
+    // 2,005.7-2,008.2 tok/s against 2,000.7-2,002.5 a half at a time.
     constexpr int PIECES = 16 * sizeof(T) / 16;  // 16-byte loads a half
     constexpr int ROUNDS = 8 / PIECES;           // 8 loads in flight: 32 registers
     pdl_wait();
