@@ -648,7 +648,6 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
 // Llama-1B Q4_0 decode (CUDA graph): 1,417 tok/s with the block kernels above, 1,985 with this
 // (scripts/gpu-check.sh).
 
-// A unit's words: the two blocks' scales and integers, dotted with x's four half blocks.
 // A block's 16 nibble bytes (values 0-15 in the low nibbles, 16-31 in the high ones) as the
 // integers of its two half blocks, four to a word.
 struct Nibbles {
@@ -662,6 +661,7 @@ struct Nibbles {
   }
 };
 
+// A unit's words (the two blocks' scales and integers) dotted with x's four half blocks.
 struct Q4_0Unit {
   static constexpr int kWords = 9;  // f16 d, 16 nibble bytes; twice
   __device__ static float block(const uint32_t (&q)[4], float d, const QUnit& xa, const QUnit& xb) {
