@@ -1306,7 +1306,7 @@ AttentionKernel choose_kernel(DType dtype, const AttentionArgs& a) {
 }  // namespace
 
 bool attention_last_key_fits(DType dtype, const AttentionArgs& a) {
-  return a.mask == nullptr && !a.causal && !rounded_fits(dtype, a) && decode_fits(dtype, a);
+  return a.mask == nullptr && !a.causal && choose_kernel(dtype, a) == AttentionKernel::Decode;
 }
 
 const char* attention_kernel_name(DType dtype, const AttentionArgs& a) {
