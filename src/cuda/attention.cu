@@ -907,11 +907,18 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     return;
   }
 
-  // The last block of this head group merges the splits.
-  __threadfence();
+  // The last block of this head group merges the splits. One acquire-release count by thread 0
+  // after the block's barrier: release is cumulative (it publishes the partials every thread
+  // wrote before the barrier) and the barrier after it passes the other blocks' partials on to
+  // this block's threads. H200, bench_nn_cuda 8 caches in turn, 1,024 / 4,096 keys: 7.31 / 10.58
+  // us with a fence in every thread, 7.04 / 10.32 us so.
   __syncthreads();
   if (threadIdx.x == 0) {
-    const unsigned done = atomicAdd(&g_decode_done[unit], 1u);
+    unsigned done;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(done)
+                 : "l"(&g_decode_done[unit])
+                 : "memory");
     s_last = done == static_cast<unsigned>(p.splits) - 1;
     if (s_last) g_decode_done[unit] = 0;  // ready for the next call
   }
@@ -921,7 +928,6 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     WICK_TL_END_MARKS(5u << 28);
     return;
   }
-  __threadfence();
   // Each thread merges four outputs of a row: the (max, sum) pairs and outputs of kDecMerge
   // splits are loaded at once (one round trip to the L2 per chunk), the running sums rescaled
   // to each chunk's max.
