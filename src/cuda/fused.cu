@@ -689,8 +689,8 @@ bool try_softmax_bulk(const T* x, T* y, size_t rows, size_t nvec, cudaStream_t s
     const size_t per_sm =
         std::max<size_t>(1, shared_per_multiprocessor() / (smem + kSharedReservedPerBlock));
     const unsigned grid = static_cast<unsigned>(per_sm * static_cast<size_t>(sm_count()));
-    launch_pdl(kernel, dim3(grid), dim3(static_cast<unsigned>(groups * kBulkGroup)), smem, s, x,
-               y, static_cast<unsigned>(rows), static_cast<unsigned>(nvec),
+    launch_pdl(kernel, dim3(grid), dim3(static_cast<unsigned>(groups * kBulkGroup)), smem, s, x, y,
+               static_cast<unsigned>(rows), static_cast<unsigned>(nvec),
                static_cast<unsigned>(stages));
     return true;
   };
