@@ -1239,7 +1239,9 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     // Up to two tiles a warp one block reads alone; beyond, splits of a tile a warp. A warp's
     // tiles take about 0.85 us each after the wait, merging the splits (an atomic count and a
     // pass of the last block) about 1.1 us: timeline of the Llama-1B Q4_0 step at 288 keys (18
-    // tiles), attention's span 5.96 us in one block, 6.15 in 2 splits, 5.17 in 4.
+    // tiles), attention's span 5.96 us in one block, 6.15 in 2 splits, 5.17 in 4. Llama-1B after
+    // a 256-token prompt (32 tiles: 4 splits, 2 before), graph tok/s: Q4_0 1,951-1,958 against
+    // 1,891, bf16 1,172 against 1,153.
     const int64_t useful = forced > 0             ? p.tiles
                            : p.tiles <= 2 * warps ? 1
                                                   : (p.tiles + warps - 1) / warps;
