@@ -1236,7 +1236,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
         static_cast<int64_t>(units) * kDecMerge * 10 >= 9 * static_cast<int64_t>(sm_count())) {
       want = kDecMerge;
     }
-    // Up to two tiles a warp one block reads alone; beyond, splits of a tile a warp. A warp's
+    // One block reads up to two tiles a warp; more go to splits of a tile a warp. A warp's
     // tiles take about 0.85 us each after the wait, merging the splits (an atomic count and a
     // pass of the last block) about 1.1 us: timeline of the Llama-1B Q4_0 step at 288 keys (18
     // tiles), attention's span 5.96 us in one block, 6.15 in 2 splits, 5.17 in 4. Llama-1B after
