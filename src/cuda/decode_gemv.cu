@@ -19,7 +19,13 @@
 // each row ahead of their use, both before pdl_wait (80 registers, 6 blocks a multiprocessor) in
 // every projection 1,101, in one-wave launches 1,126, in qkv and o only 1,137. In a timeline
 // build (1,126 for this code): persistent blocks for gate/up that normalise x once and keep it
-// in registers 1,107; pdl_launch_dependents at a block's start 1,085.
+// in registers 1,107; pdl_launch_dependents at a block's start 1,085. Later (normal build,
+// against 1,211.5-1,212.6, SmolLM2 2,111.6-2,111.8): pdl_launch_dependents at the start of the
+// last wave's blocks in o and down 1,183.4-1,184.4 (SmolLM2 2,122.7), in o only 1,193.6-1,194.9,
+// in gate/up 1,209.1-1,209.9, in all three 1,166.4-1,166.6 (SmolLM2 1,993.9-1,997.6). Against
+// 1,221.0-1,221.4 (SmolLM2 2,126.0-2,126.2): plain rows in warp-owned pairs as gemv_pairs_kernel
+// takes GGML rows (cp.async into shared memory, x normalised once a block, one wave) for qkv
+// and o 872.5-876.7 (SmolLM2 1,124.7-1,585.3), for every projection 562.7-563.8.
 //
 // GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
 // for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
