@@ -1245,8 +1245,8 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     const int64_t useful = forced > 0             ? p.tiles
                            : p.tiles <= 2 * warps ? 1
                                                   : (p.tiles + warps - 1) / warps;
-    splits = static_cast<int>(std::clamp<int64_t>(
-        want, 1, std::min<int64_t>(kDecMaxSplits, std::max<int64_t>(useful, 1))));
+    splits =
+        static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(kDecMaxSplits, useful)));
   }
   p.splits = splits;
   if (splits > 1) {

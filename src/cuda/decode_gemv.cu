@@ -65,6 +65,13 @@ __device__ __forceinline__ float round_to(float v) {
   return to_compute(convert<T>(v));
 }
 
+// Activation v after RMSNorm with weight w, as transformers computes it in the dtype:
+// w * round(v * rstd), rounded.
+template <class T>
+__device__ __forceinline__ float rms_normed(float v, float w, float rstd) {
+  return round_to<T>(w * round_to<T>(v * rstd));
+}
+
 __device__ __forceinline__ float warp_total(float v) {
 #pragma unroll
   for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
@@ -326,7 +333,7 @@ __device__ __forceinline__ void load_inputs(const Input<T>& in, int64_t base, in
         float w[RUN];
         load_run<T, RUN>(in.nw + F::x_start(c, run), w);
 #pragma unroll
-        for (int e = 0; e < RUN; ++e) out[e] = round_to<T>(w[e] * round_to<T>(out[e] * in.rstd));
+        for (int e = 0; e < RUN; ++e) out[e] = rms_normed<T>(out[e], w[e], in.rstd);
       }
     }
   }
@@ -379,7 +386,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
       load_run<T, V>(in.x + base * V, xv[0]);
       unpack16<T>(nw_bits, w);
 #pragma unroll
-      for (int e = 0; e < V; ++e) xv[0][e] = round_to<T>(w[e] * round_to<T>(xv[0][e] * in.rstd));
+      for (int e = 0; e < V; ++e) xv[0][e] = rms_normed<T>(xv[0][e], w[e], in.rstd);
     } else {
       load_inputs<T, F, 1>(in, base, units, xv);
     }
@@ -800,7 +807,7 @@ __device__ __forceinline__ void quantize_x_to_shared(const GemvArgs& a, uint8_t*
       block_totals<1>(sq);
       const float rstd = rsqrtf(sq[0] / static_cast<float>(a.k) + static_cast<float>(a.eps));
 #pragma unroll
-      for (int e = 0; e < 16; ++e) v[e] = round_to<T>(w[e] * round_to<T>(v[e] * rstd));
+      for (int e = 0; e < 16; ++e) v[e] = rms_normed<T>(v[e], w[e], rstd);
     }
     store_x_half(xs, threadIdx.x, quantize_unit(v));
   } else {
@@ -838,7 +845,7 @@ __device__ __forceinline__ void quantize_x_to_shared(const GemvArgs& a, uint8_t*
           float w[16];
           load_run<T, 16>(nw + 16 * h, w);
 #pragma unroll
-          for (int e = 0; e < 16; ++e) v[e] = round_to<T>(w[e] * round_to<T>(v[e] * in.rstd));
+          for (int e = 0; e < 16; ++e) v[e] = rms_normed<T>(v[e], w[e], in.rstd);
         }
         store_x_half(xs, h, quantize_unit(v));
       }
