@@ -30,7 +30,8 @@ Tensor cuda_rope_write_at_position(const Tensor&, const Tensor&, size_t, size_t,
   return {};
 }
 
-bool cuda_attend_to_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor*) {
+bool cuda_attend_to_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor*,
+                             bool) {
   return false;
 }
 
@@ -118,7 +119,7 @@ bool fused_qkv_rope(const Tensor&, const Tensor&, double, const QLinear&, const 
 bool fused_gate_up_silu(const Tensor&, const Tensor&, double, const QLinear&, Tensor*) {
   return false;
 }
-bool fused_project_add(const Tensor&, const QLinear&, const Tensor&, Tensor*) {
+bool fused_project_add(const Tensor&, const QLinear&, const Tensor&, Tensor*, bool) {
   return false;
 }
 

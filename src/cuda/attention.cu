@@ -593,7 +593,8 @@ struct DecodeArgs {
   float* part_o;   // (b, h, splits, d): unnormalised outputs
   int64_t qs[3], ks[3], vs[3], ms[4];
   int h, h_kv, group, chunks, s_kv, tiles, splits;
-  float scale_log2;  // scale * log2(e): the softmax runs in base 2
+  float scale_log2;        // scale * log2(e): the softmax runs in base 2
+  bool launch_next_early;  // AttentionArgs::launch_next_early
 };
 
 template <class T, int D>
@@ -717,6 +718,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     early_stages = count - 1;
   }
   start_tiles(0, early_stages);
+  if (p.launch_next_early) pdl_launch_dependents();
   if (rows_before) {  // q and the last key's row come from the kernel before
     pdl_wait();
     WICK_TL_WAITED();
@@ -1207,6 +1209,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   p.s_kv = a.s_kv;
   p.tiles = (a.s_kv + kDecKeys - 1) / kDecKeys;
   p.scale_log2 = a.scale * kLog2e;
+  p.launch_next_early = a.launch_next_early && a.last_key != nullptr;
 
   auto kernel = attn_decode_kernel<T, D>;
   const int warps = decode_warps();

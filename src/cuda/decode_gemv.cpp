@@ -176,7 +176,8 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
   return true;
 }
 
-bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum) {
+bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
+                       bool prefetch_rows) {
   Launch l;
   if (!prepare(cuda::GemvEpilogue::Add, x, Tensor(), 0, w, &l) ||
       residual.elem_count() != static_cast<size_t>(l.weight.n) || !residual.is_contiguous() ||
@@ -184,6 +185,7 @@ bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual
     return false;
   }
   l.args.residual = ptr_of(residual);
+  l.args.prefetch_rows = prefetch_rows;
   if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
   l.reads.push_back(&residual);
   *sum = run("project_add_gemv", l, x, residual.elem_count(), residual.shape());

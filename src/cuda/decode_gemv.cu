@@ -25,7 +25,12 @@
 // in gate/up 1,209.1-1,209.9, in all three 1,166.4-1,166.6 (SmolLM2 1,993.9-1,997.6). Against
 // 1,221.0-1,221.4 (SmolLM2 2,126.0-2,126.2): plain rows in warp-owned pairs as gemv_pairs_kernel
 // takes GGML rows (cp.async into shared memory, x normalised once a block, one wave) for qkv
-// and o 872.5-876.7 (SmolLM2 1,124.7-1,585.3), for every projection 562.7-563.8.
+// and o 872.5-876.7 (SmolLM2 1,124.7-1,585.3), for every projection 562.7-563.8. Later (against
+// 1,213.0-1,215.6): each block asking the L2 for the rest of its rows before pdl_wait in gate/up
+// 1,162.1, in qkv 1,193.5-1,194.2, in down 1,175.9-1,208.5 (1 to 7 units ahead), in o 1,208.4-
+// 1,210.4 (kept where the attention before lets o launch early: GemvArgs::prefetch_rows); the
+// decode attention asking the L2 for the o weight 1,118.6-1,119.7, and for 4-16 MB of gate/up
+// too 939.9-1,070.7.
 //
 // GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
 // for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
@@ -348,8 +353,9 @@ inline constexpr int kUnroll = R >= 8 ? 1 : 2;
 // thread. The first units of the weights are loaded before pdl_wait(): they do not depend on the
 // kernel before. A thread holds one unit of each row at a time: more blocks a multiprocessor
 // (H200, Llama-1B bf16 decode step: blocks of 4 rows 1,151 tok/s with two units a thread, 95
-// registers; 1,189 with one, 64 registers).
-template <class T, class F, int R>
+// registers; 1,189 with one, 64 registers). kPrefetchRows: the rest of the rows is asked of the L2
+// before pdl_wait too (GemvArgs::prefetch_rows; one prefetch a row and unit, no registers).
+template <class T, class F, int R, bool kPrefetchRows>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
                                          double eps, float (&acc)[R]) {
   constexpr int V = F::V;
@@ -368,6 +374,14 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
   };
   int64_t base = threadIdx.x;
   load_weights(base);
+  if constexpr (kPrefetchRows) {
+    for (int64_t c = base + kGemvThreads; c < units; c += kGemvThreads) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w[r] + c * 16) : "memory");
+      }
+    }
+  }
   // The first unit's norm weights too: they are weights (H200, graph decode tok/s, two rounds in
   // one call: Llama-1B bf16 1,188.1 and 1,187.5 loaded after rstd, 1,204.5 and 1,203.5 so;
   // SmolLM2 bf16 2,097.9 and 2,098.4 against 2,113.6 and 2,116.3). A unit is 16 bytes of T.
@@ -604,7 +618,7 @@ template <class T, class F, int R>
 inline constexpr int kGemvMinBlocks = (std::is_same_v<F, DenseRows<T>> && R == 4) ? 8 : 1;
 
 // R rows (R / 2 output pairs) a block.
-template <class T, class F, int R>
+template <class T, class F, int R, bool kPrefetchRows = false>
 __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<T, F, R>))
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   WICK_TL_START();
@@ -617,7 +631,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<T, F, R>))
   Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
   float acc[R];
   if constexpr (std::is_same_v<F, DenseRows<T>>) {
-    dot_rows<T, F, R>(row_ptr, in, a.k, a.eps, acc);
+    dot_rows<T, F, R, kPrefetchRows>(row_ptr, in, a.k, a.eps, acc);
   } else {
     dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
   }
@@ -988,8 +1002,11 @@ void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
       // Small projections are latency-bound: they take the attention kernel's split of L1 and
       // shared memory (kernel_utils.cuh); large ones keep the L1 that their loads fill.
       const int carveout = a.n * row_bytes <= kLatencyBoundBytes ? kCarveoutMaxShared : -1;
-      launch_pdl_carveout(carveout, gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a,
-                          row_bytes, 0);
+      auto kernel = gemv_kernel<T, DenseRows<T>, R>;
+      if constexpr (R == 4) {  // the blocks' rows that plain weights take unless forced
+        if (a.prefetch_rows) kernel = gemv_kernel<T, DenseRows<T>, R, true>;
+      }
+      launch_pdl_carveout(carveout, kernel, grid, kGemvThreads, 0, s, a, row_bytes, 0);
       break;
     }
     case GemvWeights::Q4_0:

@@ -42,6 +42,9 @@ struct GemvArgs {
   // Store, SiluMul, Add
   void* out;             // (n), (n / 2), (n)
   const void* residual;  // Add: (n)
+  // Plain weights: each block asks the L2 for the rest of its rows before pdl_wait, where the
+  // kernel before lets this one launch early (AttentionArgs::launch_next_early).
+  bool prefetch_rows = false;
 };
 
 /// False when the operands do not suit the kernel (k % 8 or 32, alignment, head_dim): the

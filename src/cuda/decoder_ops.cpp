@@ -95,12 +95,13 @@ Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t
 }
 
 bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
-                             const Tensor& position, Tensor* out) {
+                             const Tensor& position, Tensor* out, bool launch_next_early) {
   cuda::AttentionArgs a;
   a.q = ptr_of(q);
   a.k = ptr_of(keys);
   a.v = ptr_of(values);
   a.last_key = static_cast<const uint32_t*>(ptr_of(position));
+  a.launch_next_early = launch_next_early;
   for (int i = 0; i < 3; ++i) {
     a.q_strides[i] = static_cast<int64_t>(q.layout().strides()[i]);
     a.k_strides[i] = static_cast<int64_t>(keys.layout().strides()[i]);

@@ -48,6 +48,10 @@ struct AttentionArgs {
   // the stream: without a mask they are read before that kernel has finished (programmatic
   // dependent launch), only q and the row of the last key after.
   const uint32_t* last_key = nullptr;
+  // With last_key: the kernel after this one on the stream may launch as this one starts
+  // (programmatic launch), on the multiprocessors it leaves free, for a next kernel that only
+  // loads weights before it waits (a plain-weight decode projection, GemvArgs::prefetch_rows).
+  bool launch_next_early = false;
 };
 
 /// Whether launch_attention takes `a` with last_key set (the decode kernel applies).

@@ -112,7 +112,7 @@ Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, s
 }
 
 bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
-                        const Tensor& position, Tensor* out) {
+                        const Tensor& position, Tensor* out, bool launch_next_early) {
   if (q.rank() != 4 || keys.rank() != 4 || values.shape() != keys.shape() || q.dims()[2] != 1 ||
       q.dims()[0] != keys.dims()[0] || q.dims()[3] != keys.dims()[3] || keys.dims()[1] == 0 ||
       q.dims()[1] % keys.dims()[1] != 0 || keys.dims()[2] == 0) {
@@ -133,7 +133,8 @@ bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& value
           str("attend to position: q on ", q.device(), ", an input on ", t->device()));
     }
   }
-  return q.device().is_cuda() && cuda_attend_to_position(q, keys, values, position, out);
+  return q.device().is_cuda() &&
+         cuda_attend_to_position(q, keys, values, position, out, launch_next_early);
 }
 
 }  // namespace wick::models::detail

@@ -30,12 +30,14 @@ Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, s
 /// op just before this one (the kernel reads them while that op finishes); row p may be. Fills *out
 /// with (b, h, 1, d) and returns true where one kernel does it (CUDA f16/bf16, the decode kernel's
 /// head dims and alignments); otherwise does nothing and returns false, and the caller masks.
+/// launch_next_early: the op after this one may launch as this kernel starts, for a next op that
+/// only loads weights before it waits (AttentionArgs::launch_next_early).
 bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
-                        const Tensor& position, Tensor* out);
+                        const Tensor& position, Tensor* out, bool launch_next_early = false);
 
 /// The CUDA half of attend_to_position (src/cuda/decoder_ops.cpp; a stub without CUDA).
 bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
-                             const Tensor& position, Tensor* out);
+                             const Tensor& position, Tensor* out, bool launch_next_early);
 
 /// The CUDA half of rope_write_at_position (src/cuda/decoder_ops.cpp; a stub without CUDA).
 Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
