@@ -30,7 +30,11 @@
 // 1,162.1, in qkv 1,193.5-1,194.2, in down 1,175.9-1,208.5 (1 to 7 units ahead), in o 1,208.4-
 // 1,210.4 (kept where the attention before lets o launch early: GemvArgs::prefetch_rows); the
 // decode attention asking the L2 for the o weight 1,118.6-1,119.7, and for 4-16 MB of gate/up
-// too 939.9-1,070.7.
+// too 939.9-1,070.7. Against 1,242.2-1,243.3 (SmolLM2 2,164.9): a block's plain rows, its norm
+// weight and x staged whole in shared memory by bulk copies (cp.async.bulk, one thread, the
+// max-shared split; branch next/bulk) in gate/up 770.8-771.1, down 935.9-947.6, qkv 1,008.5,
+// o 1,130.9, every projection 563.2-583.7 (SmolLM2 1,499.5), as slow as the warp-owned pairs
+// above: plain rows through shared memory lose here however they are copied.
 //
 // GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
 // for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
