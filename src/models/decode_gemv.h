@@ -32,8 +32,8 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
                         const QLinear& w_gate_up, Tensor* act);
 
 /// residual + linear(x, w), in residual's shape. prefetch_rows: the op before lets this one
-/// launch early (attend_to_position's launch_next_early), and plain weights are asked of the L2
-/// whole before the kernel waits for it (GemvArgs::prefetch_rows).
+/// launch early (attend_to_position's launch_next_early): each block asks the L2 for the rest of
+/// its plain rows before it waits for that op (GemvArgs::prefetch_rows).
 bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
                        bool prefetch_rows = false);
 
