@@ -108,7 +108,10 @@ namespace wick::models::detail {
 bool decode_gemv_enabled() {
   return false;
 }
-bool fused_linear(const Tensor&, const Tensor&, double, const QLinear&, Tensor*) {
+bool fused_linear_preferred(const QLinear&) {
+  return false;
+}
+bool fused_linear(const Tensor&, const Tensor&, double, const QLinear&, Tensor*, Tensor*) {
   return false;
 }
 bool fused_qkv_rope(const Tensor&, const Tensor&, double, const QLinear&, const Tensor&, size_t,

@@ -279,10 +279,10 @@ __device__ __forceinline__ void load_run(const T* p, float* out) {
   }
 }
 
-// The block's totals of s[0 .. R), on every thread.
-template <int R>
+// The block's totals of s[0 .. R), on every thread of the N.
+template <int R, int N = kGemvThreads>
 __device__ __forceinline__ void block_totals(float (&s)[R]) {
-  __shared__ float part[R][kGemvThreads / 32];
+  __shared__ float part[R][N / 32];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float t = warp_total(s[r]);
@@ -293,7 +293,7 @@ __device__ __forceinline__ void block_totals(float (&s)[R]) {
   for (int r = 0; r < R; ++r) {
     s[r] = 0;
 #pragma unroll
-    for (int i = 0; i < kGemvThreads / 32; ++i) s[r] += part[r][i];
+    for (int i = 0; i < N / 32; ++i) s[r] += part[r][i];
   }
 }
 
@@ -308,30 +308,31 @@ struct Input {
   const T* nw;  // null: x as it is
   float rstd = 1;
 
+  template <int N = kGemvThreads>
   __device__ void find_rstd(int64_t k, double eps) {
     constexpr int PER = 16 / sizeof(T);
     float sq = 0;
-    for (int64_t c = threadIdx.x; c < k / PER; c += kGemvThreads) {
+    for (int64_t c = threadIdx.x; c < k / PER; c += N) {
       float v[PER];
       load_run<T, PER>(x + c * PER, v);
 #pragma unroll
       for (int e = 0; e < PER; ++e) sq += v[e] * v[e];
     }
     float t[1] = {sq};
-    block_totals<1>(t);
+    block_totals<1, N>(t);
     rstd = rsqrtf(t[0] / static_cast<float>(k) + static_cast<float>(eps));
   }
 };
 
-// The activations of the U units from `base` a kGemvThreads apart (zeros past the end),
-// normalised when the input takes a norm.
-template <class T, class F, int U>
+// The activations of the U units from `base` N apart (zeros past the end), normalised when the
+// input takes a norm.
+template <class T, class F, int U, int N = kGemvThreads>
 __device__ __forceinline__ void load_inputs(const Input<T>& in, int64_t base, int64_t units,
                                             float (&xv)[U][F::V]) {
   constexpr int V = F::V, RUN = F::R;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int64_t c = base + u * kGemvThreads;
+    const int64_t c = base + u * N;
 #pragma unroll
     for (int run = 0; run < V / RUN; ++run) {
       float* out = &xv[u][run * RUN];
@@ -356,13 +357,14 @@ __device__ __forceinline__ void load_inputs(const Input<T>& in, int64_t base, in
 template <int R>
 inline constexpr int kUnroll = R >= 8 ? 1 : 2;
 
-// Plain rows w[0 .. R) (k values each) dotted with the input by the whole block, totals on every
-// thread. The first units of the weights are loaded before pdl_wait(): they do not depend on the
-// kernel before. A thread holds one unit of each row at a time: more blocks a multiprocessor
-// (H200, Llama-1B bf16 decode step: blocks of 4 rows 1,151 tok/s with two units a thread, 95
-// registers; 1,189 with one, 64 registers). kPrefetchRows: the rest of the rows is asked of the L2
-// before pdl_wait too (GemvArgs::prefetch_rows; one prefetch a row and unit, no registers).
-template <class T, class F, int R, bool kPrefetchRows>
+// Plain rows w[0 .. R) (k values each) dotted with the input by the whole block of N threads,
+// totals on every thread. The first units of the weights are loaded before pdl_wait(): they do not
+// depend on the kernel before. A thread holds one unit of each row at a time: more blocks a
+// multiprocessor (H200, Llama-1B bf16 decode step: blocks of 4 rows 1,151 tok/s with two units a
+// thread, 95 registers; 1,189 with one, 64 registers). kPrefetchRows: the rest of the rows is asked
+// of the L2 before pdl_wait too (GemvArgs::prefetch_rows; one prefetch a row and unit, no
+// registers).
+template <class T, class F, int R, bool kPrefetchRows, int N>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
                                          double eps, float (&acc)[R]) {
   constexpr int V = F::V;
@@ -382,7 +384,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
   int64_t base = threadIdx.x;
   load_weights(base);
   if constexpr (kPrefetchRows) {
-    for (int64_t c = base + kGemvThreads; c < units; c += kGemvThreads) {
+    for (int64_t c = base + N; c < units; c += N) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         asm volatile("prefetch.global.L2 [%0];" ::"l"(w[r] + c * 16) : "memory");
@@ -397,7 +399,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
   if (nw_first) nw_bits = __ldg(reinterpret_cast<const uint4*>(in.nw) + base);
   pdl_wait();
   WICK_TL_WAITED();
-  if (in.nw != nullptr) in.find_rstd(k, eps);
+  if (in.nw != nullptr) in.template find_rstd<N>(k, eps);
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
   for (bool first = true;; first = false) {
@@ -409,16 +411,16 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
 #pragma unroll
       for (int e = 0; e < V; ++e) xv[0][e] = rms_normed<T>(xv[0][e], w[e], in.rstd);
     } else {
-      load_inputs<T, F, 1>(in, base, units, xv);
+      load_inputs<T, F, 1, N>(in, base, units, xv);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] += F::dot(raw[r], xv[0]);
-    base += kGemvThreads;
+    base += N;
     if (base >= units) break;
     load_weights(base);
   }
   pdl_launch_dependents();  // the next kernel may start loading its weights
-  block_totals<R>(acc);
+  block_totals<R, N>(acc);
 }
 
 // Bytes between the rows' copies in shared memory.
@@ -618,15 +620,51 @@ __device__ __forceinline__ void prefetch_cache_rows(const GemvArgs& a) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base), "r"(bytes) : "memory");
 }
 
-// Blocks a multiprocessor should hold: 8 for 4 plain rows a block (64 registers; the compiler's
-// own choice, 72, held 7: Llama-1B bf16 decode 1,135 against 1,197 tok/s; asking for 10 spilled,
-// 1,040).
-template <class T, class F, int R>
-inline constexpr int kGemvMinBlocks = (std::is_same_v<F, DenseRows<T>> && R == 4) ? 8 : 1;
+// GemvArgs::argmax without a kernel of its own (the greedy decode step's pick): each block offers
+// its best row as one 64-bit atomic max, orderable value bits above the complemented index, and the
+// last block to count itself done writes the index and sets both words back to zero for the next
+// launch (one such launch at a time on a device, as the decode attention's count).
+__device__ unsigned long long g_argmax_best;
+__device__ unsigned int g_argmax_done;
 
-// R rows (R / 2 output pairs) a block.
-template <class T, class F, int R, bool kPrefetchRows = false>
-__global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<T, F, R>))
+template <class T, int R>
+__device__ __forceinline__ void post_argmax(const GemvArgs& a, const int64_t (&rows)[R],
+                                            const float (&acc)[R]) {
+  if (threadIdx.x != 0) return;
+  unsigned long long best = 0;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = round_to<T>(acc[r]) + 0.0f;  // the stored value; -0 as +0
+    const uint32_t bits = __float_as_uint(v);
+    const uint32_t order = v != v               ? 0xffffffffu  // NaN above everything
+                           : (bits >> 31) != 0u ? ~bits
+                                                : bits | 0x80000000u;
+    const uint32_t index = static_cast<uint32_t>(rows[r]);
+    best = max(best, static_cast<unsigned long long>(order) << 32 | (0xffffffffu - index));
+  }
+  atomicMax(&g_argmax_best, best);
+  unsigned done;  // release: this block's offer comes before its count; acquire for the last
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+               : "=r"(done)
+               : "l"(&g_argmax_done)
+               : "memory");
+  if (done != gridDim.x - 1) return;
+  const unsigned long long winner = atomicExch(&g_argmax_best, 0ull);
+  g_argmax_done = 0;
+  *a.argmax = 0xffffffffu - static_cast<uint32_t>(winner);
+}
+
+// Blocks of N threads a multiprocessor should hold: for 4 plain rows a block, as many as 64
+// registers a thread allow (the compiler's own choice, 72, held 7 blocks of 128: Llama-1B bf16
+// decode 1,135 against 1,197 tok/s; asking for 10 spilled, 1,040).
+template <class T, class F, int R, int N>
+inline constexpr int kGemvMinBlocks = (std::is_same_v<F, DenseRows<T>> && R == 4)
+                                          ? 8 * kGemvThreads / N
+                                          : 1;
+
+// R rows (R / 2 output pairs) a block of N threads (plain rows: 64, 128 or 256; GGML rows 128).
+template <class T, class F, int R, bool kPrefetchRows = false, int N = kGemvThreads>
+__global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   WICK_TL_START();
   prefetch_cache_rows<T>(a);
@@ -638,11 +676,12 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<T, F, R>))
   Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
   float acc[R];
   if constexpr (std::is_same_v<F, DenseRows<T>>) {
-    dot_rows<T, F, R, kPrefetchRows>(row_ptr, in, a.k, a.eps, acc);
+    dot_rows<T, F, R, kPrefetchRows, N>(row_ptr, in, a.k, a.eps, acc);
   } else {
     dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
   }
   finish_pairs<T, R>(a, p0, rows, acc);
+  if (a.argmax != nullptr) post_argmax<T, R>(a, rows, acc);
   WICK_TL_END(1u << 28 | static_cast<uint32_t>(a.epilogue) << 24 | static_cast<uint32_t>(a.k));
 }
 
@@ -999,6 +1038,33 @@ int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
 // Llama-1B's are 8.4 MB and up).
 constexpr int64_t kLatencyBoundBytes = int64_t{4} << 20;
 
+// Threads a block of 4 plain rows. Projections of up to 16 MB (Llama-1B's qkv and o) run as one
+// wave of 128-thread blocks; larger ones fill the multiprocessors' registers in as few waves as
+// they can: one of 256-thread blocks (Llama-1B's down), else two of 64 (gate/up), else 128 (the
+// output head). WICK_GEMV_THREADS forces 64, 128 or 256. H200, Llama-1B bf16 graph decode tok/s,
+// two rounds in one call, against 1,250.4 and 1,250.2 with 128 everywhere: gate/up at 64 1,270.0
+// and 1,270.2 (at 256 1,145.0), down at 256 1,254.6 and 1,253.6 (at 64 1,178.6), qkv at 64 or 256
+// 1,236.8 / 1,215.6, o at 64 or 256 1,240.2 / 1,222.6, the head at 64 or 256 1,251.5 / 1,199.1.
+constexpr int64_t kOneWaveBytes = int64_t{16} << 20;
+
+int dense_threads(const GemvArgs& a, int64_t row_bytes) {
+  if (config().gemv_threads > 0) return config().gemv_threads;
+  if (a.n * row_bytes <= kOneWaveBytes) return kGemvThreads;
+  const int64_t blocks = a.n / 4, sms = sm_count();
+  if (blocks <= 4 * sms && row_bytes / 16 >= 256) return 256;
+  return blocks <= 32 * sms ? 64 : kGemvThreads;
+}
+
+template <class T, int N>
+void launch_dense(const GemvArgs& a, int64_t row_bytes, int carveout, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((a.n / 2 + 1) / 2));
+  auto kernel = gemv_kernel<T, DenseRows<T>, 4, false, N>;
+  if constexpr (N == kGemvThreads) {  // the blocks of the one-wave projections that ask for it
+    if (a.prefetch_rows) kernel = gemv_kernel<T, DenseRows<T>, 4, true, N>;
+  }
+  launch_pdl_carveout(carveout, kernel, grid, N, 0, s, a, row_bytes, 0);
+}
+
 template <class T, int R>
 void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
@@ -1009,11 +1075,18 @@ void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
       // Small projections are latency-bound: they take the attention kernel's split of L1 and
       // shared memory (kernel_utils.cuh); large ones keep the L1 that their loads fill.
       const int carveout = a.n * row_bytes <= kLatencyBoundBytes ? kCarveoutMaxShared : -1;
-      auto kernel = gemv_kernel<T, DenseRows<T>, R>;
       if constexpr (R == 4) {  // the blocks' rows that plain weights take unless forced
-        if (a.prefetch_rows) kernel = gemv_kernel<T, DenseRows<T>, R, true>;
+        switch (dense_threads(a, row_bytes)) {
+          case 64:
+            return launch_dense<T, 64>(a, row_bytes, carveout, s);
+          case 256:
+            return launch_dense<T, 256>(a, row_bytes, carveout, s);
+          default:
+            return launch_dense<T, kGemvThreads>(a, row_bytes, carveout, s);
+        }
       }
-      launch_pdl_carveout(carveout, kernel, grid, kGemvThreads, 0, s, a, row_bytes, 0);
+      launch_pdl_carveout(carveout, gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a,
+                          row_bytes, 0);
       break;
     }
     case GemvWeights::Q4_0:
@@ -1173,6 +1246,10 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
     if (!aligned(a.w, 16)) return false;
   } else if (staged_copy_bytes(a.w, row_bytes) == 0 ||
              2 * staged_stride(row_bytes) > kMaxStagedBytes) {
+    return false;
+  }
+  if (a.argmax != nullptr &&
+      (a.epilogue != GemvEpilogue::Store || a.weights != GemvWeights::Dense || a.n > INT32_MAX)) {
     return false;
   }
   if (a.epilogue == GemvEpilogue::QkvRope) {
