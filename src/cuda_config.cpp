@@ -49,7 +49,6 @@ Config read_config() {
   for (const char* threads : {"64", "128", "256"}) {
     if (env_is("WICK_GEMV_THREADS", threads)) c.gemv_threads = std::atoi(threads);
   }
-  c.gemv_argmax = !env_is("WICK_GEMV_ARGMAX", "0");
   c.gemv_stream = !env_is("WICK_GEMV_STREAM", "0");
   c.gemv_pairs = !env_is("WICK_GEMV_PAIRS", "0");
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);

@@ -620,40 +620,6 @@ __device__ __forceinline__ void prefetch_cache_rows(const GemvArgs& a) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base), "r"(bytes) : "memory");
 }
 
-// GemvArgs::argmax without a kernel of its own (the greedy decode step's pick): each block offers
-// its best row as one 64-bit atomic max, orderable value bits above the complemented index, and the
-// last block to count itself done writes the index and sets both words back to zero for the next
-// launch (one such launch at a time on a device, as the decode attention's count).
-__device__ unsigned long long g_argmax_best;
-__device__ unsigned int g_argmax_done;
-
-template <class T, int R>
-__device__ __forceinline__ void post_argmax(const GemvArgs& a, const int64_t (&rows)[R],
-                                            const float (&acc)[R]) {
-  if (threadIdx.x != 0) return;
-  unsigned long long best = 0;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float v = round_to<T>(acc[r]) + 0.0f;  // the stored value; -0 as +0
-    const uint32_t bits = __float_as_uint(v);
-    const uint32_t order = v != v               ? 0xffffffffu  // NaN above everything
-                           : (bits >> 31) != 0u ? ~bits
-                                                : bits | 0x80000000u;
-    const uint32_t index = static_cast<uint32_t>(rows[r]);
-    best = max(best, static_cast<unsigned long long>(order) << 32 | (0xffffffffu - index));
-  }
-  atomicMax(&g_argmax_best, best);
-  unsigned done;  // release: this block's offer comes before its count; acquire for the last
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
-               : "=r"(done)
-               : "l"(&g_argmax_done)
-               : "memory");
-  if (done != gridDim.x - 1) return;
-  const unsigned long long winner = atomicExch(&g_argmax_best, 0ull);
-  g_argmax_done = 0;
-  *a.argmax = 0xffffffffu - static_cast<uint32_t>(winner);
-}
-
 // Blocks of N threads a multiprocessor should hold: for 4 plain rows a block, as many as 64
 // registers a thread allow (the compiler's own choice, 72, held 7 blocks of 128: Llama-1B bf16
 // decode 1,135 against 1,197 tok/s; asking for 10 spilled, 1,040).
@@ -681,7 +647,6 @@ __global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
     dot_rows_staged<T, F, R>(row_ptr, in, a.k, a.eps, row_bytes, copy, acc);
   }
   finish_pairs<T, R>(a, p0, rows, acc);
-  if (a.argmax != nullptr) post_argmax<T, R>(a, rows, acc);
   WICK_TL_END(1u << 28 | static_cast<uint32_t>(a.epilogue) << 24 | static_cast<uint32_t>(a.k));
 }
 
@@ -1246,10 +1211,6 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
     if (!aligned(a.w, 16)) return false;
   } else if (staged_copy_bytes(a.w, row_bytes) == 0 ||
              2 * staged_stride(row_bytes) > kMaxStagedBytes) {
-    return false;
-  }
-  if (a.argmax != nullptr &&
-      (a.epilogue != GemvEpilogue::Store || a.weights != GemvWeights::Dense || a.n > INT32_MAX)) {
     return false;
   }
   if (a.epilogue == GemvEpilogue::QkvRope) {
