@@ -1007,7 +1007,7 @@ constexpr int64_t kLatencyBoundBytes = int64_t{4} << 20;
 // wave of 128-thread blocks; larger ones fill the multiprocessors' registers in as few waves as
 // they can: one of 256-thread blocks (Llama-1B's down), else two of 64 (gate/up), else 128 (the
 // output head). WICK_GEMV_THREADS forces 64, 128 or 256. H200, Llama-1B bf16 graph decode tok/s,
-// two rounds in one call, against 1,250.4 and 1,250.2 with 128 everywhere: gate/up at 64 1,270.0
+// one projection changed at a time, against 1,250.4 with 128 everywhere: gate/up at 64 1,270.0
 // and 1,270.2 (at 256 1,145.0), down at 256 1,254.6 and 1,253.6 (at 64 1,178.6), qkv at 64 or 256
 // 1,236.8 / 1,215.6, o at 64 or 256 1,240.2 / 1,222.6, the head at 64 or 256 1,251.5 / 1,199.1.
 constexpr int64_t kOneWaveBytes = int64_t{16} << 20;
