@@ -119,14 +119,14 @@ bool decode_gemv_enabled() {
   return enabled;
 }
 
-// Plain rows: when each of the kernel's 128 threads takes the same number of 16-byte units of a
-// row. H200, graph decode tok/s, two rounds, cuBLAS against the kernel: Llama-1B bf16's head
-// (k 2,048: 2 units a thread) 1,231.9 and 1,232.5 against 1,248.1 and 1,249.8; SmolLM2 bf16's
-// (k 576: 72 units for 128 threads) 2,170.0 and 2,169.2 against 2,127.3 and 2,127.4.
+// Plain rows: when each of the kernel's threads takes the same number of 16-byte units of a row.
+// H200, graph decode tok/s, two rounds, cuBLAS against the kernel: Llama-1B bf16's head (k 2,048: 2
+// units a thread) 1,231.9 and 1,232.5 against 1,248.1 and 1,249.8; SmolLM2 bf16's (k 576: 72 units
+// for 128 threads) 2,170.0 and 2,169.2 against 2,127.3 and 2,127.4.
 bool fused_linear_preferred(const QLinear& w) {
   if (w.quantized()) return true;
   const Tensor& d = w.dense();
-  return d.rank() == 2 && d.dims()[1] * size_in_bytes(d.dtype()) % (16 * 128) == 0;
+  return d.rank() == 2 && d.dims()[1] * size_in_bytes(d.dtype()) % (16 * cuda::kGemvThreads) == 0;
 }
 
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,

@@ -70,8 +70,6 @@ WICK_TIMELINE_TU(decode_gemv)
 namespace wick::cuda {
 namespace {
 
-constexpr int kGemvThreads = 128;
-
 template <class T>
 __device__ __forceinline__ float round_to(float v) {
   return to_compute(convert<T>(v));

@@ -19,6 +19,10 @@ namespace wick::cuda {
 
 enum class GemvEpilogue { Store, QkvRope, SiluMul, Add };
 
+/// Threads a block of the kernel, unless dense_threads in decode_gemv.cu picks others for a large
+/// projection; each takes 16 bytes of a plain row at a time.
+inline constexpr int kGemvThreads = 128;
+
 /// How W's rows are stored: plain elements of the activations' dtype, or GGML blocks of 32.
 enum class GemvWeights { Dense, Q4_0, Q4_1, Q8_0 };
 
