@@ -1,5 +1,6 @@
 #include "cuda_config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -41,6 +42,9 @@ Config read_config() {
   if (env_is("WICK_CUDA_WARMUP", "0")) c.warmup = WarmUp::Off;
   if (env_is("WICK_CUDA_WARMUP", "handle")) c.warmup = WarmUp::Handle;
   c.decode_graph = !env_is("WICK_DECODE_GRAPH", "0");
+  if (const char* v = env("WICK_GRAPH_STEPS"); v != nullptr && std::atoi(v) >= 1) {
+    c.graph_steps = std::min(std::atoi(v), 8);
+  }
   c.decode_gemv = !env_is("WICK_DECODE_GEMV", "0");
   c.pdl = !env_is("WICK_PDL", "0");
   for (const char* rows : {"2", "4", "8"}) {
@@ -49,6 +53,7 @@ Config read_config() {
   for (const char* threads : {"64", "128", "256"}) {
     if (env_is("WICK_GEMV_THREADS", threads)) c.gemv_threads = std::atoi(threads);
   }
+  c.gemv_argmax = !env_is("WICK_GEMV_ARGMAX", "0");
   c.gemv_stream = !env_is("WICK_GEMV_STREAM", "0");
   c.gemv_pairs = !env_is("WICK_GEMV_PAIRS", "0");
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);

@@ -15,11 +15,15 @@
 //                                    matmul creates cuBLASLt); handle: a warm-up thread that
 //                                    creates the cuBLASLt handle but runs no GEMM
 //   WICK_DECODE_GRAPH=0              Llama decode steps op by op, not as captured CUDA graphs
+//   WICK_GRAPH_STEPS=1..8            greedy decode steps a captured graph runs (default 4;
+//                                    benchmarks)
 //   WICK_DECODE_GEMV=0               one-token projections without their fused epilogues
 //   WICK_PDL=0                       decode kernels without programmatic dependent launch
 //   WICK_GEMV_ROWS=2|4|8             output rows a block of the decode GEMV (benchmarks)
 //   WICK_GEMV_THREADS=64|128|256     threads a block of 4 plain rows of the decode GEMV
 //                                    (benchmarks)
+//   WICK_GEMV_ARGMAX=0               the decode step's argmax as kernels of their own, not
+//                                    offered by the output head's (benchmarks)
 //   WICK_GEMV_STREAM=0               GGML rows of the decode GEMV one block per group of rows,
 //                                    not streamed through fewer blocks (benchmarks)
 //   WICK_GEMV_PAIRS=0                GGML rows with k a multiple of 2048 through the block
@@ -62,10 +66,12 @@ struct Config {
   bool matmul_graphs = true;                          // initial value
   WarmUp warmup = WarmUp::Full;
   bool decode_graph = true;
+  int graph_steps = 0;  // 0: the generator's own choice
   bool decode_gemv = true;
   bool pdl = true;                 // programmatic dependent launch of the decode kernels
   int gemv_rows = 0;               // 0: the decode GEMV's own choice
   int gemv_threads = 0;            // 0: the decode GEMV's own choice
+  bool gemv_argmax = true;         // the greedy pick inside the output head's kernel
   bool gemv_stream = true;         // GGML rows streamed through fewer blocks
   bool gemv_pairs = true;          // GGML rows with k % 2048 == 0 in warp-owned pairs
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice

@@ -111,7 +111,7 @@ bool decode_gemv_enabled() {
 bool fused_linear_preferred(const QLinear&) {
   return false;
 }
-bool fused_linear(const Tensor&, const Tensor&, double, const QLinear&, Tensor*) {
+bool fused_linear(const Tensor&, const Tensor&, double, const QLinear&, Tensor*, Tensor*) {
   return false;
 }
 bool fused_qkv_rope(const Tensor&, const Tensor&, double, const QLinear&, const Tensor&, size_t,

@@ -130,15 +130,27 @@ bool fused_linear_preferred(const QLinear& w) {
 }
 
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
-                  Tensor* y) {
+                  Tensor* y, Tensor* argmax) {
   Launch l;
   if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l) ||
-      !cuda::gemv_fits(x.dtype(), l.args)) {
+      (argmax != nullptr &&
+       (l.weight.format != cuda::GemvWeights::Dense || !cuda::config().gemv_argmax))) {
     return false;
   }
+  cuda::CudaDevice& dev = device_of(x);
+  std::unique_ptr<cuda::CudaStorage> index;
+  if (argmax != nullptr) {
+    index = std::make_unique<cuda::CudaStorage>(dev, 1, DType::U32);
+    l.args.argmax = static_cast<uint32_t*>(index->data());
+  }
+  if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
   std::vector<size_t> dims = x.dims();
   dims.back() = static_cast<size_t>(l.weight.n);
   *y = run("linear_gemv", l, x, static_cast<size_t>(l.weight.n), Shape(dims));
+  if (argmax != nullptr) {
+    dims.pop_back();
+    *argmax = wick::detail::from_storage(std::move(index), Shape(dims));
+  }
   return true;
 }
 

@@ -46,6 +46,9 @@ struct GemvArgs {
   // Store, SiluMul, Add
   void* out;             // (n), (n / 2), (n)
   const void* residual;  // Add: (n)
+  // Store with plain weights: also the index of the largest stored product (the first of equals;
+  // the first NaN), as argmax gives it; null when not wanted.
+  uint32_t* argmax = nullptr;
   // Plain weights: each block asks the L2 for the rest of its rows before pdl_wait, where the
   // kernel before lets this one launch early (AttentionArgs::launch_next_early).
   bool prefetch_rows = false;

@@ -132,8 +132,9 @@ bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& 
   return true;
 }
 
-// Slots by position: the host reads a step's token while at most one later step runs.
-constexpr int kMailboxSlots = 4;
+// Slots by position: the host reads a step's token while up to two graphs of at most 8 steps each
+// (Generator, WICK_GRAPH_STEPS) are queued after it.
+constexpr int kMailboxSlots = 32;
 
 struct TokenMailbox::Impl {
   cuda::CudaDevice* device = nullptr;

@@ -132,6 +132,7 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
 __global__ void advance_decode_kernel(const uint32_t* next, uint32_t* input,
                                       unsigned long long* mailbox, int slots) {
   WICK_TL_START();
+  pdl_wait();
   WICK_TL_WAITED();
   const uint32_t token = *next, position = input[1] + 1;
   input[0] = token;
@@ -172,9 +173,8 @@ void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, s
 
 void launch_advance_decode(const uint32_t* next, uint32_t* input, uint64_t* mailbox, int slots,
                            cudaStream_t s) {
-  advance_decode_kernel<<<1, 1, 0, s>>>(next, input, reinterpret_cast<unsigned long long*>(mailbox),
-                                        slots);
-  WICK_CUDA_CHECK_LAUNCH();
+  launch_pdl(advance_decode_kernel, dim3(1), dim3(1), 0, s, next, input,
+             reinterpret_cast<unsigned long long*>(mailbox), slots);
 }
 
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s) {

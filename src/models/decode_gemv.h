@@ -20,9 +20,11 @@ bool decode_gemv_enabled();
 /// evenly over the kernel's threads).
 bool fused_linear_preferred(const QLinear& w);
 
-/// linear(norm(x), w) for x (..., k) holding one row: (..., n).
+/// linear(norm(x), w) for x (..., k) holding one row: (..., n). With `argmax`, also y's argmax over
+/// its last dim, as y.argmax(-1) gives it (plain weights only, unless WICK_GEMV_ARGMAX=0: false
+/// otherwise).
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
-                  Tensor* y);
+                  Tensor* y, Tensor* argmax = nullptr);
 
 /// q (1, h, 1, d) from norm(x) (x (1, 1, k)) times wqkv (n, k)^T plus bias, rope at the position,
 /// keys and values into the caches: rms_norm + linear + rope_write_at_position in one kernel.

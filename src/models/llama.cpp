@@ -433,15 +433,19 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
 }
 
 // Logits of positions [from, s) of the hidden states: the final norm, then the output head. One
-// row takes the fused kernel on CUDA where it reads the weights faster than a matmul
-// (models/decode_gemv.h), the norm inside it.
-Tensor output_head(const Llama::Impl& m, const Hidden& hidden, size_t from) {
+// row takes the fused kernel on CUDA where it applies (models/decode_gemv.h), the norm inside it;
+// with `argmax` asked for, also their argmax where that kernel gives it (else left undefined).
+Tensor output_head(const Llama::Impl& m, const Hidden& hidden, size_t from,
+                   Tensor* argmax = nullptr) {
   size_t s = hidden.residual.dims()[1];
   Tensor x = hidden.residual.narrow(1, from, s - from);
   if (x.dims()[0] * x.dims()[1] == 1 && !hidden.normed.defined() &&
       detail::fused_linear_preferred(m.lm_head)) {
     Tensor y;
-    if (detail::fused_linear(x.squeeze(1), m.norm, m.config.rms_norm_eps, m.lm_head, &y)) {
+    const double eps = m.config.rms_norm_eps;
+    if ((argmax != nullptr &&
+         detail::fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &y, argmax)) ||
+        detail::fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &y)) {
       return y;
     }
   }
@@ -515,9 +519,10 @@ Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& 
         str("Llama::decode_step: key_window ", key_window, " > the cache's ", cache.max_len()));
   }
   Hidden hidden = run_layers(*impl_, token, cache, Positions{0, position, key_window});
-  Tensor out = output_head(*impl_, hidden, 0);  // (b, vocab)
+  Tensor next;
+  Tensor out = output_head(*impl_, hidden, 0, &next);  // (b, vocab)
   if (logits != nullptr) *logits = out;
-  return out.argmax(1);
+  return next.defined() ? next : out.argmax(1);
 }
 
 }  // namespace wick::models

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -437,6 +438,43 @@ TEST(CudaLlama, GraphDecodeAcrossKeyWindows) {
             std::vector<uint32_t>(plain.begin(), plain.begin() + 10));
 }
 
+// The head's argmax inside the projection kernel: the first of equal maxima, the first NaN (as
+// Tensor::argmax), -0 equal to +0, and launch after launch (the pick leaves the blocks' offer
+// slots at zero each time; 750 blocks share 64 slots).
+TEST(CudaDecodeGemv, FusedArgmaxTakesTheFirstOfEquals) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  const size_t n = 3000, k = 256;
+  Tensor x = Tensor::ones({1, k}, DType::BF16, gpu);
+  // Row r's logit is k * value[r]: each row holds one value.
+  auto argmax_of = [&](const std::vector<float>& value) {
+    std::vector<float> w(n * k);
+    for (size_t r = 0; r < n; ++r) std::fill_n(w.begin() + r * k, k, value[r]);
+    models::QLinear wl(
+        Tensor::from_vec(w, {n, k}, Device::cpu()).to_dtype(DType::BF16).to_device(gpu));
+    Tensor y, ids;
+    EXPECT_TRUE(models::detail::fused_linear(x, Tensor(), 0, wl, &y, &ids));
+    const uint32_t want = y.argmax(1).to_vec1<uint32_t>()[0];
+    const uint32_t got = ids.to_vec1<uint32_t>()[0];
+    EXPECT_EQ(got, want);
+    return got;
+  };
+  std::vector<float> v(n, -0.25f);
+  v[2999] = 0.5f;
+  EXPECT_EQ(argmax_of(v), 2999u);
+  v[1234] = v[17] = 0.5f;
+  EXPECT_EQ(argmax_of(v), 17u);
+  std::fill(v.begin(), v.end(), -0.25f);
+  v[900] = 0.0f;
+  v[40] = -0.0f;
+  EXPECT_EQ(argmax_of(v), 40u);
+  v[2500] = std::nanf("");
+  v[700] = -std::nanf("");
+  EXPECT_EQ(argmax_of(v), 700u);
+  std::fill(v.begin(), v.end(), -1.0f);  // all equal
+  EXPECT_EQ(argmax_of(v), 0u);
+}
+
 // The fused one-token projections on the GPU against the same step composed from separate ops on
 // the CPU (linear, then rope_write_at_position / silu_mul / add_rms_norm), for plain weights and
 // for Q4_0 / Q4_1 / Q8_0 blocks. Quantized weights are compared with their dequantised values
@@ -505,10 +543,17 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
             // Plain output (the quantized lm_head).
             Tensor wl_ref;
             models::QLinear wl = weight(n_out, k, &wl_ref);
-            Tensor y;
-            ASSERT_TRUE(md::fused_linear(xg, norm_g, eps, wl, &y));
+            Tensor y, ids;
+            ASSERT_TRUE(md::fused_linear(xg, norm_g, eps, wl, &y, format ? nullptr : &ids));
             EXPECT_EQ(y.shape(), Shape({1, 1, n_out}));
             EXPECT_TRUE(testing::close_to(y, testing::f64(linear(in, wl_ref)), tol));
+            if (!format) {  // the argmax of the logits the kernel stored
+              ASSERT_EQ(ids.shape(), Shape({1, 1}));
+              EXPECT_EQ(ids.to_device(Device::cpu()).flatten_all().to_vec1<uint32_t>(),
+                        y.argmax(2).to_device(Device::cpu()).flatten_all().to_vec1<uint32_t>());
+            } else {
+              EXPECT_FALSE(md::fused_linear(xg, norm_g, eps, wl, &y, &ids));
+            }
             // qkv + rope + cache write, with a bias.
             Tensor w_ref;
             models::QLinear w = weight((h + 2 * hkv) * d, k, &w_ref);
