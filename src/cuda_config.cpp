@@ -54,6 +54,9 @@ Config read_config() {
     if (env_is("WICK_GEMV_THREADS", threads)) c.gemv_threads = std::atoi(threads);
   }
   c.gemv_argmax = !env_is("WICK_GEMV_ARGMAX", "0");
+  if (const char* v = env("WICK_L2_NEXT_MB"); v != nullptr && std::atoi(v) >= 0) {
+    c.l2_next_mb = std::min(std::atoi(v), 1024);
+  }
   c.gemv_stream = !env_is("WICK_GEMV_STREAM", "0");
   c.gemv_pairs = !env_is("WICK_GEMV_PAIRS", "0");
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);

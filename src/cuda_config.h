@@ -24,6 +24,9 @@
 //                                    (benchmarks)
 //   WICK_GEMV_ARGMAX=0               the decode step's argmax as kernels of their own, not
 //                                    offered by the output head's (benchmarks)
+//   WICK_L2_NEXT_MB=N                MB of the gate/up weights the decode step's output projection
+//                                    asks the L2 for during the attention (default: up to 4;
+//                                    benchmarks)
 //   WICK_GEMV_STREAM=0               GGML rows of the decode GEMV one block per group of rows,
 //                                    not streamed through fewer blocks (benchmarks)
 //   WICK_GEMV_PAIRS=0                GGML rows with k a multiple of 2048 through the block
@@ -72,6 +75,7 @@ struct Config {
   int gemv_rows = 0;               // 0: the decode GEMV's own choice
   int gemv_threads = 0;            // 0: the decode GEMV's own choice
   bool gemv_argmax = true;         // the greedy pick inside the output head's kernel
+  int l2_next_mb = -1;             // -1: the decode GEMV's own choice
   bool gemv_stream = true;         // GGML rows streamed through fewer blocks
   bool gemv_pairs = true;          // GGML rows with k % 2048 == 0 in warp-owned pairs
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice

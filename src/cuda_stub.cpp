@@ -122,7 +122,8 @@ bool fused_qkv_rope(const Tensor&, const Tensor&, double, const QLinear&, const 
 bool fused_gate_up_silu(const Tensor&, const Tensor&, double, const QLinear&, Tensor*) {
   return false;
 }
-bool fused_project_add(const Tensor&, const QLinear&, const Tensor&, Tensor*, bool) {
+bool fused_project_add(const Tensor&, const QLinear&, const Tensor&, Tensor*, bool,
+                       const QLinear*) {
   return false;
 }
 

@@ -618,6 +618,24 @@ __device__ __forceinline__ void prefetch_cache_rows(const GemvArgs& a) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base), "r"(bytes) : "memory");
 }
 
+// The block's share of GemvArgs::l2_next (its slice of the two regions' bytes), asked of the L2 by
+// thread 0 in bulk before pdl_wait: one request a region it touches. The decode attention asking
+// for gate/up rows itself was slower (the top of this file).
+__device__ __forceinline__ void prefetch_next_share(const GemvArgs& a) {
+  if (threadIdx.x != 0 || a.l2_next == nullptr) return;
+  const int64_t bytes = a.l2_next_bytes, slice = (2 * bytes / gridDim.x + 15) / 16 * 16;
+  const int64_t from = static_cast<int64_t>(blockIdx.x) * slice, to = min(from + slice, 2 * bytes);
+  for (int64_t region = 0; region < 2; ++region) {
+    const int64_t lo = max(from, region * bytes), hi = min(to, (region + 1) * bytes);
+    if (lo >= hi) continue;
+    const uint8_t* p =
+        static_cast<const uint8_t*>(a.l2_next) + region * a.l2_next_half + (lo - region * bytes);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p),
+                 "r"(static_cast<uint32_t>(hi - lo))
+                 : "memory");
+  }
+}
+
 // GemvArgs::argmax without reading the logits again: each block offers its best row as one
 // 64-bit atomic max (orderable value bits above the complemented index) to one of kArgmaxSlots
 // words, a fire-and-forget reduction that the block does not wait for; argmax_pick_kernel, queued
@@ -678,6 +696,7 @@ __global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   WICK_TL_START();
   prefetch_cache_rows<T>(a);
+  if constexpr (kPrefetchRows) prefetch_next_share(a);
   const int64_t p0 = static_cast<int64_t>(blockIdx.x) * (R / 2);
   int64_t rows[R];
   const uint8_t* row_ptr[R];

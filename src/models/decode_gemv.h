@@ -39,8 +39,9 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
 
 /// residual + linear(x, w), in residual's shape. prefetch_rows: the op before lets this one
 /// launch early (attend_to_position's launch_next_early): each block asks the L2 for the rest of
-/// its plain rows before it waits for that op (GemvArgs::prefetch_rows).
+/// its plain rows before it waits for that op (GemvArgs::prefetch_rows), and for a share of the
+/// first rows of `next` (plain gate/up weights, the projection after this one: GemvArgs::l2_next).
 bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
-                       bool prefetch_rows = false);
+                       bool prefetch_rows = false, const QLinear* next = nullptr);
 
 }  // namespace wick::models::detail

@@ -410,9 +410,9 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     att = att.transpose(1, 2).reshape({b, s, h * hd});
     // Each residual add: fused into the projection, or composed with the norm that follows.
     auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm,
-                           bool early = false) {
+                           bool early = false, const QLinear* next = nullptr) {
       Tensor sum;
-      if (single && detail::fused_project_add(in, w, x, &sum, early)) {
+      if (single && detail::fused_project_add(in, w, x, &sum, early, next)) {
         x = sum;
       } else {
         nn::ResidualNorm r = nn::add_rms_norm(x, linear(in, w, Tensor()), next_norm, eps);
@@ -420,7 +420,7 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
         normed = r.normed;
       }
     };
-    project_add(att, l.wo, l.ln2, attended && plain_o);
+    project_add(att, l.wo, l.ln2, attended && plain_o, &l.wgate_up);
     Tensor act;
     if (!(single && !normed.defined() &&
           detail::fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act))) {
