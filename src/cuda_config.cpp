@@ -57,6 +57,9 @@ Config read_config() {
   if (const char* v = env("WICK_L2_NEXT_MB"); v != nullptr && std::atoi(v) >= 0) {
     c.l2_next_mb = std::min(std::atoi(v), 1024);
   }
+  if (const char* v = env("WICK_L2_TAIL_MB"); v != nullptr && std::atoi(v) >= 0) {
+    c.l2_tail_mb = std::min(std::atoi(v), 1024);
+  }
   c.gemv_stream = !env_is("WICK_GEMV_STREAM", "0");
   c.gemv_pairs = !env_is("WICK_GEMV_PAIRS", "0");
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);

@@ -27,6 +27,9 @@
 //   WICK_L2_NEXT_MB=N                MB of the gate/up weights the decode step's output projection
 //                                    asks the L2 for during the attention (default: up to 4;
 //                                    benchmarks)
+//   WICK_L2_TAIL_MB=N                MB of the next projection's weights each decode projection
+//                                    asks the L2 for as it starts (default: 1 where its own
+//                                    weights are up to 4 MB, else 0; benchmarks)
 //   WICK_GEMV_STREAM=0               GGML rows of the decode GEMV one block per group of rows,
 //                                    not streamed through fewer blocks (benchmarks)
 //   WICK_GEMV_PAIRS=0                GGML rows with k a multiple of 2048 through the block
@@ -76,6 +79,7 @@ struct Config {
   int gemv_threads = 0;            // 0: the decode GEMV's own choice
   bool gemv_argmax = true;         // the greedy pick inside the output head's kernel
   int l2_next_mb = -1;             // -1: the decode GEMV's own choice
+  int l2_tail_mb = -1;             // -1: the decode GEMV's own choice
   bool gemv_stream = true;         // GGML rows streamed through fewer blocks
   bool gemv_pairs = true;          // GGML rows with k % 2048 == 0 in warp-owned pairs
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice

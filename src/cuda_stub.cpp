@@ -119,7 +119,8 @@ bool fused_qkv_rope(const Tensor&, const Tensor&, double, const QLinear&, const 
                     const Tensor&, Tensor*) {
   return false;
 }
-bool fused_gate_up_silu(const Tensor&, const Tensor&, double, const QLinear&, Tensor*) {
+bool fused_gate_up_silu(const Tensor&, const Tensor&, double, const QLinear&, Tensor*,
+                        const QLinear*) {
   return false;
 }
 bool fused_project_add(const Tensor&, const QLinear&, const Tensor&, Tensor*, bool,

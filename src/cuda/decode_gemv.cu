@@ -696,7 +696,7 @@ __global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   WICK_TL_START();
   prefetch_cache_rows<T>(a);
-  if constexpr (kPrefetchRows) prefetch_next_share(a);
+  prefetch_next_share(a);
   const int64_t p0 = static_cast<int64_t>(blockIdx.x) * (R / 2);
   int64_t rows[R];
   const uint8_t* row_ptr[R];

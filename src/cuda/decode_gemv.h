@@ -52,9 +52,9 @@ struct GemvArgs {
   // Plain weights: each block asks the L2 for the rest of its rows before pdl_wait, where the
   // kernel before lets this one launch early (AttentionArgs::launch_next_early).
   bool prefetch_rows = false;
-  // With prefetch_rows: the blocks also ask the L2 for the first `l2_next_bytes` of each half of
-  // the next projection's weights (gate/up: the gate rows, then the up rows), `l2_next_half` apart,
-  // one bulk request a block, while the attention leaves the HBM idle.
+  // Each block's share of the first `l2_next_bytes` of two regions `l2_next_half` apart (the next
+  // projection's weights: gate/up's gate and up halves, or, with l2_next_half == l2_next_bytes,
+  // one run of rows), asked of the L2 in bulk as the block starts; null when not wanted.
   const void* l2_next = nullptr;
   int64_t l2_next_bytes = 0;
   int64_t l2_next_half = 0;

@@ -33,14 +33,16 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
                     const Tensor& k_cache, const Tensor& v_cache, const Tensor& position,
                     Tensor* q);
 
-/// silu_mul(linear(norm(x), w_gate_up)): (1, 1, n / 2).
+/// silu_mul(linear(norm(x), w_gate_up)): (1, 1, n / 2). `next`: the projection after this one,
+/// whose first rows the blocks of a latency-bound one ask the L2 for (GemvArgs::l2_next).
 bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
-                        const QLinear& w_gate_up, Tensor* act);
+                        const QLinear& w_gate_up, Tensor* act, const QLinear* next = nullptr);
 
 /// residual + linear(x, w), in residual's shape. prefetch_rows: the op before lets this one
 /// launch early (attend_to_position's launch_next_early): each block asks the L2 for the rest of
 /// its plain rows before it waits for that op (GemvArgs::prefetch_rows), and for a share of the
-/// first rows of `next` (plain gate/up weights, the projection after this one: GemvArgs::l2_next).
+/// first rows of `next` (plain gate/up weights, the projection after this one: GemvArgs::l2_next);
+/// without prefetch_rows, `next` as in fused_gate_up_silu.
 bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
                        bool prefetch_rows = false, const QLinear* next = nullptr);
 

@@ -423,11 +423,13 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     project_add(att, l.wo, l.ln2, attended && plain_o, &l.wgate_up);
     Tensor act;
     if (!(single && !normed.defined() &&
-          detail::fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act))) {
+          detail::fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act, &l.wdown))) {
       act = nn::silu_mul(linear(normed_by(l.ln2), l.wgate_up, Tensor()));
     }
     normed = Tensor();
-    project_add(act, l.wdown, li + 1 < m.layers.size() ? m.layers[li + 1].ln1 : m.norm);
+    const bool last = li + 1 == m.layers.size();
+    project_add(act, l.wdown, last ? m.norm : m.layers[li + 1].ln1, false,
+                last ? &m.lm_head : &m.layers[li + 1].wqkv);
   }
   return {x, normed};
 }
