@@ -34,7 +34,7 @@ bool graph_allowed_by_env() {
 
 // Greedy decode steps a captured graph runs (WICK_GRAPH_STEPS): 4 by default. H200, Llama-1B
 // bf16 graph decode, two rounds: 1 step 1,268.7 and 1,268.7 tok/s, 2 1,269.8 and 1,269.6, 4
-// 1,271.6 and 1,271.4, 8 1,272.8 and 1,272.4 (at most twice the steps run in vain after a stop).
+// 1,271.6 and 1,271.4, 8 1,272.8 and 1,272.4. After a stop, up to 2 x steps - 1 run in vain.
 size_t graph_steps() {
   const int forced = cuda::config().graph_steps;
   return forced > 0 ? static_cast<size_t>(forced) : 4;
