@@ -134,8 +134,7 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
                   Tensor* y, Tensor* argmax) {
   Launch l;
   if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l) ||
-      (argmax != nullptr &&
-       (l.weight.format != cuda::GemvWeights::Dense || !cuda::config().gemv_argmax))) {
+      (argmax != nullptr && !cuda::config().gemv_argmax)) {
     return false;
   }
   cuda::CudaDevice& dev = device_of(x);
@@ -187,14 +186,6 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   return true;
 }
 
-// The first bytes of the next projection's plain weights that a latency-bound projection's blocks
-// (weights up to kL2TailFrom) ask the L2 for as they start, for the HBM's idle time at the
-// kernel's end (GemvArgs::l2_next, one region; WICK_L2_TAIL_MB forces an amount for every
-// projection). H200, graph decode tok/s, one call: SmolLM2 bf16 (every projection 0.7-3.5 MB)
-// 2,136.4 without, 2,171.8 with 1 MB; Llama-1B bf16 (8.4 MB and up) 1,276.3 and 1,278.4 without,
-// with 1 / 2 / 4 MB 1,269.9 / 1,269.2 / 1,260.5 and 1,269.4 / 1,269.2 / 1,260.8.
-constexpr int64_t kL2TailFrom = int64_t{4} << 20, kL2TailBytes = int64_t{1} << 20;
-
 // Plain weights on x's device that bulk requests can address (contiguous, 16-byte aligned).
 const Tensor* plain_ahead(const Tensor& x, const QLinear* next) {
   if (next == nullptr || next->quantized()) return nullptr;
@@ -204,21 +195,47 @@ const Tensor* plain_ahead(const Tensor& x, const QLinear* next) {
   return ok ? &d : nullptr;
 }
 
-void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, cuda::GemvArgs& a) {
+// How much of the next projection's plain weights a projection's blocks ask the L2 for
+// (GemvArgs::l2_next). `early`: the output projection, launched as the attention starts, asks for
+// the start of each half of gate/up while the HBM idles under the attention. H200, graph decode
+// tok/s, two rounds: Llama-1B bf16 1,270.9 and 1,272.0 without, with 2 MB 1,278.9 and 1,278.5, 4
+// MB 1,282.2 and 1,281.5, 8 MB 1,275.5 and 1,275.6, 16 MB 1,262.9 and 1,263.2, 24 MB 1,249.8 and
+// 1,249.6; SmolLM2 bf16 (3.5 MB of gate/up) 2,112.8 without, 2,120.2 with 2 MB. Capped at half the
+// weight, so that most of it still streams behind the kernel's own loads (WICK_L2_NEXT_MB).
+// Otherwise a latency-bound projection (weights up to kLatencyBoundBytes) asks for the next one's
+// first rows as it starts, for the HBM's idle time at its end (WICK_L2_TAIL_MB). H200, one call:
+// SmolLM2 bf16 (every projection 0.7-3.5 MB) 2,136.4 without, 2,171.8 with 1 MB; Llama-1B bf16
+// (8.4 MB and up) 1,276.3 and 1,278.4 without, with 1 / 2 / 4 MB 1,269.9 / 1,269.2 / 1,260.5 and
+// 1,269.4 / 1,269.2 / 1,260.8.
+constexpr int64_t kL2NextBytes = int64_t{4} << 20, kL2TailBytes = int64_t{1} << 20;
+
+void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool early,
+                     cuda::GemvArgs& a) {
   const Tensor* ahead = plain_ahead(x, next);
   if (ahead == nullptr) return;
-  const Tensor& own = *l.weight.bytes;
-  const int forced = cuda::config().l2_tail_mb;
-  const int64_t want =
-      forced >= 0 ? int64_t{forced} << 20
-      : static_cast<int64_t>(own.elem_count() * size_in_bytes(own.dtype())) <= kL2TailFrom
-          ? kL2TailBytes
-          : 0;
-  if (want <= 0) return;
   const int64_t bytes = static_cast<int64_t>(ahead->elem_count() * size_in_bytes(ahead->dtype()));
+  int64_t region = 0, stride = 0;  // bytes asked from the start of each of two regions, apart
+  if (early) {
+    const int64_t half = bytes / 2;
+    if (half % 16 != 0) return;
+    const int forced = cuda::config().l2_next_mb;
+    const int64_t total = forced >= 0 ? int64_t{forced} << 20 : std::min(kL2NextBytes, half);
+    region = std::min(half, total / 2) / 16 * 16;
+    stride = half;
+  } else {
+    const Tensor& own = *l.weight.bytes;
+    const int forced = cuda::config().l2_tail_mb;
+    const bool latency_bound =
+        static_cast<int64_t>(own.elem_count() * size_in_bytes(own.dtype())) <=
+        cuda::kLatencyBoundBytes;
+    const int64_t want = forced >= 0 ? int64_t{forced} << 20 : latency_bound ? kL2TailBytes : 0;
+    region = std::min(bytes, want) / 2 / 16 * 16;
+    stride = region;  // the second region goes on where the first ends
+  }
+  if (region == 0) return;
   a.l2_next = ptr_of(*ahead);
-  a.l2_next_bytes = std::min(bytes, want) / 2 / 16 * 16;
-  a.l2_next_half = a.l2_next_bytes;  // the second region goes on where the first ends
+  a.l2_next_bytes = region;
+  a.l2_next_half = stride;
 }
 
 bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
@@ -228,19 +245,11 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
       !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
-  ask_l2_for_next(l, x, next, l.args);
+  ask_l2_for_next(l, x, next, false, l.args);
   size_t n = static_cast<size_t>(l.weight.n) / 2;
   *act = run("gate_up_silu_gemv", l, x, n, Shape{1, 1, n});
   return true;
 }
-
-// The bytes of the next projection (gate/up) the output projection's early blocks ask the L2
-// for, from the start of each half: the HBM idles while the attention runs. H200, graph decode
-// tok/s, two rounds: Llama-1B bf16 1,270.9 and 1,272.0 without, with 2 MB 1,278.9 and 1,278.5, 4
-// MB 1,282.2 and 1,281.5, 8 MB 1,275.5 and 1,275.6, 16 MB 1,262.9 and 1,263.2, 24 MB 1,249.8 and
-// 1,249.6; SmolLM2 bf16 (3.5 MB of gate/up) 2,112.8 without, 2,120.2 with 2 MB. Capped at half the
-// weight, so that most of it still streams behind the kernel's own loads.
-constexpr int64_t kL2NextBytes = int64_t{4} << 20;
 
 bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
                        bool prefetch_rows, const QLinear* next) {
@@ -252,18 +261,7 @@ bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual
   }
   l.args.residual = ptr_of(residual);
   l.args.prefetch_rows = prefetch_rows;
-  const Tensor* ahead = plain_ahead(x, next);
-  const int64_t half =
-      ahead ? static_cast<int64_t>(ahead->elem_count() * size_in_bytes(ahead->dtype()) / 2) : 0;
-  if (prefetch_rows && ahead && half % 16 == 0) {
-    const int forced = cuda::config().l2_next_mb;
-    const int64_t total = forced >= 0 ? int64_t{forced} << 20 : std::min(kL2NextBytes, half);
-    l.args.l2_next = ptr_of(*ahead);
-    l.args.l2_next_half = half;
-    l.args.l2_next_bytes = std::min(half, total / 2) / 16 * 16;
-  } else if (!prefetch_rows) {
-    ask_l2_for_next(l, x, next, l.args);
-  }
+  ask_l2_for_next(l, x, next, prefetch_rows, l.args);
   if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
   l.reads.push_back(&residual);
   *sum = run("project_add_gemv", l, x, residual.elem_count(), residual.shape());

@@ -1063,10 +1063,6 @@ int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
   return a.n >= 2048 && 8 * staged_stride(row_bytes) <= kMaxStagedBytes ? 8 : 2;
 }
 
-// Weights up to this size make a latency-bound projection (SmolLM2's: 0.7-3.5 MB in bf16;
-// Llama-1B's are 8.4 MB and up).
-constexpr int64_t kLatencyBoundBytes = int64_t{4} << 20;
-
 // Threads a block of 4 plain rows. Projections of up to 16 MB (Llama-1B's qkv and o) run as one
 // wave of 128-thread blocks; larger ones fill the multiprocessors' registers in as few waves as
 // they can: one of 256-thread blocks (Llama-1B's down), else two of 64 (gate/up), else 128 (the
@@ -1085,8 +1081,7 @@ int dense_threads(const GemvArgs& a, int64_t row_bytes) {
 }
 
 template <class T, int N>
-void launch_dense(const GemvArgs& a, int64_t row_bytes, int carveout, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((a.n / 2 + 1) / 2));
+void launch_dense(const GemvArgs& a, int64_t row_bytes, dim3 grid, int carveout, cudaStream_t s) {
   auto kernel = gemv_kernel<T, DenseRows<T>, 4, false, N>;
   if constexpr (N == kGemvThreads) {  // the blocks of the one-wave projections that ask for it
     if (a.prefetch_rows) kernel = gemv_kernel<T, DenseRows<T>, 4, true, N>;
@@ -1107,11 +1102,11 @@ void launch_rows(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
       if constexpr (R == 4) {  // the blocks' rows that plain weights take unless forced
         switch (dense_threads(a, row_bytes)) {
           case 64:
-            return launch_dense<T, 64>(a, row_bytes, carveout, s);
+            return launch_dense<T, 64>(a, row_bytes, grid, carveout, s);
           case 256:
-            return launch_dense<T, 256>(a, row_bytes, carveout, s);
+            return launch_dense<T, 256>(a, row_bytes, grid, carveout, s);
           default:
-            return launch_dense<T, kGemvThreads>(a, row_bytes, carveout, s);
+            return launch_dense<T, kGemvThreads>(a, row_bytes, grid, carveout, s);
         }
       }
       launch_pdl_carveout(carveout, gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a,

@@ -23,6 +23,10 @@ enum class GemvEpilogue { Store, QkvRope, SiluMul, Add };
 /// projection; each takes 16 bytes of a plain row at a time.
 inline constexpr int kGemvThreads = 128;
 
+/// Weights up to this size make a latency-bound projection (SmolLM2's: 0.7-3.5 MB in bf16;
+/// Llama-1B's are 8.4 MB and up).
+inline constexpr int64_t kLatencyBoundBytes = int64_t{4} << 20;
+
 /// How W's rows are stored: plain elements of the activations' dtype, or GGML blocks of 32.
 enum class GemvWeights { Dense, Q4_0, Q4_1, Q8_0 };
 
