@@ -60,6 +60,13 @@ Config read_config() {
   if (const char* v = env("WICK_L2_TAIL_MB"); v != nullptr && std::atoi(v) >= 0) {
     c.l2_tail_mb = std::min(std::atoi(v), 1024);
   }
+  if (const char* v = env("WICK_L2_END_MB"); v != nullptr && std::atoi(v) >= 0) {
+    c.l2_end_mb = std::min(std::atoi(v), 1024);
+  }
+  if (const char* v = env("WICK_L2_END_GU_MB"); v != nullptr && std::atoi(v) >= 0) {
+    c.l2_end_gu_mb = std::min(std::atoi(v), 1024);
+  }
+  c.qkv_prefetch = !env_is("WICK_QKV_PREFETCH", "0");
   c.gemv_stream = !env_is("WICK_GEMV_STREAM", "0");
   c.gemv_pairs = !env_is("WICK_GEMV_PAIRS", "0");
   if (const char* v = env("WICK_ROW_VPT")) c.row_vectors_per_thread = std::atoi(v);

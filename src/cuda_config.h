@@ -30,6 +30,12 @@
 //   WICK_L2_TAIL_MB=N                MB of the next projection's weights each decode projection
 //                                    asks the L2 for as it starts (default: 1 where its own
 //                                    weights are up to 4 MB, else 0; benchmarks)
+//   WICK_L2_END_MB=N                 MB of the next projection's weights the last blocks of a
+//                                    larger decode projection with a residual add (down, o)
+//                                    ask the L2 for as they finish (default 8; benchmarks)
+//   WICK_L2_END_GU_MB=N              the same for the gate/up projection (default 4; benchmarks)
+//   WICK_QKV_PREFETCH=0              the decode qkv projection's blocks do not ask the L2 for
+//                                    their rows before pdl_wait (benchmarks)
 //   WICK_GEMV_STREAM=0               GGML rows of the decode GEMV one block per group of rows,
 //                                    not streamed through fewer blocks (benchmarks)
 //   WICK_GEMV_PAIRS=0                GGML rows with k a multiple of 2048 through the block
@@ -80,6 +86,9 @@ struct Config {
   bool gemv_argmax = true;         // the greedy pick inside the output head's kernel
   int l2_next_mb = -1;             // -1: the decode GEMV's own choice
   int l2_tail_mb = -1;             // -1: the decode GEMV's own choice
+  int l2_end_mb = -1;              // -1: the decode GEMV's own choice
+  int l2_end_gu_mb = -1;           // -1: the decode GEMV's own choice
+  bool qkv_prefetch = true;        // the decode qkv projection's blocks ask the L2 for their rows
   bool gemv_stream = true;         // GGML rows streamed through fewer blocks
   bool gemv_pairs = true;          // GGML rows with k % 2048 == 0 in warp-owned pairs
   int row_vectors_per_thread = 0;  // 0: the kernel's own choice

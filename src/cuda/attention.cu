@@ -717,23 +717,39 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
       first + step * (count - 1) == tiles - 1) {
     early_stages = count - 1;
   }
+  // The query rows, zeros past this block's heads: loaded into registers before the tiles that
+  // wait for the kernel before are asked for, so that they do not queue behind them (H200,
+  // 4,096 keys: q landed 3.7 us after pdl_wait when loaded after the tiles; 10.22 to 9.71 us).
+  constexpr int Q_WORDS = kDecRows * (D / 2), Q_PER_THREAD = (Q_WORDS + 127) / 128;
+  uint32_t q_words[Q_PER_THREAD];  // blocks have at least 128 threads
+  auto load_q = [&] {
+#pragma unroll
+    for (int j = 0; j < Q_PER_THREAD; ++j) {
+      const int i = threadIdx.x + j * blockDim.x, r = i / (D / 2), c = (i % (D / 2)) * 2;
+      q_words[j] = 0;
+      if (i < Q_WORDS && r < rows) {
+        const uint16_t* qr = p.q + bi * p.qs[0] + (head0 + r) * p.qs[1] + c;
+        q_words[j] = static_cast<uint32_t>(qr[0]) | (static_cast<uint32_t>(qr[1]) << 16);
+      }
+    }
+  };
+  if (!rows_before) load_q();
   start_tiles(0, early_stages);
   if (p.launch_next_early) pdl_launch_dependents();
   if (rows_before) {  // q and the last key's row come from the kernel before
     pdl_wait();
     WICK_TL_WAITED();
+    load_q();
   }
   start_tiles(early_stages, kDecStages - 1);
 
-  // The query rows, zeros past this block's heads; then their A fragments, kept in registers.
-  for (int i = threadIdx.x; i < kDecRows * (D / 2); i += blockDim.x) {
-    const int r = i / (D / 2), c = (i % (D / 2)) * 2;
-    uint32_t val = 0;
-    if (r < rows) {
-      const uint16_t* qr = p.q + bi * p.qs[0] + (head0 + r) * p.qs[1] + c;
-      val = static_cast<uint32_t>(qr[0]) | (static_cast<uint32_t>(qr[1]) << 16);
+  // The query rows into shared memory, then their A fragments, kept in registers.
+#pragma unroll
+  for (int j = 0; j < Q_PER_THREAD; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < Q_WORDS) {
+      *reinterpret_cast<uint32_t*>(&q_tile[i / (D / 2)][(i % (D / 2)) * 2]) = q_words[j];
     }
-    *reinterpret_cast<uint32_t*>(&q_tile[r][c]) = val;
   }
   __syncthreads();
   uint32_t qf[KSTEPS][4];

@@ -177,6 +177,12 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   a.h_kv = static_cast<int64_t>(h_kv);
   a.d = static_cast<int64_t>(d);
   a.max_len = static_cast<int64_t>(k_cache.dims()[2]);
+  // Its blocks, launched as the down projection before them retires, ask the L2 for the rest of
+  // their rows before pdl_wait (GemvArgs::prefetch_rows). H200, graph decode tok/s, two rounds in
+  // one call: SmolLM2 bf16 2,124.8 without, 2,165.1 with; Llama-1B bf16 with the end asks below
+  // 1,279.2 and 1,279.0 without both, 1,285.7 and 1,284.5 with both (alone 1,276.6-1,276.9: it
+  // needs the end asks).
+  a.prefetch_rows = cuda::config().qkv_prefetch;
   if (!cuda::gemv_fits(x.dtype(), a)) return false;
   for (const Tensor* t : {&cos, &sin, &position}) l.reads.push_back(t);
   if (bias.defined()) l.reads.push_back(&bias);
@@ -206,11 +212,26 @@ const Tensor* plain_ahead(const Tensor& x, const QLinear* next) {
 // first rows as it starts, for the HBM's idle time at its end (WICK_L2_TAIL_MB). H200, one call:
 // SmolLM2 bf16 (every projection 0.7-3.5 MB) 2,136.4 without, 2,171.8 with 1 MB; Llama-1B bf16
 // (8.4 MB and up) 1,276.3 and 1,278.4 without, with 1 / 2 / 4 MB 1,269.9 / 1,269.2 / 1,260.5 and
-// 1,269.4 / 1,269.2 / 1,260.8.
+// 1,269.4 / 1,269.2 / 1,260.8. A larger projection asks for `end_bytes` instead, from its last
+// kL2EndBlocks blocks as each finishes (its last wave: the HBM idles as they end). H200, Llama-1B
+// bf16, two rounds in one call, against 1,279.5 and 1,278.6: gate/up asking for 2 / 4 MB of down
+// 1,277.0 and 1,277.2 / 1,281.8 and 1,282.5; down asking for 4 / 8 / 12 / 16 MB of qkv 1,277.2
+// and 1,277.0 / 1,274.0 and 1,273.2 / 1,264.5 and 1,265.1 / 1,263.6 and 1,263.5, with qkv's
+// blocks asking for their own rows too (above) 8 MB 1,283.5 and 1,283.8. All three, in a later
+// call on the same machine, against 1,279.2 and 1,279.0: with down's 4 / 8 / 12 MB 1,283.6 and
+// 1,284.7 / 1,285.7 and 1,284.5 / 1,270.8 and 1,272.4; gate/up's 8 MB with down's 8 1,284.5 and
+// 1,284.5.
 constexpr int64_t kL2NextBytes = int64_t{4} << 20, kL2TailBytes = int64_t{1} << 20;
+constexpr int64_t kL2EndBytesGateUp = int64_t{4} << 20, kL2EndBytesProjectAdd = int64_t{8} << 20;
+constexpr int kL2EndBlocks = 512;
+
+// MB asked through `forced_mb` (a WICK_L2_END_* setting, -1 when not set), else `bytes`.
+int64_t end_bytes_or(int forced_mb, int64_t bytes) {
+  return forced_mb >= 0 ? int64_t{forced_mb} << 20 : bytes;
+}
 
 void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool early,
-                     cuda::GemvArgs& a) {
+                     int64_t end_bytes, cuda::GemvArgs& a) {
   const Tensor* ahead = plain_ahead(x, next);
   if (ahead == nullptr) return;
   const int64_t bytes = static_cast<int64_t>(ahead->elem_count() * size_in_bytes(ahead->dtype()));
@@ -228,7 +249,11 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
     const bool latency_bound =
         static_cast<int64_t>(own.elem_count() * size_in_bytes(own.dtype())) <=
         cuda::kLatencyBoundBytes;
-    const int64_t want = forced >= 0 ? int64_t{forced} << 20 : latency_bound ? kL2TailBytes : 0;
+    int64_t want = forced >= 0 ? int64_t{forced} << 20 : latency_bound ? kL2TailBytes : 0;
+    if (!latency_bound && end_bytes > 0) {
+      want = end_bytes;
+      a.l2_next_end_blocks = kL2EndBlocks;
+    }
     region = std::min(bytes, want) / 2 / 16 * 16;
     stride = region;  // the second region goes on where the first ends
   }
@@ -245,7 +270,8 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
       !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
-  ask_l2_for_next(l, x, next, false, l.args);
+  ask_l2_for_next(l, x, next, false, end_bytes_or(cuda::config().l2_end_gu_mb, kL2EndBytesGateUp),
+                  l.args);
   size_t n = static_cast<size_t>(l.weight.n) / 2;
   *act = run("gate_up_silu_gemv", l, x, n, Shape{1, 1, n});
   return true;
@@ -261,7 +287,8 @@ bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual
   }
   l.args.residual = ptr_of(residual);
   l.args.prefetch_rows = prefetch_rows;
-  ask_l2_for_next(l, x, next, prefetch_rows, l.args);
+  ask_l2_for_next(l, x, next, prefetch_rows,
+                  end_bytes_or(cuda::config().l2_end_mb, kL2EndBytesProjectAdd), l.args);
   if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
   l.reads.push_back(&residual);
   *sum = run("project_add_gemv", l, x, residual.elem_count(), residual.shape());

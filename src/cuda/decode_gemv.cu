@@ -27,17 +27,17 @@
 // takes GGML rows (cp.async into shared memory, x normalised once a block, one wave) for qkv
 // and o 872.5-876.7 (SmolLM2 1,124.7-1,585.3), for every projection 562.7-563.8. Later (against
 // 1,213.0-1,215.6): each block asking the L2 for the rest of its rows before pdl_wait in gate/up
-// 1,162.1, in qkv 1,193.5-1,194.2, in down 1,175.9-1,208.5 (1 to 7 units ahead), in o 1,208.4-
-// 1,210.4 (kept where the attention before lets o launch early: GemvArgs::prefetch_rows); the
-// decode attention asking the L2 for the o weight 1,118.6-1,119.7, and for 4-16 MB of gate/up
-// too 939.9-1,070.7. Against 1,242.2-1,243.3 (SmolLM2 2,164.9): a block's plain rows, its norm
-// weight and x staged whole in shared memory by bulk copies (cp.async.bulk, one thread, the
-// max-shared split; branch next/bulk) in gate/up 770.8-771.1, down 935.9-947.6, qkv 1,008.5,
-// o 1,130.9, every projection 563.2-583.7 (SmolLM2 1,499.5), as slow as the warp-owned pairs
-// above: plain rows through shared memory lose here however they are copied. Alone under ncu
-// (cold caches) the bulk kernel took 51.0 us for gate/up against 21.1, qkv 17.1 against 8.5, o
-// 10.9 against 6.6-6.9, at 9 blocks a multiprocessor against 8: the loss is in the kernel, not
-// between kernels.
+// 1,162.1, in qkv 1,193.5-1,194.2 (kept for qkv since the end asks of fused_qkv_rope), in down
+// 1,175.9-1,208.5 (1 to 7 units ahead), in o 1,208.4-1,210.4 (kept where the attention before lets
+// o launch early: GemvArgs::prefetch_rows); the decode attention asking the L2 for the o weight
+// 1,118.6-1,119.7, and for 4-16 MB of gate/up too 939.9-1,070.7. Against 1,242.2-1,243.3 (SmolLM2
+// 2,164.9): a block's plain rows, its norm weight and x staged whole in shared memory by bulk
+// copies (cp.async.bulk, one thread, the max-shared split; branch next/bulk) in gate/up
+// 770.8-771.1, down 935.9-947.6, qkv 1,008.5, o 1,130.9, every projection 563.2-583.7 (SmolLM2
+// 1,499.5), as slow as the warp-owned pairs above: plain rows through shared memory lose here
+// however they are copied. Alone under ncu (cold caches) the bulk kernel took 51.0 us for gate/up
+// against 21.1, qkv 17.1 against 8.5, o 10.9 against 6.6-6.9, at 9 blocks a multiprocessor against
+// 8: the loss is in the kernel, not between kernels.
 //
 // GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
 // for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
@@ -618,13 +618,14 @@ __device__ __forceinline__ void prefetch_cache_rows(const GemvArgs& a) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base), "r"(bytes) : "memory");
 }
 
-// The block's share of GemvArgs::l2_next (its slice of the two regions' bytes), asked of the L2 by
-// thread 0 in bulk before pdl_wait: one request a region it touches. The decode attention asking
-// for gate/up rows itself was slower (the top of this file).
-__device__ __forceinline__ void prefetch_next_share(const GemvArgs& a) {
+// The share of GemvArgs::l2_next of block `index` of the `blocks` that share the ask (its slice of
+// the two regions' bytes), asked of the L2 by thread 0 in bulk: one request a region it touches.
+// The decode attention asking for gate/up rows itself was slower (the top of this file).
+__device__ __forceinline__ void prefetch_next_share(const GemvArgs& a, int64_t index,
+                                                    int64_t blocks) {
   if (threadIdx.x != 0 || a.l2_next == nullptr) return;
-  const int64_t bytes = a.l2_next_bytes, slice = (2 * bytes / gridDim.x + 15) / 16 * 16;
-  const int64_t from = static_cast<int64_t>(blockIdx.x) * slice, to = min(from + slice, 2 * bytes);
+  const int64_t bytes = a.l2_next_bytes, slice = (2 * bytes / blocks + 15) / 16 * 16;
+  const int64_t from = index * slice, to = min(from + slice, 2 * bytes);
   for (int64_t region = 0; region < 2; ++region) {
     const int64_t lo = max(from, region * bytes), hi = min(to, (region + 1) * bytes);
     if (lo >= hi) continue;
@@ -696,7 +697,7 @@ __global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   WICK_TL_START();
   prefetch_cache_rows<T>(a);
-  prefetch_next_share(a);
+  if (a.l2_next_end_blocks == 0) prefetch_next_share(a, blockIdx.x, gridDim.x);
   const int64_t p0 = static_cast<int64_t>(blockIdx.x) * (R / 2);
   int64_t rows[R];
   const uint8_t* row_ptr[R];
@@ -711,6 +712,11 @@ __global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
   }
   finish_pairs<T, R>(a, p0, rows, acc);
   if (a.argmax != nullptr) post_argmax<T, R>(a, rows, acc);
+  if (a.l2_next_end_blocks > 0) {
+    const int64_t n = min(static_cast<int64_t>(a.l2_next_end_blocks), int64_t{gridDim.x});
+    const int64_t i = static_cast<int64_t>(blockIdx.x) - (gridDim.x - n);
+    if (i >= 0) prefetch_next_share(a, i, n);
+  }
   WICK_TL_END(1u << 28 | static_cast<uint32_t>(a.epilogue) << 24 | static_cast<uint32_t>(a.k));
 }
 

@@ -62,6 +62,9 @@ struct GemvArgs {
   const void* l2_next = nullptr;
   int64_t l2_next_bytes = 0;
   int64_t l2_next_half = 0;
+  // > 0: the ask comes from the grid's last this many blocks, each as it finishes, instead of
+  // from every block as it starts.
+  int l2_next_end_blocks = 0;
 };
 
 /// False when the operands do not suit the kernel (k % 8 or 32, alignment, head_dim): the
