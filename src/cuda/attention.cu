@@ -717,9 +717,12 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
       first + step * (count - 1) == tiles - 1) {
     early_stages = count - 1;
   }
-  // The query rows, zeros past this block's heads: loaded into registers before the tiles that
-  // wait for the kernel before are asked for, so that they do not queue behind them (H200,
-  // 4,096 keys: q landed 3.7 us after pdl_wait when loaded after the tiles; 10.22 to 9.71 us).
+  // The query rows, zeros past this block's heads, into registers: where the kernel waits first,
+  // before any tile is asked for, so that q does not queue behind them (H200, 4,096 keys: q
+  // landed 3.7 us after pdl_wait when loaded after the tiles; 10.18-10.22 us a call on every
+  // machine before, 9.61-9.71 on three machines so); with rows read before pdl_wait, after the
+  // last key's tile (q first there: SmolLM2 Q4_1 graph decode 1,674 against 1,765 tok/s on one
+  // machine, the graph-step row at 4,096 keys 9.33-9.35 us against 8.91).
   constexpr int Q_WORDS = kDecRows * (D / 2), Q_PER_THREAD = (Q_WORDS + 127) / 128;
   uint32_t q_words[Q_PER_THREAD];  // blocks have at least 128 threads
   auto load_q = [&] {
@@ -739,9 +742,11 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   if (rows_before) {  // q and the last key's row come from the kernel before
     pdl_wait();
     WICK_TL_WAITED();
-    load_q();
   }
   start_tiles(early_stages, kDecStages - 1);
+  if (rows_before) {
+    load_q();
+  }
 
   // The query rows into shared memory, then their A fragments, kept in registers.
 #pragma unroll
