@@ -32,7 +32,8 @@
 //                                    weights are up to 4 MB, else 0; benchmarks)
 //   WICK_L2_END_MB=N                 MB of the next projection's weights the last blocks of a
 //                                    larger decode projection with a residual add (down, o)
-//                                    ask the L2 for as they finish (default 8; benchmarks)
+//                                    ask the L2 for as they finish (default 8; a set
+//                                    WICK_L2_TAIL_MB replaces it; benchmarks)
 //   WICK_L2_END_GU_MB=N              the same for the gate/up projection (default 4; benchmarks)
 //   WICK_QKV_PREFETCH=0              the decode qkv projection's blocks do not ask the L2 for
 //                                    their rows before pdl_wait (benchmarks)

@@ -249,11 +249,10 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
     const bool latency_bound =
         static_cast<int64_t>(own.elem_count() * size_in_bytes(own.dtype())) <=
         cuda::kLatencyBoundBytes;
-    int64_t want = forced >= 0 ? int64_t{forced} << 20 : latency_bound ? kL2TailBytes : 0;
-    if (!latency_bound && end_bytes > 0) {
-      want = end_bytes;
-      a.l2_next_end_blocks = kL2EndBlocks;
-    }
+    const int64_t want = forced >= 0     ? int64_t{forced} << 20
+                         : latency_bound ? kL2TailBytes
+                                         : end_bytes;
+    if (forced < 0 && !latency_bound) a.l2_next_end_blocks = kL2EndBlocks;
     region = std::min(bytes, want) / 2 / 16 * 16;
     stride = region;  // the second region goes on where the first ends
   }
