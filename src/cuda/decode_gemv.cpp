@@ -236,6 +236,7 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
   if (ahead == nullptr) return;
   const int64_t bytes = static_cast<int64_t>(ahead->elem_count() * size_in_bytes(ahead->dtype()));
   int64_t region = 0, stride = 0;  // bytes asked from the start of each of two regions, apart
+  bool at_end = false;             // asked by the last blocks as they finish
   if (early) {
     const int64_t half = bytes / 2;
     if (half % 16 != 0) return;
@@ -249,14 +250,13 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
     const bool latency_bound =
         static_cast<int64_t>(own.elem_count() * size_in_bytes(own.dtype())) <=
         cuda::kLatencyBoundBytes;
-    const int64_t want = forced >= 0     ? int64_t{forced} << 20
-                         : latency_bound ? kL2TailBytes
-                                         : end_bytes;
-    if (forced < 0 && !latency_bound) a.l2_next_end_blocks = kL2EndBlocks;
+    at_end = forced < 0 && !latency_bound;
+    const int64_t want = forced >= 0 ? int64_t{forced} << 20 : at_end ? end_bytes : kL2TailBytes;
     region = std::min(bytes, want) / 2 / 16 * 16;
     stride = region;  // the second region goes on where the first ends
   }
   if (region == 0) return;
+  if (at_end) a.l2_next_end_blocks = kL2EndBlocks;
   a.l2_next = ptr_of(*ahead);
   a.l2_next_bytes = region;
   a.l2_next_half = stride;

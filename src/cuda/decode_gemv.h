@@ -58,7 +58,8 @@ struct GemvArgs {
   bool prefetch_rows = false;
   // Each block's share of the first `l2_next_bytes` of two regions `l2_next_half` apart (the next
   // projection's weights: gate/up's gate and up halves, or, with l2_next_half == l2_next_bytes,
-  // one run of rows), asked of the L2 in bulk as the block starts; null when not wanted.
+  // one run of rows), asked of the L2 in bulk as the block starts (see l2_next_end_blocks); null
+  // when not wanted.
   const void* l2_next = nullptr;
   int64_t l2_next_bytes = 0;
   int64_t l2_next_half = 0;

@@ -34,7 +34,8 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
                     Tensor* q);
 
 /// silu_mul(linear(norm(x), w_gate_up)): (1, 1, n / 2). `next`: the projection after this one,
-/// whose first rows the blocks of a latency-bound one ask the L2 for (GemvArgs::l2_next).
+/// whose first rows this one's blocks ask the L2 for (GemvArgs::l2_next): every block as it starts
+/// where this one is latency-bound, else its last blocks as they finish.
 bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
                         const QLinear& w_gate_up, Tensor* act, const QLinear* next = nullptr);
 
