@@ -717,26 +717,32 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
       first + step * (count - 1) == tiles - 1) {
     early_stages = count - 1;
   }
-  // The query rows, zeros past this block's heads, into registers: where the kernel waits first,
-  // before any tile is asked for, so that q does not queue behind them (H200, 4,096 keys: q
-  // landed 3.7 us after pdl_wait when loaded after the tiles; 10.18-10.22 us a call on every
-  // machine before, 9.61-9.71 on three machines so); with rows read before pdl_wait, after the
-  // last key's tile (q first there: SmolLM2 Q4_1 graph decode 1,674 against 1,765 tok/s on one
-  // machine, the graph-step row at 4,096 keys 9.33-9.35 us against 8.91).
+  // The query rows, zeros past this block's heads, 32 bits at a time.
+  auto q_word = [&](int i) {
+    const int r = i / (D / 2), c = (i % (D / 2)) * 2;
+    if (r >= rows) return 0u;
+    const uint16_t* qr = p.q + bi * p.qs[0] + (head0 + r) * p.qs[1] + c;
+    return static_cast<uint32_t>(qr[0]) | (static_cast<uint32_t>(qr[1]) << 16);
+  };
+  auto store_q = [&](int i, uint32_t word) {
+    *reinterpret_cast<uint32_t*>(&q_tile[i / (D / 2)][(i % (D / 2)) * 2]) = word;
+  };
+  // Where the kernel waits first, q goes into registers before any tile is asked for, so that it
+  // does not queue behind them (H200, 4,096 keys: q landed 3.7 us after pdl_wait when loaded
+  // after the tiles; 10.18-10.22 us a call on every machine before, 9.61-9.71 on three machines
+  // so). With rows read before pdl_wait, q is loaded after the last key's tile, as a plain loop:
+  // q first there, or the register copy after the tiles, were slower (SmolLM2 Q4_1 graph decode
+  // 1,674 against 1,765 tok/s on one machine; the register copy after the tiles, SmolLM2 bf16
+  // 2,158 against 2,180 and Q4_1 1,684 against 1,696 in one call).
   constexpr int Q_WORDS = kDecRows * (D / 2), Q_PER_THREAD = (Q_WORDS + 127) / 128;
   uint32_t q_words[Q_PER_THREAD];  // blocks have at least 128 threads
-  auto load_q = [&] {
+  if (!rows_before) {
 #pragma unroll
     for (int j = 0; j < Q_PER_THREAD; ++j) {
-      const int i = threadIdx.x + j * blockDim.x, r = i / (D / 2), c = (i % (D / 2)) * 2;
-      q_words[j] = 0;
-      if (i < Q_WORDS && r < rows) {
-        const uint16_t* qr = p.q + bi * p.qs[0] + (head0 + r) * p.qs[1] + c;
-        q_words[j] = static_cast<uint32_t>(qr[0]) | (static_cast<uint32_t>(qr[1]) << 16);
-      }
+      const int i = threadIdx.x + j * blockDim.x;
+      q_words[j] = i < Q_WORDS ? q_word(i) : 0u;
     }
-  };
-  if (!rows_before) load_q();
+  }
   start_tiles(0, early_stages);
   if (p.launch_next_early) pdl_launch_dependents();
   if (rows_before) {  // q and the last key's row come from the kernel before
@@ -744,16 +750,15 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     WICK_TL_WAITED();
   }
   start_tiles(early_stages, kDecStages - 1);
-  if (rows_before) {
-    load_q();
-  }
 
   // The query rows into shared memory, then their A fragments, kept in registers.
+  if (rows_before) {
+    for (int i = threadIdx.x; i < Q_WORDS; i += blockDim.x) store_q(i, q_word(i));
+  } else {
 #pragma unroll
-  for (int j = 0; j < Q_PER_THREAD; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    if (i < Q_WORDS) {
-      *reinterpret_cast<uint32_t*>(&q_tile[i / (D / 2)][(i % (D / 2)) * 2]) = q_words[j];
+    for (int j = 0; j < Q_PER_THREAD; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      if (i < Q_WORDS) store_q(i, q_words[j]);
     }
   }
   __syncthreads();

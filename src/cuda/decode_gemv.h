@@ -64,7 +64,7 @@ struct GemvArgs {
   int64_t l2_next_bytes = 0;
   int64_t l2_next_half = 0;
   // > 0: the ask comes from the grid's last this many blocks, each as it finishes, instead of
-  // from every block as it starts.
+  // from every block as it starts (plain rows only).
   int l2_next_end_blocks = 0;
 };
 
