@@ -250,7 +250,8 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
     const bool latency_bound =
         static_cast<int64_t>(own.elem_count() * size_in_bytes(own.dtype())) <=
         cuda::kLatencyBoundBytes;
-    // The GGML kernels take no end asks (gemv_kernel): none there, as before them.
+    // Only the plain-row kernel takes end asks (gemv_kernel): a large GGML projection asks for
+    // none.
     at_end = forced < 0 && !latency_bound;
     if (at_end && l.weight.format != cuda::GemvWeights::Dense) return;
     const int64_t want = forced >= 0 ? int64_t{forced} << 20 : at_end ? end_bytes : kL2TailBytes;
