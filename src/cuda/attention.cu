@@ -568,7 +568,12 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // the block starts, q is in registers 0.7 us later, warp 0's three tiles take 2.4 us more (the
 // third is requested only when the loop starts), merging the warps 0.9 us (0.67 unrolled), the
 // end 0.2 us. Stepped copy addresses and an unrolled merge: 10.66 to 10.43 us at 4,096 keys,
-// SmolLM2 2,090 to 2,111 tok/s, Llama-1B unchanged (1,190).
+// SmolLM2 2,090 to 2,111 tok/s, Llama-1B unchanged (1,190). Slower later (H200, one call each):
+// the tile copies asking the L2 for 256 bytes (cp.async ... L2::256B) 9.74-9.75 against 9.60-9.63
+// us at 4,096 keys; 4 warps a block (two blocks a multiprocessor) with 16 or 32 splits 11.09 /
+// 10.84 against 9.63-9.65, 8 warps with 8 splits 10.47. In the Llama-1B bf16 step (against
+// 1,291.0-1,291.5 tok/s): 4 warps with 5 or 6 splits 1,258.0-1,259.2, 8 warps with 2 or 3
+// 1,261.4-1,263.1.
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp

@@ -37,7 +37,12 @@
 // 1,499.5), as slow as the warp-owned pairs above: plain rows through shared memory lose here
 // however they are copied. Alone under ncu (cold caches) the bulk kernel took 51.0 us for gate/up
 // against 21.1, qkv 17.1 against 8.5, o 10.9 against 6.6-6.9, at 9 blocks a multiprocessor against
-// 8: the loss is in the kernel, not between kernels.
+// 8: the loss is in the kernel, not between kernels. Later (plain weights read with
+// L1::no_allocate; against 1,290.7-1,292.2, SmolLM2 2,177.5): the epilogue's operands of qkv, o and
+// down (the residual; rope's position, cos and sin) loaded right after pdl_wait, while the dot
+// runs (80 registers, 6 blocks a multiprocessor in qkv and o) 1,266.4-1,267.6 (SmolLM2 2,063.5).
+// Choosing the load's cache hint by a kernel argument (a branch in the loop) cost about 8%: 1,185.7
+// against 1,285.5 for the same loads in another call.
 //
 // GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
 // for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
