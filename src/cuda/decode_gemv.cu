@@ -104,7 +104,8 @@ struct DenseRows {  // 16 bytes of T a unit
   using Raw = uint4;
   // Read once a token: not kept in the L1 (H200, graph decode tok/s, pairs of runs in one call
   // against __ldg: Llama-1B bf16 1,291.5 and 1,290.7 against 1,284.4 and 1,284.4, SmolLM2 bf16
-  // 2,177.5 against 2,167.4; evicted first from the L2 too, Llama-1B 1,253.0 twice).
+  // 2,177.5 against 2,167.4). Evicted first from the L2 too, in another call: Llama-1B
+  // 1,279.3-1,280.6 against 1,291.7-1,292.0 so and 1,284.8-1,285.5 with __ldg.
   __device__ static Raw load(const uint8_t* row, int64_t unit) {
     Raw r;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
