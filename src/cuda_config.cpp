@@ -66,6 +66,9 @@ Config read_config() {
   if (const char* v = env("WICK_L2_END_GU_MB"); v != nullptr && std::atoi(v) >= 0) {
     c.l2_end_gu_mb = std::min(std::atoi(v), 1024);
   }
+  if (const char* v = env("WICK_L2_ASIDE_MB"); v != nullptr && std::atoi(v) >= 0) {
+    c.l2_aside_mb = std::min(std::atoi(v), 1024);
+  }
   c.qkv_prefetch = !env_is("WICK_QKV_PREFETCH", "0");
   c.gemv_stream = !env_is("WICK_GEMV_STREAM", "0");
   c.gemv_pairs = !env_is("WICK_GEMV_PAIRS", "0");
@@ -77,6 +80,9 @@ Config read_config() {
   if (env_is("WICK_ROW_WARPS", "1")) c.row_warps = 1;
   if (env_is("WICK_ROW_WARPS", "4")) c.row_warps = 4;
   if (env_is("WICK_DECODE_WARPS", "4")) c.decode_warps = 4;
+  if (const char* v = env("WICK_DECODE_CLUSTER"); v != nullptr && std::atoi(v) >= 0) {
+    c.decode_cluster = std::min(std::atoi(v), 16);
+  }
   if (const char* v = env("WICK_DECODE_SPLITS"); v != nullptr && std::atoi(v) > 0) {
     c.decode_splits = std::atoi(v);
   }

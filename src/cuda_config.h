@@ -89,6 +89,7 @@ struct Config {
   int l2_tail_mb = -1;             // -1: the decode GEMV's own choice
   int l2_end_mb = -1;              // -1: the decode GEMV's own choice
   int l2_end_gu_mb = -1;           // -1: the decode GEMV's own choice
+  int l2_aside_mb = -1;            // -1: the decode step's side branch's own choice
   bool qkv_prefetch = true;        // the decode qkv projection's blocks ask the L2 for their rows
   bool gemv_stream = true;         // GGML rows streamed through fewer blocks
   bool gemv_pairs = true;          // GGML rows with k % 2048 == 0 in warp-owned pairs
@@ -97,6 +98,7 @@ struct Config {
   RowKernel row_kernel = RowKernel::Auto;
   int row_warps = 2;
   int decode_warps = 8;
+  int decode_cluster = 8;   // decode attention: up to this many splits merged in a cluster
   int decode_splits = 0;    // 0: the kernel's own choice
   bool flash_wgmma = true;  // initial value
 };

@@ -127,5 +127,6 @@ bool fused_project_add(const Tensor&, const QLinear&, const Tensor&, Tensor*, bo
                        const QLinear*) {
   return false;
 }
+void ask_l2_aside(const Tensor&, const QLinear&) {}
 
 }  // namespace wick::models::detail

@@ -573,7 +573,10 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // us at 4,096 keys; 4 warps a block (two blocks a multiprocessor) with 16 or 32 splits 11.09 /
 // 10.84 against 9.63-9.65, 8 warps with 8 splits 10.47. In the Llama-1B bf16 step (against
 // 1,291.0-1,291.5 tok/s): 4 warps with 5 or 6 splits 1,258.0-1,259.2, 8 warps with 2 or 3
-// 1,261.4-1,263.1.
+// 1,261.4-1,263.1. The splits of a head group launched as one cluster and merged through
+// distributed shared memory (a first version, which failed the attention tests: not kept) were
+// slower too: 288 / 1,024 keys 5.75 / 6.38 against 5.44 / 6.08 us, 4,096 keys in clusters of 16
+// 17.00 against 9.78.
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp

@@ -230,6 +230,38 @@ int64_t end_bytes_or(int forced_mb, int64_t bytes) {
   return forced_mb >= 0 ? int64_t{forced_mb} << 20 : bytes;
 }
 
+// The decode step's side branch (ask_l2_aside) asks for the first kL2AsideBytes of plain gate/up
+// weights over 4 MB, half from each half, and the output projection then asks for none. H200,
+// Llama-1B bf16 graph decode tok/s, rounds in one call: 1,288.2 / 1,288.7 / 1,288.4 with the
+// output projection's 4 MB, 1,291.2 / 1,291.1 / 1,291.3 with 10 MB aside, 12 MB 1,291.3 / 1,291.4 /
+// 1,291.5, 14 MB 1,290.8 / 1,290.3 / 1,290.8; in another call 16 MB 1,276.5 / 1,277.1 against
+// 1,288.0 / 1,287.7. Asked beside the output projection's 4 MB (another call, against 1,288.0 and
+// 1,287.4): 4 / 8 / 12 / 16 / 24 MB 1,277.8 / 1,276.3 / 1,276.5 / 1,281.9 / 1,275.0 and 1,278.0 /
+// 1,276.7 / 1,276.7 / 1,282.3 / 1,274.8. SmolLM2 bf16 (3.5 MB of gate/up, every byte asked by
+// the output projection) with 1 / 2 / 4 MB aside: 2,146.7 / 2,156.2 / 2,151.5 against 2,184.7.
+// Other calls, Llama-1B: 12 MB 1,291.5-1,293.3 against 1,288.6-1,290.0 without; forked before
+// the qkv projection instead of after it 1,292.5-1,293.3 against 1,289.7-1,289.9 (no better; 16 MB
+// so 1,277.1-1,277.5). Slower there: a side branch forked before the down projection asking for 4
+// or 8 MB of the next qkv weights, without down's end asks 1,285.4-1,287.1, with them
+// 1,282.3-1,282.4 (without either 1,282.8-1,283.9); the output head's last blocks asking for 4 / 8
+// / 12 MB of the first qkv weights (for the next step) 1,288.5-1,288.9 / 1,288.0-1,288.6 /
+// 1,287.3-1,287.9; the head's blocks asking the L2 for their second units before pdl_wait
+// (prefetch_rows) 1,276.6-1,276.9 and 8 rows a head block 1,270.4-1,271.0, against 1,288.2-1,288.7.
+constexpr int64_t kL2AsideBytes = int64_t{12} << 20;
+
+// Bytes ask_l2_aside asks for from each half of `next` (x's projection after the attention), 0
+// when it asks for none (WICK_L2_ASIDE_MB sets the total; 0 turns it off).
+int64_t aside_region(const Tensor& x, const QLinear* next) {
+  const int mb = cuda::config().l2_aside_mb;
+  const Tensor* ahead = plain_ahead(x, next);
+  if (mb == 0 || ahead == nullptr) return 0;
+  const int64_t bytes = static_cast<int64_t>(ahead->elem_count() * size_in_bytes(ahead->dtype()));
+  const int64_t half = bytes / 2;
+  if (bytes <= cuda::kLatencyBoundBytes || half % 16 != 0) return 0;
+  const int64_t want = mb > 0 ? int64_t{mb} << 20 : kL2AsideBytes;
+  return std::min(half, want / 2) / 16 * 16;
+}
+
 void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool early,
                      int64_t end_bytes, cuda::GemvArgs& a) {
   const Tensor* ahead = plain_ahead(x, next);
@@ -239,7 +271,7 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
   bool at_end = false;             // asked by the last blocks as they finish
   if (early) {
     const int64_t half = bytes / 2;
-    if (half % 16 != 0) return;
+    if (half % 16 != 0 || aside_region(x, next) > 0) return;
     const int forced = cuda::config().l2_next_mb;
     const int64_t total = forced >= 0 ? int64_t{forced} << 20 : std::min(kL2NextBytes, half);
     region = std::min(half, total / 2) / 16 * 16;
@@ -263,6 +295,17 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
   a.l2_next = ptr_of(*ahead);
   a.l2_next_bytes = region;
   a.l2_next_half = stride;
+}
+
+void ask_l2_aside(const Tensor& x, const QLinear& next) {
+  const int64_t region = aside_region(x, &next);
+  if (region == 0) return;
+  const Tensor& w = next.dense();
+  const void* base = ptr_of(w);
+  const int64_t half = static_cast<int64_t>(w.elem_count() * size_in_bytes(w.dtype())) / 2;
+  auto lock = wick::detail::read_locks({&w});
+  device_of(x).queue().enqueue_aside(
+      [&](cudaStream_t s) { cuda::launch_l2_aside(base, region, half, s); });
 }
 
 bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,

@@ -650,6 +650,11 @@ __device__ __forceinline__ void prefetch_next_share(const GemvArgs& a, int64_t i
   }
 }
 
+// launch_l2_aside: each block's share of the ask, by its thread 0.
+__global__ void l2_aside_kernel(GemvArgs a) {
+  prefetch_next_share(a, blockIdx.x, gridDim.x);
+}
+
 // GemvArgs::argmax without reading the logits again: each block offers its best row as one
 // 64-bit atomic max (orderable value bits above the complemented index) to one of kArgmaxSlots
 // words, a fire-and-forget reduction that the block does not wait for; argmax_pick_kernel, queued
@@ -1303,6 +1308,15 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
     return a.d > 0 && a.d % 2 == 0 && a.n == (a.h + 2 * a.h_kv) * a.d;
   }
   return a.epilogue != GemvEpilogue::Add || a.residual != nullptr;
+}
+
+void launch_l2_aside(const void* base, int64_t bytes, int64_t half, cudaStream_t s) {
+  GemvArgs a{};
+  a.l2_next = base;
+  a.l2_next_bytes = bytes;
+  a.l2_next_half = half;
+  l2_aside_kernel<<<kL2AsideBlocks, 32, 0, s>>>(a);
+  WICK_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s) {

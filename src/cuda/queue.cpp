@@ -285,6 +285,16 @@ void Queue::refuse_in_step_capture_locked(const char* what) const {
   }
 }
 
+void Queue::fork_aside_locked() {
+  if (side_ == nullptr) {
+    WICK_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    WICK_CUDA_CHECK(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming));
+    WICK_CUDA_CHECK(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
+  }
+  WICK_CUDA_CHECK(cudaEventRecord(side_fork_, stream_));
+  WICK_CUDA_CHECK(cudaStreamWaitEvent(side_, side_fork_, 0));
+}
+
 void Queue::begin_step_capture(Allocator& allocator) {
   std::lock_guard lock(mutex_);
   if (step_capture_)
@@ -308,6 +318,10 @@ cudaGraph_t Queue::end_step_capture(Allocator& allocator, std::vector<Allocator:
   kept = std::move(step_kept_);
   step_kept_.clear();
   ops = step_ops_;
+  if (side_open_) {  // a capture ends with every branch joined
+    side_open_ = false;
+    (void)cudaStreamWaitEvent(stream_, side_done_, 0);  // a failure shows in the end below
+  }
   cudaGraph_t graph = nullptr;
   cudaError_t st = cudaStreamEndCapture(stream_, &graph);
   if (st != cudaSuccess || graph == nullptr) {

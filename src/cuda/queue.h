@@ -70,6 +70,21 @@ class Queue {
     }
     if (!step_capture_) count_op_locked(name);
   }
+  /// During a whole-step capture only: records launch(side stream) as a branch that starts after
+  /// the step's work so far and that the rest of the step does not wait for (the branches join the
+  /// step at the capture's end). False, launching nothing, outside of one.
+  template <class F>
+  bool enqueue_aside(F&& launch) {
+    std::lock_guard lock(mutex_);
+    if (!step_capture_) return false;
+    make_current(ordinal_);
+    fork_aside_locked();
+    launch(side_);
+    WICK_CUDA_CHECK(cudaEventRecord(side_done_, side_));
+    side_open_ = true;
+    ++step_ops_;
+    return true;
+  }
   /// Keeps `keep` alive until the current batch has run on the GPU.
   void retain(std::shared_ptr<const void> keep);
   /// A device int, zero until an index kernel of op `op` finds an id out of range; checked (and
@@ -150,6 +165,8 @@ class Queue {
   void end_capture_locked();
   void close_batch_locked();
   void reap_locked();
+  /// The side stream waits for the work recorded on the stream so far (enqueue_aside).
+  void fork_aside_locked();
   /// Waits for the stream; on failure throws naming the ops of the unfinished batches.
   void wait_locked(const char* what);
 
@@ -163,6 +180,10 @@ class Queue {
   std::atomic<bool> step_capture_{false};  // recording a whole step (CudaGraph); read unlocked
 
   size_t step_ops_ = 0;
+  // enqueue_aside's stream and events, made on first use; side_open_: a branch awaits its join.
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t side_fork_ = nullptr, side_done_ = nullptr;
+  bool side_open_ = false;
   std::vector<std::shared_ptr<const void>> step_kept_;
 
   mutable std::recursive_mutex mutex_;

@@ -47,4 +47,10 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
 bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
                        bool prefetch_rows = false, const QLinear* next = nullptr);
 
+/// While a decode step is recorded as a CUDA graph (CudaGraph::capture): a side branch, which the
+/// step does not wait for, asks the L2 for the first rows of `next` (plain gate/up weights over 4
+/// MB, instead of the output projection: fused_project_add) while the attention leaves the HBM
+/// idle. Does nothing otherwise.
+void ask_l2_aside(const Tensor& x, const QLinear& next);
+
 }  // namespace wick::models::detail

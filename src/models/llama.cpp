@@ -399,6 +399,7 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
     // against 2,141.7-2,142.4). The early launch alone slowed the Q4_0 pairs kernel: Llama-1B
     // Q4_0 2,106.8-2,110.3 against 2,071.3-2,071.9.
     const bool plain_o = !l.wo.quantized();
+    if (single && graph_step && plain_o) detail::ask_l2_aside(q, l.wgate_up);
     const bool attended =
         graph_step && detail::attend_to_position(q, keys, values, position, &att, plain_o);
     if (!attended) {
