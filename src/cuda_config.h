@@ -98,7 +98,6 @@ struct Config {
   RowKernel row_kernel = RowKernel::Auto;
   int row_warps = 2;
   int decode_warps = 8;
-  int decode_cluster = 8;   // decode attention: up to this many splits merged in a cluster
   int decode_splits = 0;    // 0: the kernel's own choice
   bool flash_wgmma = true;  // initial value
 };

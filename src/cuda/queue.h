@@ -72,18 +72,17 @@ class Queue {
   }
   /// During a whole-step capture only: records launch(side stream) as a branch that starts after
   /// the step's work so far and that the rest of the step does not wait for (the branches join the
-  /// step at the capture's end). False, launching nothing, outside of one.
+  /// step at the capture's end). Does nothing outside of one.
   template <class F>
-  bool enqueue_aside(F&& launch) {
+  void enqueue_aside(F&& launch) {
     std::lock_guard lock(mutex_);
-    if (!step_capture_) return false;
+    if (!step_capture_) return;
     make_current(ordinal_);
     fork_aside_locked();
     launch(side_);
     WICK_CUDA_CHECK(cudaEventRecord(side_done_, side_));
     side_open_ = true;
     ++step_ops_;
-    return true;
   }
   /// Keeps `keep` alive until the current batch has run on the GPU.
   void retain(std::shared_ptr<const void> keep);
