@@ -650,7 +650,8 @@ __device__ __forceinline__ void prefetch_next_share(const GemvArgs& a, int64_t i
   }
 }
 
-// launch_l2_aside: each block's share of the ask, by its thread 0.
+// launch_l2_aside: each of kL2AsideBlocks blocks asks for its share, by its thread 0.
+constexpr int kL2AsideBlocks = 16;
 __global__ void l2_aside_kernel(GemvArgs a) {
   prefetch_next_share(a, blockIdx.x, gridDim.x);
 }

@@ -74,9 +74,7 @@ bool gemv_fits(DType dtype, const GemvArgs& a);
 void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s);
 
 /// Asks the L2 for the first `bytes` of two regions `half` apart from `base` (bulk prefetches from
-/// kL2AsideBlocks blocks): the decode step's side branch, for the HBM's idle time under the
-/// attention.
-inline constexpr int kL2AsideBlocks = 16;
+/// a few blocks): the decode step's side branch, for the HBM's idle time under the attention.
 void launch_l2_aside(const void* base, int64_t bytes, int64_t half, cudaStream_t s);
 
 }  // namespace wick::cuda
