@@ -576,7 +576,12 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // 1,261.4-1,263.1. The splits of a head group launched as one cluster and merged through
 // distributed shared memory (a first version, which failed the attention tests: not kept) were
 // slower too: 288 / 1,024 keys 5.75 / 6.38 against 5.44 / 6.08 us, 4,096 keys in clusters of 16
-// 17.00 against 9.78.
+// 17.00 against 9.78. With a device last key and the next call launched once every block has
+// asked for its first tiles (bench_nn_cuda's "next launched early" row, one call): 8.62-8.63
+// against 8.99-9.00 us without; 4 warps a block, whose blocks fit two to a
+// multiprocessor, 10.26-10.27 (9.71-9.81 without), with 8 or 12 splits 13.48 / 11.33: the next
+// call's reads overlapping this one's end do not bring 4,096 keys near the HBM's rate (16.8 MB: 4.2
+// us at 4 TB/s).
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp

@@ -43,6 +43,13 @@
 // runs (80 registers, 6 blocks a multiprocessor in qkv and o) 1,266.4-1,267.6 (SmolLM2 2,063.5).
 // Choosing the load's cache hint by a kernel argument (a branch in the loop) cost about 8%: 1,185.7
 // against 1,285.5 for the same loads in another call.
+// Later (against 1,295.8-1,296.3 in one call): a persistent kernel of warps that each take one
+// output pair at a time (x normalised once a block into shared memory, 4 or 2 units of both rows
+// a lane in flight, the next pair's first ones before the warp's totals, no block barrier, the
+// argmax offered once a warp; 80 / 62 registers) for the output head only 1,293.6-1,295.5 (SmolLM2
+// 2,179.6-2,181.1 against 2,179.1), for the head, gate/up and down 1,124.0-1,172.3, for every
+// projection 1,144.8-1,145.4 (SmolLM2 1,806.1), although a plain read of the head's bytes by such
+// a grid ran at 4.6 TB/s (114 us for 525 MB; gate/up's 67 MB 15.9 us, down's 33.6 MB 8.8 us).
 //
 // GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
 // for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
