@@ -20,6 +20,10 @@ void* ptr_of(const Tensor& t) {
   return cuda::as_cuda(i.storage->backend()).data_at(i.layout.start_offset());
 }
 
+int64_t bytes_of(const Tensor& t) {
+  return static_cast<int64_t>(t.elem_count() * size_in_bytes(t.dtype()));
+}
+
 // The weight's bytes and format, when the kernel takes it: plain (x's dtype, row-major) or one
 // part of Q4_0 / Q4_1 / Q8_0 blocks; x one contiguous row on the same CUDA device.
 struct WeightView {
@@ -255,7 +259,7 @@ int64_t aside_region(const Tensor& x, const QLinear* next) {
   const int mb = cuda::config().l2_aside_mb;
   const Tensor* ahead = plain_ahead(x, next);
   if (mb == 0 || ahead == nullptr) return 0;
-  const int64_t bytes = static_cast<int64_t>(ahead->elem_count() * size_in_bytes(ahead->dtype()));
+  const int64_t bytes = bytes_of(*ahead);
   const int64_t half = bytes / 2;
   if (bytes <= cuda::kLatencyBoundBytes || half % 16 != 0) return 0;
   const int64_t want = mb > 0 ? int64_t{mb} << 20 : kL2AsideBytes;
@@ -266,7 +270,7 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
                      int64_t end_bytes, cuda::GemvArgs& a) {
   const Tensor* ahead = plain_ahead(x, next);
   if (ahead == nullptr) return;
-  const int64_t bytes = static_cast<int64_t>(ahead->elem_count() * size_in_bytes(ahead->dtype()));
+  const int64_t bytes = bytes_of(*ahead);
   int64_t region = 0, stride = 0;  // bytes asked from the start of each of two regions, apart
   bool at_end = false;             // asked by the last blocks as they finish
   if (early) {
@@ -279,9 +283,7 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
   } else {
     const Tensor& own = *l.weight.bytes;
     const int forced = cuda::config().l2_tail_mb;
-    const bool latency_bound =
-        static_cast<int64_t>(own.elem_count() * size_in_bytes(own.dtype())) <=
-        cuda::kLatencyBoundBytes;
+    const bool latency_bound = bytes_of(own) <= cuda::kLatencyBoundBytes;
     // Only the plain-row kernel takes end asks (gemv_kernel): a large GGML projection asks for
     // none.
     at_end = forced < 0 && !latency_bound;
@@ -302,10 +304,9 @@ void ask_l2_aside(const Tensor& x, const QLinear& next) {
   if (region == 0) return;
   const Tensor& w = next.dense();
   const void* base = ptr_of(w);
-  const int64_t half = static_cast<int64_t>(w.elem_count() * size_in_bytes(w.dtype())) / 2;
   auto lock = wick::detail::read_locks({&w});
   device_of(x).queue().enqueue_aside(
-      [&](cudaStream_t s) { cuda::launch_l2_aside(base, region, half, s); });
+      [&](cudaStream_t s) { cuda::launch_l2_aside(base, region, bytes_of(w) / 2, s); });
 }
 
 bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
