@@ -50,6 +50,14 @@
 // 2,179.6-2,181.1 against 2,179.1), for the head, gate/up and down 1,124.0-1,172.3, for every
 // projection 1,144.8-1,145.4 (SmolLM2 1,806.1), although a plain read of the head's bytes by such
 // a grid ran at 4.6 TB/s (114 us for 525 MB; gate/up's 67 MB 15.9 us, down's 33.6 MB 8.8 us).
+// Later, the epilogue's operands copied into shared memory by the thread that uses them (cp.async:
+// no registers held while the rows are dotted), against the default in the same call: Add's
+// residuals, after pdl_wait, Llama-1B bf16 graph decode 1,295.9-1,296.5 tok/s against
+// 1,296.1-1,296.4 (SmolLM2 2,161.1-2,161.5 against 2,201.4-2,201.8); qkv's position read before
+// pdl_wait, cos and sin copied there and the position checked again after the wait, 1,292.3-1,294.5
+// against 1,299.5-1,300.9 (SmolLM2 2,126.7 against 2,192.0); the position loaded after the wait,
+// under the norm's reads of x, and cos and sin copied after the norm, 1,277.9-1,278.3 against
+// 1,288.5-1,291.4 (SmolLM2 2,074.0 against 2,168.6).
 //
 // GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
 // for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
