@@ -47,6 +47,7 @@ Config read_config() {
   }
   c.decode_gemv = !env_is("WICK_DECODE_GEMV", "0");
   c.pdl = !env_is("WICK_PDL", "0");
+  c.pdl_step_ends = !env_is("WICK_PDL_STEP_ENDS", "0");
   for (const char* rows : {"2", "4", "8"}) {
     if (env_is("WICK_GEMV_ROWS", rows)) c.gemv_rows = std::atoi(rows);
   }

@@ -82,6 +82,7 @@ struct Config {
   int graph_steps = 0;  // 0: the generator's own choice
   bool decode_gemv = true;
   bool pdl = true;                 // programmatic dependent launch of the decode kernels
+  bool pdl_step_ends = true;       // the decode step's ends let the next kernel launch at once
   int gemv_rows = 0;               // 0: the decode GEMV's own choice
   int gemv_threads = 0;            // 0: the decode GEMV's own choice
   bool gemv_argmax = true;         // the greedy pick inside the output head's kernel

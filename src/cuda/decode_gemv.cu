@@ -702,7 +702,9 @@ __device__ __forceinline__ void post_argmax(const GemvArgs& a, const int64_t (&r
 }
 
 // One warp per 32 slots: the winner of the slots, which it leaves at zero for the next launch.
-__global__ void __launch_bounds__(kArgmaxSlots) argmax_pick_kernel(uint32_t* argmax) {
+__global__ void __launch_bounds__(kArgmaxSlots)
+    argmax_pick_kernel(uint32_t* argmax, bool launch_next) {
+  if (launch_next) pdl_launch_dependents();  // the step's advance waits for this kernel
   pdl_wait();
   unsigned long long* slot = &g_argmax_slots[threadIdx.x * kArgmaxStride];
   unsigned long long best = *slot;
@@ -1354,7 +1356,8 @@ void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s) {
       throw UnsupportedDType("decode gemv: f32, f16 or bf16");
   }
   if (a.argmax != nullptr) {
-    launch_pdl(argmax_pick_kernel, dim3(1), dim3(kArgmaxSlots), 0, s, a.argmax);
+    launch_pdl(argmax_pick_kernel, dim3(1), dim3(kArgmaxSlots), 0, s, a.argmax,
+               config().pdl_step_ends);
   }
 }
 

@@ -130,8 +130,9 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
 
 // One thread: the greedy step's token becomes the next step's input, and is posted to the host.
 __global__ void advance_decode_kernel(const uint32_t* next, uint32_t* input,
-                                      unsigned long long* mailbox, int slots) {
+                                      unsigned long long* mailbox, int slots, bool launch_next) {
   WICK_TL_START();
+  if (launch_next) pdl_launch_dependents();  // the next step's embedding waits for this kernel
   pdl_wait();
   WICK_TL_WAITED();
   const uint32_t token = *next, position = input[1] + 1;
@@ -174,7 +175,7 @@ void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, s
 void launch_advance_decode(const uint32_t* next, uint32_t* input, uint64_t* mailbox, int slots,
                            cudaStream_t s) {
   launch_pdl(advance_decode_kernel, dim3(1), dim3(1), 0, s, next, input,
-             reinterpret_cast<unsigned long long*>(mailbox), slots);
+             reinterpret_cast<unsigned long long*>(mailbox), slots, config().pdl_step_ends);
 }
 
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s) {
