@@ -1334,7 +1334,7 @@ void launch_l2_aside(const void* base, int64_t bytes, int64_t half, cudaStream_t
   a.l2_next_bytes = bytes;
   a.l2_next_half = half;
   l2_aside_kernel<<<kL2AsideBlocks, 32, 0, s>>>(a);
-  WICK_CUDA_CHECK(cudaGetLastError());
+  WICK_CUDA_CHECK_LAUNCH();
 }
 
 void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s) {
