@@ -185,7 +185,10 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   // their rows before pdl_wait (GemvArgs::prefetch_rows). H200, graph decode tok/s, two rounds in
   // one call: SmolLM2 bf16 2,124.8 without, 2,165.1 with; Llama-1B bf16 with the end asks below
   // 1,279.2 and 1,279.0 without both, 1,285.7 and 1,284.5 with both (alone 1,276.6-1,276.9: it
-  // needs the end asks).
+  // needs the end asks). Later, four rounds in one call: Llama-1B 1,292.0-1,292.6 with, 1,285.3-
+  // 1,286.2 without (SmolLM2 2,195.2 against 2,152.0). The asks are qkv's long gap in the timeline
+  // (scripts/gpu-timeline.sh, down's end to qkv's first block past pdl_wait: 1.88 us, 1.11
+  // without), not idle time: after the wait qkv takes 4.69 us with them, 5.62 without.
   a.prefetch_rows = cuda::config().qkv_prefetch;
   if (!cuda::gemv_fits(x.dtype(), a)) return false;
   for (const Tensor* t : {&cos, &sin, &position}) l.reads.push_back(t);
