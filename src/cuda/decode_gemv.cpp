@@ -134,6 +134,12 @@ bool fused_linear_preferred(const QLinear& w) {
   return d.rank() == 2 && d.dims()[1] * size_in_bytes(d.dtype()) % (16 * cuda::kGemvThreads) == 0;
 }
 
+// The output head's first rows kept in the L2 from one step to the next (the device's persisting
+// part, up to 37.5 of its 60 MB: an access-policy window on the head's launch) did not pay. H200,
+// Llama-1B bf16 graph decode, two rounds in one call: 12 / 24 MB kept 1,292.3-1,292.8 /
+// 1,292.0-1,292.8 against 1,291.7-1,292.1; 36 MB 1,147.1-1,147.4 (the L2 asks of the other
+// projections then find too little room); SmolLM2 bf16 with 8 / 24 MB 2,188.0 / 2,186.7 against
+// 2,187.3. Served partly from the L2, the head is no faster: its pace is not only the HBM's.
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
                   Tensor* y, Tensor* argmax) {
   Launch l;
