@@ -15,8 +15,8 @@
 //   the A operand of P V without a trip through shared memory. Causal blocks stop at their last
 //   visible key and run longest-first.
 // - attn_decode_kernel (f16/bf16, s = 1, d = 16 to 128): flash-decoding with tensor cores, the
-//   query heads of a k/v head as the rows of one tile, split-KV over the whole GPU and the merge
-//   done by the last block of each head (see its section).
+//   keys as the rows of each tile and the query heads of a k/v head as its columns, split-KV over
+//   the whole GPU and the merge done by the last block of each head (see its section).
 // - attn_split_kernel (every float dtype and d <= 256, short queries): the warps of a block are
 //   the query heads that share one k/v head, so each k/v tile is read from memory once for all
 //   of them; the keys are split across blocks (split-KV) and the last block of a row merges the
@@ -106,6 +106,19 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
+}
+// Two 8x8 b16 matrices; lanes 0..15 give the row addresses.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
+}
+// An 8x8 b16 matrix held as mma fragments (lane 4g + t: row g, columns 2t and 2t + 1),
+// transposed across the warp.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
 }
 
 struct MmaArgs : HalfOperands {
@@ -549,14 +562,20 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // ---------------------------------------------------------------------------------------------
 // Decode path (flash-decoding): one query (s = 1) per head against a long KV cache; f16/bf16,
 // d 16, 32, 64, 96 or 128, any number of query heads per k/v head, an optional additive mask. Grid
-// (splits, b x h_kv x head chunks): a block reads K and V of one k/v head once for up to 16 of its
-// query heads, the rows of an m16n8k16 tensor-core tile (missing rows are zeros). Keys come in
+// (splits, b x h_kv x head chunks): a block reads K and V of one k/v head once for up to 8 of its
+// query heads, the columns of an m16n8k16 tensor-core tile whose 16 rows are keys (missing heads
+// are zeros). Keys come in
 // tiles of 16, dealt round-robin to the blocks of a head and within a block to its warps, so that
 // any prefix of visible keys is spread evenly: the graph-captured Llama step hides the cache rows
 // past its position (a device last key, or a mask of -inf), and tiles with no visible key are
 // neither read nor computed. Each warp streams its tiles through its own shared-memory ring
-// (cp.async, kDecStages deep, no block barrier), keeps S = Q K^T, the online softmax and O += P V
-// in registers as flash_mma_kernel does, then the warps merge in shared memory. With several splits
+// (cp.async, kDecStages deep, no block barrier), keeps S^T = K Q^T, the online softmax and
+// O^T += V^T P^T in registers (P's fragments transposed by movmatrix), then the warps merge in
+// shared memory. With the heads as the rows (M 16, 4 of them used by a Llama group of 4) a tile
+// took twice the mma instructions: H200, bench_nn_cuda 8 caches in turn, 288 / 4,096 / 16,384
+// keys 5.40-5.42 / 9.58 / 23.20-23.25 us against 4.72 / 8.94-8.96 / 22.02-22.05 so; graph decode
+// (one call) Llama-1B bf16 1,294.8-1,295.3 against 1,302.0-1,302.6 tok/s, SmolLM2 bf16 2,186.9
+// against 2,248.7. With several splits
 // each block leaves (max, sum, output) and the last block of its head group (an atomic count)
 // merges them: one kernel. In the graph-captured decode step the cache rows before the position
 // start loading before pdl_wait (SmolLM2 bf16 decode 1,944 to 1,970 tok/s, Llama-1B unchanged at
@@ -585,7 +604,7 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
-constexpr int kDecRows = 16;   // query heads per block: the mma's M
+constexpr int kDecRows = 8;    // query heads per block: the mma's N
 constexpr int kDecMaxWarps = 8;
 constexpr int kDecMaxSplits = 128;
 constexpr int kDecMerge = 16;  // splits merged per round trip by the last block
@@ -614,7 +633,6 @@ template <class T, int D>
 __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeArgs p) {
   constexpr int LD = D + kPad;              // halves per shared row (no ldmatrix conflicts)
   constexpr int KSTEPS = D / 16;            // k-steps of Q K^T
-  constexpr int NT_O = D / 8;               // output tiles of 8 dims
   constexpr int PIECES = D / 8;             // 16-byte pieces per K or V row
   constexpr int STAGE = 2 * kDecKeys * LD;  // halves per ring stage: K tile, then V tile
   constexpr int OLD = D + 8;                // floats per row of the merge buffer
@@ -775,17 +793,31 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     }
   }
   __syncthreads();
-  uint32_t qf[KSTEPS][4];
+  // Q^T is the B operand of S^T = K Q^T (8 heads, 16 dims a k-step); the keys are the A's rows.
+  uint32_t qf[KSTEPS][2];
 #pragma unroll
-  for (int kk = 0; kk < KSTEPS; ++kk) {
-    ldmatrix_x4(qf[kk], &q_tile[lane & 15][kk * 16 + (lane >> 4) * 8]);
+  for (int kk = 0; kk + 1 < KSTEPS; kk += 2) {
+    uint32_t r[4];
+    ldmatrix_x4(r, &q_tile[lane & 7][kk * 16 + (lane >> 3) * 8]);
+    qf[kk][0] = r[0];
+    qf[kk][1] = r[1];
+    qf[kk + 1][0] = r[2];
+    qf[kk + 1][1] = r[3];
+  }
+  if constexpr (KSTEPS % 2 == 1) {
+    uint32_t r[2];
+    ldmatrix_x2(r, &q_tile[lane & 7][(KSTEPS - 1) * 16 + ((lane >> 3) & 1) * 8]);
+    qf[KSTEPS - 1][0] = r[0];
+    qf[KSTEPS - 1][1] = r[1];
   }
   WICK_TL_MARK(0);
 
-  float o[NT_O][4];
+  // O^T, tile n: dims 16n + g (elements 0, 1) and 16n + g + 8 (2, 3) of heads 2tg and 2tg + 1.
+  constexpr int NT = D / 16;
+  float o[NT][4];
 #pragma unroll
-  for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  // Rows g (r = 0) and g + 8 (r = 1) of the tile: running max (base 2) and this lane's sum.
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  // Heads 2tg (j = 0) and 2tg + 1 (j = 1): running max (base 2) and this lane's sum.
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
   for (int i = 0; i < count; ++i) {
     {
@@ -804,78 +836,64 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
       const uint16_t* kt = my_ring + st * STAGE;
       const uint16_t* vt = kt + kDecKeys * LD;
       const int k0 = (first + step * i) * kDecKeys;
-      // S = Q K^T, 16 rows x 16 keys; even and odd k-steps accumulate apart (shorter chains).
-      // One ldmatrix gives (b0, b1) of keys 0-7 and of keys 8-15.
-      float sc[2][2][4];
-#pragma unroll
-      for (int a = 0; a < 2; ++a) {
-#pragma unroll
-        for (int n = 0; n < 2; ++n) sc[a][n][0] = sc[a][n][1] = sc[a][n][2] = sc[a][n][3] = 0.f;
-      }
+      // S^T = K Q^T, 16 keys x 8 heads: lane (g, tg) holds keys g and g + 8 of heads 2tg and
+      // 2tg + 1. Even and odd k-steps accumulate apart (shorter chains).
+      float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
       for (int kk = 0; kk < KSTEPS; ++kk) {
-        uint32_t b[4];
-        ldmatrix_x4(b, kt + ((mi >> 1) * 8 + ri) * LD + kk * 16 + (mi & 1) * 8);
-        mma_16816<T>(sc[kk & 1][0], qf[kk], b[0], b[1]);
-        mma_16816<T>(sc[kk & 1][1], qf[kk], b[2], b[3]);
+        uint32_t a[4];
+        ldmatrix_x4(a, kt + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
+        mma_16816<T>(sc[kk & 1], a, qf[kk][0], qf[kk][1]);
       }
-      // Scale, mask, online softmax.
-      float s[2][4];
-      float mx[2] = {neg_inf(), neg_inf()};
+      // Scale, mask, online softmax per head (j: head 2tg + j).
+      float s4[4], mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = (sc[0][n][e] + sc[1][n][e]) * p.scale_log2;
-          const int key = k0 + n * 8 + tg * 2 + (e & 1);
-          const int r = g + 8 * (e >> 1);
-          if (key >= keys) {
-            x = neg_inf();
-          } else if (mb != nullptr && r < rows) {
-            x += bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) * kLog2e;
-          }
-          s[n][e] = x;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      for (int e = 0; e < 4; ++e) {
+        float x = (sc[0][e] + sc[1][e]) * p.scale_log2;
+        const int key = k0 + g + 8 * (e >> 1);
+        const int r = 2 * tg + (e & 1);
+        if (key >= keys) {
+          x = neg_inf();
+        } else if (mb != nullptr && r < rows) {
+          x += bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) * kLog2e;
         }
+        s4[e] = x;
+        mx[e & 1] = fmaxf(mx[e & 1], x);
       }
       float corr[2], m_use[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(m[r], mx[r]);
-        // A row with no visible key so far keeps exp2(-inf - 0) = 0 instead of nan.
-        m_use[r] = m_new == neg_inf() ? 0.f : m_new;
-        corr[r] = exp2_approx(m[r] - m_use[r]);
-        m[r] = m_new;
-        l[r] *= corr[r];
-      }
+      for (int j = 0; j < 2; ++j) {
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pe = exp2_approx(s[n][e] - m_use[e >> 1]);
-          s[n][e] = pe;
-          l[e >> 1] += pe;
+        for (int sh = 4; sh < 32; sh <<= 1) {
+          mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], sh));
         }
+        const float m_new = fmaxf(m[j], mx[j]);
+        m_use[j] = m_new == neg_inf() ? 0.f : m_new;  // no visible key yet: exp2(-inf) = 0
+        corr[j] = exp2_approx(m[j] - m_use[j]);
+        m[j] = m_new;
+        l[j] *= corr[j];
       }
 #pragma unroll
-      for (int n = 0; n < NT_O; ++n) {
+      for (int e = 0; e < 4; ++e) {
+        s4[e] = exp2_approx(s4[e] - m_use[e & 1]);
+        l[e & 1] += s4[e];
+      }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
         o[n][0] *= corr[0];
-        o[n][1] *= corr[0];
-        o[n][2] *= corr[1];
+        o[n][1] *= corr[1];
+        o[n][2] *= corr[0];
         o[n][3] *= corr[1];
       }
-      // O += P V: the score accumulators of keys 0-7 and 8-15 are the A fragment; V^T
-      // fragments by transposed ldmatrix give (b0, b1) of output tiles n and n + 1.
-      const uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
-                             pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+      // O^T += V^T P^T: P^T's B fragments are P's (keys 0-7, then 8-15) transposed in
+      // registers; V^T's A fragments come by transposed ldmatrix, 16 dims at a time.
+      const uint32_t b0 = movmatrix_trans(pack2<T>(s4[0], s4[1]));
+      const uint32_t b1 = movmatrix_trans(pack2<T>(s4[2], s4[3]));
 #pragma unroll
-      for (int n = 0; n < NT_O; n += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vt + ((mi & 1) * 8 + ri) * LD + (n + (mi >> 1)) * 8);
-        mma_16816<T>(o[n], a, b[0], b[1]);
-        mma_16816<T>(o[n + 1], a, b[2], b[3]);
+      for (int n = 0; n < NT; ++n) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(a, vt + ((mi >> 1) * 8 + ri) * LD + n * 16 + (mi & 1) * 8);
+        mma_16816<T>(o[n], a, b0, b1);
       }
     }
     __syncwarp();  // the next iteration refills stage (i + kDecStages) % kDecStages = this one
@@ -889,20 +907,19 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   float* s_o = reinterpret_cast<float*>(ring);  // [warps][kDecRows][OLD]
 #pragma unroll
   for (int r2 = 0; r2 < 2; ++r2) {
-    float lr = l[r2];  // this lane's quarter of the row: finish across the quad
-    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-    const int r = g + 8 * r2;
+    float lr = l[r2];  // this lane's keys' part of the head's sum: finish across the warp
+    for (int sh = 4; sh < 32; sh <<= 1) lr += __shfl_xor_sync(0xffffffffu, lr, sh);
+    const int r = 2 * tg + r2;
     if (r < rows) {
-      if (tg == 0) {
+      if (g == 0) {
         s_m[warp][r] = m[r2];
         s_l[warp][r] = lr;
       }
       float* orow = s_o + (warp * kDecRows + r) * OLD;
 #pragma unroll
-      for (int n = 0; n < NT_O; ++n) {
-        *reinterpret_cast<float2*>(orow + n * 8 + tg * 2) =
-            make_float2(o[n][2 * r2], o[n][2 * r2 + 1]);
+      for (int n = 0; n < NT; ++n) {
+        orow[n * 16 + g] = o[n][r2];
+        orow[n * 16 + g + 8] = o[n][2 + r2];
       }
     }
   }
