@@ -560,47 +560,46 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode path (flash-decoding): one query (s = 1) per head against a long KV cache; f16/bf16,
-// d 16, 32, 64, 96 or 128, any number of query heads per k/v head, an optional additive mask. Grid
+// Decode path (flash-decoding): one query (s = 1) per head against a long KV cache; f16/bf16, d 16,
+// 32, 64, 96 or 128, any number of query heads per k/v head, an optional additive mask. Grid
 // (splits, b x h_kv x head chunks): a block reads K and V of one k/v head once for up to 8 of its
 // query heads, the columns of an m16n8k16 tensor-core tile whose 16 rows are keys (missing heads
-// are zeros). Keys come in
-// tiles of 16, dealt round-robin to the blocks of a head and within a block to its warps, so that
-// any prefix of visible keys is spread evenly: the graph-captured Llama step hides the cache rows
-// past its position (a device last key, or a mask of -inf), and tiles with no visible key are
-// neither read nor computed. Each warp streams its tiles through its own shared-memory ring
-// (cp.async, kDecStages deep, no block barrier), keeps S^T = K Q^T, the online softmax and
-// O^T += V^T P^T in registers (P's fragments transposed by movmatrix), then the warps merge in
-// shared memory. With the heads as the rows (M 16, 4 of them used by a Llama group of 4) a tile
-// took twice the mma instructions: H200, bench_nn_cuda 8 caches in turn, 288 / 4,096 / 16,384
+// are zeros). Keys come in tiles of 16, dealt round-robin to the blocks of a head and within a
+// block to its warps, so that any prefix of visible keys is spread evenly: the graph-captured Llama
+// step hides the cache rows past its position (a device last key, or a mask of -inf), and tiles
+// with no visible key are neither read nor computed. Each warp streams its tiles through its own
+// shared-memory ring (cp.async, kDecStages deep, no block barrier), keeps S^T = K Q^T, the online
+// softmax and O^T += V^T P^T in registers (P's fragments transposed by movmatrix), then the warps
+// merge in shared memory. With the heads as the rows (M 16, 4 of them used by a Llama group of 4) a
+// tile took twice the mma instructions: H200, bench_nn_cuda 8 caches in turn, 288 / 4,096 / 16,384
 // keys 5.40-5.42 / 9.58 / 23.20-23.25 us against 4.72 / 8.94-8.96 / 22.02-22.05 so; graph decode
 // (one call) Llama-1B bf16 1,294.8-1,295.3 against 1,302.0-1,302.6 tok/s, SmolLM2 bf16 2,186.9
-// against 2,248.7. With several splits
-// each block leaves (max, sum, output) and the last block of its head group (an atomic count)
-// merges them: one kernel. In the graph-captured decode step the cache rows before the position
-// start loading before pdl_wait (SmolLM2 bf16 decode 1,944 to 1,970 tok/s, Llama-1B unchanged at
-// 1,157: there attention costs about 4.8 us a layer whatever the cache's length, measured by
-// leaving it out). Measured slower on the H200 (bench_nn_cuda, 8 caches in turn): L2 prefetch of
-// the tiles before pdl_wait (11.15 against 10.67 us); letting the next kernel launch right after
-// pdl_wait (10.65: no gain; in the decode step 1,161 against 1,157 tok/s). Inside a block of the
-// Llama-1B step (~280 keys, timeline marks, scripts/gpu-timeline.sh): pdl_wait passes 1.8 us after
-// the block starts, q is in registers 0.7 us later, warp 0's three tiles take 2.4 us more (the
-// third is requested only when the loop starts), merging the warps 0.9 us (0.67 unrolled), the
-// end 0.2 us. Stepped copy addresses and an unrolled merge: 10.66 to 10.43 us at 4,096 keys,
-// SmolLM2 2,090 to 2,111 tok/s, Llama-1B unchanged (1,190). Slower later (H200, one call each):
-// the tile copies asking the L2 for 256 bytes (cp.async ... L2::256B) 9.74-9.75 against 9.60-9.63
-// us at 4,096 keys; 4 warps a block (two blocks a multiprocessor) with 16 or 32 splits 11.09 /
-// 10.84 against 9.63-9.65, 8 warps with 8 splits 10.47. In the Llama-1B bf16 step (against
-// 1,291.0-1,291.5 tok/s): 4 warps with 5 or 6 splits 1,258.0-1,259.2, 8 warps with 2 or 3
+// against 2,248.7. With several splits each block leaves (max, sum, output) and the last block of
+// its head group (an atomic count) merges them: one kernel. In the graph-captured decode step the
+// cache rows before the position start loading before pdl_wait (SmolLM2 bf16 decode 1,944 to 1,970
+// tok/s, Llama-1B unchanged at 1,157: there attention costs about 4.8 us a layer whatever the
+// cache's length, measured by leaving it out). Measured slower on the H200 (bench_nn_cuda, 8 caches
+// in turn): L2 prefetch of the tiles before pdl_wait (11.15 against 10.67 us); letting the next
+// kernel launch right after pdl_wait (10.65: no gain; in the decode step 1,161 against 1,157
+// tok/s). Inside a block of the Llama-1B step (~280 keys, timeline marks, scripts/gpu-timeline.sh):
+// pdl_wait passes 1.8 us after the block starts, q is in registers 0.7 us later, warp 0's three
+// tiles take 2.4 us more (the third is requested only when the loop starts), merging the warps 0.9
+// us (0.67 unrolled), the end 0.2 us. Stepped copy addresses and an unrolled merge: 10.66 to 10.43
+// us at 4,096 keys, SmolLM2 2,090 to 2,111 tok/s, Llama-1B unchanged (1,190). Slower later (H200,
+// one call each): the tile copies asking the L2 for 256 bytes (cp.async ... L2::256B) 9.74-9.75
+// against 9.60-9.63 us at 4,096 keys; 4 warps a block (two blocks a multiprocessor) with 16 or 32
+// splits 11.09 / 10.84 against 9.63-9.65, 8 warps with 8 splits 10.47. In the Llama-1B bf16 step
+// (against 1,291.0-1,291.5 tok/s): 4 warps with 5 or 6 splits 1,258.0-1,259.2, 8 warps with 2 or 3
 // 1,261.4-1,263.1. The splits of a head group launched as one cluster and merged through
 // distributed shared memory (a first version, which failed the attention tests: not kept) were
 // slower too: 288 / 1,024 keys 5.75 / 6.38 against 5.44 / 6.08 us, 4,096 keys in clusters of 16
-// 17.00 against 9.78. With a device last key and the next call launched once every block has
-// asked for its first tiles (bench_nn_cuda's "next launched early" row, one call): 8.62-8.63
-// against 8.99-9.00 us without; 4 warps a block, whose blocks fit two to a
-// multiprocessor, 10.26-10.27 (9.71-9.81 without), with 8 or 12 splits 13.48 / 11.33: the next
-// call's reads overlapping this one's end do not bring 4,096 keys near the HBM's rate (16.8 MB: 4.2
-// us at 4 TB/s).
+// 17.00 against 9.78. With a device last key and the next call launched once every block has asked
+// for its first tiles (bench_nn_cuda's "next launched early" row, one call): 8.62-8.63 against
+// 8.99-9.00 us without; 4 warps a block, whose blocks fit two to a multiprocessor, 10.26-10.27
+// (9.71-9.81 without), with 8 or 12 splits 13.48 / 11.33: the next call's reads overlapping this
+// one's end do not bring 4,096 keys near the HBM's rate (16.8 MB: 4.2 us at 4 TB/s). With its
+// compute skipped (a probe, not kept) the kernel took 8.30 us at 4,096 keys against 9.55, and a
+// plain read of the same 16.8 MB 5.24 us (one call).
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
