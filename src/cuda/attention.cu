@@ -781,7 +781,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   }
   start_tiles(early_stages, kDecStages - 1);
 
-  // The query rows into shared memory, then their A fragments, kept in registers.
+  // The query rows into shared memory, then their B fragments, kept in registers.
   if (rows_before) {
     for (int i = threadIdx.x; i < Q_WORDS; i += blockDim.x) store_q(i, q_word(i));
   } else {
