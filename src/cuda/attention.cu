@@ -613,6 +613,14 @@ constexpr int kDecCounterSlots = 4096;
 // to zero, so no memset is needed per call (one attention at a time on the device's stream).
 __device__ unsigned int g_decode_done[kDecCounterSlots];
 
+// What a decode kernel is compiled for: without a mask or a last key (Plain), with a last key and
+// no mask (LastKey: the graph-captured decode step), with a mask (Masked, a last key or not). One
+// general kernel was slower where less is asked (H200, bench_nn_cuda's kernel lines at 4,096 keys:
+// 8.97-9.03 us against 8.63 so, with q read 32 bits at a time; a last key 8.26-8.35 against
+// 7.86; graph decode in one call, Llama-1B bf16 1,304.5-1,304.9 against 1,318.7-1,319.5 tok/s,
+// SmolLM2 bf16 2,255.6-2,255.8 against 2,302.8-2,303.1).
+enum class DecodeMode { Plain, LastKey, Masked };
+
 struct DecodeArgs {
   const uint16_t* q;
   const uint16_t* k;
@@ -626,9 +634,10 @@ struct DecodeArgs {
   int h, h_kv, group, chunks, s_kv, tiles, splits;
   float scale_log2;        // scale * log2(e): the softmax runs in base 2
   bool launch_next_early;  // AttentionArgs::launch_next_early
+  bool q_pairs;            // q's rows 4-byte aligned: read 32 bits at a time
 };
 
-template <class T, int D>
+template <class T, int D, DecodeMode M>
 __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeArgs p) {
   constexpr int LD = D + kPad;              // halves per shared row (no ldmatrix conflicts)
   constexpr int KSTEPS = D / 16;            // k-steps of Q K^T
@@ -652,7 +661,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   const int rows = min(kDecRows, p.group - chunk * kDecRows);
   const uint16_t* kb = p.k + bi * p.ks[0] + hk * p.ks[1];
   const uint16_t* vb = p.v + bi * p.vs[0] + hk * p.vs[1];
-  const uint16_t* mb = p.mask == nullptr ? nullptr : p.mask + bi * p.ms[0] + head0 * p.ms[1];
+  const uint16_t* mb = M == DecodeMode::Masked ? p.mask + bi * p.ms[0] + head0 * p.ms[1] : nullptr;
   const int mask_rows = p.ms[1] == 0 ? 1 : rows;  // a mask shared by the heads is read once
 
   // This warp's tiles: first + step * i for i < count.
@@ -661,13 +670,13 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   // cache rows before it were written before the kernel before this one (the caller's promise,
   // AttentionArgs::last_key): they are read before pdl_wait, and only q, the last key's row and
   // a mask wait for that kernel.
-  const bool rows_before = p.last_key != nullptr && mb == nullptr;
+  constexpr bool rows_before = M == DecodeMode::LastKey;
   if (!rows_before) {
     pdl_wait();
     WICK_TL_WAITED();
   }
   // Keys [0, keys) are read: all, or up to the last visible one.
-  const int keys = p.last_key == nullptr
+  const int keys = M == DecodeMode::Plain || p.last_key == nullptr
                        ? p.s_kv
                        : static_cast<int>(min(*p.last_key, static_cast<uint32_t>(p.s_kv - 1))) + 1;
   const int tiles = (keys + kDecKeys - 1) / kDecKeys;
@@ -677,7 +686,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   // Whether this lane sees a visible key of tile t (a mask value of -inf hides a key); a tile is
   // loaded when some lane does.
   auto lane_sees = [&](int t) {
-    if (mb == nullptr) return true;
+    if constexpr (M != DecodeMode::Masked) return true;
     const int key = t * kDecKeys + (lane & 15);
     bool vis = false;
     if (key < keys) {
@@ -752,6 +761,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
     const int r = i / (D / 2), c = (i % (D / 2)) * 2;
     if (r >= rows) return 0u;
     const uint16_t* qr = p.q + bi * p.qs[0] + (head0 + r) * p.qs[1] + c;
+    if (p.q_pairs) return *reinterpret_cast<const uint32_t*>(qr);
     return static_cast<uint32_t>(qr[0]) | (static_cast<uint32_t>(qr[1]) << 16);
   };
   auto store_q = [&](int i, uint32_t word) {
@@ -853,7 +863,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
         const int r = 2 * tg + (e & 1);
         if (key >= keys) {
           x = neg_inf();
-        } else if (mb != nullptr && r < rows) {
+        } else if (M == DecodeMode::Masked && r < rows) {
           x += bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) * kLog2e;
         }
         s4[e] = x;
@@ -1265,14 +1275,19 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   p.tiles = (a.s_kv + kDecKeys - 1) / kDecKeys;
   p.scale_log2 = a.scale * kLog2e;
   p.launch_next_early = a.launch_next_early && a.last_key != nullptr;
+  p.q_pairs = reinterpret_cast<uintptr_t>(a.q) % 4 == 0 && a.q_strides[0] % 2 == 0 &&
+              a.q_strides[1] % 2 == 0;
 
-  auto kernel = attn_decode_kernel<T, D>;
+  auto kernel = a.mask != nullptr       ? attn_decode_kernel<T, D, DecodeMode::Masked>
+                : a.last_key != nullptr ? attn_decode_kernel<T, D, DecodeMode::LastKey>
+                                        : attn_decode_kernel<T, D, DecodeMode::Plain>;
   const int warps = decode_warps();
   const size_t smem = decode_smem(D);
   // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
   WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  // Blocks resident per multiprocessor (shared memory decides), asked once.
+  // Blocks resident per multiprocessor (shared memory decides, the same for every mode), asked
+  // once.
   static const int per_sm = [&] {
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, smem) !=
