@@ -29,11 +29,10 @@ B="$BUILD"/bench/cuda_bench_nn_cuda
 timeout 180 "$B" >"$LOGS/bench_raw.txt" 2>&1
 echo "bench: exit $?"
 grep -v '^RESULT' "$LOGS/bench_raw.txt" | tee "$LOGS/bench.txt"
-# Variants: each row kernel for every op, 4-warp decode blocks, forced splits.
+# Variants: each row kernel for every op, forced decode splits.
 {
   for k in block warp bulk; do WICK_ROW_KERNEL=$k timeout 60 "$B" rows | grep -F "(kernel)" | sed "s/^/$k row kernel: /"; done
   for n in 1 4; do WICK_ROW_WARPS=$n timeout 60 "$B" rows | grep -F "(kernel)" | sed "s/^/$n rows a block: /"; done
-  WICK_DECODE_WARPS=4 timeout 60 "$B" decode | grep -E "^kernel" | sed "s/^/decode 4 warps: /"
   for n in 8 32 64; do WICK_DECODE_SPLITS=$n timeout 60 "$B" decode | grep -E "^kernel, 8" | sed "s/^/decode splits $n: /"; done
 } 2>&1 | tee "$LOGS/variants.txt"
 if [[ -z "${WICK_NN_NO_TORCH:-}" ]]; then

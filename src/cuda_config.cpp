@@ -80,7 +80,6 @@ Config read_config() {
   if (env_is("WICK_ROW_KERNEL", "bulk")) c.row_kernel = RowKernel::Bulk;
   if (env_is("WICK_ROW_WARPS", "1")) c.row_warps = 1;
   if (env_is("WICK_ROW_WARPS", "4")) c.row_warps = 4;
-  if (env_is("WICK_DECODE_WARPS", "4")) c.decode_warps = 4;
   if (const char* v = env("WICK_DECODE_SPLITS"); v != nullptr && std::atoi(v) > 0) {
     c.decode_splits = std::atoi(v);
   }

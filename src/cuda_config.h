@@ -46,7 +46,6 @@
 //                                    softmax rows staged in shared memory, where it applies)
 //   WICK_ROW_WARPS=1|4               rows (warps) per block of the warp-per-row kernel
 //                                    (default 2)
-//   WICK_DECODE_WARPS=4              warps per decode-attention block (default 8; benchmarks)
 //   WICK_DECODE_SPLITS=N             key splits per k/v head of decode attention (default: one
 //                                    wave over the GPU; benchmarks)
 //   WICK_FLASH_WGMMA=0               prefill attention on sm_90 by the mma.sync kernel, not the
@@ -98,7 +97,6 @@ struct Config {
   bool attention_rounding_transformers = false;
   RowKernel row_kernel = RowKernel::Auto;
   int row_warps = 2;
-  int decode_warps = 8;
   int decode_splits = 0;    // 0: the kernel's own choice
   bool flash_wgmma = true;  // initial value
 };

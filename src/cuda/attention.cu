@@ -604,7 +604,7 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
 constexpr int kDecRows = 8;    // query heads per block: the mma's N
-constexpr int kDecMaxWarps = 8;
+constexpr int kDecWarps = 8;   // a block: one a multiprocessor (4 warps, two blocks: slower, above)
 constexpr int kDecMaxSplits = 128;
 constexpr int kDecMerge = 16;  // splits merged per round trip by the last block
 constexpr int kDecCounterSlots = 4096;
@@ -638,7 +638,7 @@ struct DecodeArgs {
 };
 
 template <class T, int D, DecodeMode M>
-__global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeArgs p) {
+__global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs p) {
   constexpr int LD = D + kPad;              // halves per shared row (no ldmatrix conflicts)
   constexpr int KSTEPS = D / 16;            // k-steps of Q K^T
   constexpr int PIECES = D / 8;             // 16-byte pieces per K or V row
@@ -647,11 +647,11 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   extern __shared__ __align__(16) unsigned char dec_smem[];
   auto q_tile = reinterpret_cast<uint16_t(*)[LD]>(dec_smem);
   uint16_t* ring = reinterpret_cast<uint16_t*>(dec_smem + kDecRows * LD * 2);
-  __shared__ float s_m[kDecMaxWarps][kDecRows], s_l[kDecMaxWarps][kDecRows];
+  __shared__ float s_m[kDecWarps][kDecRows], s_l[kDecWarps][kDecRows];
   __shared__ bool s_last;
 
   WICK_TL_START();
-  const int warps = static_cast<int>(blockDim.x) / 32;
+  constexpr int warps = kDecWarps;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tg = lane & 3, mi = lane >> 3, ri = lane & 7;
   const int split = blockIdx.x, unit = blockIdx.y;
@@ -774,8 +774,9 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   // q first there, or the register copy after the tiles, were slower (SmolLM2 Q4_1 graph decode
   // 1,674 against 1,765 tok/s on one machine; the register copy after the tiles, SmolLM2 bf16
   // 2,158 against 2,180 and Q4_1 1,684 against 1,696 in one call).
-  constexpr int Q_WORDS = kDecRows * (D / 2), Q_PER_THREAD = (Q_WORDS + 127) / 128;
-  uint32_t q_words[Q_PER_THREAD];  // blocks have at least 128 threads
+  constexpr int Q_WORDS = kDecRows * (D / 2);
+  constexpr int Q_PER_THREAD = (Q_WORDS + kDecWarps * 32 - 1) / (kDecWarps * 32);
+  uint32_t q_words[Q_PER_THREAD];
   if (!rows_before) {
 #pragma unroll
     for (int j = 0; j < Q_PER_THREAD; ++j) {
@@ -936,19 +937,18 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32) attn_decode_kernel(DecodeAr
   const int64_t out_row0 = static_cast<int64_t>(bi) * p.h + head0;
   for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
     const int r = idx / (D / 2), c = (idx % (D / 2)) * 2;
-    // Unrolled over the most warps a block has, so that the shared-memory loads go out together
+    // Unrolled over the block's warps, so that the shared-memory loads go out together
     // (with a loop over the block's warps, merging took 0.9 us: timeline marks).
-    float mw[kDecMaxWarps];
+    float mw[kDecWarps];
     float mx = neg_inf();
 #pragma unroll
-    for (int w = 0; w < kDecMaxWarps; ++w) {
-      mw[w] = w < warps ? s_m[w][r] : neg_inf();
+    for (int w = 0; w < kDecWarps; ++w) {
+      mw[w] = s_m[w][r];
       mx = fmaxf(mx, mw[w]);
     }
     float sum = 0.f, a0 = 0.f, a1 = 0.f;
 #pragma unroll
-    for (int w = 0; w < kDecMaxWarps; ++w) {
-      if (w >= warps) continue;
+    for (int w = 0; w < kDecWarps; ++w) {
       const float f = mw[w] == neg_inf() ? 0.f : exp2_approx(mw[w] - mx);  // 0: saw no key
       const float2 ov = *reinterpret_cast<const float2*>(s_o + (w * kDecRows + r) * OLD + c);
       sum += f * s_l[w][r];
@@ -1223,15 +1223,9 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   }
 }
 
-// Warps per decode block: 8 (WICK_DECODE_WARPS=4 for 4; benchmarks).
-int decode_warps() {
-  static const int n = config().decode_warps == 4 ? 4 : kDecMaxWarps;
-  return n;
-}
-
 // Shared memory of a decode block: the query rows, then each warp's ring of K and V tiles.
 size_t decode_smem(int d) {
-  return static_cast<size_t>(kDecRows + decode_warps() * kDecStages * 2 * kDecKeys) *
+  return static_cast<size_t>(kDecRows + kDecWarps * kDecStages * 2 * kDecKeys) *
          static_cast<size_t>(d + kPad) * 2;
 }
 
@@ -1281,7 +1275,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   auto kernel = a.mask != nullptr       ? attn_decode_kernel<T, D, DecodeMode::Masked>
                 : a.last_key != nullptr ? attn_decode_kernel<T, D, DecodeMode::LastKey>
                                         : attn_decode_kernel<T, D, DecodeMode::Plain>;
-  const int warps = decode_warps();
+  constexpr int warps = kDecWarps;
   const size_t smem = decode_smem(D);
   // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
   WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
