@@ -660,7 +660,6 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   __shared__ bool s_last;
 
   WICK_TL_START();
-  constexpr int warps = kDecWarps;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tg = lane & 3, mi = lane >> 3, ri = lane & 7;
   const int split = blockIdx.x, unit = blockIdx.y;
@@ -674,7 +673,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   const int mask_rows = p.ms[1] == 0 ? 1 : rows;  // a mask shared by the heads is read once
 
   // This warp's tiles: first + step * i for i < count.
-  const int first = split + p.splits * warp, step = p.splits * warps;
+  const int first = split + p.splits * warp, step = p.splits * kDecWarps;
   // With a device last key and no mask (the graph-captured decode step), the key itself and the
   // cache rows before it were written before the kernel before this one (the caller's promise,
   // AttentionArgs::last_key): they are read before pdl_wait, and only q, the last key's row and
@@ -923,7 +922,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
 
   // Merge the warps: each leaves (max, sum, output) of its rows; the ring becomes the buffer.
   __syncthreads();
-  float* s_o = reinterpret_cast<float*>(ring);  // [warps][kDecRows][OLD]
+  float* s_o = reinterpret_cast<float*>(ring);  // [kDecWarps][kDecRows][OLD]
 #pragma unroll
   for (int r2 = 0; r2 < 2; ++r2) {
     float lr = l[r2];  // this lane's keys' part of the head's sum: finish across the warp
@@ -1288,7 +1287,6 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   auto kernel = a.mask != nullptr       ? attn_decode_kernel<T, D, DecodeMode::Masked>
                 : a.last_key != nullptr ? attn_decode_kernel<T, D, DecodeMode::LastKey>
                                         : attn_decode_kernel<T, D, DecodeMode::Plain>;
-  constexpr int warps = kDecWarps;
   const size_t smem = decode_smem(D);
   // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
   WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1297,7 +1295,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   // once.
   static const int per_sm = [&] {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, smem) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kDecWarps * 32, smem) !=
         cudaSuccess) {
       (void)cudaGetLastError();  // not left for the launch check below
       n = 1;
@@ -1322,9 +1320,9 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     // tiles), attention's span 5.96 us in one block, 6.15 in 2 splits, 5.17 in 4. Llama-1B after
     // a 256-token prompt (32 tiles: 4 splits, 2 before), graph tok/s: Q4_0 1,951-1,958 against
     // 1,891, bf16 1,172 against 1,153.
-    const int64_t useful = forced > 0             ? p.tiles
-                           : p.tiles <= 2 * warps ? 1
-                                                  : (p.tiles + warps - 1) / warps;
+    const int64_t useful = forced > 0                 ? p.tiles
+                           : p.tiles <= 2 * kDecWarps ? 1
+                                                      : (p.tiles + kDecWarps - 1) / kDecWarps;
     splits =
         static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(kDecMaxSplits, useful)));
   }
@@ -1334,8 +1332,8 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     p.part_ml = static_cast<float*>(temp(rows * 2 * sizeof(float)));
     p.part_o = static_cast<float*>(temp(rows * D * sizeof(float)));
   }
-  launch_pdl_carveout(kCarveoutMaxShared, kernel, dim3(splits, units), dim3(warps * 32), smem, s,
-                      p);
+  launch_pdl_carveout(kCarveoutMaxShared, kernel, dim3(splits, units), dim3(kDecWarps * 32), smem,
+                      s, p);
 }
 
 // Shared memory of flash_mma_kernel: Q, and two stages of K and V tiles.
