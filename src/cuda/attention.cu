@@ -608,7 +608,14 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // shared memory (7 clusters of 16 fit at once: 13.5 us), K and V read straight into the mma's
 // fragments, without shared memory (8.68 against 8.01), one ring of tiles shared by the block's
 // warps, small enough for the next call's block to be resident beside it (8.98). In the library,
-// a bulk copy a row was a tie at 4,096 keys and slower at 288 (5.23 against 4.72 us).
+// a bulk copy a row was a tie at 4,096 keys and slower at 288 (5.23 against 4.72 us). Later, in
+// one call each (standalone copy, 4,096 keys): a plain read by 64 blocks of 1,024 threads takes
+// 5.85 us, and the kernel with 8 splits (64 blocks) and no split merge 6.68, as with 16 (6.59),
+// but those 8 splits as one cluster merging through distributed shared memory 10.15-10.22
+// against the global merge's 8.00; the count without its fence (not correct) 7.71, so the fence
+// costs about 0.3 us. In the library, the count taken right after a block's tiles without a fence,
+// the partials as words that show whether they have landed (0 until written, read again), was
+// slower: 10.20-10.25 against 8.52-8.54 us, SmolLM2 bf16 graph decode 2,209 against 2,330 tok/s.
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
@@ -669,7 +676,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   const int rows = min(kDecRows, p.group - chunk * kDecRows);
   const uint16_t* kb = p.k + bi * p.ks[0] + hk * p.ks[1];
   const uint16_t* vb = p.v + bi * p.vs[0] + hk * p.vs[1];
-  const uint16_t* mb = M == DecodeMode::Masked ? p.mask + bi * p.ms[0] + head0 * p.ms[1] : nullptr;
+  constexpr bool masked = M == DecodeMode::Masked;
+  const uint16_t* mb = masked ? p.mask + bi * p.ms[0] + head0 * p.ms[1] : nullptr;
   const int mask_rows = p.ms[1] == 0 ? 1 : rows;  // a mask shared by the heads is read once
 
   // This warp's tiles: first + step * i for i < count.
@@ -692,9 +700,11 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   uint16_t* my_ring = ring + warp * kDecStages * STAGE;
 
   // Whether this lane sees a visible key of tile t (a mask value of -inf hides a key); a tile is
-  // loaded when some lane does.
+  // loaded and computed when some lane does. Without a mask every tile is, with no warp vote or
+  // record of the loaded stages: compiled out so (H200, 4,096 keys, one call), 8.50-8.51 to
+  // 8.37-8.39 us, a last key 7.88-7.89 to 7.66-7.69.
   auto lane_sees = [&](int t) {
-    if constexpr (M != DecodeMode::Masked) return true;
+    if constexpr (!masked) return true;
     const int key = t * kDecKeys + (lane & 15);
     bool vis = false;
     if (key < keys) {
@@ -704,7 +714,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     }
     return vis;
   };
-  auto visible = [&](int t) { return __any_sync(0xffffffffu, lane_sees(t)) != 0; };
+  auto visible = [&](int t) { return !masked || __any_sync(0xffffffffu, lane_sees(t)) != 0; };
   // Tile t into ring stage st: 16-byte copies, zeros past the last key (0 * garbage could be nan).
   // A lane copies the same 16-byte piece of every RSTEP-th row of a tile (d other than 96): its
   // addresses step by a stride fixed at the start, and only the last tile checks its rows
@@ -750,7 +760,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
 #pragma unroll
     for (int st = 0; st < kDecStages - 1; ++st) {
       if (st < from || st >= to) continue;
-      if (st < count && __any_sync(0xffffffffu, sees[st])) {
+      if (st < count && (!masked || __any_sync(0xffffffffu, sees[st]))) {
         issue(st, first + step * st);
         live |= 1u << st;
       }
@@ -850,7 +860,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     cp_async_wait<kDecStages - 1>();  // tile i has landed (this lane's copies)
     __syncwarp();                     // ... and every lane's
     const int st = i % kDecStages;
-    if ((live >> st) & 1u) {
+    if (!masked || ((live >> st) & 1u)) {
       const uint16_t* kt = my_ring + st * STAGE;
       const uint16_t* vt = kt + kDecKeys * LD;
       const int k0 = (first + step * i) * kDecKeys;
@@ -872,7 +882,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
         const int r = 2 * tg + (e & 1);
         if (key >= keys) {
           x = neg_inf();
-        } else if (M == DecodeMode::Masked && r < rows) {
+        } else if (masked && r < rows) {
           x += bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) * kLog2e;
         }
         s4[e] = x;
