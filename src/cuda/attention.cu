@@ -618,7 +618,9 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // slower: 10.20-10.25 against 8.52-8.54 us, SmolLM2 bf16 graph decode 2,209 against 2,330 tok/s.
 // The standalone copy launched by run_decode in place of this kernel took 7.97-7.99 us against
 // this kernel's 8.35-8.37 (one call): the gap is in the kernel's code, not in how it is launched
-// (nor in sm_90a code: 8.37-8.43).
+// (nor in sm_90a code: 8.37-8.43). Each alone and all together, the copy's q loads, its tile
+// addresses (no zero fill), its loop order (wait, compute, refill) and a constant stride in the
+// merges were ties (8.31-8.48 us), as was a cudaMalloc'd count in place of g_decode_done.
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
