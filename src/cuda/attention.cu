@@ -620,7 +620,13 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // this kernel's 8.35-8.37 (one call): the gap is in the kernel's code, not in how it is launched
 // (nor in sm_90a code: 8.37-8.43). Each alone and all together, the copy's q loads, its tile
 // addresses (no zero fill), its loop order (wait, compute, refill) and a constant stride in the
-// merges were ties (8.31-8.48 us), as was a cudaMalloc'd count in place of g_decode_done.
+// merges were ties (8.31-8.48 us), as was a cudaMalloc'd count in place of g_decode_done. K and V
+// of a tile in separate cp.async groups (its scores computed while its V lands): 8.31-8.34 against
+// 8.42-8.45 us, but with a last key 7.81-7.82 against 7.68-7.73, SmolLM2 bf16 graph decode 2,296
+// against 2,311-2,313 tok/s (one call each): not kept. Across cache lengths (288 to 16,384 keys,
+// one call) a call takes about 3.6-4.2 us plus the cache at 3.8-4.0 TB/s, the copy's rate or
+// more: what keeps 4,096 keys at 0.56 of the copy is that fixed part (a plain read's is ~1 us):
+// the launch, a block's first tiles, the compute of the last, the warps' and the splits' merges.
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
@@ -652,7 +658,7 @@ struct DecodeArgs {
   float* part_ml;  // (b, h, splits, 2): max (base 2) and sum per split, when splits > 1
   float* part_o;   // (b, h, splits, d): unnormalised outputs
   int64_t qs[3], ks[3], vs[3], ms[4];
-  int h, h_kv, group, chunks, s_kv, tiles, splits;
+  int h, h_kv, group, chunks, s_kv, splits;
   float scale_log2;        // scale * log2(e): the softmax runs in base 2
   bool launch_next_early;  // AttentionArgs::launch_next_early
   bool q_pairs;            // q's rows 4-byte aligned: read 32 bits at a time
@@ -1293,7 +1299,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   p.group = a.h / a.h_kv;
   p.chunks = (p.group + kDecRows - 1) / kDecRows;
   p.s_kv = a.s_kv;
-  p.tiles = (a.s_kv + kDecKeys - 1) / kDecKeys;
+  const int64_t tiles = (a.s_kv + kDecKeys - 1) / kDecKeys;
   p.scale_log2 = a.scale * kLog2e;
   p.launch_next_early = a.launch_next_early && a.last_key != nullptr;
   p.q_pairs = reinterpret_cast<uintptr_t>(a.q) % 4 == 0 && a.q_strides[0] % 2 == 0 &&
@@ -1335,9 +1341,9 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     // tiles), attention's span 5.96 us in one block, 6.15 in 2 splits, 5.17 in 4. Llama-1B after
     // a 256-token prompt (32 tiles: 4 splits, 2 before), graph tok/s: Q4_0 1,951-1,958 against
     // 1,891, bf16 1,172 against 1,153.
-    const int64_t useful = forced > 0                 ? p.tiles
-                           : p.tiles <= 2 * kDecWarps ? 1
-                                                      : (p.tiles + kDecWarps - 1) / kDecWarps;
+    const int64_t useful = forced > 0               ? tiles
+                           : tiles <= 2 * kDecWarps ? 1
+                                                    : (tiles + kDecWarps - 1) / kDecWarps;
     splits =
         static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(kDecMaxSplits, useful)));
   }
