@@ -67,6 +67,17 @@ TEST(NnFused, NormsOverManyRowBlocks) {
   }
 }
 
+// f32 outputs of 4 MB or more go out by non-temporal stores, from each row's first 32-byte
+// boundary: rows of 1,027 floats start at every alignment.
+TEST(NnFused, NormsWithStreamedOutputs) {
+  Tensor x = random_tensor({1031, 1027}, DType::F32), w = random_tensor({1027}, DType::F32),
+         b = random_tensor({1027}, DType::F32);
+  EXPECT_TRUE(
+      close_to(x.rms_norm(w, 1e-6), rms_norm_ref(f64(x), f64(w), 1e-6), 2 * tolerance(DType::F32)));
+  EXPECT_TRUE(close_to(x.layer_norm(w, b, 1e-5), layer_norm_ref(f64(x), f64(w), f64(b), 1e-5),
+                       2 * tolerance(DType::F32)));
+}
+
 TEST(NnFused, RmsNormMatchesCompositionOnEveryLayout) {
   for (DType dt : fused_dtypes()) {
     for (auto& [name, x] : testing::layout_variants({2, 7, 130}, dt)) {

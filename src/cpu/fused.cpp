@@ -6,7 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
@@ -71,24 +76,53 @@ C lane_sum_sq_dev(const C* x, size_t n, C mean) {
   return s;
 }
 
+// f32 outputs of at least this many bytes are written with non-temporal stores: no read for
+// ownership of lines about to be overwritten, no eviction of the input for them. bench_nn,
+// (2048, 2048) f32, 2 threads of an AMD EPYC (Zen 4), 4 runs each: rms_norm 0.56-0.85 ms against
+// 1.04-1.18, layer_norm 1.04-1.29 against 1.46-2.07.
+constexpr size_t kStreamBytes = size_t{4} << 20;
+
+// A norm's f32 output row, eight at a time (from a 32-byte boundary when streamed: the caller
+// fences once its rows are done); `one(i)` writes y[i], `eight(i)` gives y[i, i + 8).
+template <class One, class Eight>
+void write_row(float* y, size_t n, bool stream, One&& one, Eight&& eight) {
+  size_t i = 0;
+#if defined(__AVX__)
+  if (stream) {
+    for (const size_t head = std::min(n, (0 - reinterpret_cast<uintptr_t>(y)) % 32 / 4); i < head;
+         ++i) {
+      one(i);
+    }
+    for (; i + 8 <= n; i += 8) _mm256_stream_ps(y + i, eight(i));
+  }
+#endif
+  for (; i + 8 <= n; i += 8) store8(y + i, eight(i));
+  for (; i < n; ++i) one(i);
+}
+
 // y = (v - mean) * rstd * w + b, rounded to T.
 template <class T, class C>
-void norm_out(const C* v, const C* w, const C* b, C mean, C rstd, T* y, size_t n) {
-  size_t i = 0;
+void norm_out(const C* v, const C* w, const C* b, C mean, C rstd, T* y, size_t n, bool stream) {
+  auto one = [&](size_t i) { y[i] = T((v[i] - mean) * rstd * w[i] + b[i]); };
   if constexpr (std::is_same_v<T, float>) {
-    for (; i + 8 <= n; i += 8) {
-      store8(y + i, (load8(v + i) - mean) * rstd * load8(w + i) + load8(b + i));
-    }
+    write_row(y, n, stream, one,
+              [&](size_t i) { return (load8(v + i) - mean) * rstd * load8(w + i) + load8(b + i); });
+  } else {
+    for (size_t i = 0; i < n; ++i) one(i);
   }
-  for (; i < n; ++i) y[i] = T((v[i] - mean) * rstd * w[i] + b[i]);
 }
 
 // RMS norm's output: y = w * round(v * rstd), rounded to T. As transformers' LlamaRMSNorm (and
 // Qwen2's, Mistral's): the normalised row is cast back to the input dtype before the weight
 // multiplies it, so f16/bf16 round twice (f32: the same product).
 template <class T, class C>
-void rms_out(const C* v, const C* w, C rstd, T* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = T(w[i] * round_as<T>(v[i] * rstd));
+void rms_out(const C* v, const C* w, C rstd, T* y, size_t n, bool stream) {
+  auto one = [&](size_t i) { y[i] = T(w[i] * round_as<T>(v[i] * rstd)); };
+  if constexpr (std::is_same_v<T, float>) {
+    write_row(y, n, stream, one, [&](size_t i) { return load8(w + i) * (load8(v + i) * rstd); });
+  } else {
+    for (size_t i = 0; i < n; ++i) one(i);
+  }
 }
 
 // One kernel for both norms: layer_norm centres and adds the bias, rms_norm does neither.
@@ -109,6 +143,7 @@ void norm_rows(const FusedParams& p, const std::vector<FusedOperand>& ops, T* y)
     for (size_t i = 0; i < d; ++i) b[i] = static_cast<C>(bp[i]);
   }
   C eps = static_cast<C>(p.eps);
+  const bool stream = std::is_same_v<T, float> && rows * d * sizeof(float) >= kStreamBytes;
   parallel_for(rows, std::max<size_t>(1, kParallelWork / std::max<size_t>(d, 1)),
                [&](size_t r0, size_t r1) {
                  std::vector<C> buf(std::is_same_v<C, T> ? 0 : d);
@@ -126,11 +161,14 @@ void norm_rows(const FusedParams& p, const std::vector<FusedOperand>& ops, T* y)
                    C var = lane_sum_sq_dev(v, d, mean) / static_cast<C>(d);
                    C rstd = C(1) / std::sqrt(var + eps);
                    if constexpr (kLayer) {
-                     norm_out(v, w.data(), b.data(), mean, rstd, yr, d);
+                     norm_out(v, w.data(), b.data(), mean, rstd, yr, d, stream);
                    } else {
-                     rms_out(v, w.data(), rstd, yr, d);
+                     rms_out(v, w.data(), rstd, yr, d, stream);
                    }
                  }
+#if defined(__AVX__)
+                 if (stream) _mm_sfence();  // the streamed lines reach memory before y is read
+#endif
                });
 }
 
