@@ -89,12 +89,12 @@ void write_row(float* y, size_t n, bool stream, One&& one, Eight&& eight) {
   size_t i = 0;
 #if defined(__AVX__)
   if (stream) {
-    for (const size_t head = std::min(n, (0 - reinterpret_cast<uintptr_t>(y)) % 32 / 4); i < head;
-         ++i) {
-      one(i);
-    }
+    const size_t head = std::min(n, (0 - reinterpret_cast<uintptr_t>(y)) % 32 / sizeof(float));
+    for (; i < head; ++i) one(i);
     for (; i + 8 <= n; i += 8) _mm256_stream_ps(y + i, eight(i));
   }
+#else
+  (void)stream;
 #endif
   for (; i + 8 <= n; i += 8) store8(y + i, eight(i));
   for (; i < n; ++i) one(i);
