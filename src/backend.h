@@ -18,6 +18,8 @@ namespace wick {
 
 class BackendStorage;
 using StoragePtr = std::unique_ptr<BackendStorage>;
+struct DecoderWeights;
+class DecodePlan;
 
 /// Sizes of one matmul: b batches of (m x k) times (k x n).
 struct MatmulDims {
@@ -122,6 +124,9 @@ class BackendDevice {
   virtual StoragePtr rand_normal(size_t count, DType dtype, double mean, double std) = 0;
   virtual void set_seed(uint64_t seed) = 0;
   virtual void synchronize() = 0;
+  /// The backend's plan for one-token decode steps over `weights` (decode_plan.h), or null when
+  /// the model's composed ops are what it would run anyway.
+  virtual std::unique_ptr<DecodePlan> decode_plan(const DecoderWeights& weights);
 };
 
 /// The one dispatch point from a Device to its backend. Throws BackendError for a missing device.

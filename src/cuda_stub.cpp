@@ -3,9 +3,8 @@
 
 #include "backend.h"
 #include "decoder_ops_backend.h"
-#include "models/decode_gemv.h"
-#include "models/kv_write.h"
-#include "models/token_mailbox.h"
+#include "nn/kv_write.h"
+#include "token_mailbox.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
 
@@ -22,7 +21,7 @@ int device_count() {
 
 }  // namespace wick::cuda
 
-namespace wick::models::detail {
+namespace wick::nn::detail {
 
 Tensor cuda_rope_write_at_position(const Tensor&, const Tensor&, size_t, size_t, const Tensor&,
                                    const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
@@ -40,6 +39,10 @@ void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&, const T
   cuda::device(0);  // throws: built without CUDA
 }
 
+}  // namespace wick::nn::detail
+
+namespace wick::detail {
+
 struct TokenMailbox::Impl {};
 
 TokenMailbox::TokenMailbox(const Device& device) {
@@ -52,7 +55,7 @@ uint32_t TokenMailbox::wait(uint32_t) {
   return 0;
 }
 
-}  // namespace wick::models::detail
+}  // namespace wick::detail
 
 namespace wick {
 
@@ -101,32 +104,3 @@ Tensor cuda_silu_mul(const Tensor&) {
 }
 
 }  // namespace wick::detail
-
-namespace wick::models::detail {
-
-// Without CUDA the decode step is always composed from separate ops.
-bool decode_gemv_enabled() {
-  return false;
-}
-bool fused_linear_preferred(const QLinear&) {
-  return false;
-}
-bool fused_linear(const Tensor&, const Tensor&, double, const QLinear&, Tensor*, Tensor*) {
-  return false;
-}
-bool fused_qkv_rope(const Tensor&, const Tensor&, double, const QLinear&, const Tensor&, size_t,
-                    size_t, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                    const Tensor&, Tensor*) {
-  return false;
-}
-bool fused_gate_up_silu(const Tensor&, const Tensor&, double, const QLinear&, Tensor*,
-                        const QLinear*) {
-  return false;
-}
-bool fused_project_add(const Tensor&, const QLinear&, const Tensor&, Tensor*, bool,
-                       const QLinear*) {
-  return false;
-}
-void ask_l2_aside(const Tensor&, const QLinear&) {}
-
-}  // namespace wick::models::detail

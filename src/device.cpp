@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "backend.h"
+#include "decode_plan.h"
 #include "util.h"
 #include "wick/error.h"
 
@@ -41,6 +42,10 @@ bool cuda_is_available() {
 
 int cuda_device_count() {
   return cuda::device_count();
+}
+
+std::unique_ptr<DecodePlan> BackendDevice::decode_plan(const DecoderWeights&) {
+  return nullptr;
 }
 
 BackendDevice& backend_device(const Device& device) {

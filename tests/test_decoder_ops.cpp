@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "models/kv_write.h"
+#include "nn/kv_write.h"
 #include "nn_reference.h"
 #include "test_util.h"
 #include "wick/nn/decoder_ops.h"
@@ -78,7 +78,7 @@ TEST(DecoderOps, RopeWriteAtPositionMatchesComposition) {
     Tensor kc = Tensor::zeros({b, hkv, max_len, d}, dt, cpu);
     Tensor vc = Tensor::zeros({b, hkv, max_len, d}, dt, cpu);
     Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, cpu);
-    Tensor q = models::detail::rope_write_at_position(qkv, bias, h, hkv, cos, sin, kc, vc, pos);
+    Tensor q = nn::detail::rope_write_at_position(qkv, bias, h, hkv, cos, sin, kc, vc, pos);
     Tensor x = f64(qkv.broadcast_add(bias));
     auto heads = [&](size_t from, size_t n) {
       return x.narrow(2, from * d, n * d).reshape({b, s, n, d}).transpose(1, 2);
@@ -91,11 +91,10 @@ TEST(DecoderOps, RopeWriteAtPositionMatchesComposition) {
     EXPECT_TRUE(close_to(vc.narrow(2, p, s), heads(h + hkv, hkv), tolerance(dt))) << dt;
     EXPECT_EQ(kc.narrow(2, 0, p).abs().sum_all().to_dtype(DType::F64).to_scalar<double>(), 0.0);
     Tensor far = Tensor::from_vec(std::vector<uint32_t>{8}, {1}, cpu);
-    EXPECT_THROW(models::detail::rope_write_at_position(qkv, bias, h, hkv, cos, sin, kc, vc, far),
+    EXPECT_THROW(nn::detail::rope_write_at_position(qkv, bias, h, hkv, cos, sin, kc, vc, far),
                  IndexOutOfRange);
-    EXPECT_THROW(
-        models::detail::rope_write_at_position(qkv, bias, h + 1, hkv, cos, sin, kc, vc, pos),
-        ShapeMismatch);
+    EXPECT_THROW(nn::detail::rope_write_at_position(qkv, bias, h + 1, hkv, cos, sin, kc, vc, pos),
+                 ShapeMismatch);
   }
 }
 

@@ -1,13 +1,15 @@
 #pragma once
-// Text generation with a Llama-family model: prefill of the prompt in one forward, then one
-// token per step with a preallocated KV cache. On CUDA the decode step (all layers and the
-// argmax) is captured once as a CUDA graph and replayed per token.
+// Text generation with any causal language model (wick/causal_lm.h): prefill of the prompt in one
+// forward, then one token per step with a preallocated KV cache. On CUDA, for a model with a
+// device-side decode step, that step (all layers and the argmax) is captured once as a CUDA graph
+// and replayed per token.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "wick/causal_lm.h"
 #include "wick/llama.h"
 
 namespace wick {
@@ -54,6 +56,11 @@ class Generator {
   /// Called with each new token as soon as it is known; return false to stop.
   using TokenCallback = std::function<bool(uint32_t token)>;
 
+  /// A generator over `model`, which it keeps alive.
+  Generator(std::shared_ptr<const models::CausalLM> model, GenerateOptions options = {});
+  /// A generator over `model`, which must outlive it.
+  Generator(const models::CausalLM& model, GenerateOptions options = {});
+  /// A generator over a copy of `model` (copies share the weights).
   Generator(models::Llama model, GenerateOptions options = {});
   ~Generator();
   Generator(Generator&&) noexcept;
@@ -71,7 +78,7 @@ class Generator {
 
  private:
   struct DecodeGraph;
-  models::Llama model_;
+  std::shared_ptr<const models::CausalLM> model_;
   GenerateOptions options_;
   GenerateStats stats_;
   uint64_t rng_state_;

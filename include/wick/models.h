@@ -3,5 +3,7 @@
 
 #include "wick/bert.h"
 #include "wick/generator.h"
+#include "wick/causal_lm.h"
+#include "wick/kv_cache.h"
 #include "wick/llama.h"
 #include "wick/tokenizer.h"

@@ -53,6 +53,7 @@ class CudaDevice final : public BackendDevice {
   void set_seed(uint64_t seed) override;
   /// Closes the batch, waits for all work, rethrows deferred errors.
   void synchronize() override;
+  std::unique_ptr<DecodePlan> decode_plan(const DecoderWeights& weights) override;
 
   // ---- whole-step capture (CudaGraph in wick/cuda.h; see Queue) ----
   /// Waits for cuBLASLt's warm-up (so that the graph holds cuBLASLt matmuls, not wick's GEMM),

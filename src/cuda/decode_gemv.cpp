@@ -7,11 +7,11 @@
 #include <mutex>
 
 #include "cuda/cuda_storage.h"
+#include "cuda/decode_fusions.h"
 #include "cuda_config.h"
-#include "models/decode_gemv.h"
 #include "tensor_internal.h"
 
-namespace wick::models::detail {
+namespace wick::cuda {
 
 namespace {
 
@@ -350,4 +350,4 @@ bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual
   return true;
 }
 
-}  // namespace wick::models::detail
+}  // namespace wick::cuda

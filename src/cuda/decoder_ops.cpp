@@ -1,5 +1,5 @@
 // The CUDA halves of nn::add_rms_norm, nn::silu_mul (decoder_ops_backend.h) and
-// models::detail::rope_write_at_position (checked by their callers).
+// nn::detail::rope_write_at_position (checked by their callers).
 
 #include "cuda/decoder_ops.h"
 
@@ -11,9 +11,9 @@
 #include "cuda/cuda_storage.h"
 #include "cuda/fused_kernels.h"
 #include "decoder_ops_backend.h"
-#include "models/kv_write.h"
-#include "models/token_mailbox.h"
+#include "nn/kv_write.h"
 #include "tensor_internal.h"
+#include "token_mailbox.h"
 
 namespace wick {
 
@@ -59,7 +59,7 @@ Tensor cuda_silu_mul(const Tensor& gate_up) {
 
 }  // namespace detail
 
-namespace models::detail {
+namespace nn::detail {
 
 Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
                                    const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
@@ -131,6 +131,10 @@ bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& 
   *out = wick::detail::from_storage(std::move(storage), q.shape());
   return true;
 }
+
+}  // namespace nn::detail
+
+namespace detail {
 
 // Slots by position: the host reads a step's token while up to two graphs of at most 8 steps each
 // (Generator, WICK_GRAPH_STEPS) are queued after it.
@@ -206,6 +210,6 @@ uint32_t TokenMailbox::wait(uint32_t position) {
   }
 }
 
-}  // namespace models::detail
+}  // namespace detail
 
 }  // namespace wick

@@ -3,10 +3,10 @@
 #include "cuda/kv_write.h"
 
 #include "cuda/cuda_storage.h"
-#include "models/kv_write.h"
+#include "nn/kv_write.h"
 #include "tensor_impl.h"
 
-namespace wick::models::detail {
+namespace wick::nn::detail {
 
 namespace {
 
@@ -41,4 +41,4 @@ void cuda_write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor
   });
 }
 
-}  // namespace wick::models::detail
+}  // namespace wick::nn::detail

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "cuda_config.h"
-#include "models/token_mailbox.h"
+#include "token_mailbox.h"
 #include "util.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
@@ -55,15 +55,23 @@ struct Generator::DecodeGraph {
   };
   explicit DecodeGraph(const Device& dev) : mailbox(dev) {}
   models::KvCache cache;
-  Tensor input;     // (2) U32: token, position; the graph advances both (greedy token)
-  Tensor token;     // (1, 1) view of input
-  Tensor position;  // (1) view of input
-  models::detail::TokenMailbox mailbox;                 // each step's greedy token, for the host
+  Tensor input;                  // (2) U32: token, position; the graph advances both (greedy token)
+  Tensor token;                  // (1, 1) view of input
+  Tensor position;               // (1) view of input
+  detail::TokenMailbox mailbox;  // each step's greedy token, for the host
   std::map<std::pair<size_t, size_t>, Window> windows;  // by (key window, steps)
 };
 
 Generator::Generator(models::Llama model, GenerateOptions options)
+    : Generator(std::make_shared<const models::Llama>(std::move(model)), std::move(options)) {}
+
+Generator::Generator(const models::CausalLM& model, GenerateOptions options)
+    : Generator(std::shared_ptr<const models::CausalLM>(&model, [](const models::CausalLM*) {}),
+                std::move(options)) {}
+
+Generator::Generator(std::shared_ptr<const models::CausalLM> model, GenerateOptions options)
     : model_(std::move(model)), options_(std::move(options)), rng_state_(options_.seed) {
+  if (!model_) throw Error("Generator: no model");
   if (options_.top_p <= 0 || options_.top_p > 1) {
     throw Error(str("Generator: top_p must be in (0, 1], got ", options_.top_p));
   }
@@ -124,7 +132,7 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
   std::vector<uint32_t> out;
   if (options_.max_new_tokens == 0) return out;
   rng_state_ = options_.seed;
-  const Device dev = model_.device();
+  const Device dev = model_->device();
   size_t max_len =
       options_.max_len > 0 ? options_.max_len : prompt_ids.size() + options_.max_new_tokens;
   if (prompt_ids.size() + options_.max_new_tokens > max_len) {
@@ -132,15 +140,16 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
                     options_.max_new_tokens, " new exceed max_len ", max_len));
   }
   const std::vector<uint32_t>& stops =
-      options_.stop_tokens.empty() ? model_.config().eos_token_ids : options_.stop_tokens;
-  bool use_graph = dev.is_cuda() && options_.cuda_graph && graph_allowed_by_env();
+      options_.stop_tokens.empty() ? model_->config().eos_token_ids : options_.stop_tokens;
+  bool use_graph =
+      dev.is_cuda() && options_.cuda_graph && graph_allowed_by_env() && model_->has_decode_step();
   stats_.used_cuda_graph = use_graph;
 
   // A graph is tied to its cache: reuse both while the cache is long enough.
   if (use_graph && (!graph_ || graph_->cache.max_len() < max_len)) graph_.reset();
   models::KvCache local_cache;
   models::KvCache& cache = use_graph ? (graph_ ? graph_->cache : local_cache) : local_cache;
-  if (!use_graph || !graph_) cache = model_.make_cache(1, max_len);
+  if (!use_graph || !graph_) cache = model_->make_cache(1, max_len);
   cache.reset();
   stats_.kv_cache_bytes = cache.bytes();
 
@@ -157,7 +166,7 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
 
   auto t0 = std::chrono::steady_clock::now();
   Tensor ids = Tensor::from_vec(prompt_ids, {1, prompt_ids.size()}, dev);
-  uint32_t next = pick(model_.forward_last(ids, cache));
+  uint32_t next = pick(model_->forward_last(ids, cache));
   stats_.prompt_seconds = seconds_since(t0);
   auto t1 = std::chrono::steady_clock::now();
   bool more = emit(next);
@@ -182,7 +191,7 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
         DecodeGraph::Window w;
         w.graph = CudaGraph::capture(dev, [&] {
           for (size_t i = 0; i < steps; ++i) {
-            Tensor next = model_.decode_step(g.token, g.position, g.cache, &w.logits, window);
+            Tensor next = model_->decode_step(g.token, g.position, g.cache, &w.logits, window);
             g.mailbox.advance(next, g.input);
           }
         });
@@ -231,9 +240,22 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
       }
     }
   } else {
+    // On a GPU the model's device-side step (its backend's decode plan) also serves steps that
+    // are not captured; elsewhere one token is a forward of length 1.
+    const bool device_step = dev.is_cuda() && model_->has_decode_step();
     while (more) {
       Tensor tok = Tensor::from_vec(std::vector<uint32_t>{next}, {1, 1}, dev);
-      next = pick(model_.forward_last(tok, cache));
+      if (device_step) {
+        const size_t pos = cache.length();
+        Tensor position =
+            Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(pos)}, {1}, dev);
+        Tensor logits;
+        Tensor greedy = model_->decode_step(tok, position, cache, &logits, pos + 1);
+        cache.set_length(pos + 1);
+        next = options_.temperature == 0 ? greedy.to_vec1<uint32_t>()[0] : pick(logits);
+      } else {
+        next = pick(model_->forward_last(tok, cache));
+      }
       more = emit(next);
     }
   }

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "models/decode_gemv.h"
-#include "models/kv_write.h"
+#include "backend.h"
 #include "models/llama_impl.h"
+#include "nn/kv_write.h"
 #include "util.h"
 #include "wick/error.h"
 #include "wick/nn/attention.h"
@@ -141,25 +141,18 @@ void LlamaConfig::validate(const std::string& origin) const {
   if (head_dim % 2 != 0) throw FormatError(str(origin, ": head_dim ", head_dim, " is odd"));
 }
 
-// ---- KV cache ----
-
-size_t KvCache::bytes() const {
-  size_t n = 0;
-  for (size_t i = 0; i < k_.size(); ++i) {
-    n += k_[i].elem_count() * size_in_bytes(k_[i].dtype());
-    n += v_[i].elem_count() * size_in_bytes(v_[i].dtype());
-  }
-  return n;
-}
-
-void KvCache::set_length(size_t length) {
-  if (length > max_len_) {
-    throw IndexOutOfRange(str("KvCache::set_length: ", length, " > max_len ", max_len_));
-  }
-  length_ = length;
+void LlamaConfig::derive_common() {
+  architecture = model_type;
+  num_layers = num_hidden_layers;
+  num_heads = num_attention_heads;
+  num_kv_heads = num_key_value_heads;
+  max_position = max_position_embeddings;
+  if (head_dim == 0 && num_attention_heads > 0) head_dim = hidden_size / num_attention_heads;
 }
 
 // ---- the model ----
+// Per layer: x += o(attention(rope(q), rope(k), v)) of qkv(rms_norm(x)), then
+// x += down(silu(gate) * up) of gate_up(rms_norm(x)); the logits are lm_head(rms_norm(x)).
 
 namespace {
 
@@ -188,12 +181,17 @@ std::vector<double> inverse_frequencies(const LlamaConfig& c) {
   return inv;
 }
 
-// x (..., in) times w (out, in) transposed, plus bias (w plain or quantized: models/qlinear.h).
-Tensor linear(const Tensor& x, const QLinear& w, const Tensor& bias) {
-  return w.forward(x, bias);
-}
-
 }  // namespace
+
+Llama::Llama(std::shared_ptr<Impl> impl) {
+  impl->config.derive_common();
+  impl->heads = impl->config.num_attention_heads;
+  impl->kv_heads = impl->config.num_key_value_heads;
+  impl->head_dim = impl->config.head_dim;
+  impl->eps = impl->config.rms_norm_eps;
+  impl->plan = backend_device(impl->device).decode_plan(*impl);
+  impl_ = std::move(impl);
+}
 
 const LlamaConfig& Llama::config() const {
   return impl_->config;
@@ -284,14 +282,6 @@ KvCache Llama::make_cache(size_t batch, size_t max_len) const {
     throw Error(
         str("Llama::make_cache: batch ", batch, " and max_len ", max_len, " must be positive"));
   }
-  KvCache cache;
-  cache.batch_ = batch;
-  cache.max_len_ = max_len;
-  Shape shape{batch, c.num_key_value_heads, max_len, c.head_dim};
-  for (size_t i = 0; i < c.num_hidden_layers; ++i) {
-    cache.k_.push_back(Tensor::zeros(shape, impl_->dtype, impl_->device));
-    cache.v_.push_back(Tensor::zeros(shape, impl_->dtype, impl_->device));
-  }
   // Angles in double, rounded once: transformers computes them in f32 (differences ~1e-7).
   std::vector<double> inv = inverse_frequencies(c);
   size_t half = inv.size();
@@ -304,13 +294,11 @@ KvCache Llama::make_cache(size_t batch, size_t max_len) const {
       sin_v[p * half + i] = std::sin(angle);
     }
   }
-  float fill[2] = {-std::numeric_limits<float>::infinity(), 0.0f};
-  cache.mask_fill_ = Tensor::from_vec(std::vector<float>(fill, fill + 2), {2}, impl_->device)
-                         .to_dtype(impl_->dtype);
-  cache.positions_ = Tensor::arange<uint32_t>(0, static_cast<uint32_t>(max_len), impl_->device);
-  cache.cos_ = Tensor::from_vec(cos_v, {max_len, half}, impl_->device).to_dtype(impl_->dtype);
-  cache.sin_ = Tensor::from_vec(sin_v, {max_len, half}, impl_->device).to_dtype(impl_->dtype);
-  return cache;
+  const Device& dev = impl_->device;
+  return KvCache::allocate(c.num_hidden_layers, batch, c.num_key_value_heads, max_len, c.head_dim,
+                           impl_->dtype, dev,
+                           Tensor::from_vec(cos_v, {max_len, half}, dev).to_dtype(impl_->dtype),
+                           Tensor::from_vec(sin_v, {max_len, half}, dev).to_dtype(impl_->dtype));
 }
 
 namespace {
@@ -323,7 +311,9 @@ struct Positions {
   size_t window = 0;  // graph step: keys [0, window) are read, those after the position masked
 };
 
-// The residual stream after the last layer, and its final norm when the composed path made it.
+using Layer = DecoderWeights::Layer;
+
+// The residual stream after the last layer and its final norm.
 struct Hidden {
   Tensor residual, normed;
 };
@@ -332,129 +322,36 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
   const LlamaConfig& c = m.config;
   size_t b = ids.dims()[0], s = ids.dims()[1];
   size_t h = c.num_attention_heads, h_kv = c.num_key_value_heads, hd = c.head_dim;
-  bool graph_step = pos.device_pos.defined();
-  size_t len = graph_step ? pos.window : pos.start + s;  // keys attended to
+  const bool graph_step = pos.device_pos.defined();
+  const size_t len = graph_step ? pos.window : pos.start + s;  // keys attended to
   Tensor position = graph_step
                         ? pos.device_pos
                         : Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(pos.start)},
                                            {1}, m.device);
-
-  // Graph step: keys after the position are hidden, the window's rows past it holding stale or
-  // zero values; by the attention kernel itself where it can, else by a mask (in the model's
-  // dtype, as attention wants) made once per step.
-  Tensor mask;
-  auto position_mask = [&] {
-    if (!mask.defined()) {
-      Tensor later = cache.positions().narrow(0, 0, len).gt(pos.device_pos.broadcast_as({len}));
-      mask = later.where_cond(cache.mask_fill().narrow(0, 0, 1), cache.mask_fill().narrow(0, 1, 1))
-                 .reshape({1, len});
-    }
-    return mask;
-  };
-
-  // Per layer: norm, qkv projection, rope + cache write, attention, output projection, residual
-  // add, norm, gate/up projection, silu * up, down projection, residual add. One token on CUDA
-  // fuses each projection with the norm before it and what follows it (models/decode_gemv.h);
-  // otherwise the ops are composed, each add fused with the norm after it.
-  bool single = b * s == 1 && m.device.is_cuda();
-  double eps = c.rms_norm_eps;
+  nn::AttentionOptions attention;
+  attention.causal = !graph_step && s > 1;  // prefill: aligned to the end of the keys
+  // Graph step: the window's rows after the position hold stale or zero values.
+  if (graph_step) attention.mask = nn::detail::position_mask(cache, position, len);
+  const double eps = c.rms_norm_eps;
   Tensor x = m.embed.embedding(ids);  // (b, s, d): the residual stream
-  Tensor normed;                      // x.rms_norm(the next norm), when the composed path made it
-  auto normed_by = [&](const Tensor& w) {
-    if (!normed.defined()) normed = x.rms_norm(w, eps);
-    return normed;
-  };
+  Tensor normed = x.rms_norm(m.layers.at(0).ln1, eps);
   for (size_t li = 0; li < m.layers.size(); ++li) {
-    const auto& l = m.layers[li];
-    Tensor q;
-    if (!(single && !normed.defined() &&
-          detail::fused_qkv_rope(x, l.ln1, eps, l.wqkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
-                                 cache.k(li), cache.v(li), position, &q))) {
-      Tensor in = normed_by(l.ln1), qkv, bias = l.bqkv;
-      if (bias.defined() && m.dtype != DType::F32 && !l.wqkv.quantized()) {
-        // transformers' f16/bf16 nn.Linear rounds the product and its bias once (the bias
-        // joins the f32 accumulation); adding it to the rounded product would round twice.
-        size_t n = l.wqkv.dense().dims()[0];
-        qkv = in.reshape({b * s, c.hidden_size})
-                  .to_dtype(DType::F32)
-                  .matmul(l.wqkv.dense().to_dtype(DType::F32).t())
-                  .broadcast_add(bias.to_dtype(DType::F32))
-                  .to_dtype(m.dtype)
-                  .reshape({b, s, n});
-        bias = Tensor();
-      } else {
-        qkv = linear(in, l.wqkv, Tensor());  // the bias is added by the rope kernel
-      }
-      q = detail::rope_write_at_position(qkv, bias, h, h_kv, cache.cos(), cache.sin(), cache.k(li),
-                                         cache.v(li), position);
-    }
-    normed = Tensor();
-    Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
-    // Prefill: causal, aligned to the end of the keys; graph step: later rows hidden.
-    Tensor att;  // (b, h, s, hd)
-    // A plain output projection launches as the attention starts and asks the L2 for its rows
-    // on the multiprocessors the attention leaves free (H200, graph decode tok/s, three rounds:
-    // Llama-1B bf16 1,213.0-1,215.3 without, 1,222.4-1,226.5 with, 1,208.4-1,210.4 with only the
-    // L2 requests, 1,213.9-1,216.7 with only the early launch; SmolLM2 bf16 2,094.9-2,095.1
-    // against 2,141.7-2,142.4). The early launch alone slowed the Q4_0 pairs kernel: Llama-1B
-    // Q4_0 2,106.8-2,110.3 against 2,071.3-2,071.9.
-    const bool plain_o = !l.wo.quantized();
-    if (single && graph_step && plain_o) detail::ask_l2_aside(q, l.wgate_up);
-    const bool attended =
-        graph_step && detail::attend_to_position(q, keys, values, position, &att, plain_o);
-    if (!attended) {
-      nn::AttentionOptions opts;
-      opts.causal = !graph_step && s > 1;
-      if (graph_step) opts.mask = position_mask();
-      att = nn::scaled_dot_product_attention(q, keys, values, opts);
-    }
+    const Layer& l = m.layers[li];
+    Tensor bias;
+    Tensor qkv = nn::detail::project_qkv(normed, l.wqkv, l.bqkv, &bias);
+    Tensor q = nn::detail::rope_write_at_position(qkv, bias, h, h_kv, cache.cos(), cache.sin(),
+                                                  cache.k(li), cache.v(li), position);
+    Tensor att = nn::scaled_dot_product_attention(q, cache.k(li).narrow(2, 0, len),
+                                                  cache.v(li).narrow(2, 0, len), attention);
     att = att.transpose(1, 2).reshape({b, s, h * hd});
-    // Each residual add: fused into the projection, or composed with the norm that follows.
-    auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm,
-                           bool early = false, const QLinear* next = nullptr) {
-      Tensor sum;
-      if (single && detail::fused_project_add(in, w, x, &sum, early, next)) {
-        x = sum;
-      } else {
-        nn::ResidualNorm r = nn::add_rms_norm(x, linear(in, w, Tensor()), next_norm, eps);
-        x = r.residual;
-        normed = r.normed;
-      }
-    };
-    project_add(att, l.wo, l.ln2, attended && plain_o, &l.wgate_up);
-    Tensor act;
-    if (!(single && !normed.defined() &&
-          detail::fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act, &l.wdown))) {
-      act = nn::silu_mul(linear(normed_by(l.ln2), l.wgate_up, Tensor()));
-    }
-    normed = Tensor();
-    const bool last = li + 1 == m.layers.size();
-    project_add(act, l.wdown, last ? m.norm : m.layers[li + 1].ln1, false,
-                last ? &m.lm_head : &m.layers[li + 1].wqkv);
+    nn::ResidualNorm r = nn::add_rms_norm(x, l.wo.forward(att), l.ln2, eps);
+    Tensor act = nn::silu_mul(l.wgate_up.forward(r.normed));
+    const Tensor& next_norm = li + 1 == m.layers.size() ? m.norm : m.layers[li + 1].ln1;
+    r = nn::add_rms_norm(r.residual, l.wdown.forward(act), next_norm, eps);
+    x = r.residual;
+    normed = r.normed;
   }
   return {x, normed};
-}
-
-// Logits of positions [from, s) of the hidden states: the final norm, then the output head. One
-// row takes the fused kernel on CUDA where it applies (models/decode_gemv.h), the norm inside it;
-// with `argmax` asked for, also their argmax where that kernel gives it (else left undefined).
-Tensor output_head(const Llama::Impl& m, const Hidden& hidden, size_t from,
-                   Tensor* argmax = nullptr) {
-  size_t s = hidden.residual.dims()[1];
-  Tensor x = hidden.residual.narrow(1, from, s - from);
-  if (x.dims()[0] * x.dims()[1] == 1 && !hidden.normed.defined() &&
-      detail::fused_linear_preferred(m.lm_head)) {
-    Tensor y;
-    const double eps = m.config.rms_norm_eps;
-    if ((argmax != nullptr &&
-         detail::fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &y, argmax)) ||
-        detail::fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &y)) {
-      return y;
-    }
-  }
-  Tensor normed = hidden.normed.defined() ? hidden.normed.narrow(1, from, s - from)
-                                          : x.rms_norm(m.norm, m.config.rms_norm_eps);
-  return linear(from + 1 == s ? normed.squeeze(1) : normed, m.lm_head, Tensor());
 }
 
 void check_ids(const Llama::Impl& m, const Tensor& ids, const KvCache& cache, const char* op) {
@@ -474,33 +371,31 @@ void check_ids(const Llama::Impl& m, const Tensor& ids, const KvCache& cache, co
   }
 }
 
+void check_room(const KvCache& cache, size_t s, const char* op) {
+  if (cache.length() + s > cache.max_len()) {
+    throw IndexOutOfRange(str(op, ": ", cache.length(), " cached + ", s,
+                              " new positions exceed the cache's max_len ", cache.max_len()));
+  }
+}
+
 }  // namespace
 
 Tensor Llama::forward(const Tensor& ids, KvCache& cache) const {
   check_ids(*impl_, ids, cache, "Llama::forward");
   size_t s = ids.dims()[1];
-  if (cache.length() + s > cache.max_len()) {
-    throw IndexOutOfRange(str("Llama::forward: ", cache.length(), " cached + ", s,
-                              " new positions exceed the cache's max_len ", cache.max_len()));
-  }
+  check_room(cache, s, "Llama::forward");
   Hidden hidden = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
-  cache.length_ += s;
-  Tensor normed = hidden.normed.defined()
-                      ? hidden.normed
-                      : hidden.residual.rms_norm(impl_->norm, impl_->config.rms_norm_eps);
-  return linear(normed, impl_->lm_head, Tensor());
+  cache.set_length(cache.length() + s);
+  return impl_->lm_head.forward(hidden.normed);
 }
 
 Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
   check_ids(*impl_, ids, cache, "Llama::forward_last");
   size_t s = ids.dims()[1];
-  if (cache.length() + s > cache.max_len()) {
-    throw IndexOutOfRange(str("Llama::forward_last: ", cache.length(), " cached + ", s,
-                              " new positions exceed the cache's max_len ", cache.max_len()));
-  }
+  check_room(cache, s, "Llama::forward_last");
   Hidden hidden = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
-  cache.length_ += s;
-  return output_head(*impl_, hidden, s - 1);
+  cache.set_length(cache.length() + s);
+  return impl_->lm_head.forward(hidden.normed.narrow(1, s - 1, 1).squeeze(1));
 }
 
 Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
@@ -521,11 +416,14 @@ Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& 
     throw IndexOutOfRange(
         str("Llama::decode_step: key_window ", key_window, " > the cache's ", cache.max_len()));
   }
+  if (impl_->plan) {
+    Tensor next = impl_->plan->step(token, position, cache, logits, key_window);
+    if (next.defined()) return next;
+  }
   Hidden hidden = run_layers(*impl_, token, cache, Positions{0, position, key_window});
-  Tensor next;
-  Tensor out = output_head(*impl_, hidden, 0, &next);  // (b, vocab)
+  Tensor out = impl_->lm_head.forward(hidden.normed.squeeze(1));  // (b, vocab)
   if (logits != nullptr) *logits = out;
-  return next.defined() ? next : out.argmax(1);
+  return out.argmax(1);
 }
 
 }  // namespace wick::models

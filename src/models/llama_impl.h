@@ -1,10 +1,10 @@
 #pragma once
 // The weights of a Llama model as held after loading (q/k/v and gate/up fused for fewer
-// matmuls); shared by llama.cpp and the loaders.
+// matmuls, in the standard decoder layout of decode_plan.h); shared by llama.cpp and the loaders.
 
-#include <vector>
+#include <memory>
 
-#include "models/qlinear.h"
+#include "decode_plan.h"
 #include "wick/llama.h"
 
 namespace wick::gguf {
@@ -13,21 +13,13 @@ class File;
 
 namespace wick::models {
 
-struct Llama::Impl {
-  struct Layer {
-    Tensor ln1, ln2;   // input_layernorm, post_attention_layernorm
-    QLinear wqkv;      // (q_out + 2 kv_out, d): q, k, v rows
-    Tensor bqkv;       // qwen2 only
-    QLinear wo;        // (d, q_out)
-    QLinear wgate_up;  // (2 intermediate, d): gate rows, then up rows
-    QLinear wdown;     // (d, intermediate)
-  };
+using nn::QLinear;
+
+struct Llama::Impl : DecoderWeights {
   LlamaConfig config;
   Device device = Device::cpu();
   DType dtype = DType::F32;
-  Tensor embed, norm;
-  QLinear lm_head;
-  std::vector<Layer> layers;
+  std::unique_ptr<DecodePlan> plan;  // the backend's, or null (set by Llama's constructor)
 };
 
 /// The configuration in a GGUF file's llama.* metadata (llama_load.cpp).

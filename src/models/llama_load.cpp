@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "models/families.h"
 #include "models/llama_impl.h"
 #include "util.h"
 #include "wick/error.h"
@@ -102,8 +103,15 @@ Llama load_gguf(const std::string& path, const Device& device, DType dtype) {
 }
 
 Llama load_folder(const std::string& dir, const Device& device, DType dtype) {
+  LlamaConfig c = LlamaConfig::from_file((fs::path(dir) / "config.json").string());
+  return load_llama_weights(dir, c, device, dtype);
+}
+
+}  // namespace
+
+Llama load_llama_weights(const std::string& dir, const LlamaConfig& c, const Device& device,
+                         DType dtype) {
   fs::path folder(dir);
-  LlamaConfig c = LlamaConfig::from_file((folder / "config.json").string());
   fs::path index = folder / "model.safetensors.index.json";
   fs::path single = folder / "model.safetensors";
   std::string weights_path = fs::exists(index) ? index.string() : single.string();
@@ -119,7 +127,10 @@ Llama load_folder(const std::string& dir, const Device& device, DType dtype) {
   return Llama::from_weights(c, w, device, dtype);
 }
 
-}  // namespace
+std::unique_ptr<CausalLM> load_llama_family(const std::string& path, const Device& device,
+                                            DType dtype) {
+  return std::make_unique<Llama>(Llama::load(path, device, dtype, /*keep_quantized=*/true));
+}
 
 Llama Llama::load(const std::string& path, const Device& device, DType dtype, bool keep_quantized) {
   if (fs::is_directory(path)) return load_folder(path, device, dtype);

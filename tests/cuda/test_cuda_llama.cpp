@@ -14,11 +14,11 @@
 
 #include "../qmatmul_test_util.h"
 #include "cpu/qmatmul.h"
-#include "models/decode_gemv.h"
-#include "models/kv_write.h"
-#include "models/token_mailbox.h"
+#include "cuda/decode_fusions.h"
+#include "nn/kv_write.h"
 #include "nn_reference.h"
 #include "test_util.h"
+#include "token_mailbox.h"
 #include "wick/cuda.h"
 #include "wick/generator.h"
 #include "wick/llama.h"
@@ -249,7 +249,7 @@ TEST(CudaLlama, GreedyGraphDecodeEndsAtStopsAndRunsAgain) {
 TEST(CudaDecoderOps, TokenMailboxPostsTokensByPosition) {
   SKIP_WITHOUT_GPU();
   Device dev = Device::cuda(0);
-  models::detail::TokenMailbox mailbox(dev);
+  detail::TokenMailbox mailbox(dev);
   Tensor input = Tensor::from_vec(std::vector<uint32_t>{7, 41}, {2}, dev);
   mailbox.advance(Tensor::from_vec(std::vector<uint32_t>{123}, {1}, dev), input);
   mailbox.advance(Tensor::from_vec(std::vector<uint32_t>{9}, {1}, dev), input);
@@ -262,7 +262,7 @@ TEST(CudaDecoderOps, TokenMailboxPostsTokensByPosition) {
   EXPECT_THROW(mailbox.wait(43), BackendError);
   EXPECT_THROW(mailbox.advance(Tensor::from_vec(std::vector<uint32_t>{1, 2}, {2}, dev), input),
                ShapeMismatch);
-  EXPECT_THROW(models::detail::TokenMailbox(Device::cpu()), DeviceMismatch);
+  EXPECT_THROW(detail::TokenMailbox(Device::cpu()), DeviceMismatch);
 }
 
 // ---- the fused decoder ops: GPU against the CPU's (tested there against f64 compositions) ----
@@ -304,7 +304,7 @@ TEST(CudaDecoderOps, RopeWriteAtPositionMatchesCpu) {
       auto run = [&](const Device& dev, Tensor& kc, Tensor& vc) {
         kc = Tensor::zeros({b, hkv, max_len, d}, dt, dev);
         vc = Tensor::zeros({b, hkv, max_len, d}, dt, dev);
-        return models::detail::rope_write_at_position(
+        return nn::detail::rope_write_at_position(
             qkv.to_device(dev), with_bias ? bias.to_device(dev) : bias, h, hkv, cos.to_device(dev),
             sin.to_device(dev), kc, vc, pos.to_device(dev));
       };
@@ -323,7 +323,7 @@ TEST(CudaDecoderOps, RopeWriteAtPositionMatchesCpu) {
 TEST(CudaDecoderOps, AttendToPositionReadsRowsUpToIt) {
   SKIP_WITHOUT_GPU();
   Device gpu = Device::cuda(0);
-  namespace md = models::detail;
+  namespace md = nn::detail;
   size_t b = 2, h = 8, hkv = 2;
   for (DType dt : {DType::BF16, DType::F16}) {
     for (size_t d : {size_t{64}, size_t{128}}) {
@@ -450,10 +450,9 @@ TEST(CudaDecodeGemv, FusedArgmaxTakesTheFirstOfEquals) {
   auto argmax_of = [&](const std::vector<float>& value) {
     std::vector<float> w(n * k);
     for (size_t r = 0; r < n; ++r) std::fill_n(w.begin() + r * k, k, value[r]);
-    models::QLinear wl(
-        Tensor::from_vec(w, {n, k}, Device::cpu()).to_dtype(DType::BF16).to_device(gpu));
+    nn::QLinear wl(Tensor::from_vec(w, {n, k}, Device::cpu()).to_dtype(DType::BF16).to_device(gpu));
     Tensor y, ids;
-    EXPECT_TRUE(models::detail::fused_linear(x, Tensor(), 0, wl, &y, &ids));
+    EXPECT_TRUE(cuda::fused_linear(x, Tensor(), 0, wl, &y, &ids));
     const uint32_t want = y.argmax(1).to_vec1<uint32_t>()[0];
     const uint32_t got = ids.to_vec1<uint32_t>()[0];
     EXPECT_EQ(got, want);
@@ -482,7 +481,7 @@ TEST(CudaDecodeGemv, FusedArgmaxTakesTheFirstOfEquals) {
 TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
   SKIP_WITHOUT_GPU();
   Device gpu = Device::cuda(0);
-  namespace md = models::detail;
+  namespace md = cuda;
   std::vector<std::optional<GgmlType>> formats = {std::nullopt, GgmlType::Q4_0, GgmlType::Q4_1,
                                                   GgmlType::Q8_0};
   for (const auto& format : formats) {
@@ -493,7 +492,7 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
       DType ref_dt = format ? DType::F32 : dt;
       double tol = 4 * testing::tolerance(dt);
       // A weight on the GPU (plain or quantized) and its values on the CPU in ref_dt.
-      auto weight = [&](size_t n, size_t k, Tensor* ref) -> models::QLinear {
+      auto weight = [&](size_t n, size_t k, Tensor* ref) -> nn::QLinear {
         if (!format) {
           Tensor w = testing::random_tensor({n, k}, dt).affine(0.1, 0);
           *ref = w;
@@ -501,7 +500,7 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
         }
         QTensor q = testing::random_qtensor(*format, n, k);
         *ref = q.dequantize();
-        return models::QLinear(std::vector<QTensor>{q.to_device(gpu)});
+        return nn::QLinear(std::vector<QTensor>{q.to_device(gpu)});
       };
       // GGML weights: the kernel dots the activations quantized as the CPU's qmatmul takes them
       // (16-bit blocks of 32, cpu/qmatmul.h), so the composition takes them so too; what is left
@@ -542,7 +541,7 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
             Tensor norm_g = norm ? nwg : Tensor();
             // Plain output (the quantized lm_head).
             Tensor wl_ref;
-            models::QLinear wl = weight(n_out, k, &wl_ref);
+            nn::QLinear wl = weight(n_out, k, &wl_ref);
             Tensor y, ids;
             ASSERT_TRUE(md::fused_linear(xg, norm_g, eps, wl, &y, format ? nullptr : &ids));
             EXPECT_EQ(y.shape(), Shape({1, 1, n_out}));
@@ -556,16 +555,16 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
             }
             // qkv + rope + cache write, with a bias.
             Tensor w_ref;
-            models::QLinear w = weight((h + 2 * hkv) * d, k, &w_ref);
+            nn::QLinear w = weight((h + 2 * hkv) * d, k, &w_ref);
             Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
             Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
             Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
             Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1},
                                           Device::cpu());
             Tensor kc = Tensor::zeros({1, hkv, max_len, d}, ref_dt, Device::cpu()), vc = kc.copy();
-            Tensor q_ref =
-                md::rope_write_at_position(linear(in, w_ref), bias.to_dtype(ref_dt), h, hkv,
-                                           cos.to_dtype(ref_dt), sin.to_dtype(ref_dt), kc, vc, pos);
+            Tensor q_ref = nn::detail::rope_write_at_position(
+                linear(in, w_ref), bias.to_dtype(ref_dt), h, hkv, cos.to_dtype(ref_dt),
+                sin.to_dtype(ref_dt), kc, vc, pos);
             Tensor kg = Tensor::zeros({1, hkv, max_len, d}, dt, gpu), vg = kg.copy(), q;
             ASSERT_TRUE(md::fused_qkv_rope(xg, norm_g, eps, w, bias.to_device(gpu), h, hkv,
                                            cos.to_device(gpu), sin.to_device(gpu), kg, vg,
@@ -575,7 +574,7 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
             EXPECT_TRUE(testing::close_to(vg, testing::f64(vc), tol));
             // gate/up + silu * up.
             Tensor wgu_ref;
-            models::QLinear wgu = weight(2 * n_gate, k, &wgu_ref);
+            nn::QLinear wgu = weight(2 * n_gate, k, &wgu_ref);
             Tensor act;
             ASSERT_TRUE(md::fused_gate_up_silu(xg, norm_g, eps, wgu, &act));
             EXPECT_TRUE(
@@ -589,7 +588,7 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
         // GGML rows more groups of 8 than the streaming kernel has blocks (the last one partial).
         for (size_t n : {size_t{576}, size_t{2050}, size_t{4096}, size_t{16388}}) {
           Tensor wo_ref;
-          models::QLinear wo = weight(n, k, &wo_ref);
+          nn::QLinear wo = weight(n, k, &wo_ref);
           Tensor res = testing::random_tensor({1, 1, n}, dt), sum;
           Tensor ref = res.to_dtype(ref_dt).add(linear(x, wo_ref));
           ASSERT_TRUE(md::fused_project_add(xg, wo, res.to_device(gpu), &sum));
@@ -602,7 +601,7 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
   Tensor x = testing::random_tensor({1, 1, 256}, DType::F32), act;
   EXPECT_FALSE(
       md::fused_gate_up_silu(x, Tensor(), 0, testing::random_tensor({64, 256}, DType::F32), &act));
-  models::QLinear k_quant(
+  nn::QLinear k_quant(
       std::vector<QTensor>{testing::random_qtensor(GgmlType::Q4_K, 64, 256).to_device(gpu)});
   EXPECT_FALSE(md::fused_gate_up_silu(x.to_device(gpu), Tensor(), 0, k_quant, &act));
 }

@@ -1,9 +1,9 @@
-#include "models/qlinear.h"
+#include "nn/qlinear.h"
 
 #include "util.h"
 #include "wick/error.h"
 
-namespace wick::models {
+namespace wick::nn {
 
 QLinear::QLinear(const std::vector<QTensor>& parts) {
   for (const QTensor& p : parts) {
@@ -48,4 +48,4 @@ Tensor QLinear::forward(const Tensor& x, const Tensor& bias) const {
   return y.reshape(Shape(dims));
 }
 
-}  // namespace wick::models
+}  // namespace wick::nn

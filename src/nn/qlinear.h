@@ -8,7 +8,7 @@
 #include "wick/quantized.h"
 #include "wick/tensor.h"
 
-namespace wick::models {
+namespace wick::nn {
 
 class QLinear {
  public:
@@ -33,4 +33,4 @@ class QLinear {
   std::vector<QTensor> parts_;
 };
 
-}  // namespace wick::models
+}  // namespace wick::nn

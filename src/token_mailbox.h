@@ -9,7 +9,7 @@
 
 #include "wick/tensor.h"
 
-namespace wick::models::detail {
+namespace wick::detail {
 
 class TokenMailbox {
  public:
@@ -34,4 +34,4 @@ class TokenMailbox {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace wick::models::detail
+}  // namespace wick::detail

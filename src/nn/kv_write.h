@@ -2,9 +2,20 @@
 // The KV-cache write of a decode step whose position lives in device memory, so that the step can
 // be captured once as a CUDA graph and replayed for every position.
 
+#include "nn/qlinear.h"
+#include "wick/kv_cache.h"
 #include "wick/tensor.h"
 
-namespace wick::models::detail {
+namespace wick::nn::detail {
+
+/// The q/k/v projection of `in` (b, s, d) by `w`: (b, s, n). Where transformers adds `bias` inside
+/// the f16/bf16 product (plain weights, a dtype other than f32: one rounding), it is added here;
+/// otherwise *bias_left is `bias`, for rope_write_at_position to add.
+Tensor project_qkv(const Tensor& in, const QLinear& w, const Tensor& bias, Tensor* bias_left);
+
+/// The additive mask (1, len) of a decode step at `position` (one U32 on the cache's device):
+/// 0 for the keys up to the position, -inf after it, in the cache's dtype.
+Tensor position_mask(const models::KvCache& cache, const Tensor& position, size_t len);
 
 /// k_cache[:, :, p + i, :] = k[:, :, i, :] and the same for v, with p = position's one U32
 /// element, read where the work runs (on the GPU for CUDA tensors: no host round trip; one kernel
@@ -48,4 +59,4 @@ Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t
 void cuda_write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,
                             const Tensor& v, const Tensor& position);
 
-}  // namespace wick::models::detail
+}  // namespace wick::nn::detail

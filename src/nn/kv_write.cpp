@@ -1,9 +1,9 @@
-#include "models/kv_write.h"
+#include "nn/kv_write.h"
 
 #include "util.h"
 #include "wick/error.h"
 
-namespace wick::models::detail {
+namespace wick::nn::detail {
 
 namespace {
 
@@ -28,6 +28,27 @@ void check_pair(const Tensor& cache, const Tensor& src, const Tensor& position) 
 }
 
 }  // namespace
+
+Tensor project_qkv(const Tensor& in, const QLinear& w, const Tensor& bias, Tensor* bias_left) {
+  *bias_left = Tensor();
+  if (!bias.defined() || in.dtype() == DType::F32 || w.quantized()) {
+    *bias_left = bias;
+    return w.forward(in);
+  }
+  size_t b = in.dims()[0], s = in.dims()[1], n = w.dense().dims()[0];
+  return in.reshape({b * s, in.dims()[2]})
+      .to_dtype(DType::F32)
+      .matmul(w.dense().to_dtype(DType::F32).t())
+      .broadcast_add(bias.to_dtype(DType::F32))
+      .to_dtype(in.dtype())
+      .reshape({b, s, n});
+}
+
+Tensor position_mask(const models::KvCache& cache, const Tensor& position, size_t len) {
+  Tensor later = cache.positions().narrow(0, 0, len).gt(position.reshape({1}).broadcast_as({len}));
+  return later.where_cond(cache.mask_fill().narrow(0, 0, 1), cache.mask_fill().narrow(0, 1, 1))
+      .reshape({1, len});
+}
 
 void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,
                        const Tensor& v, const Tensor& position) {
@@ -137,4 +158,4 @@ bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& value
          cuda_attend_to_position(q, keys, values, position, out, launch_next_early);
 }
 
-}  // namespace wick::models::detail
+}  // namespace wick::nn::detail

@@ -8,10 +8,12 @@
 // WICK_DECODE_GEMV=0); the caller then composes the step from separate ops, which is also what
 // the CPU runs and what the GPU tests compare against.
 
-#include "models/qlinear.h"
+#include "nn/qlinear.h"
 #include "wick/tensor.h"
 
-namespace wick::models::detail {
+namespace wick::cuda {
+
+using nn::QLinear;
 
 /// Whether the fused projections may be used (WICK_DECODE_GEMV unset or not "0").
 bool decode_gemv_enabled();
@@ -53,4 +55,4 @@ bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual
 /// idle. Does nothing otherwise.
 void ask_l2_aside(const Tensor& x, const QLinear& next);
 
-}  // namespace wick::models::detail
+}  // namespace wick::cuda

@@ -1,0 +1,69 @@
+#pragma once
+// The interface every decoder-only language model implements (Llama, Qwen2, ...), and the loader
+// that picks the implementation from a model folder's config.json or a GGUF file's architecture.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wick/device.h"
+#include "wick/dtype.h"
+#include "wick/kv_cache.h"
+#include "wick/tensor.h"
+
+namespace wick::models {
+
+/// What every causal LM states about itself. Family-specific configurations derive from it.
+struct CausalLMConfig {
+  std::string architecture;  // as the file names it: config.json model_type or GGUF architecture
+  size_t vocab_size = 0;
+  size_t hidden_size = 0;
+  size_t num_layers = 0;
+  size_t num_heads = 0;
+  size_t num_kv_heads = 0;
+  size_t head_dim = 0;
+  size_t max_position = 0;  // the context length the model was trained for
+  std::optional<uint32_t> bos_token_id;
+  std::vector<uint32_t> eos_token_ids;
+};
+
+/// A decoder-only language model. Its methods are const and may be called from several threads
+/// at once, each with its own KvCache.
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const CausalLMConfig& config() const = 0;
+  virtual Device device() const = 0;
+  virtual DType dtype() const = 0;
+  /// A cache for `batch` sequences of up to `max_len` positions, zero-filled.
+  virtual KvCache make_cache(size_t batch, size_t max_len) const = 0;
+  /// ids (b, s) U32 or I64, placed after cache.length() positions of context: the logits
+  /// (b, s, vocab) in the model's dtype; writes the keys and values of the s positions into the
+  /// cache and advances its length.
+  virtual Tensor forward(const Tensor& ids, KvCache& cache) const = 0;
+  /// As forward, but only the last position's logits: (b, vocab).
+  virtual Tensor forward_last(const Tensor& ids, KvCache& cache) const;
+  /// Whether decode_step is implemented (a step whose position lives in device memory, so that
+  /// it can be captured once as a CUDA graph and replayed).
+  virtual bool has_decode_step() const { return false; }
+  /// One decode step: token (b, 1) U32, position (1) U32 on the model's device holding the
+  /// token's position; attention reads the first `key_window` cache rows (0: all). Returns the
+  /// greedy next token (b) U32 and the logits (b, vocab) through `logits` when given; does not
+  /// change cache.length(). Error when has_decode_step() is false.
+  virtual Tensor decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
+                             Tensor* logits = nullptr, size_t key_window = 0) const;
+};
+
+/// A folder with config.json (`model_type` among those listed by causal_lm_architectures()) and
+/// safetensors, or a `.gguf` file (quantized weights kept quantized). Weights in `dtype` (F32,
+/// F16 or BF16) on `device`. An architecture it does not know is a FormatError naming it and
+/// listing those it knows.
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& path, const Device& device,
+                                         DType dtype = DType::F32);
+
+/// The config.json model types load_causal_lm reads.
+std::vector<std::string> causal_lm_architectures();
+
+}  // namespace wick::models

@@ -1,0 +1,108 @@
+// load_causal_lm: the architecture named by a model folder's config.json (model_type) or a GGUF
+// file (general.architecture) picks the family's loader from one table.
+
+#include "wick/causal_lm.h"
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "models/families.h"
+#include "util.h"
+#include "wick/error.h"
+#include "wick/gguf.h"
+
+namespace wick::models {
+
+Tensor CausalLM::forward_last(const Tensor& ids, KvCache& cache) const {
+  Tensor logits = forward(ids, cache);
+  size_t s = logits.dims()[1];
+  return logits.narrow(1, s - 1, 1).squeeze(1);
+}
+
+Tensor CausalLM::decode_step(const Tensor&, const Tensor&, KvCache&, Tensor*, size_t) const {
+  throw Error(str("decode_step: the ", config().architecture,
+                  " model has no device-side decode step (has_decode_step() is false)"));
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using Loader = std::function<std::unique_ptr<CausalLM>(const std::string& path,
+                                                       const Device& device, DType dtype)>;
+
+struct Family {
+  const char* model_type;  // config.json
+  const char* gguf_arch;   // general.architecture, or nullptr
+  Loader load;
+};
+
+// One row per architecture: its config.json model_type, its GGUF architecture, its loader.
+const std::vector<Family>& families() {
+  static const std::vector<Family> table = {
+      {"llama", "llama", load_llama_family},
+      {"mistral", nullptr, load_llama_family},
+      {"qwen2", nullptr, load_qwen2},
+  };
+  return table;
+}
+
+std::string known_list() {
+  std::string out;
+  for (const Family& f : families()) out += (out.empty() ? "" : ", ") + std::string(f.model_type);
+  return out;
+}
+
+std::string model_type_of(const fs::path& config) {
+  std::ifstream in(config, std::ios::binary);
+  if (!in) throw FormatError(str(config.string(), ": cannot open"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    throw FormatError(str(config.string(), ": not a JSON object"));
+  }
+  auto it = j.find("model_type");
+  if (it == j.end()) return "llama";
+  if (!it->is_string()) throw FormatError(str(config.string(), ": \"model_type\" is not a string"));
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+std::vector<std::string> causal_lm_architectures() {
+  std::vector<std::string> out;
+  for (const Family& f : families()) out.emplace_back(f.model_type);
+  return out;
+}
+
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& path, const Device& device,
+                                         DType dtype) {
+  std::error_code ec;
+  const bool is_gguf = path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+  if (is_gguf) {
+    std::string arch = gguf::File::open(path).architecture();
+    for (const Family& f : families()) {
+      if (f.gguf_arch != nullptr && arch == f.gguf_arch) return f.load(path, device, dtype);
+    }
+    throw FormatError(str(path, ": GGUF architecture \"", arch,
+                          "\" is not a known causal LM (known: ", known_list(), ")"));
+  }
+  fs::path dir(path);
+  if (fs::is_regular_file(dir, ec) && dir.filename() == "config.json") dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec)) {
+    throw FormatError(str("load_causal_lm: ", path,
+                          " is neither a model folder with config.json nor a .gguf file"));
+  }
+  std::string type = model_type_of(dir / "config.json");
+  for (const Family& f : families()) {
+    if (type == f.model_type) return f.load(dir.string(), device, dtype);
+  }
+  throw FormatError(str((dir / "config.json").string(), ": model_type \"", type,
+                        "\" is not a known causal LM (known: ", known_list(), ")"));
+}
+
+}  // namespace wick::models

@@ -1,0 +1,23 @@
+#pragma once
+// The loaders of the causal LM families, one per model file, as load_causal_lm's table calls
+// them: a model folder (config.json + safetensors) or, where the family has one, a GGUF file.
+
+#include <memory>
+#include <string>
+
+#include "wick/causal_lm.h"
+#include "wick/llama.h"
+
+namespace wick::models {
+
+/// llama.cpp: Llama 2/3, SmolLM and Mistral folders and llama GGUF files (kept quantized).
+std::unique_ptr<CausalLM> load_llama_family(const std::string& path, const Device& device,
+                                            DType dtype);
+/// qwen2.cpp: Qwen2 folders.
+std::unique_ptr<CausalLM> load_qwen2(const std::string& path, const Device& device, DType dtype);
+
+/// A Llama-family model from a folder's safetensors under `config` (llama_load.cpp).
+Llama load_llama_weights(const std::string& dir, const LlamaConfig& config, const Device& device,
+                         DType dtype);
+
+}  // namespace wick::models
