@@ -32,9 +32,8 @@ bool graph_allowed_by_env() {
   return cuda::config().decode_graph;
 }
 
-// Greedy decode steps a captured graph runs (WICK_GRAPH_STEPS): 4 by default. H200, Llama-1B
-// bf16 graph decode, two rounds: 1 step 1,268.7 and 1,268.7 tok/s, 2 1,269.8 and 1,269.6, 4
-// 1,271.6 and 1,271.4, 8 1,272.8 and 1,272.4. After a stop, up to 2 x steps - 1 run in vain.
+// Greedy decode steps a captured graph runs (4; WICK_GRAPH_STEPS for benchmarks): more steps a
+// graph save the gaps between graphs; after a stop, up to 2 x steps - 1 run in vain.
 size_t graph_steps() {
   const int forced = cuda::config().graph_steps;
   return forced > 0 ? static_cast<size_t>(forced) : 4;
