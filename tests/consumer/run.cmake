@@ -7,7 +7,7 @@
 #
 # cmake -DMODE=cmake|pkgconfig -DWICK_BUILD_DIR=... -DCONSUMER_SOURCE=... -DWORK=... -DGENERATOR=...
 #       -DCXX=... [-DLAUNCHER=ccache] [-DDEPS_PREFIX_PATH=a|b] [-DDEPS_LIBRARY_PATH=c|d]
-#       -P run.cmake
+#       [-DDEPS_LINK_DIRS=e|f] -P run.cmake
 cmake_minimum_required(VERSION 3.24)
 
 function(run what)
@@ -21,6 +21,22 @@ endfunction()
 
 file(REMOVE_RECURSE ${WORK})
 set(prefix ${WORK}/prefix)
+# Where dependencies are carried in a private root (the GPU machine: scripts/gpu-env.sh), their
+# .pc files are read through PKG_CONFIG_SYSROOT_DIR, which pkg-config prepends to every -I and -L
+# outside that root: the package goes under the root too, so that its own paths stay right, and
+# the linker also searches the build's link directories outside it (DEPS_LINK_DIRS: CUDA's).
+if(MODE STREQUAL "pkgconfig" AND DEFINED ENV{PKG_CONFIG_SYSROOT_DIR})
+  if(NOT "$ENV{PKG_CONFIG_SYSROOT_DIR}" STREQUAL "")
+    set(prefix $ENV{PKG_CONFIG_SYSROOT_DIR}${WORK}/prefix)
+    file(REMOVE_RECURSE ${prefix})
+    string(REPLACE "|" ";" link_dirs "${DEPS_LINK_DIRS}")
+    if(DEFINED ENV{LIBRARY_PATH} AND NOT "$ENV{LIBRARY_PATH}" STREQUAL "")
+      list(APPEND link_dirs "$ENV{LIBRARY_PATH}")
+    endif()
+    string(REPLACE ";" ":" link_dirs "${link_dirs}")
+    set(ENV{LIBRARY_PATH} "${link_dirs}")
+  endif()
+endif()
 run("install" ${CMAKE_COMMAND} --install ${WICK_BUILD_DIR} --prefix ${prefix} --component wick)
 
 file(GLOB shared_libs ${prefix}/lib*/libwick.so*)
@@ -37,6 +53,9 @@ if(MODE STREQUAL "pkgconfig")
   file(GLOB pc_dirs ${prefix}/lib*/pkgconfig)
   if(NOT pc_dirs)
     message(FATAL_ERROR "consumer: no lib*/pkgconfig folder in the installed package")
+  endif()
+  if(DEFINED ENV{PKG_CONFIG_PATH} AND NOT "$ENV{PKG_CONFIG_PATH}" STREQUAL "")
+    set(pc_dirs "${pc_dirs}:$ENV{PKG_CONFIG_PATH}")
   endif()
   set(ENV{PKG_CONFIG_PATH} "${pc_dirs}")
   run("pkg-config --cflags" ${PKG_CONFIG} --cflags wick)
