@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "tensor_impl.h"
 #include "util.h"
 
 namespace wick::optim {
@@ -18,6 +19,14 @@ void check_params(const char* op, const std::vector<Tensor>& params) {
     if (!is_float(p.dtype())) {
       throw UnsupportedDType(str(op, ": parameter ", i, " ", p.shape(), " has dtype ", p.dtype(),
                                  " (float dtypes only)"));
+    }
+    // An untracked tensor never gets a gradient, and the result of an op is not what the caller
+    // holds as the parameter: either would leave the optimizer stepping nothing.
+    const TensorImpl& impl = *p.impl();
+    if (!impl.is_variable) {
+      throw Error(str(op, ": parameter ", i, " ", p.shape(), " is not a tracked leaf (",
+                      impl.op ? "it is the result of an op" : "it does not track gradients",
+                      "); pass the tensor returned by requires_grad()"));
     }
   }
 }

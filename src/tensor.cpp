@@ -236,6 +236,32 @@ Tensor Tensor::random_impl(bool normal, double a, double b, DType dtype, const S
                       shape);
 }
 
+Tensor Tensor::randn(double mean, double std, const Shape& shape, const Device& device,
+                     DType dtype) {
+  return random_impl(true, mean, std, dtype, shape, device);
+}
+
+Tensor Tensor::rand(double lo, double hi, const Shape& shape, const Device& device, DType dtype) {
+  return random_impl(false, lo, hi, dtype, shape, device);
+}
+
+Tensor Tensor::randn(const Shape& shape, DType dtype, const Device& device) {
+  return random_impl(true, 0.0, 1.0, dtype, shape, device);
+}
+
+Tensor Tensor::rand(const Shape& shape, DType dtype, const Device& device) {
+  return random_impl(false, 0.0, 1.0, dtype, shape, device);
+}
+
+void Tensor::throw_literal_range(const char* op, uint64_t value) {
+  throw Error(str(op, ": the unsigned value ", value,
+                  " does not fit i64, the dtype of a plain integer (at most 2^63 - 1)"));
+}
+
+void Tensor::throw_negative_dim(const char* op, int64_t dim) {
+  throw IndexOutOfRange(str(op, ": dim ", dim, " is negative (dims count from 0)"));
+}
+
 // ---- inspection ----
 
 const Shape& Tensor::shape() const {

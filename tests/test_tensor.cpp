@@ -81,7 +81,7 @@ TEST(Creation, RandomIsSeededPerDevice) {
   cpu.set_seed(42);
   auto b = Tensor::randn(0.0f, 1.0f, {1000}, cpu).to_vec1<float>();
   EXPECT_EQ(a, b);
-  auto u = Tensor::rand(-1.0, 3.0, {1000}, cpu).to_vec1<double>();
+  auto u = Tensor::rand<double>(-1.0, 3.0, {1000}, cpu).to_vec1<double>();
   for (double x : u) {
     EXPECT_GE(x, -1.0);
     EXPECT_LT(x, 3.0);

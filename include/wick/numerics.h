@@ -164,6 +164,19 @@ inline double softmax_bound(DType dtype, size_t k, double want, double spread) {
   return unit_roundoff(dtype) * std::abs(want) + rel * std::abs(want) + underflow_floor(dtype);
 }
 
+/// One output of log_softmax over a k-long row whose values span `spread` (max - min), computed
+/// as (x - max) - log(sum(exp(x - max))) in f32 (f64 for f64): x - max rounded (spread u_C, once
+/// in the output and once in each exp's argument), the exps (2 ulp) and the k-long positive sum
+/// as a relative error of the sum, which the log turns into an absolute one, the log's own
+/// rounding (log k at most) and the final subtraction (|want|), then one rounding to T.
+inline double log_softmax_bound(DType dtype, size_t k, double want, double spread) {
+  if (!is_float_dtype(dtype)) return 0;
+  double uc = compute_roundoff(dtype), n = static_cast<double>(k == 0 ? 1 : k);
+  double terms = 2 * std::abs(spread) + 8 + 2 * std::sqrt(n) + 2 * std::log(n) + 2 * std::abs(want);
+  return unit_roundoff(dtype) * std::abs(want) + (1 + unit_roundoff(dtype)) * uc * terms +
+         underflow_floor(dtype);
+}
+
 /// A conversion to `dtype` from a value exact in f64: one rounding (0 for integer targets, which
 /// truncate exactly as documented).
 inline double convert_bound(DType dtype, double want) {

@@ -3,6 +3,7 @@
 // devices, then hand the work to the storage's backend.
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <optional>
@@ -21,54 +22,132 @@ namespace wick {
 struct TensorImpl;
 class GradStore;
 
+namespace detail {
+template <class T>
+constexpr bool is_element_type_v =
+    std::is_same_v<T, uint8_t> || std::is_same_v<T, uint32_t> || std::is_same_v<T, int64_t> ||
+    std::is_same_v<T, bf16> || std::is_same_v<T, f16> || std::is_same_v<T, float> ||
+    std::is_same_v<T, double>;
+template <class T>
+constexpr bool is_char_v =
+    std::is_same_v<T, bool> || std::is_same_v<T, char> || std::is_same_v<T, wchar_t> ||
+    std::is_same_v<T, char8_t> || std::is_same_v<T, char16_t> || std::is_same_v<T, char32_t>;
+template <class T>
+constexpr auto element_type_of() {
+  if constexpr (is_element_type_v<T>) {
+    return std::type_identity<T>{};
+  } else if constexpr (std::is_integral_v<T> && !is_char_v<T>) {
+    if constexpr (std::is_unsigned_v<T> && sizeof(T) < 4) {
+      return std::type_identity<uint32_t>{};
+    } else {
+      return std::type_identity<int64_t>{};  // signed, and 64-bit unsigned (range-checked)
+    }
+  } else {
+    return std::type_identity<void>{};
+  }
+}
+}  // namespace detail
+
+/// The element type a creation function stores a C++ value as: the seven element types (uint8_t,
+/// uint32_t, int64_t, bf16, f16, float, double) as themselves; other integers (int, long long,
+/// short, size_t...) as int64_t, unsigned ones narrower than 32 bits as uint32_t (a 64-bit
+/// unsigned value above INT64_MAX throws wick::Error). bool, character types and long double
+/// have none.
+template <class T>
+using element_type_t = typename decltype(detail::element_type_of<T>())::type;
+/// A C++ type the creation functions accept for an element value.
+template <class T>
+concept ElementValue = !std::is_void_v<element_type_t<T>>;
+/// float, double, f16, bf16.
+template <class T>
+concept FloatElement = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+    std::is_same_v<T, f16> || std::is_same_v<T, bf16>;
+/// An integer usable as a dim index (not bool or a character type).
+template <class T>
+concept DimIndex = std::is_integral_v<T> && !detail::is_char_v<T>;
+
 class Tensor {
  public:
   /// An empty handle; every op on it throws wick::Error.
   Tensor() = default;
 
   // ---- creation ----
+  // The dtype of full, arange, arange_step, from_vec and scalar is their argument's C++ type
+  // (element_type_t): an element type gives its own dtype (float F32, double F64, int64_t I64...),
+  // a plain integer literal or variable I64 (unsigned ones narrower than 32 bits U32).
   static Tensor zeros(const Shape& shape, DType dtype, const Device& device);
   static Tensor ones(const Shape& shape, DType dtype, const Device& device);
   /// Every element equal to `value`.
-  template <class T>
+  template <ElementValue T>
   static Tensor full(T value, const Shape& shape, const Device& device) {
-    return full_bytes(&value, dtype_of<T>(), shape, device);
+    element_type_t<T> v = to_element(value, "full");
+    return full_bytes(&v, dtype_of<element_type_t<T>>(), shape, device);
   }
-  /// [start, end) in steps of 1.
-  template <class T>
+  /// [start, end) in steps of 1: arange(0, 4, dev) is I64 [0, 1, 2, 3], arange(0.0f, 2.0f, dev)
+  /// F32 [0, 1].
+  template <ElementValue T>
   static Tensor arange(T start, T end, const Device& device) {
     return arange_step<T>(start, end, T(1), device);
   }
   /// [start, end) in steps of `step` (may be negative; not zero). Integer dtypes are computed
   /// exactly in integers; a range too large for memory throws wick::Error (BackendError).
-  template <class T>
+  template <ElementValue T>
   static Tensor arange_step(T start, T end, T step, const Device& device) {
+    using E = element_type_t<T>;
     if constexpr (std::is_integral_v<T>) {
-      return arange_int(static_cast<int64_t>(start), static_cast<int64_t>(end),
-                        static_cast<int64_t>(step), dtype_of<T>(), device);
+      return arange_int(to_i64(start, "arange"), to_i64(end, "arange"), to_i64(step, "arange"),
+                        dtype_of<E>(), device);
     } else {
       return arange_impl(static_cast<double>(start), static_cast<double>(end),
-                         static_cast<double>(step), dtype_of<T>(), device);
+                         static_cast<double>(step), dtype_of<E>(), device);
     }
   }
-  /// Takes `data` in row-major order; its size must equal shape.elem_count().
-  template <class T>
+  /// Takes `data` in row-major order; its size must equal shape.elem_count(). Plain integers
+  /// are stored as I64 (element_type_t).
+  template <ElementValue T>
   static Tensor from_vec(const std::vector<T>& data, const Shape& shape, const Device& device) {
-    return from_bytes(data.data(), data.size(), dtype_of<T>(), shape, device);
+    using E = element_type_t<T>;
+    if constexpr (std::is_same_v<E, T>) {
+      return from_bytes(data.data(), data.size(), dtype_of<T>(), shape, device);
+    } else {
+      std::vector<E> converted = host_vector<E>(data.size(), "from_vec");
+      for (size_t i = 0; i < data.size(); ++i) converted[i] = to_element(data[i], "from_vec");
+      return from_bytes(converted.data(), converted.size(), dtype_of<E>(), shape, device);
+    }
+  }
+  /// from_vec of a braced list: from_vec({1.0f, 2.0f}, {2}, dev) is F32, from_vec({1, 2}, ...) I64.
+  template <ElementValue T>
+  static Tensor from_vec(std::initializer_list<T> data, const Shape& shape, const Device& device) {
+    return from_vec(std::vector<T>(data), shape, device);
   }
   /// A rank-0 tensor.
-  template <class T>
+  template <ElementValue T>
   static Tensor scalar(T value, const Device& device) {
-    return from_bytes(&value, 1, dtype_of<T>(), Shape{}, device);
+    element_type_t<T> v = to_element(value, "scalar");
+    return from_bytes(&v, 1, dtype_of<element_type_t<T>>(), Shape{}, device);
   }
-  /// Normal samples (float dtypes), from the device's generator (Device::set_seed).
+  /// Normal samples of mean `mean` and standard deviation `std` (>= 0), of a float dtype (F32
+  /// unless given), from the device's generator (Device::set_seed): randn(0.0, 1.0, shape, dev)
+  /// is F32.
+  static Tensor randn(double mean, double std, const Shape& shape, const Device& device,
+                      DType dtype = DType::F32);
+  /// Uniform samples in [lo, hi) of a float dtype (F32 unless given).
+  static Tensor rand(double lo, double hi, const Shape& shape, const Device& device,
+                     DType dtype = DType::F32);
+  /// Standard normal samples, N(0, 1).
+  static Tensor randn(const Shape& shape, DType dtype, const Device& device);
+  /// Uniform samples in [0, 1).
+  static Tensor rand(const Shape& shape, DType dtype, const Device& device);
+  /// The same in T's dtype: randn<double>(0, 1, ...) is F64, randn(0.0f, 1.0f, ...) F32 (T one
+  /// of float, double, f16, bf16).
   template <class T>
+  requires FloatElement<T>
   static Tensor randn(T mean, T std, const Shape& shape, const Device& device) {
     return random_impl(true, static_cast<double>(mean), static_cast<double>(std), dtype_of<T>(),
                        shape, device);
   }
-  /// Uniform samples in [lo, hi) (float dtypes).
   template <class T>
+  requires FloatElement<T>
   static Tensor rand(T lo, T hi, const Shape& shape, const Device& device) {
     return random_impl(false, static_cast<double>(lo), static_cast<double>(hi), dtype_of<T>(),
                        shape, device);
@@ -217,6 +296,23 @@ class Tensor {
   Tensor sum_keepdim(const std::vector<size_t>& dims) const;
   Tensor mean(const std::vector<size_t>& dims) const;
   Tensor mean_keepdim(const std::vector<size_t>& dims) const;
+  /// One dim: sum(1) is sum({1}). A negative dim throws IndexOutOfRange.
+  template <DimIndex I>
+  Tensor sum(I dim) const {
+    return sum(std::vector<size_t>{dim_arg(dim, "sum")});
+  }
+  template <DimIndex I>
+  Tensor sum_keepdim(I dim) const {
+    return sum_keepdim(std::vector<size_t>{dim_arg(dim, "sum")});
+  }
+  template <DimIndex I>
+  Tensor mean(I dim) const {
+    return mean(std::vector<size_t>{dim_arg(dim, "mean")});
+  }
+  template <DimIndex I>
+  Tensor mean_keepdim(I dim) const {
+    return mean_keepdim(std::vector<size_t>{dim_arg(dim, "mean")});
+  }
   Tensor sum_all() const;
   Tensor mean_all() const;
   Tensor max(size_t dim) const;
@@ -229,6 +325,9 @@ class Tensor {
   Tensor argmin(size_t dim) const;
   Tensor argmin_keepdim(size_t dim) const;
   Tensor softmax(size_t dim) const;
+  /// log(softmax(x)) along `dim`, computed as (x - max) - log(sum(exp(x - max))): finite for any
+  /// finite input (float dtypes; f16/bf16 computed in f32). Gradients recorded.
+  Tensor log_softmax(size_t dim) const;
 
   // ---- fused transformer ops (one kernel per backend; float dtypes; gradients recorded) ----
   /// softmax over the last dim.
@@ -281,6 +380,27 @@ class Tensor {
                            const Device& device);
   static Tensor random_impl(bool normal, double a, double b, DType dtype, const Shape& shape,
                             const Device& device);
+  // An ElementValue as its element type; a 64-bit unsigned value above INT64_MAX throws Error.
+  template <class T>
+  static element_type_t<T> to_element(T value, const char* op) {
+    if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T> && sizeof(T) == 8) {
+      if (value > static_cast<uint64_t>(INT64_MAX)) throw_literal_range(op, value);
+    }
+    return static_cast<element_type_t<T>>(value);
+  }
+  template <class T>
+  static int64_t to_i64(T value, const char* op) {
+    return static_cast<int64_t>(to_element(value, op));
+  }
+  [[noreturn]] static void throw_literal_range(const char* op, uint64_t value);
+  template <class I>
+  static size_t dim_arg(I dim, const char* op) {
+    if constexpr (std::is_signed_v<I>) {
+      if (dim < 0) throw_negative_dim(op, static_cast<int64_t>(dim));
+    }
+    return static_cast<size_t>(dim);
+  }
+  [[noreturn]] static void throw_negative_dim(const char* op, int64_t dim);
   // Checks dtype, rank (-1: one element) and that the elements fit in host memory; returns the
   // element count.
   size_t checked_read_size(DType requested, int rank, const char* op) const;
