@@ -18,6 +18,7 @@
 #include "models/kv_write.h"
 #include "models/token_mailbox.h"
 #include "nn_reference.h"
+#include "cuda/gpu_tolerance.h"
 #include "test_util.h"
 #include "wick/cuda.h"
 #include "wick/generator.h"
