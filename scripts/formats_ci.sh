@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # CI for the file formats, after scripts/test.sh has built build/: the Python round trip (Python
-# writes safetensors/npy/npz/gguf files with numpy, safetensors and gguf from PyPI, wick reads and
-# rewrites them, Python checks every byte), then a bounded fuzz run of each parser
+# writes safetensors/npy/npz/gguf files with numpy, safetensors and gguf from PyPI, pinned in
+# scripts/requirements-formats.txt; wick reads and rewrites them, Python checks every byte), then
+# a bounded fuzz run of each parser
 # (WICK_FUZZ_SECONDS, default 60 per target; WICK_FUZZ_SECONDS=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${WICK_BUILD:-build}
 
 python3 -m venv "$build/formats-venv"
-"$build/formats-venv/bin/pip" install -q numpy safetensors gguf
+"$build/formats-venv/bin/pip" install -q -r scripts/requirements-formats.txt
 py="$build/formats-venv/bin/python"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

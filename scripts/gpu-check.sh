@@ -13,9 +13,11 @@
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
 # WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode nn sanitizer"
 # (stages to leave out), WICK_GPU_BUDGET (seconds after which no further sanitizer run starts).
-# With $OUT set (the device tool), the logs are packed into $OUT/gpu-check-logs.tgz.
+# With $OUT set (the device tool), the logs are packed into $OUT/gpu-check-logs.tgz. Exits 1 when
+# any stage failed (a build error, a failed or skipped-under-require test, a tool's non-zero exit,
+# a conformance breach, a memcheck error): the failed stages are listed last.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 DEPS_DIR=$ROOT/build-gpudeps
 
@@ -37,6 +39,9 @@ mkdir -p "$LOGS"
 skip() { [[ "$SKIP" == *" $1 "* ]]; }
 over_budget() { (($(date +%s) - T0 > ${WICK_GPU_BUDGET:-100000})); }
 stage() { printf '\n==== %s (%s)\n' "$1" "$(date +%T)"; }
+FAILED=()
+# check NAME RC: records stage NAME as failed when RC is not 0.
+check() { [[ "$2" == 0 ]] || FAILED+=("$1 (exit $2)"); }
 T0=$(date +%s)
 
 stage "machine"
@@ -48,11 +53,12 @@ nvcc --version | tail -1
 source scripts/gpu-env.sh
 
 stage "configure + build"
-gpu_configure "$BUILD" "$LOGS/configure.txt" || exit 1
+gpu_configure "$BUILD" "$LOGS/configure.txt" || { echo "gpu-check: configure failed"; exit 1; }
 # -k 0: a target that does not compile (work in progress elsewhere) leaves the others to check.
 BUILD_SUMMARY="ok"
 if ! ninja -C "$BUILD" -j"$JOBS" -k 0 >"$LOGS/build.txt" 2>&1; then
   grep -E "^FAILED|error:" "$LOGS/build.txt" | head -40
+  FAILED+=("build")
   BUILD_SUMMARY="FAILED: $(grep -c '^FAILED' "$LOGS/build.txt") targets ($(grep '^FAILED' "$LOGS/build.txt" |
     sed 's/^FAILED: //' | tr '\n' ' ' | cut -c1-200))"
   [[ -x "$BUILD/src/libwick.a" || -f "$BUILD/src/libwick.a" ]] || { echo "gpu-check: no libwick"; exit 1; }
@@ -62,8 +68,9 @@ echo "built in $(($(date +%s) - T0)) s: $BUILD_SUMMARY"
 CTEST_SUMMARY="not run"
 if ! skip tests; then
   stage "tests (WICK_REQUIRE_CUDA=1)"
-  WICK_REQUIRE_CUDA=1 ctest --test-dir "$BUILD" -j8 --timeout 300 --output-on-failure \
-    >"$LOGS/ctest.txt" 2>&1
+  WICK_REQUIRE_CUDA=1 ctest --test-dir "$BUILD" -j8 --timeout 300 --no-tests=error \
+    --output-on-failure >"$LOGS/ctest.txt" 2>&1
+  check tests $?
   grep -E "tests passed|Failed|\*\*\*|Timeout|Not Run" "$LOGS/ctest.txt" | head -40
   CTEST_SUMMARY=$(grep -E "tests passed" "$LOGS/ctest.txt" | tail -1)
 fi
@@ -71,19 +78,24 @@ fi
 if ! skip bench; then
   stage "GPU benchmark"
   timeout 300 "$BUILD"/bench/cuda_bench_cuda 2>&1 | tee "$LOGS/bench.txt"
+  check bench "${PIPESTATUS[0]}"
   stage "model-file load benchmark (1 GB safetensors to the H200 vs cudaMemcpy)"
   timeout 300 "$BUILD"/bench/cuda_bench_load_cuda 2>&1 | tee -a "$LOGS/bench.txt"
+  check bench_load "${PIPESTATUS[0]}"
 fi
 
 if ! skip graphs; then
   stage "graph-mode benchmark (with PyTorch eager)"
   timeout 120 "$BUILD"/bench/cuda_bench_graphs 2>&1 | tee "$LOGS/graphs.txt"
+  check graphs "${PIPESTATUS[0]}"
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/cuda/torch_graphs.py 2>&1 | tee -a "$LOGS/graphs.txt"
+  check torch_graphs "${PIPESTATUS[0]}"
 fi
 
 if ! skip torch; then
   stage "PyTorch comparison"
   PYTHONUNBUFFERED=1 timeout 300 python3 bench/cuda/torch_compare.py 2>&1 | tee "$LOGS/torch.txt"
+  check torch "${PIPESTATUS[0]}"
 fi
 
 # Sentence embeddings beside sentence-transformers, when an all-MiniLM-L6-v2 folder is given
@@ -94,20 +106,25 @@ if ! skip embed && [[ -n "${WICK_MINILM_DIR:-}" ]]; then
     PYTHONUNBUFFERED=1 timeout 300 python3 bench/embed_peer.py "$WICK_MINILM_DIR" \
       --wick "$BUILD"/bench/bench_embed --device cuda --dtype $dt --runs 3 2>&1 |
       grep -v "^Loading" | tee -a "$LOGS/embed.txt"
+    check "embed $dt" "${PIPESTATUS[0]}"
   done
 fi
 
 if ! skip wickmm; then
   stage "wick-mm time cuda (fresh process)"
   WICK_TRACE=1 timeout 60 "$BUILD"/tools/wick-mm time cuda 2>&1 | tee "$LOGS/wickmm.txt"
+  check wickmm "${PIPESTATUS[0]}"
   timeout 60 "$BUILD"/tools/wick-mm time cuda 2>&1 | tee "$LOGS/wickmm2.txt"
+  check wickmm "${PIPESTATUS[0]}"
 fi
 
 if ! skip conform; then
   stage "wick-conform cpu and cuda (every op against float64, docs/NUMERICS.md)"
   for d in cpu cuda; do
     timeout 300 "$BUILD"/tools/wick-conform $d >"$LOGS/conform_$d.txt" 2>&1
-    echo "wick-conform $d: exit $? ($(tail -1 "$LOGS/conform_$d.txt"))"
+    rc=$?
+    echo "wick-conform $d: exit $rc ($(tail -1 "$LOGS/conform_$d.txt"))"
+    check "conform $d" $rc
     grep BREACH "$LOGS/conform_$d.txt" | head -20
   done
 fi
@@ -117,19 +134,23 @@ if ! skip overhead; then
   timeout 300 "$BUILD"/bench/bench_overhead --benchmark_repetitions=5 \
     --benchmark_report_aggregates_only=true --benchmark_out="$LOGS/overhead.json" \
     --benchmark_out_format=json 2>&1 | tee "$LOGS/overhead.txt"
+  check overhead "${PIPESTATUS[0]}"
 fi
 
 if ! skip decode; then
   stage "decode step: Llama-1B and SmolLM2 shapes, bf16 and kept quantized (scripts/gpu-decode.sh)"
   WICK_GPU_BUILD=$BUILD WICK_DECODE_VARIANTS=default timeout 600 bash scripts/gpu-decode.sh --quick \
     >"$LOGS/decode.txt" 2>&1
+  check decode $?
   sed -n '/gpu-decode summary/,$p' "$LOGS/decode.txt"
 fi
 
 if ! skip nn; then
   stage "nn kernels beside PyTorch: row ops, prefill and decode attention (bench_nn_cuda, torch_nn.py)"
   timeout 180 "$BUILD"/bench/cuda_bench_nn_cuda 2>&1 | tee "$LOGS/nn.txt"
+  check nn "${PIPESTATUS[0]}"
   PYTHONUNBUFFERED=1 timeout 180 python3 bench/cuda/torch_nn.py 2>&1 | tee -a "$LOGS/nn.txt"
+  check torch_nn "${PIPESTATUS[0]}"
 fi
 
 SAN_SUMMARY="not run"
@@ -149,7 +170,10 @@ if ! skip sanitizer; then
     rc=$?
     n=$(grep -oE "ERROR SUMMARY: [0-9]+" "$LOGS/san_$name.txt" | grep -oE "[0-9]+" | tail -1)
     echo "$name: exit $rc, ${n:-?} memcheck errors"
-    [[ "$rc" == 99 || ( -n "$n" && "$n" != 0 ) ]] && grep -m5 -A8 "=========" "$LOGS/san_$name.txt"
+    if [[ "$rc" != 0 || -z "$n" || "$n" != 0 ]]; then
+      grep -m5 -A8 "=========" "$LOGS/san_$name.txt"
+      FAILED+=("memcheck $name (exit $rc, ${n:-?} errors)")
+    fi
     san_errors=$((san_errors + ${n:-0}))
     san_runs=$((san_runs + 1))
   done
@@ -279,4 +303,9 @@ print(f"compute-sanitizer memcheck: {os.environ['SAN_SUMMARY']}")
 EOF
 [[ -f "$LOGS/decode.txt" ]] && sed -n '/gpu-decode summary/,$p' "$LOGS/decode.txt"
 [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tgz" -C "$LOGS" . 2>/dev/null
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+  echo "gpu-check: FAILED: ${FAILED[*]}"
+  exit 1
+fi
+echo "gpu-check: every stage passed"
 exit 0

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <sstream>
 
 #include "checked.h"
 #include "dispatch.h"
@@ -174,12 +175,25 @@ Tensor cmp_op(CmpKind kind, const Tensor& lhs, const Tensor& rhs) {
   return cmp_same_shape(kind, lhs.broadcast_as(shape), rhs.broadcast_as(shape));
 }
 
-// A rank-0 tensor holding `value` in `like`'s dtype and on its device. Integer dtypes get the
-// saturating conversion (NaN gives 0), as to_dtype does: a plain cast is undefined out of range.
-Tensor scalar_like(double value, const Tensor& like) {
-  impl_of(like, "scalar");
+// A rank-0 tensor holding `value` in `like`'s dtype and on its device, the scalar operand of
+// `op`. For an integer dtype a NaN or a value outside the dtype's range throws (as numpy 2 and
+// PyTorch refuse such a scalar): saturating it and then wrapping would give a silently wrong sum;
+// a value inside the range is truncated toward zero, as to_dtype does.
+Tensor scalar_like(double value, const Tensor& like, const char* op) {
+  impl_of(like, op);
   return dispatch(like.dtype(), [&]<class T>() {
     if constexpr (std::is_integral_v<T>) {
+      constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+      constexpr double hi_excl = static_cast<double>(uint64_t{1} << std::numeric_limits<T>::digits);
+      double t = std::trunc(value);
+      if (!(t >= lo && t < hi_excl)) {
+        std::ostringstream v;
+        v.precision(17);
+        v << value;
+        throw Error(str(op, ": the scalar ", v.str(), " is out of range of ", like.dtype(), " [",
+                        +std::numeric_limits<T>::min(), ", ", +std::numeric_limits<T>::max(),
+                        "]; convert the tensor (to_dtype) first"));
+      }
       return Tensor::scalar(saturate_to_int<T>(value), like.device());
     } else {
       return Tensor::scalar(static_cast<T>(value), like.device());
@@ -239,28 +253,28 @@ Tensor operator/(const Tensor& a, const Tensor& b) {
   return a.broadcast_div(b);
 }
 Tensor operator+(const Tensor& a, double b) {
-  return a + scalar_like(b, a);
+  return a + scalar_like(b, a, "operator+");
 }
 Tensor operator-(const Tensor& a, double b) {
-  return a - scalar_like(b, a);
+  return a - scalar_like(b, a, "operator-");
 }
 Tensor operator*(const Tensor& a, double b) {
-  return a * scalar_like(b, a);
+  return a * scalar_like(b, a, "operator*");
 }
 Tensor operator/(const Tensor& a, double b) {
-  return a / scalar_like(b, a);
+  return a / scalar_like(b, a, "operator/");
 }
 Tensor operator+(double a, const Tensor& b) {
-  return scalar_like(a, b) + b;
+  return scalar_like(a, b, "operator+") + b;
 }
 Tensor operator-(double a, const Tensor& b) {
-  return scalar_like(a, b) - b;
+  return scalar_like(a, b, "operator-") - b;
 }
 Tensor operator*(double a, const Tensor& b) {
-  return scalar_like(a, b) * b;
+  return scalar_like(a, b, "operator*") * b;
 }
 Tensor operator/(double a, const Tensor& b) {
-  return scalar_like(a, b) / b;
+  return scalar_like(a, b, "operator/") / b;
 }
 Tensor operator-(const Tensor& a) {
   return a.neg();

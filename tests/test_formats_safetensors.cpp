@@ -253,11 +253,23 @@ TEST(SafetensorsMalformed, DuplicateNames) {
 
 TEST(SafetensorsMalformed, UnsupportedDTypeNamesTheTensor) {
   std::string h =
-      R"({"q":{"dtype":"I8","shape":[2],"data_offsets":[0,2]},"r":{"dtype":"WEIRD","shape":[2],"data_offsets":[2,4]}})";
+      R"({"q":{"dtype":"I8","shape":[2],"data_offsets":[0,2]},"r":{"dtype":"F8_E5M2","shape":[2],"data_offsets":[2,4]}})";
   auto f = safetensors::File::from_bytes(st_file(h, zeros(4)), kName);
   EXPECT_THROWS_NAMING(f.get("q"), UnsupportedDType, kName, "'q'");
-  EXPECT_THROWS_NAMING(f.info("r"), UnsupportedDType, kName, "WEIRD");
+  EXPECT_THROWS_NAMING(f.info("r"), UnsupportedDType, kName, "F8_E5M2");
   EXPECT_THROW(f.get("missing"), Error);
+}
+
+// A dtype the specification does not name is a malformed file, found when the file is opened.
+TEST(SafetensorsMalformed, UnknownDTypeIsAFormatError) {
+  for (const char* dtype : {"F8_E9", "WEIRD", "f32", ""}) {
+    std::string h =
+        std::string(R"({"r":{"dtype":")") + dtype + R"(","shape":[2],"data_offsets":[0,2]}})";
+    EXPECT_THROWS_NAMING(safetensors::File::from_bytes(st_file(h, zeros(2)), kName), FormatError,
+                         kName, "'r'");
+  }
+  std::string h = R"({"r":{"dtype":"F8_E9","shape":[2],"data_offsets":[0,2]}})";
+  expect_format_error(st_file(h, zeros(2)), "F8_E9");
 }
 
 TEST(SafetensorsMalformed, SaveRejectsReservedName) {

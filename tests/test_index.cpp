@@ -10,7 +10,6 @@ namespace wick {
 namespace {
 
 using testing::random_tensor;
-using testing::tolerance;
 
 const Device cpu = Device::cpu();
 const std::vector<DType> id_dtypes{DType::U32, DType::I64};
@@ -80,21 +79,23 @@ std::vector<double> gather_ref(const std::vector<double>& v, const std::vector<s
   return out;
 }
 
-// Sums of several terms: the values and, per element, the number of terms times their largest
-// magnitude (what the rounding of repeated f16/bf16 additions scales with).
+// Sums of several terms (the destination's value and the added ones): per element the value, the
+// sum of the terms' magnitudes and their count, what numerics::index_add_bound reads.
 struct Accumulated {
-  std::vector<double> values, scale;
+  std::vector<double> values, abs_sum;
+  std::vector<size_t> terms;
 };
 
 Accumulated start_sums(const std::vector<double>& v) {
-  Accumulated a{v, std::vector<double>(v.size())};
-  for (size_t i = 0; i < v.size(); ++i) a.scale[i] = std::abs(v[i]);
+  Accumulated a{v, std::vector<double>(v.size()), std::vector<size_t>(v.size(), 1)};
+  for (size_t i = 0; i < v.size(); ++i) a.abs_sum[i] = std::abs(v[i]);
   return a;
 }
 
 void add_term(Accumulated& a, size_t at, double x) {
   a.values[at] += x;
-  a.scale[at] += std::abs(a.values[at]) + std::abs(x);
+  a.abs_sum[at] += std::abs(x);
+  ++a.terms[at];
 }
 
 Accumulated index_add_ref(const std::vector<double>& v, const std::vector<size_t>& dims,
@@ -123,20 +124,13 @@ Accumulated scatter_add_ref(const std::vector<double>& v, const std::vector<size
   return a;
 }
 
-// |actual - expected| <= rtol * scale element-wise (exact when rtol is 0).
+// Every element within numerics::index_add_bound of the float64 sums (integers: exact; they wrap
+// only where the reference's terms wrap, which these tests' small values never do).
 ::testing::AssertionResult close_to(const std::vector<double>& actual, const Accumulated& ref,
-                                    double rtol) {
-  if (actual.size() != ref.values.size()) {
-    return ::testing::AssertionFailure()
-           << "size " << actual.size() << " != expected " << ref.values.size();
-  }
-  for (size_t i = 0; i < actual.size(); ++i) {
-    if (!(std::abs(actual[i] - ref.values[i]) <= rtol * ref.scale[i])) {
-      return ::testing::AssertionFailure()
-             << "element " << i << ": got " << actual[i] << ", expected " << ref.values[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
+                                    DType dt) {
+  return testing::within_bounds(actual, ref.values, [&](size_t i, double want) {
+    return numerics::index_add_bound(dt, ref.terms[i], want, ref.abs_sum[i]);
+  });
 }
 
 std::string where(DType dt, DType id_dt, const std::string& name, size_t dim) {
@@ -333,7 +327,6 @@ TEST(Gather, Errors) {
 TEST(IndexAdd, EveryDTypeLayoutAndDim) {
   const Shape s{4, 5, 6};
   for (DType dt : testing::all_dtypes()) {
-    double tol = is_float(dt) ? tolerance(dt) : 0.0;
     for (auto& [name, t] : testing::layout_variants(s, dt, false)) {
       std::vector<double> in = t.to_vec_f64();
       for (size_t d = 0; d < 3; ++d) {
@@ -347,8 +340,8 @@ TEST(IndexAdd, EveryDTypeLayoutAndDim) {
           Tensor out = t.index_add(strided_ids(ids, id_dt), src, d);
           ASSERT_EQ(out.shape(), s);
           ASSERT_EQ(out.dtype(), dt);
-          EXPECT_TRUE(close_to(out.to_vec_f64(),
-                               index_add_ref(in, s.dims(), ids, src.to_vec_f64(), d), tol))
+          EXPECT_TRUE(
+              close_to(out.to_vec_f64(), index_add_ref(in, s.dims(), ids, src.to_vec_f64(), d), dt))
               << where(dt, id_dt, name, d);
         }
       }
@@ -364,7 +357,7 @@ TEST(IndexAdd, IsTheAdjointOfIndexSelectAndLeavesInputAlone) {
   Tensor grad = random_tensor({5, 20000}, DType::F32);
   Tensor out = table.index_add(ids_tensor(ids, {5}, DType::I64), grad, 0);
   EXPECT_TRUE(close_to(out.to_vec_f64(),
-                       index_add_ref(before, {5, 20000}, ids, grad.to_vec_f64(), 0), 1e-6));
+                       index_add_ref(before, {5, 20000}, ids, grad.to_vec_f64(), 0), DType::F32));
   EXPECT_EQ(table.to_vec_f64(), before);  // a copy, not in place
   // Integers wrap.
   auto u8 = Tensor::from_vec<uint8_t>({250, 1}, {2}, cpu);
@@ -408,7 +401,6 @@ TEST(IndexAdd, Errors) {
 TEST(ScatterAdd, EveryDTypeLayoutAndDim) {
   const Shape s{4, 5, 6};
   for (DType dt : testing::all_dtypes()) {
-    double tol = is_float(dt) ? tolerance(dt) : 0.0;
     for (auto& [name, t] : testing::layout_variants(s, dt, false)) {
       std::vector<double> in = t.to_vec_f64();
       for (size_t d = 0; d < 3; ++d) {
@@ -423,7 +415,7 @@ TEST(ScatterAdd, EveryDTypeLayoutAndDim) {
             ASSERT_EQ(out.shape(), s);
             EXPECT_TRUE(close_to(out.to_vec_f64(),
                                  scatter_add_ref(in, s.dims(), ids, ids_dims, src.to_vec_f64(), d),
-                                 tol))
+                                 dt))
                 << where(dt, id_dt, name, d);
           }
         }
@@ -437,9 +429,10 @@ TEST(ScatterAdd, AdjointOfGatherLargeAndEmpty) {
   std::vector<int64_t> ids = random_ids(2000 * 50, 64);
   Tensor src = random_tensor({2000, 50}, DType::F64);
   Tensor ids_t = ids_tensor(ids, {2000, 50}, DType::I64);
-  EXPECT_TRUE(close_to(
-      t.scatter_add(ids_t, src, 1).to_vec_f64(),
-      scatter_add_ref(t.to_vec_f64(), {2000, 64}, ids, {2000, 50}, src.to_vec_f64(), 1), 1e-13));
+  EXPECT_TRUE(
+      close_to(t.scatter_add(ids_t, src, 1).to_vec_f64(),
+               scatter_add_ref(t.to_vec_f64(), {2000, 64}, ids, {2000, 50}, src.to_vec_f64(), 1),
+               DType::F64));
   // Strided ids (a transposed copy).
   Tensor ids_tt = ids_tensor(ids, {2000, 50}, DType::U32).t().contiguous().t();
   EXPECT_FALSE(ids_tt.is_contiguous());

@@ -3,8 +3,10 @@
 // Qwen2ForCausalLM). References made by transformers itself: tests/data/llama/.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -16,6 +18,7 @@
 #include "wick/formats.h"
 #include "wick/generator.h"
 #include "wick/llama.h"
+#include "wick/tokenizer.h"
 #include "wick/wick.h"
 
 namespace wick {
@@ -538,17 +541,84 @@ TEST_P(LlamaTransformersRef, LogitsAndGreedyTokensMatch) {
 INSTANTIATE_TEST_SUITE_P(Tiny, LlamaTransformersRef,
                          ::testing::Values("tiny_llama", "tiny_qwen2", "tiny_llama3_scaled"));
 
+// GGUF stores q and k rows as llama.cpp's convert script writes them: within each head, row
+// (j, i) of (2, head_dim / 2) moved to (i, j). The permutation written here from that
+// definition, the tiny Llama saved as GGUF with it, and loaded back: the same logits as
+// transformers', so Llama::load undid exactly that permutation.
+Tensor permute_like_llama_cpp(const Tensor& w, size_t heads) {
+  size_t rows = w.dims()[0], cols = w.dims()[1], hd = rows / heads;
+  std::vector<double> in = w.to_vec_f64(), out(in.size());
+  for (size_t h = 0; h < heads; ++h) {
+    for (size_t j = 0; j < 2; ++j) {
+      for (size_t i = 0; i < hd / 2; ++i) {
+        size_t from = h * hd + j * (hd / 2) + i, to = h * hd + i * 2 + j;
+        std::copy_n(in.begin() + from * cols, cols, out.begin() + to * cols);
+      }
+    }
+  }
+  return Tensor::from_vec(out, w.shape(), Device::cpu()).to_dtype(DType::F32);
+}
+
+TEST(LlamaLoad, GgufWithPermutedQkEqualsTransformers) {
+  std::string dir = llama_data("tiny_llama");
+  LlamaConfig c = LlamaConfig::from_file(dir + "/config.json");
+  auto hf = safetensors::load(dir + "/model.safetensors");
+  using gguf::Value;
+  using gguf::ValueType;
+  auto u32 = [](size_t v) { return Value::u64(v, ValueType::U32); };
+  std::map<std::string, Value> md{
+      {"general.architecture", Value::string("llama")},
+      {"llama.embedding_length", u32(c.hidden_size)},
+      {"llama.feed_forward_length", u32(c.intermediate_size)},
+      {"llama.block_count", u32(c.num_hidden_layers)},
+      {"llama.attention.head_count", u32(c.num_attention_heads)},
+      {"llama.attention.head_count_kv", u32(c.num_key_value_heads)},
+      {"llama.rope.dimension_count", u32(c.head_dim)},
+      {"llama.context_length", u32(c.max_position_embeddings)},
+      {"llama.attention.layer_norm_rms_epsilon", Value::f64(c.rms_norm_eps, ValueType::F32)},
+      {"llama.rope.freq_base", Value::f64(c.rope_theta, ValueType::F32)}};
+  std::map<std::string, Tensor> w{{"token_embd.weight", hf.at("model.embed_tokens.weight")},
+                                  {"output_norm.weight", hf.at("model.norm.weight")},
+                                  {"output.weight", hf.at("lm_head.weight")}};
+  for (size_t i = 0; i < c.num_hidden_layers; ++i) {
+    std::string g = "blk." + std::to_string(i) + ".", h = "model.layers." + std::to_string(i) + ".";
+    w[g + "attn_norm.weight"] = hf.at(h + "input_layernorm.weight");
+    w[g + "ffn_norm.weight"] = hf.at(h + "post_attention_layernorm.weight");
+    w[g + "attn_q.weight"] =
+        permute_like_llama_cpp(hf.at(h + "self_attn.q_proj.weight"), c.num_attention_heads);
+    w[g + "attn_k.weight"] =
+        permute_like_llama_cpp(hf.at(h + "self_attn.k_proj.weight"), c.num_key_value_heads);
+    w[g + "attn_v.weight"] = hf.at(h + "self_attn.v_proj.weight");
+    w[g + "attn_output.weight"] = hf.at(h + "self_attn.o_proj.weight");
+    w[g + "ffn_gate.weight"] = hf.at(h + "mlp.gate_proj.weight");
+    w[g + "ffn_up.weight"] = hf.at(h + "mlp.up_proj.weight");
+    w[g + "ffn_down.weight"] = hf.at(h + "mlp.down_proj.weight");
+  }
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("wick_tiny_llama_" + std::to_string(::getpid()) + ".gguf"))
+                         .string();
+  gguf::save(w, path, md);
+  Llama model = Llama::load(path, Device::cpu(), DType::F32);
+  std::filesystem::remove(path);
+  auto prompt = to_u32(npy::load(dir + "/prompt.npy", Device::cpu()));
+  auto expected = npy::load(dir + "/logits.npy", Device::cpu()).to_vec_f64();
+  KvCache cache = model.make_cache(1, prompt.size());
+  Tensor logits = model.forward(Tensor::from_vec(prompt, {1, prompt.size()}, Device::cpu()), cache);
+  double range = range_of(expected);
+  EXPECT_GT(range, 1.0);
+  EXPECT_LE(max_abs_diff(logits.to_vec_f64(), expected), 1e-5 * range);
+}
+
 TEST(LlamaLoad, RejectsMissingAndWrongFiles) {
   EXPECT_THROW(Llama::load("/nonexistent/folder.bin", Device::cpu()), FormatError);
   EXPECT_THROW(Llama::load(std::string(WICK_LLAMA_DATA), Device::cpu()), FormatError);
 }
 
 // SmolLM2-135M-Instruct (GGUF Q4_1, dequantised) vs transformers on the same dequantised
-// weights: 64 greedy tokens per prompt. Only with WICK_SMOLLM2_GGUF=path (98 MB, not in the
-// repository; ~20 s on 2 cores).
+// weights: 64 greedy tokens per prompt. The model from WICK_SMOLLM2_GGUF or .ci/run's cache (98 MB,
+// not in the repository; ~20 s on 2 cores); CI sets WICK_REQUIRE_SMOLLM2=1.
 TEST(LlamaSmolLM2, GreedyTokensEqualTransformers) {
-  const char* path = std::getenv("WICK_SMOLLM2_GGUF");
-  if (path == nullptr) GTEST_SKIP() << "set WICK_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf";
+  WICK_REQUIRE_SMOLLM2(path);
   std::ifstream in(llama_data("smollm2_greedy.json"));
   auto ref = nlohmann::json::parse(in);
   Llama model = Llama::load(path, Device::cpu(), DType::F32);
@@ -560,6 +630,24 @@ TEST(LlamaSmolLM2, GreedyTokensEqualTransformers) {
     auto prompt = row["prompt_ids"].get<std::vector<uint32_t>>();
     auto expected = row["greedy"].get<std::vector<uint32_t>>();
     EXPECT_EQ(gen.generate(prompt), expected);
+  }
+}
+
+// The GGUF's tokenizer (tokenizer.ggml.*) against transformers' tokenizer of the same file: the
+// prompt ids of smollm2_greedy.json were made by it from these texts (scripts/make_llama_refs.py).
+TEST(LlamaSmolLM2, GgufTokenizerEqualsTransformers) {
+  WICK_REQUIRE_SMOLLM2(path);
+  std::ifstream in(llama_data("smollm2_greedy.json"));
+  auto ref = nlohmann::json::parse(in);
+  const std::vector<std::string> texts{"The capital of France is",
+                                       "def fibonacci(n):", "Once upon a time, in a small village,",
+                                       "The three primary colors are", "Water boils at"};
+  ASSERT_EQ(ref["rows"].size(), texts.size());
+  Tokenizer tok = models::load_gguf_tokenizer(path);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    auto ids = ref["rows"][i]["prompt_ids"].get<std::vector<uint32_t>>();
+    EXPECT_EQ(tok.encode(texts[i], true), ids) << texts[i];
+    EXPECT_EQ(tok.decode(ids), texts[i]);
   }
 }
 

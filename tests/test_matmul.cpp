@@ -20,7 +20,6 @@ namespace {
 
 using testing::float_dtypes;
 using testing::random_tensor;
-using testing::tolerance;
 
 // The reference product of a (batch..., m, k) and b (batch..., k, n) with equal batch dims, and
 // for each element the sum of |a_ik * b_kj| that bounds its rounding error.
@@ -40,13 +39,15 @@ Reference reference(const Tensor& a, const Tensor& b) {
   for (size_t p = 0; p < batches; ++p) {
     for (size_t i = 0; i < m; ++i) {
       for (size_t j = 0; j < n; ++j) {
-        double s = 0, s_abs = 0;
+        long double s = 0;  // the oracle: more precise than an f64 matmul
+        double s_abs = 0;
         for (size_t q = 0; q < k; ++q) {
-          double t = av[(p * m + i) * k + q] * bv[(p * k + q) * n + j];
+          long double t =
+              static_cast<long double>(av[(p * m + i) * k + q]) * bv[(p * k + q) * n + j];
           s += t;
-          s_abs += std::abs(t);
+          s_abs += static_cast<double>(std::fabs(t));
         }
-        ref.value[(p * m + i) * n + j] = s;
+        ref.value[(p * m + i) * n + j] = static_cast<double>(s);
         ref.abs_sum[(p * m + i) * n + j] = s_abs;
       }
     }
@@ -71,17 +72,14 @@ Reference reference(const Tensor& a, const Tensor& b) {
   if (got.size() != ref.value.size()) {
     return ::testing::AssertionFailure() << "size " << got.size() << " != " << ref.value.size();
   }
-  double tol = tolerance(a.dtype());
-  for (size_t i = 0; i < got.size(); ++i) {
-    // Rounding the result (f16/bf16) costs tol * |value|; accumulating costs at most a few
-    // units of f32/f64 rounding of the absolute sum.
-    double bound = tol * (std::abs(ref.value[i]) + ref.abs_sum[i]) + 1e-300;
-    if (!(std::abs(got[i] - ref.value[i]) <= bound)) {
-      return ::testing::AssertionFailure()
-             << dtype_name(a.dtype()) << " element " << i << ": got " << got[i] << ", expected "
-             << ref.value[i] << " (bound " << bound << ")";
-    }
-  }
+  // docs/NUMERICS.md: the result's rounding, a k-long f32 (f64) accumulation and each product's
+  // rounding, per element.
+  size_t k = a.dims()[r - 1];
+  return testing::within_bounds(got, ref.value,
+                                [&](size_t i, double want) {
+                                  return numerics::matmul_bound(a.dtype(), k, want, ref.abs_sum[i]);
+                                })
+         << " (" << dtype_name(a.dtype()) << ")";
   return ::testing::AssertionSuccess();
 }
 

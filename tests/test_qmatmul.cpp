@@ -162,11 +162,11 @@ TEST(QMatmul, Errors) {
 
 // SmolLM2-135M-Instruct Q4_1 kept quantized against the same file dequantised to f32,
 // teacher-forced over 512 tokens of English text: top-1 next-token agreement >= 97% and
-// perplexity within 1%. Only with WICK_SMOLLM2_GGUF=path (98 MB, not in the repository). The
-// same file requantized by scripts/requantize_gguf.py (Q5_0, Q4_K, Q6_K) checks those kernels.
+// perplexity within 1%. The model from WICK_SMOLLM2_GGUF or .ci/run's cache (98 MB, not in the
+// repository; CI sets WICK_REQUIRE_SMOLLM2=1). The same file requantized by
+// scripts/requantize_gguf.py (Q5_0, Q4_K, Q6_K) checks those kernels.
 TEST(QMatmulSmolLM2, KeptQuantizedAgreesWithDequantised) {
-  const char* path = std::getenv("WICK_SMOLLM2_GGUF");
-  if (path == nullptr) GTEST_SKIP() << "set WICK_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf";
+  WICK_REQUIRE_SMOLLM2(path);
   std::ifstream in(std::string(WICK_SOURCE_DIR) + "/docs/NUMERICS.md");
   std::stringstream text;
   text << in.rdbuf();

@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "wick/dtype.h"
@@ -94,13 +96,17 @@ constexpr const ElementwiseRow* elementwise_row(std::string_view op) {
   return nullptr;
 }
 
-/// Bound on |got - want| for one element of an element-wise op (unknown ops get the loosest row,
-/// gelu's). `scale` is the magnitude of the input, at least 1.
+/// Bound on |got - want| for one element of an element-wise op. `scale` is the magnitude of the
+/// input, at least 1. Throws std::invalid_argument for an op the table does not list: a bound is
+/// never guessed.
 inline double elementwise_bound(std::string_view op, DType dtype, Backend backend, double want,
                                 double scale = 1) {
-  if (!is_float_dtype(dtype)) return 0;
   const ElementwiseRow* row = elementwise_row(op);
-  if (!row) row = elementwise_row("gelu");
+  if (!row) {
+    throw std::invalid_argument("wick::numerics::elementwise_bound: no row for op \"" +
+                                std::string(op) + "\"");
+  }
+  if (!is_float_dtype(dtype)) return 0;
   double rel = backend == Backend::Cpu ? row->cpu_rel : row->cuda_rel;
   if (rel == 0 && row->abs == 0) return 0;  // exact: the value is representable, no rounding
   double uc = compute_roundoff(dtype), ut = unit_roundoff(dtype);
@@ -157,11 +163,59 @@ inline double qmatmul_bound(DType dtype, size_t k, double want, double abs_sum, 
 
 /// One output of softmax over a k-long row whose values span `spread` (max - min): exp of
 /// x - max (its argument rounded: spread * u_C, and 2 ulp), a k-long positive sum and a division.
+/// The vectorised f32 exp may flush a result below f32's smallest normal (2^-126) to zero; the
+/// row's sum is at least 1, so an output moves by at most that much (f16/bf16/f32).
 inline double softmax_bound(DType dtype, size_t k, double want, double spread) {
   if (!is_float_dtype(dtype)) return 0;
   double uc = compute_roundoff(dtype);
   double rel = uc * (std::abs(spread) + 8 + 2 * std::sqrt(static_cast<double>(k)) + 2);
-  return unit_roundoff(dtype) * std::abs(want) + rel * std::abs(want) + underflow_floor(dtype);
+  double flush = dtype == DType::F64 ? 0 : 0x1p-126;
+  return unit_roundoff(dtype) * std::abs(want) + rel * std::abs(want) +
+         std::max(underflow_floor(dtype), flush);
+}
+
+/// One output y = z w (+ b) of layer_norm or rms_norm over a k-long row: z = (x - mean) * rstd
+/// (rms_norm: x * rstd) with `z` = |z| and `w` = |w| at that element, and `m` = mean|x| / sigma of
+/// the row (sigma: the standard deviation, or the root mean square for rms_norm). The statistics
+/// are k-long f32 sums (2 sqrt(k) u_C each, the variance's relative to mean(x^2), hence m^2),
+/// rsqrt 2 u_C and a few products; `t_roundings` more roundings of z w to T in between (1 for
+/// f16/bf16 rms_norm, which rounds x * rstd as LlamaRMSNorm does), then the output's.
+inline double norm_bound(DType dtype, size_t k, double want, double z, double w, double m,
+                         int t_roundings = 0) {
+  if (!is_float_dtype(dtype)) return 0;
+  double uc = compute_roundoff(dtype), ut = unit_roundoff(dtype);
+  double a = std::abs(want), zw = std::abs(z) * std::abs(w);
+  double dz = uc * (2 * std::sqrt(static_cast<double>(k)) + 8) * (std::abs(z) + m) * (1 + m);
+  return ut * a + t_roundings * ut * zw + std::abs(w) * dz + 3 * uc * (zw + a) +
+         underflow_floor(dtype);
+}
+
+/// The error of one attention score s_j = scale q k_j + mask_j: a d-long f32 dot whose products'
+/// magnitudes, times |scale|, sum to `qk_abs`, and for f16/bf16 with `half_rounding` (the CPU,
+/// as transformers) the roundings to T of the dot, of its scaling and of the mask's sum.
+inline double attention_score_error(DType dtype, size_t d, double qk_abs, double s_abs,
+                                    bool half_rounding = true) {
+  if (!is_float_dtype(dtype)) return 0;
+  bool rounds = half_rounding && (dtype == DType::F16 || dtype == DType::BF16);
+  double uc = compute_roundoff(dtype), ut = unit_roundoff(dtype);
+  return (2 * std::sqrt(static_cast<double>(d)) + 2) * uc * qk_abs +
+         (rounds ? ut * (2 * qk_abs + std::abs(s_abs)) : 0);
+}
+
+/// One output of attention softmax(scale q k^T + mask) v over n keys: `pv` = sum_j p_j |v_j|
+/// (p: the reference probabilities), `pev` = sum_j p_j e_j |v_j| with e_j the score's
+/// attention_score_error, `spread` = the row's score range. An error e_j in a score moves p_j by
+/// at most e_j + sum_l p_l e_l relative, hence 2 pev; then softmax's own bound, the
+/// probabilities' rounding to T (f16/bf16 with `half_rounding`), an n-long f32 sum and the
+/// output's rounding.
+inline double attention_bound(DType dtype, size_t n, double want, double pv, double pev,
+                              double spread, bool half_rounding = true) {
+  if (!is_float_dtype(dtype)) return 0;
+  double uc = compute_roundoff(dtype), ut = unit_roundoff(dtype);
+  bool rounds = half_rounding && (dtype == DType::F16 || dtype == DType::BF16);
+  double sn = std::sqrt(static_cast<double>(n));
+  double ep = uc * (std::abs(spread) + 12 + 2 * sn) + (rounds ? ut : 0);
+  return ut * std::abs(want) + (2 * sn + 2) * uc * pv + 2 * pev + ep * pv + underflow_floor(dtype);
 }
 
 /// One output of log_softmax over a k-long row whose values span `spread` (max - min), computed

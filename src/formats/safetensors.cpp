@@ -26,7 +26,8 @@ struct DTypeName {
 };
 
 // Every dtype the safetensors specification names; the supported ones map to a wick dtype
-// (BOOL is one byte, 0 or 1: read as U8).
+// (BOOL is one byte, 0 or 1: read as U8). Bytes 0: packed in fewer than 8 bits (never read). A
+// name not listed is a malformed file.
 constexpr DTypeName kDTypes[] = {
     {"BOOL", 1, true, DType::U8},     {"U8", 1, true, DType::U8},
     {"I8", 1, false, DType::U8},      {"I16", 2, false, DType::U8},
@@ -36,7 +37,8 @@ constexpr DTypeName kDTypes[] = {
     {"F64", 8, true, DType::F64},     {"I64", 8, true, DType::I64},
     {"U64", 8, false, DType::U8},     {"F8_E5M2", 1, false, DType::U8},
     {"F8_E4M3", 1, false, DType::U8}, {"F8_E8M0", 1, false, DType::U8},
-    {"C64", 8, false, DType::U8},
+    {"C64", 8, false, DType::U8},     {"F4", 0, false, DType::U8},
+    {"F6_E2M3", 0, false, DType::U8}, {"F6_E3M2", 0, false, DType::U8},
 };
 
 const char* safetensors_name(DType dtype) {
@@ -147,8 +149,11 @@ std::shared_ptr<const File::Impl> parse(std::shared_ptr<const formats::Bytes> by
     for (const auto& d : kDTypes) {
       if (info.dtype_name == d.name) known = &d;
     }
-    info.supported = known != nullptr && known->supported;
-    if (known != nullptr) {
+    if (known == nullptr) {
+      fail(kFormat, file, where, ": dtype '", info.dtype_name, "' is not a safetensors dtype");
+    }
+    info.supported = known->supported;
+    if (known->bytes != 0) {
       info.dtype = known->dtype;
       size_t need = formats::checked_mul(count, known->bytes, kFormat, file, where);
       if (need != end - begin) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/gpu_tolerance.h"
 #include "test_util.h"
 
 namespace wick {

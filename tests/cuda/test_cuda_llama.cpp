@@ -17,6 +17,7 @@
 #include "cuda/decode_fusions.h"
 #include "nn/kv_write.h"
 #include "nn_reference.h"
+#include "cuda/gpu_tolerance.h"
 #include "test_util.h"
 #include "token_mailbox.h"
 #include "wick/cuda.h"

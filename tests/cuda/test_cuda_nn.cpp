@@ -8,6 +8,7 @@
 #include <string>
 
 #include "nn_reference.h"
+#include "cuda/gpu_tolerance.h"
 #include "test_util.h"
 
 namespace wick {
