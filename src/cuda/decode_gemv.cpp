@@ -1,4 +1,4 @@
-// The CUDA side of models/decode_gemv.h: operands to GemvArgs, one enqueue each.
+// The CUDA side of cuda/decode_fusions.h: operands to GemvArgs, one enqueue each.
 
 #include "cuda/decode_gemv.h"
 

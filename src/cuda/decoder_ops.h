@@ -1,7 +1,7 @@
 #pragma once
 // Launchers of the fused decoder-block kernels (decoder_ops.cu): nn::add_rms_norm, nn::silu_mul,
-// the decode step's rope + KV-cache write (models/kv_write.h) and the step's end
-// (models/token_mailbox.h). Row-major operands.
+// the decode step's rope + KV-cache write (nn/kv_write.h) and the step's end
+// (token_mailbox.h). Row-major operands.
 
 #include <cuda_runtime.h>
 
@@ -36,7 +36,7 @@ struct RopeWriteArgs {
 };
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s);
 
-/// The end of the graph-captured greedy decode step (models/token_mailbox.h): input (token,
+/// The end of the graph-captured greedy decode step (token_mailbox.h): input (token,
 /// position) becomes (*next, position + 1), and mailbox[(position + 1) % slots], pinned host
 /// memory, gets (position + 1) << 32 | *next.
 void launch_advance_decode(const uint32_t* next, uint32_t* input, uint64_t* mailbox, int slots,

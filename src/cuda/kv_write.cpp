@@ -1,4 +1,4 @@
-// The CUDA half of models::detail::write_at_position (checked by the caller).
+// The CUDA half of nn::detail::write_at_position (checked by the caller).
 
 #include "cuda/kv_write.h"
 

@@ -1,5 +1,5 @@
 #pragma once
-// The KV-cache write of a graph-captured decode step (models/kv_write.h): the position is read
+// The KV-cache write of a graph-captured decode step (nn/kv_write.h): the position is read
 // by the kernel from device memory, so one recorded launch serves every position.
 
 #include <cuda_runtime.h>

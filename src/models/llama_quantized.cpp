@@ -1,5 +1,5 @@
 // Llama::load(..., keep_quantized): a GGUF file's matrices kept as their GGML blocks and
-// multiplied by qmatmul (models/qlinear.h); norms and the embedding lookup dequantised.
+// multiplied by qmatmul (nn/qlinear.h); norms and the embedding lookup dequantised.
 
 #include "models/llama_impl.h"
 #include "util.h"
