@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "wick/causal_lm.h"
@@ -29,6 +30,24 @@ struct GenerateOptions {
   size_t max_len = 0;
   /// CUDA: replay the decode step as one captured CUDA graph (WICK_DECODE_GRAPH=0 turns it off).
   bool cuda_graph = true;
+  /// Penalties on the tokens of the last `repeat_last_n` positions (prompt and new tokens; 0: all
+  /// of them), applied to the logits before temperature, greedy included. repeat_penalty > 1
+  /// divides a positive logit and multiplies a negative one, once per distinct token (1: off).
+  double repeat_penalty = 1.0;
+  size_t repeat_last_n = 64;
+  /// Subtracted once from the logit of every token in the window (0: off).
+  double presence_penalty = 0.0;
+  /// Subtracted from a token's logit once per occurrence in the window (0: off).
+  double frequency_penalty = 0.0;
+  /// Sampling keeps only the tokens whose probability is at least min_p times the most likely
+  /// one's (0: off), after top-k and before top-p.
+  double min_p = 0.0;
+  /// Generation ends when the decoded new text contains one of these (a token's text may hold
+  /// it and more); the tokens holding any byte of it are dropped from the result (on_token has
+  /// seen them). Needs `token_text`.
+  std::vector<std::string> stop_strings;
+  /// A token's text (bytes, "" for special tokens): what stop_strings are matched against.
+  std::function<std::string(uint32_t token)> token_text;
 };
 
 /// Timings of the last generate() call.
@@ -51,6 +70,8 @@ struct GenerateStats {
   }
 };
 
+/// A Generator serves one thread at a time: generate() and sample() change its random state, its
+/// stats and (CUDA) its captured graphs. Use one Generator per thread.
 class Generator {
  public:
   /// Called with each new token as soon as it is known; return false to stop.
@@ -72,9 +93,12 @@ class Generator {
   const GenerateStats& stats() const { return stats_; }
   const GenerateOptions& options() const { return options_; }
 
-  /// Picks the next token from `logits` (vocab floats) with the options' temperature, top-k and
-  /// top-p, using this generator's random state (greedy when temperature is 0).
-  uint32_t sample(const std::vector<float>& logits);
+  /// Picks the next token from `logits` (vocab f32 values) with the options' penalties (over
+  /// `history`, the sequence so far), temperature, top-k, min-p and top-p, using this generator's
+  /// random state. Temperature 0 is greedy: the largest penalised logit, the lowest id among
+  /// equals. A NaN or +inf logit, no finite logit, or a temperature so small that a scaled logit
+  /// overflows is an Error naming the token.
+  uint32_t sample(const std::vector<float>& logits, const std::vector<uint32_t>& history = {});
 
  private:
   struct DecodeGraph;

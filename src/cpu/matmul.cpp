@@ -56,8 +56,9 @@ class BlasThreads {
 
  private:
   BlasThreads() {
-    // OpenBLAS's own default unless WICK_NUM_THREADS asks for a count.
-    if (const char* env = std::getenv("WICK_NUM_THREADS"); env != nullptr && *env != '\0') {
+    // OpenBLAS's own default unless WICK_NUM_THREADS or set_cpu_threads asks for a count.
+    if (const char* env = std::getenv("WICK_NUM_THREADS");
+        threads_forced() || (env != nullptr && *env != '\0')) {
       openblas_set_num_threads(static_cast<int>(num_threads()));
     }
     threads_ = openblas_get_num_threads();

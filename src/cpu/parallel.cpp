@@ -12,6 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "util.h"
+#include "wick/cpu.h"
+#include "wick/error.h"
+
 namespace wick::cpu {
 
 namespace {
@@ -142,8 +146,18 @@ class ThreadPool {
   bool stop_ = false;
 };
 
+// set_cpu_threads' count (0: none), and whether the pool has taken its count.
+std::atomic<size_t> forced_threads{0};
+std::atomic<bool> pool_started{false};
+
+size_t pool_threads() {
+  pool_started = true;
+  size_t forced = forced_threads.load();
+  return forced > 0 ? forced : threads_from_env();
+}
+
 ThreadPool& pool() {
-  static ThreadPool p(threads_from_env());
+  static ThreadPool p(pool_threads());
   return p;
 }
 
@@ -151,6 +165,10 @@ ThreadPool& pool() {
 
 size_t num_threads() {
   return pool().size();
+}
+
+bool threads_forced() {
+  return forced_threads.load() > 0;
 }
 
 void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
@@ -170,3 +188,16 @@ void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_
 }
 
 }  // namespace wick::cpu
+
+namespace wick {
+
+void set_cpu_threads(size_t n) {
+  if (n == 0 || n > 1024) throw Error(str("set_cpu_threads: n must be in [1, 1024], got ", n));
+  if (!cpu::pool_started.load()) cpu::forced_threads = n;
+  if (cpu::pool_started.load() && cpu::num_threads() != n) {
+    throw Error(str("set_cpu_threads(", n, "): the CPU thread pool already runs ",
+                    cpu::num_threads(), " threads"));
+  }
+}
+
+}  // namespace wick

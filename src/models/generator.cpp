@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -83,31 +84,100 @@ Generator::~Generator() = default;
 Generator::Generator(Generator&&) noexcept = default;
 Generator& Generator::operator=(Generator&&) noexcept = default;
 
-uint32_t Generator::sample(const std::vector<float>& logits) {
-  if (logits.empty()) throw Error("Generator::sample: no logits");
-  if (options_.temperature == 0) {
-    return static_cast<uint32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+namespace {
+
+// The options sample() reads, checked where it reads them (NaN fails every comparison).
+void check_sampling_options(const GenerateOptions& o) {
+  if (!(o.repeat_penalty > 0) || !std::isfinite(o.repeat_penalty)) {
+    throw Error(str("Generator: repeat_penalty must be finite and > 0, got ", o.repeat_penalty));
   }
-  std::vector<uint32_t> order(logits.size());
+  if (!std::isfinite(o.presence_penalty) || !std::isfinite(o.frequency_penalty)) {
+    throw Error(str("Generator: presence_penalty and frequency_penalty must be finite, got ",
+                    o.presence_penalty, " and ", o.frequency_penalty));
+  }
+  if (!(o.min_p >= 0 && o.min_p <= 1)) {
+    throw Error(str("Generator: min_p must be in [0, 1], got ", o.min_p));
+  }
+}
+
+bool penalises(const GenerateOptions& o) {
+  return o.repeat_penalty != 1.0 || o.presence_penalty != 0.0 || o.frequency_penalty != 0.0;
+}
+
+// Greedy without penalties: the argmax may be taken where the logits are (device, graph).
+bool plain_greedy(const GenerateOptions& o) {
+  return o.temperature == 0 && !penalises(o);
+}
+
+// The logits as doubles, penalised by the tokens of the window at the end of `history`.
+std::vector<double> penalised_logits(const std::vector<float>& logits,
+                                     const std::vector<uint32_t>& history,
+                                     const GenerateOptions& o) {
+  std::vector<double> v(logits.begin(), logits.end());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i]) || v[i] == std::numeric_limits<double>::infinity()) {
+      throw Error(str("Generator::sample: the logit of token ", i, " is ", logits[i],
+                      " (the model's output is not finite)"));
+    }
+  }
+  if (!penalises(o) || history.empty()) return v;
+  size_t from = o.repeat_last_n > 0 && history.size() > o.repeat_last_n
+                    ? history.size() - o.repeat_last_n
+                    : 0;
+  std::map<uint32_t, size_t> counts;
+  for (size_t i = from; i < history.size(); ++i) {
+    if (history[i] < v.size()) ++counts[history[i]];
+  }
+  for (const auto& [token, count] : counts) {
+    double& l = v[token];
+    l = l > 0 ? l / o.repeat_penalty : l * o.repeat_penalty;
+    l -= o.presence_penalty + static_cast<double>(count) * o.frequency_penalty;
+  }
+  return v;
+}
+
+}  // namespace
+
+uint32_t Generator::sample(const std::vector<float>& logits, const std::vector<uint32_t>& history) {
+  if (logits.empty()) throw Error("Generator::sample: no logits");
+  check_sampling_options(options_);
+  std::vector<double> v = penalised_logits(logits, history, options_);
+  // Greedy: the first largest value, so ties go to the lowest id.
+  const size_t best = static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  if (v[best] == -std::numeric_limits<double>::infinity()) {
+    throw Error("Generator::sample: every logit is -inf");
+  }
+  if (options_.temperature == 0) return static_cast<uint32_t>(best);
+  std::vector<uint32_t> order(v.size());
   std::iota(order.begin(), order.end(), 0u);
-  size_t keep = options_.top_k > 0 ? std::min(options_.top_k, logits.size()) : logits.size();
-  auto by_logit = [&](uint32_t a, uint32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
+  size_t keep = options_.top_k > 0 ? std::min(options_.top_k, v.size()) : v.size();
+  auto by_logit = [&](uint32_t a, uint32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
   std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(keep), order.end(),
                     by_logit);
   order.resize(keep);
-  double top = logits[order[0]] / options_.temperature;
+  const double top = v[order[0]] / options_.temperature;
+  if (!std::isfinite(top)) {
+    throw Error(str("Generator::sample: temperature ", options_.temperature,
+                    " scales the logit of token ", order[0], " (", v[order[0]],
+                    ") to a non-finite value; use temperature 0 for greedy"));
+  }
   std::vector<double> probs(keep);
   double total = 0;
   for (size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp(logits[order[i]] / options_.temperature - top);
+    probs[i] = std::exp(v[order[i]] / options_.temperature - top);
     total += probs[i];
+  }
+  // min-p: tokens at least min_p times as likely as the first (probs[0] is 1).
+  size_t kept = keep;
+  if (options_.min_p > 0) {
+    kept = static_cast<size_t>(
+        std::find_if(probs.begin(), probs.end(), [&](double p) { return p < options_.min_p; }) -
+        probs.begin());
+    total = std::accumulate(probs.begin(), probs.begin() + static_cast<ptrdiff_t>(kept), 0.0);
   }
   // top-p: the smallest prefix of the sorted tokens whose probability reaches p.
   double cumulative = 0;
-  size_t kept = keep;
-  for (size_t i = 0; i < keep; ++i) {
+  for (size_t i = 0; i < kept; ++i) {
     cumulative += probs[i] / total;
     if (cumulative >= options_.top_p) {
       kept = i + 1;
@@ -122,6 +192,50 @@ uint32_t Generator::sample(const std::vector<float>& logits) {
   }
   return order[kept - 1];
 }
+
+namespace {
+
+// Stop strings: appends `token`'s text to `text` (the new text so far; `ends` the end offset of
+// each token's text in it) and, when a stop string now occurs in it, drops the tokens holding
+// any of its bytes from `out` and returns true.
+bool hits_stop_string(const GenerateOptions& o, uint32_t token, std::string& text,
+                      std::vector<size_t>& ends, std::vector<uint32_t>& out) {
+  if (o.stop_strings.empty()) return false;
+  if (!o.token_text) throw Error("Generator: stop_strings need GenerateOptions::token_text");
+  const size_t before = text.size();
+  text += o.token_text(token);
+  ends.push_back(text.size());
+  size_t found = std::string::npos;
+  for (const std::string& s : o.stop_strings) {
+    if (s.empty()) continue;
+    size_t from = before >= s.size() - 1 ? before - (s.size() - 1) : 0;
+    size_t at = text.find(s, from);
+    if (at != std::string::npos) found = std::min(found, at);
+  }
+  if (found == std::string::npos) return false;
+  while (!ends.empty() && !out.empty() && ends.back() > found) {
+    ends.pop_back();
+    out.pop_back();
+  }
+  return true;
+}
+
+// The tokens the penalties look at: the last repeat_last_n of the prompt and the new ones.
+std::vector<uint32_t> penalty_window(const GenerateOptions& o, const std::vector<uint32_t>& prompt,
+                                     const std::vector<uint32_t>& out) {
+  if (!penalises(o)) return {};
+  size_t n = prompt.size() + out.size();
+  size_t skip = o.repeat_last_n > 0 && n > o.repeat_last_n ? n - o.repeat_last_n : 0;
+  std::vector<uint32_t> w;
+  w.reserve(n - skip);
+  for (size_t i = skip; i < prompt.size(); ++i) w.push_back(prompt[i]);
+  for (size_t i = skip > prompt.size() ? skip - prompt.size() : 0; i < out.size(); ++i) {
+    w.push_back(out[i]);
+  }
+  return w;
+}
+
+}  // namespace
 
 std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_ids,
                                           const TokenCallback& on_token) {
@@ -153,13 +267,17 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
   stats_.kv_cache_bytes = cache.bytes();
 
   auto pick = [&](const Tensor& logits) -> uint32_t {
-    if (options_.temperature == 0) return logits.argmax(1).to_vec1<uint32_t>()[0];
-    return sample(logits.to_dtype(DType::F32).flatten_all().to_vec1<float>());
+    if (plain_greedy(options_)) return logits.argmax(1).to_vec1<uint32_t>()[0];
+    return sample(logits.to_dtype(DType::F32).flatten_all().to_vec1<float>(),
+                  penalty_window(options_, prompt_ids, out));
   };
+  std::string stop_text;
+  std::vector<size_t> stop_ends;
   auto emit = [&](uint32_t t) {
     out.push_back(t);
     bool go_on = on_token ? on_token(t) : true;
-    bool stop = std::find(stops.begin(), stops.end(), t) != stops.end();
+    bool stop = std::find(stops.begin(), stops.end(), t) != stops.end() ||
+                hits_stop_string(options_, t, stop_text, stop_ends, out);
     return go_on && !stop && out.size() < options_.max_new_tokens;
   };
 
@@ -205,7 +323,7 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
     // the GPU does not wait for the host; steps past a stop (or an end asked by on_token) are
     // wasted, harmlessly (they write cache rows after the cache's length). Several steps a graph
     // (one key window) save the gap between graphs. Sampling picks on the host between steps.
-    const bool greedy = options_.temperature == 0;
+    const bool greedy = plain_greedy(options_);
     const size_t run = greedy ? graph_steps() : 1;
     size_t pos = g.cache.length();
     // Steps are queued for positions [pos, queued); the last one that may be wanted is at
