@@ -188,6 +188,9 @@ TEST(Creation, RandomErrors) {
   EXPECT_BAD(UnsupportedDType, "randn: unsupported dtype i64",
              Tensor::randn(0.0, 1.0, {2}, cpu, DType::I64));
   EXPECT_BAD(UnsupportedDType, "rand: unsupported dtype u8", Tensor::rand({2}, DType::U8, cpu));
+  EXPECT_BAD(UnsupportedDType, "randn: unsupported dtype i64",
+             Tensor::randn<int64_t>(0, 1, {2}, cpu));
+  EXPECT_BAD(UnsupportedDType, "rand: unsupported dtype u32", Tensor::rand(0u, 1u, {2}, cpu));
   EXPECT_BAD(Error, "randn: invalid parameters 0, -1", Tensor::randn(0.0, -1.0, {2}, cpu));
   EXPECT_BAD(Error, "rand: invalid parameters 2, 1", Tensor::rand(2.0, 1.0, {2}, cpu));
 }

@@ -58,10 +58,9 @@ using element_type_t = typename decltype(detail::element_type_of<T>())::type;
 /// A C++ type the creation functions accept for an element value.
 template <class T>
 concept ElementValue = !std::is_void_v<element_type_t<T>>;
-/// float, double, f16, bf16.
+/// One of the seven element types (dtype_of<T>() compiles).
 template <class T>
-concept FloatElement = std::is_same_v<T, float> || std::is_same_v<T, double> ||
-    std::is_same_v<T, f16> || std::is_same_v<T, bf16>;
+concept ElementType = detail::is_element_type_v<T>;
 /// An integer usable as a dim index (not bool or a character type).
 template <class T>
 concept DimIndex = std::is_integral_v<T> && !detail::is_char_v<T>;
@@ -138,16 +137,16 @@ class Tensor {
   static Tensor randn(const Shape& shape, DType dtype, const Device& device);
   /// Uniform samples in [0, 1).
   static Tensor rand(const Shape& shape, DType dtype, const Device& device);
-  /// The same in T's dtype: randn<double>(0, 1, ...) is F64, randn(0.0f, 1.0f, ...) F32 (T one
-  /// of float, double, f16, bf16).
+  /// The same in T's dtype: randn<double>(0, 1, ...) is F64, randn(0.0f, 1.0f, ...) F32 (T an
+  /// element type; integer ones throw UnsupportedDType).
   template <class T>
-  requires FloatElement<T>
+  requires ElementType<T>
   static Tensor randn(T mean, T std, const Shape& shape, const Device& device) {
     return random_impl(true, static_cast<double>(mean), static_cast<double>(std), dtype_of<T>(),
                        shape, device);
   }
   template <class T>
-  requires FloatElement<T>
+  requires ElementType<T>
   static Tensor rand(T lo, T hi, const Shape& shape, const Device& device) {
     return random_impl(false, static_cast<double>(lo), static_cast<double>(hi), dtype_of<T>(),
                        shape, device);
