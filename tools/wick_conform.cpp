@@ -3,19 +3,22 @@
 // contract (wick/numerics.h, docs/NUMERICS.md). Exits 1 when any result breaches its bound, so a
 // user can check their own GPU: `wick-conform cuda`.
 //
-// Float results are compared with the op computed in float64 on the CPU from the same (already
-// rounded) inputs. Integer results, comparisons, selections and copies are exact: they must equal
-// the reference exactly (for integer dtypes the reference is the CPU in that dtype, since integer
-// arithmetic wraps by definition). Public API only.
+// Every reference is computed here, in long double loops over the inputs' values (the same,
+// already rounded inputs), from the op's definition: no wick op computes a reference, so an op
+// that is wrong on the CPU is wrong against its reference on the CPU too. Float results are held
+// to the bounds of wick/numerics.h; integer results (which wrap in their dtype by definition),
+// comparisons, selections and copies must equal their reference exactly. Public API only.
 
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 #include <random>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "wick/wick.h"
@@ -116,8 +119,142 @@ class Conform {
 const std::vector<DType> kFloats{DType::BF16, DType::F16, DType::F32, DType::F64};
 const std::vector<DType> kInts{DType::U8, DType::U32, DType::I64};
 
-Tensor f64(const Tensor& t) {
-  return t.to_dtype(DType::F64);
+// ---- the references: long double loops over values in row-major order ----
+
+using Values = std::vector<double>;
+
+/// A CPU f64 tensor holding `v` (the reference, compared element by element).
+Tensor host(const Values& v, const Shape& shape) {
+  return Tensor::from_vec(v, shape, Device::cpu());
+}
+
+/// `v` wrapped to an integer dtype as its arithmetic wraps (modulo 2^bits; i64 as is).
+double wrap_int(long double v, DType dt) {
+  auto i = static_cast<int64_t>(v);
+  if (dt == DType::U8) return static_cast<double>(static_cast<uint8_t>(i));
+  if (dt == DType::U32) return static_cast<double>(static_cast<uint32_t>(i));
+  return static_cast<double>(i);
+}
+
+/// to_dtype to an integer dtype: truncation toward zero, saturation, NaN to 0.
+double saturate_int(long double v, DType dt) {
+  if (std::isnan(v)) return 0;
+  long double t = std::trunc(v);
+  long double lo = dt == DType::I64 ? -0x1p63L : 0.0L;
+  long double hi = dt == DType::U8 ? 255.0L : dt == DType::U32 ? 4294967295.0L : 0x1p63L - 1;
+  return static_cast<double>(std::min(std::max(t, lo), hi));
+}
+
+using Fn = std::function<long double(long double)>;
+constexpr long double kPi = 3.141592653589793238462643383279502884L;
+
+/// Each unary op's definition from <cmath> (the sample parameters of unary_ops below).
+const std::map<std::string, Fn>& unary_oracles() {
+  static const std::map<std::string, Fn> m{
+      {"neg", [](long double x) { return -x; }},
+      {"abs", [](long double x) { return std::fabs(x); }},
+      {"exp", [](long double x) { return std::exp(x); }},
+      {"log", [](long double x) { return std::log(x); }},
+      {"sqrt", [](long double x) { return std::sqrt(x); }},
+      {"sqr", [](long double x) { return x * x; }},
+      {"recip", [](long double x) { return 1 / x; }},
+      {"tanh", [](long double x) { return std::tanh(x); }},
+      {"sin", [](long double x) { return std::sin(x); }},
+      {"cos", [](long double x) { return std::cos(x); }},
+      {"tan", [](long double x) { return std::sin(x) / std::cos(x); }},
+      {"relu", [](long double x) { return x > 0 ? x : 0.0L; }},
+      {"silu", [](long double x) { return x / (1 + std::exp(-x)); }},
+      {"sigmoid", [](long double x) { return 1 / (1 + std::exp(-x)); }},
+      {"gelu",
+       [](long double x) {
+         return 0.5L * x * (1 + std::tanh(std::sqrt(2 / kPi) * (x + 0.044715L * x * x * x)));
+       }},
+      {"gelu_erf", [](long double x) { return 0.5L * x * (1 + std::erf(x / std::sqrt(2.0L))); }},
+      {"erf", [](long double x) { return std::erf(x); }},
+      {"floor", [](long double x) { return std::floor(x); }},
+      {"ceil", [](long double x) { return std::ceil(x); }},
+      {"round", [](long double x) { return x < 0 ? -std::floor(0.5L - x) : std::floor(x + 0.5L); }},
+      {"sign", [](long double x) { return x > 0 ? 1.0L : (x < 0 ? -1.0L : 0.0L); }},
+      {"softplus", [](long double x) { return std::log(1 + std::exp(x)); }},
+      {"log1p", [](long double x) { return std::log1p(x); }},
+      {"expm1", [](long double x) { return std::expm1(x); }},
+      {"affine", [](long double x) { return x * 1.5L - 0.25L; }},
+      {"powf", [](long double x) { return std::pow(x, 1.7L); }},
+      {"clamp", [](long double x) { return std::min(std::max(x, -0.5L), 1.25L); }},
+      {"elu", [](long double x) { return x > 0 ? x : 0.7L * std::expm1(x); }},
+  };
+  return m;
+}
+
+/// An integer op's definition (wrapping; affine saturates as to_dtype; clamp's bounds truncate).
+double unary_int(const std::string& op, double x, DType dt) {
+  if (op == "affine") return saturate_int(x * 1.5L - 0.25L, dt);
+  if (op == "clamp") return std::min(std::max(x, 0.0), 1.0);
+  return wrap_int(unary_oracles().at(op)(x), dt);
+}
+
+using Fn2 = std::function<long double(long double, long double)>;
+
+const std::map<std::string, Fn2>& binary_oracles() {
+  static const std::map<std::string, Fn2> m{
+      {"add", [](long double a, long double b) { return a + b; }},
+      {"sub", [](long double a, long double b) { return a - b; }},
+      {"mul", [](long double a, long double b) { return a * b; }},
+      {"div", [](long double a, long double b) { return a / b; }},
+      {"maximum", [](long double a, long double b) { return std::max(a, b); }},
+      {"minimum", [](long double a, long double b) { return std::min(a, b); }},
+  };
+  return m;
+}
+
+/// Per output of a reduction of a (rows, cols) matrix along `dim`: the sum, the sum of |x|, the
+/// max, the min and the first index of each.
+struct Reduced {
+  Values sum, abs_sum, max, min, argmax, argmin;
+};
+
+Reduced reduce(const Values& x, size_t rows, size_t cols, size_t dim) {
+  size_t outs = dim ? rows : cols, k = dim ? cols : rows;
+  Reduced r;
+  for (size_t o = 0; o < outs; ++o) {
+    long double s = 0, a = 0;
+    double mx = 0, mn = 0;
+    size_t imx = 0, imn = 0;
+    for (size_t j = 0; j < k; ++j) {
+      double v = dim ? x[o * cols + j] : x[j * cols + o];
+      s += v;
+      a += std::fabs(static_cast<long double>(v));
+      if (j == 0 || v > mx) mx = v, imx = j;
+      if (j == 0 || v < mn) mn = v, imn = j;
+    }
+    r.sum.push_back(static_cast<double>(s));
+    r.abs_sum.push_back(static_cast<double>(a));
+    r.max.push_back(mx);
+    r.min.push_back(mn);
+    r.argmax.push_back(static_cast<double>(imx));
+    r.argmin.push_back(static_cast<double>(imn));
+  }
+  return r;
+}
+
+/// softmax of a (rows, cols) matrix along `dim`, and each output's row spread.
+std::pair<Values, Values> softmax_of(const Values& x, size_t rows, size_t cols, size_t dim) {
+  size_t outs = dim ? rows : cols, k = dim ? cols : rows;
+  Values y(x.size()), spread(x.size());
+  auto at = [&](size_t o, size_t j) { return dim ? o * cols + j : j * cols + o; };
+  for (size_t o = 0; o < outs; ++o) {
+    long double mx = x[at(o, 0)], mn = mx, sum = 0;
+    for (size_t j = 0; j < k; ++j) {
+      mx = std::max<long double>(mx, x[at(o, j)]);
+      mn = std::min<long double>(mn, x[at(o, j)]);
+    }
+    for (size_t j = 0; j < k; ++j) sum += std::exp(x[at(o, j)] - mx);
+    for (size_t j = 0; j < k; ++j) {
+      y[at(o, j)] = static_cast<double>(std::exp(x[at(o, j)] - mx) / sum);
+      spread[at(o, j)] = static_cast<double>(mx - mn);
+    }
+  }
+  return {y, spread};
 }
 
 // Runs `body`, turning a thrown error into a breach of `op` rather than the end of the program.
@@ -156,10 +293,13 @@ void unary_ops(Conform& c) {
         // A contiguous input and a transposed view, so that the strided kernels run too.
         Tensor x = c.input({67, 129}, dt, op.lo, op.hi);
         Tensor xt = c.input({129, 67}, dt, op.lo, op.hi);
-        Tensor want = Tensor::cat({op.f(f64(x)), op.f(f64(xt).t())}, 1);
         Tensor got =
             Tensor::cat({op.f(x.to_device(c.device())), op.f(xt.to_device(c.device()).t())}, 1);
         auto xv = Tensor::cat({x, xt.t()}, 1).to_vec_f64();
+        Values w(xv.size());
+        const Fn& f = unary_oracles().at(op.name);
+        for (size_t i = 0; i < xv.size(); ++i) w[i] = static_cast<double>(f(xv[i]));
+        Tensor want = host(w, got.shape());
         c.check(op.name, dt, got, want, [&](size_t i, double w) {
           return numerics::elementwise_bound(op.name, dt, c.backend(), w, std::abs(xv[i]));
         });
@@ -169,7 +309,9 @@ void unary_ops(Conform& c) {
     for (DType dt : kInts) {
       guarded(c, op.name, dt, [&] {
         Tensor x = c.input({67, 129}, dt, 0, 12);
-        c.check_exact(op.name, dt, op.f(x.to_device(c.device())), op.f(x));
+        Values xv = x.to_vec_f64(), w(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) w[i] = unary_int(op.name, xv[i], dt);
+        c.check_exact(op.name, dt, op.f(x.to_device(c.device())), host(w, x.shape()));
       });
     }
   }
@@ -192,7 +334,10 @@ void binary_ops(Conform& c) {
         Tensor a = c.input({67, 129}, dt, -3, 3);
         // Divisors away from zero; the right operand broadcast along rows.
         Tensor b = c.input({129}, dt, div ? 0.25 : -3, 3).broadcast_as({67, 129});
-        Tensor want = f(f64(a), f64(b));
+        Values av = a.to_vec_f64(), bv = b.to_vec_f64(), w(av.size());
+        const Fn2& g = binary_oracles().at(name);
+        for (size_t i = 0; i < av.size(); ++i) w[i] = static_cast<double>(g(av[i], bv[i]));
+        Tensor want = host(w, a.shape());
         Tensor got = f(a.to_device(c.device()), b.to_device(c.device()));
         c.check(name, dt, got, want, [&](size_t, double w) {
           return numerics::elementwise_bound(name, dt, c.backend(), w);
@@ -201,8 +346,16 @@ void binary_ops(Conform& c) {
     }
     for (DType dt : kInts) {
       guarded(c, name, dt, [&] {
-        Tensor a = c.input({67, 129}, dt, 0, 20), b = c.input({67, 129}, dt, 0, 20).affine(1, 1);
-        c.check_exact(name, dt, f(a.to_device(c.device()), b.to_device(c.device())), f(a, b));
+        Tensor a = c.input({67, 129}, dt, 0, 20), b = c.input({67, 129}, dt, 1, 21);
+        Values av = a.to_vec_f64(), bv = b.to_vec_f64(), w(av.size());
+        const Fn2& g = binary_oracles().at(name);
+        for (size_t i = 0; i < av.size(); ++i) {
+          // Integer division truncates toward zero.
+          w[i] = div ? wrap_int(std::trunc(static_cast<long double>(av[i]) / bv[i]), dt)
+                     : wrap_int(g(av[i], bv[i]), dt);
+        }
+        c.check_exact(name, dt, f(a.to_device(c.device()), b.to_device(c.device())),
+                      host(w, a.shape()));
       });
     }
   }
@@ -215,17 +368,23 @@ void compare_ops(Conform& c) {
       Tensor a = c.input({33, 40}, dt, 0, 4).to_dtype(DType::I64).to_dtype(dt);
       Tensor b = c.input({33, 40}, dt, 0, 4).to_dtype(DType::I64).to_dtype(dt);
       Tensor da = a.to_device(c.device()), db = b.to_device(c.device());
-      for (auto [name, f] :
-           std::vector<std::pair<const char*, Tensor (Tensor::*)(const Tensor&) const>>{
-               {"eq", &Tensor::eq},
-               {"ne", &Tensor::ne},
-               {"lt", &Tensor::lt},
-               {"le", &Tensor::le},
-               {"gt", &Tensor::gt},
-               {"ge", &Tensor::ge}}) {
-        c.check_exact(name, dt, (da.*f)(db), (f64(a).*f)(f64(b)));
+      Values av = a.to_vec_f64(), bv = b.to_vec_f64();
+      using Cmp = std::function<bool(double, double)>;
+      for (auto [name, f, cmp] :
+           std::vector<std::tuple<const char*, Tensor (Tensor::*)(const Tensor&) const, Cmp>>{
+               {"eq", &Tensor::eq, std::equal_to<double>()},
+               {"ne", &Tensor::ne, std::not_equal_to<double>()},
+               {"lt", &Tensor::lt, std::less<double>()},
+               {"le", &Tensor::le, std::less_equal<double>()},
+               {"gt", &Tensor::gt, std::greater<double>()},
+               {"ge", &Tensor::ge, std::greater_equal<double>()}}) {
+        Values w(av.size());
+        for (size_t i = 0; i < av.size(); ++i) w[i] = cmp(av[i], bv[i]) ? 1 : 0;
+        c.check_exact(name, dt, (da.*f)(db), host(w, a.shape()));
       }
-      c.check_exact("where_cond", dt, da.lt(db).where_cond(da, db), a.lt(b).where_cond(a, b));
+      Values sel(av.size());
+      for (size_t i = 0; i < av.size(); ++i) sel[i] = av[i] < bv[i] ? av[i] : bv[i];
+      c.check_exact("where_cond", dt, da.lt(db).where_cond(da, db), host(sel, a.shape()));
     });
   }
 }
@@ -235,41 +394,53 @@ void reductions(Conform& c) {
     Tensor x;
     guarded(c, "sum", dt, [&] {
       x = c.input({61, 1031}, dt, -2, 2);
-      Tensor dx = x.to_device(c.device()), x64 = f64(x);
+      Tensor dx = x.to_device(c.device());
+      Values xv = x.to_vec_f64();
       for (size_t dim : {0, 1}) {
         size_t k = x.dims()[dim];
-        auto abs_sum = x64.abs().sum({dim}).to_vec_f64();
-        c.check(dim ? "sum (rows)" : "sum (columns)", dt, dx.sum({dim}), x64.sum({dim}),
-                [&](size_t i, double w) { return numerics::sum_bound(dt, k, w, abs_sum[i]); });
-        c.check(dim ? "mean (rows)" : "mean (columns)", dt, dx.mean({dim}), x64.mean({dim}),
-                [&](size_t i, double w) { return numerics::mean_bound(dt, k, w, abs_sum[i]); });
-        c.check_exact(dim ? "max (rows)" : "max (columns)", dt, dx.max(dim), x64.max(dim));
-        c.check_exact(dim ? "min (rows)" : "min (columns)", dt, dx.min(dim), x64.min(dim));
+        Reduced r = reduce(xv, 61, 1031, dim);
+        Shape s{r.sum.size()};
+        Values mean = r.sum;
+        for (auto& m : mean) m /= static_cast<double>(k);
+        c.check(dim ? "sum (rows)" : "sum (columns)", dt, dx.sum({dim}), host(r.sum, s),
+                [&](size_t i, double w) { return numerics::sum_bound(dt, k, w, r.abs_sum[i]); });
+        c.check(dim ? "mean (rows)" : "mean (columns)", dt, dx.mean({dim}), host(mean, s),
+                [&](size_t i, double w) { return numerics::mean_bound(dt, k, w, r.abs_sum[i]); });
+        c.check_exact(dim ? "max (rows)" : "max (columns)", dt, dx.max(dim), host(r.max, s));
+        c.check_exact(dim ? "min (rows)" : "min (columns)", dt, dx.min(dim), host(r.min, s));
         c.check_exact(dim ? "argmax (rows)" : "argmax (columns)", dt, dx.argmax(dim),
-                      x64.argmax(dim));
+                      host(r.argmax, s));
         c.check_exact(dim ? "argmin (rows)" : "argmin (columns)", dt, dx.argmin(dim),
-                      x64.argmin(dim));
+                      host(r.argmin, s));
       }
-      double abs_all = x64.abs().sum_all().to_scalar<double>();
-      c.check("sum_all", dt, dx.sum_all(), x64.sum_all(), [&](size_t, double w) {
-        return numerics::sum_bound(dt, x.elem_count(), w, abs_all);
+      Reduced all = reduce(xv, 1, xv.size(), 1);
+      c.check("sum_all", dt, dx.sum_all(), host(all.sum, Shape{}), [&](size_t, double w) {
+        return numerics::sum_bound(dt, x.elem_count(), w, all.abs_sum[0]);
       });
     });
     guarded(c, "softmax", dt, [&] {
       Tensor s = c.input({37, 2049}, dt, -8, 8);
-      Tensor ds = s.to_device(c.device()), s64 = f64(s);
-      c.check("softmax (last dim)", dt, ds.softmax(1), s64.softmax(1),
-              [&](size_t, double w) { return numerics::softmax_bound(dt, 2049, w, 16); });
-      c.check("softmax (dim 0)", dt, ds.softmax(0), s64.softmax(0),
-              [&](size_t, double w) { return numerics::softmax_bound(dt, 37, w, 16); });
+      Tensor ds = s.to_device(c.device());
+      Values sv = s.to_vec_f64();
+      auto [rows, rows_spread] = softmax_of(sv, 37, 2049, 1);
+      auto [cols, cols_spread] = softmax_of(sv, 37, 2049, 0);
+      c.check(
+          "softmax (last dim)", dt, ds.softmax(1), host(rows, s.shape()),
+          [&](size_t i, double w) { return numerics::softmax_bound(dt, 2049, w, rows_spread[i]); });
+      c.check("softmax (dim 0)", dt, ds.softmax(0), host(cols, s.shape()), [&](size_t i, double w) {
+        return numerics::softmax_bound(dt, 37, w, cols_spread[i]);
+      });
     });
   }
   for (DType dt : kInts) {
     guarded(c, "sum", dt, [&] {
       Tensor x = c.input({61, 1031}, dt, 0, 20), dx = x.to_device(c.device());
-      c.check_exact("sum (rows)", dt, dx.sum({1}), x.sum({1}));
-      c.check_exact("max (columns)", dt, dx.max(0), x.max(0));
-      c.check_exact("argmin (rows)", dt, dx.argmin(1), x.argmin(1));
+      Values xv = x.to_vec_f64();
+      Reduced rows = reduce(xv, 61, 1031, 1), cols = reduce(xv, 61, 1031, 0);
+      for (auto& v : rows.sum) v = wrap_int(v, dt);
+      c.check_exact("sum (rows)", dt, dx.sum({1}), host(rows.sum, Shape{61}));
+      c.check_exact("max (columns)", dt, dx.max(0), host(cols.max, Shape{1031}));
+      c.check_exact("argmin (rows)", dt, dx.argmin(1), host(rows.argmin, Shape{61}));
     });
   }
 }
@@ -291,9 +462,29 @@ void matmuls(Conform& c) {
         Tensor a = c.input(mc.a, dt, -2, 2), b = c.input(mc.b, dt, -2, 2);
         auto prep = [&](const Tensor& t) { return mc.transpose_a ? t.t() : t; };
         size_t k = prep(a).dims().back();
-        Tensor want = prep(f64(a)).matmul(f64(b));
-        auto abs_sum = prep(f64(a).abs()).matmul(f64(b).abs()).to_vec_f64();
+        // a (batch, m, k) in logical order (transposed when the case says so), b (batch, k, n).
+        Values av = prep(a).to_vec_f64(), bv = b.to_vec_f64();
+        Shape as = prep(a).shape();
+        size_t r = as.rank(), m = as[r - 2], n = b.dims().back();
+        size_t batch = as.elem_count() / (m * k);
+        Values w(batch * m * n), abs_sum(w.size());
+        for (size_t p = 0; p < batch; ++p) {
+          for (size_t i = 0; i < m; ++i) {
+            for (size_t j = 0; j < n; ++j) {
+              long double acc = 0, acc_abs = 0;
+              for (size_t q = 0; q < k; ++q) {
+                long double t =
+                    static_cast<long double>(av[(p * m + i) * k + q]) * bv[(p * k + q) * n + j];
+                acc += t;
+                acc_abs += std::fabs(t);
+              }
+              w[(p * m + i) * n + j] = static_cast<double>(acc);
+              abs_sum[(p * m + i) * n + j] = static_cast<double>(acc_abs);
+            }
+          }
+        }
         Tensor got = prep(a.to_device(c.device())).matmul(b.to_device(c.device()));
+        Tensor want = host(w, got.shape());
         c.check(mc.name, dt, got, want, [&](size_t i, double w) {
           return numerics::matmul_bound(dt, k, w, abs_sum[i], tf32);
         });
@@ -306,33 +497,64 @@ void indexing(Conform& c) {
   for (DType dt : {DType::BF16, DType::F16, DType::F32, DType::F64, DType::U8, DType::I64}) {
     guarded(c, "index", dt, [&] {
       Tensor x = c.input({23, 41}, dt, -2, 2), dx = x.to_device(c.device());
-      Tensor ids = Tensor::from_vec<uint32_t>({3, 0, 22, 3, 7, 1, 22}, {7}, Device::cpu());
+      const std::vector<uint32_t> id{3, 0, 22, 3, 7, 1, 22};
+      Tensor ids = Tensor::from_vec<uint32_t>(id, {7}, Device::cpu());
       Tensor dids = ids.to_device(c.device());
-      c.check_exact("index_select", dt, dx.index_select(dids, 0), x.index_select(ids, 0));
-      c.check_exact("embedding", dt, dx.embedding(dids), x.embedding(ids));
+      Values xv = x.to_vec_f64(), sel(7 * 41);
+      for (size_t r = 0; r < 7; ++r) {
+        for (size_t j = 0; j < 41; ++j) sel[r * 41 + j] = xv[id[r] * 41 + j];
+      }
+      c.check_exact("index_select", dt, dx.index_select(dids, 0), host(sel, {7, 41}));
+      c.check_exact("embedding", dt, dx.embedding(dids), host(sel, {7, 41}));
       Tensor gids = c.input({23, 5}, DType::I64, 0, 4.1);  // floor(|x|) in 0..4
-      c.check_exact("gather", dt, dx.gather(gids.to_device(c.device()), 1), x.gather(gids, 1));
+      Values gv = gids.to_vec_f64(), gat(23 * 5);
+      for (size_t i = 0; i < 23; ++i) {
+        for (size_t j = 0; j < 5; ++j)
+          gat[i * 5 + j] = xv[i * 41 + static_cast<size_t>(gv[i * 5 + j])];
+      }
+      c.check_exact("gather", dt, dx.gather(gids.to_device(c.device()), 1), host(gat, {23, 5}));
       // Id 3 and 22 repeat: up to 3 terms land on one row (a 3-long sum with the destination).
       Tensor src = c.input({7, 41}, dt, -2, 2);
+      Values srcv = src.to_vec_f64();
+      std::vector<long double> acc(xv.begin(), xv.end()), acc_abs(xv.size());
+      for (size_t i = 0; i < xv.size(); ++i)
+        acc_abs[i] = std::fabs(static_cast<long double>(xv[i]));
+      for (size_t r = 0; r < 7; ++r) {
+        for (size_t j = 0; j < 41; ++j) {
+          acc[id[r] * 41 + j] += srcv[r * 41 + j];
+          acc_abs[id[r] * 41 + j] += std::fabs(static_cast<long double>(srcv[r * 41 + j]));
+        }
+      }
+      Values added(xv.size()), added_abs(xv.size());
+      for (size_t i = 0; i < xv.size(); ++i) {
+        added[i] = is_float(dt) ? static_cast<double>(acc[i]) : wrap_int(acc[i], dt);
+        added_abs[i] = static_cast<double>(acc_abs[i]);
+      }
       Tensor got = dx.index_add(dids, src.to_device(c.device()), 0);
-      if (is_float(dt)) {
-        auto abs_sum = f64(x).abs().index_add(ids, f64(src).abs(), 0).to_vec_f64();
-        c.check("index_add", dt, got, f64(x).index_add(ids, f64(src), 0), [&](size_t i, double w) {
-          return numerics::index_add_bound(dt, 3, w, abs_sum[i]);
-        });
-      } else {
-        c.check_exact("index_add", dt, got, x.index_add(ids, src, 0));
-      }
+      c.check("index_add", dt, got, host(added, x.shape()), [&](size_t i, double w) {
+        return numerics::index_add_bound(dt, 3, w, added_abs[i]);
+      });
       Tensor ssrc = c.input({23, 5}, dt, -2, 2);
-      Tensor sgot = dx.scatter_add(gids.to_device(c.device()), ssrc.to_device(c.device()), 1);
-      if (is_float(dt)) {
-        auto abs_sum = f64(x).abs().scatter_add(gids, f64(ssrc).abs(), 1).to_vec_f64();
-        c.check(
-            "scatter_add", dt, sgot, f64(x).scatter_add(gids, f64(ssrc), 1),
-            [&](size_t i, double w) { return numerics::index_add_bound(dt, 6, w, abs_sum[i]); });
-      } else {
-        c.check_exact("scatter_add", dt, sgot, x.scatter_add(gids, ssrc, 1));
+      Values sv = ssrc.to_vec_f64();
+      std::vector<long double> sacc(xv.begin(), xv.end()), sacc_abs(acc_abs.size());
+      for (size_t i = 0; i < xv.size(); ++i)
+        sacc_abs[i] = std::fabs(static_cast<long double>(xv[i]));
+      for (size_t i = 0; i < 23; ++i) {
+        for (size_t j = 0; j < 5; ++j) {
+          size_t to = i * 41 + static_cast<size_t>(gv[i * 5 + j]);
+          sacc[to] += sv[i * 5 + j];
+          sacc_abs[to] += std::fabs(static_cast<long double>(sv[i * 5 + j]));
+        }
       }
+      Values scattered(xv.size()), scattered_abs(xv.size());
+      for (size_t i = 0; i < xv.size(); ++i) {
+        scattered[i] = is_float(dt) ? static_cast<double>(sacc[i]) : wrap_int(sacc[i], dt);
+        scattered_abs[i] = static_cast<double>(sacc_abs[i]);
+      }
+      Tensor sgot = dx.scatter_add(gids.to_device(c.device()), ssrc.to_device(c.device()), 1);
+      c.check("scatter_add", dt, sgot, host(scattered, x.shape()), [&](size_t i, double w) {
+        return numerics::index_add_bound(dt, 6, w, scattered_abs[i]);
+      });
     });
   }
 }
@@ -347,15 +569,25 @@ void copies(Conform& c) {
         c.check("to_dtype (from f64)", to, got, x,
                 [&](size_t, double w) { return numerics::convert_bound(to, w); });
       } else {
-        c.check_exact("to_dtype (from f64)", to, got, x.to_dtype(to));
+        Values xv = x.to_vec_f64(), w(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) w[i] = saturate_int(xv[i], to);
+        c.check_exact("to_dtype (from f64)", to, got, host(w, x.shape()));
       }
     });
     guarded(c, "copy", to, [&] {
       Tensor x = c.input({31, 2, 45}, to, -2, 2), dx = x.to_device(c.device());
+      Values xv = x.to_vec_f64(), perm(xv.size()), cat(31 * 2 * 52);
+      for (size_t i = 0; i < 31; ++i) {
+        for (size_t j = 0; j < 2; ++j) {
+          for (size_t l = 0; l < 45; ++l) perm[(l * 31 + i) * 2 + j] = xv[(i * 2 + j) * 45 + l];
+          for (size_t l = 0; l < 52; ++l) {
+            cat[(i * 2 + j) * 52 + l] = xv[(i * 2 + j) * 45 + (l < 45 ? l : 3 + (l - 45))];
+          }
+        }
+      }
       c.check_exact("contiguous (permuted)", to, dx.permute({2, 0, 1}).contiguous(),
-                    x.permute({2, 0, 1}));
-      c.check_exact("cat", to, Tensor::cat({dx, dx.narrow(2, 3, 7)}, 2),
-                    Tensor::cat({x, x.narrow(2, 3, 7)}, 2));
+                    host(perm, {45, 31, 2}));
+      c.check_exact("cat", to, Tensor::cat({dx, dx.narrow(2, 3, 7)}, 2), host(cat, {31, 2, 52}));
     });
   }
 }
