@@ -93,8 +93,9 @@ int main(int argc, char** argv) {
   app.add_option("model", model_path, "a .gguf file or a folder with config.json + safetensors")
       ->required();
   auto* o_prompt = app.add_option("--prompt", prompt, "the prompt text")->capture_default_str();
-  auto* o_file = app.add_option("--prompt-file", prompt_file,
-                                "read the prompt text from this file ('-': stdin), less one final newline");
+  auto* o_file =
+      app.add_option("--prompt-file", prompt_file,
+                     "read the prompt text from this file ('-': stdin), less one final newline");
   auto* o_ids = app.add_option("--prompt-ids", prompt_ids_text,
                                "comma-separated prompt ids instead of text (models without a "
                                "tokenizer)");
