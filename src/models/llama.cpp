@@ -454,7 +454,11 @@ Tensor output_head(const Llama::Impl& m, const Hidden& hidden, size_t from,
   }
   Tensor normed = hidden.normed.defined() ? hidden.normed.narrow(1, from, s - from)
                                           : x.rms_norm(m.norm, m.config.rms_norm_eps);
-  return linear(from + 1 == s ? normed.squeeze(1) : normed, m.lm_head, Tensor());
+  if (from + 1 == s) normed = normed.squeeze(1);
+  // A quantized head computes in f32 on the CPU: its logits stay f32, so that greedy picks from
+  // f32 logits whatever the compute dtype (f16/bf16 rounding ties the top logits).
+  if (m.lm_head.quantized() && normed.device().is_cpu()) normed = normed.to_dtype(DType::F32);
+  return linear(normed, m.lm_head, Tensor());
 }
 
 void check_ids(const Llama::Impl& m, const Tensor& ids, const KvCache& cache, const char* op) {
