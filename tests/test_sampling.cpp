@@ -133,6 +133,10 @@ TEST(Sampling, BadOptionsAreErrors) {
   o.repeat_penalty = 0;
   EXPECT_THROW(make(o).sample({1.0f}), Error);
   o = {};
+  o.temperature = 1.0;
+  o.top_p = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(make(o).sample({1.0f}), Error);
+  o = {};
   o.frequency_penalty = std::numeric_limits<double>::infinity();
   EXPECT_THROW(make(o).sample({1.0f}), Error);
 }

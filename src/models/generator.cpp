@@ -88,6 +88,9 @@ void check_sampling_options(const GenerateOptions& o) {
     throw Error(str("Generator: presence_penalty and frequency_penalty must be finite, got ",
                     o.presence_penalty, " and ", o.frequency_penalty));
   }
+  if (!(o.top_p > 0 && o.top_p <= 1)) {
+    throw Error(str("Generator: top_p must be in (0, 1], got ", o.top_p));
+  }
   if (!(o.min_p >= 0 && o.min_p <= 1)) {
     throw Error(str("Generator: min_p must be in [0, 1], got ", o.min_p));
   }
