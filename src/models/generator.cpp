@@ -262,7 +262,9 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
   stats_.kv_cache_bytes = cache.bytes();
 
   auto pick = [&](const Tensor& logits) -> uint32_t {
-    if (plain_greedy(options_)) return logits.argmax(1).to_vec1<uint32_t>()[0];
+    // On a GPU plain greedy reads back the argmax alone; the CPU's logits are at hand, and
+    // sample() checks that they are finite.
+    if (plain_greedy(options_) && !dev.is_cpu()) return logits.argmax(1).to_vec1<uint32_t>()[0];
     return sample(logits.to_dtype(DType::F32).flatten_all().to_vec1<float>(),
                   penalty_window(options_, prompt_ids, out));
   };
