@@ -240,8 +240,16 @@ TEST_F(Cli, GenerateUsageErrorsBeforeAnyWork) {
   expect_usage(generate(m + " --prompt-file " + q(dir_.string())), "is a directory");
   expect_usage(generate(m + " --prompt-file /nonexistent/prompt.txt"), "/nonexistent/prompt.txt");
   expect_usage(generate(m + " --prompt x --prompt-ids 1"), "excludes");
+  expect_usage(generate(m + " -i --prompt-file -"), "-i reads the turns from stdin");
   expect_usage(generate("/nonexistent/model.gguf"), "no such file or directory");
   expect_usage(generate(""), "model is required");
+}
+
+TEST_F(Cli, GenerateChatNeedsATokenizer) {
+  Result r = generate(q(llama_dir()) + " -i", "hello\n");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("--chat, --system and -i need one"), std::string::npos) << r.err;
 }
 
 TEST_F(Cli, GenerateMissingDeviceIsExit3) {
@@ -640,6 +648,20 @@ TEST_F(CliSmolLm, ReadmeChatPrintsTheAnswerAlone) {
   EXPECT_EQ(bf16.rc, 0) << bf16.err;
   EXPECT_EQ(bf16.out, r.out);
   EXPECT_EQ(bf16.err, "");
+}
+
+TEST_F(CliSmolLm, InteractiveAnswersEachLine) {
+  Result r = generate(q(path_) + " -i -q --max-new 32",
+                      "What is the capital of France?\n\nAnd of Germany?\n");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  // The first turn answers as the one-shot chat does; the second sees the first.
+  Result once = generate(q(path_) + " --chat -q --prompt 'What is the capital of France?'");
+  ASSERT_EQ(once.rc, 0);
+  ASSERT_EQ(r.out.rfind(once.out, 0), 0u) << r.out;
+  std::string second = r.out.substr(once.out.size());
+  EXPECT_NE(second.find("Berlin"), std::string::npos) << second;
+  EXPECT_EQ(std::count(second.begin(), second.end(), '\n'), 1);
 }
 
 TEST_F(CliSmolLm, SystemAndStop) {
