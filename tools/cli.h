@@ -212,9 +212,9 @@ inline int run(CLI::App& app, int argc, char** argv, const std::string& name,
   try {
     apply_common_options(common);
     rc = body();
+    check_stdout();
     std::cout.flush();
     if (!std::cout) throw OutputError("cannot write standard output");
-    check_stdout();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
     return kUsage;

@@ -1,83 +1,107 @@
 // wick-embed: sentence embeddings from a sentence-transformers model folder (all-MiniLM-L6-v2 and
-// other BERT encoders). One text per input line; one embedding per line out, as JSON or .npy.
+// other BERT encoders). One text per input line; the embeddings alone on stdout (or --output),
+// as JSON, JSON lines or .npy; progress and errors on stderr (tools/cli.h).
 
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "wick/formats.h"
+#include "cli.h"
 #include "wick/models.h"
 #include "wick/wick.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+namespace tools = wick::tools;
 
-std::vector<std::string> read_lines(std::istream& in) {
+std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     lines.push_back(std::move(line));
+    start = end + 1;
   }
   return lines;
 }
 
-// "[####......] 1234/10000 sentences, 850/s" redrawn in place on stderr.
-class ProgressBar {
- public:
-  explicit ProgressBar(bool enabled) : enabled_(enabled), start_(Clock::now()) {}
-  void update(size_t done, size_t total) {
-    if (!enabled_ || total == 0) return;
-    constexpr size_t kWidth = 30;
-    size_t filled = done * kWidth / total;
-    double secs = std::chrono::duration<double>(Clock::now() - start_).count();
-    std::fprintf(stderr, "\r[%s%s] %zu/%zu sentences, %.0f/s", std::string(filled, '#').c_str(),
-                 std::string(kWidth - filled, '.').c_str(), done, total,
-                 secs > 0 ? static_cast<double>(done) / secs : 0.0);
-    if (done == total) std::fputc('\n', stderr);
-    std::fflush(stderr);
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  bool enabled_;
-  Clock::time_point start_;
-};
-
-void write_json(const std::vector<std::vector<float>>& rows, std::FILE* out) {
-  std::fputs("[", out);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    std::fputs(i ? ",\n [" : "\n [", out);
-    for (size_t j = 0; j < rows[i].size(); ++j) {
-      std::fprintf(out, j ? ", %.9g" : "%.9g", static_cast<double>(rows[i][j]));
-    }
-    std::fputs("]", out);
-  }
-  std::fputs(rows.empty() ? "]\n" : "\n]\n", out);
+std::string float_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return buf;
 }
 
-// wick::npy::save writes files; for stdout the bytes go through a temporary file.
-void write_npy(const wick::Tensor& emb, const std::string& output) {
-  if (output != "-") {
-    wick::npy::save(emb, output);
+// A JSON array of arrays, one embedding per line.
+std::string to_json(const std::vector<std::vector<float>>& rows) {
+  std::string s = "[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    s += i ? ",\n [" : "\n [";
+    for (size_t j = 0; j < rows[i].size(); ++j) s += (j ? ", " : "") + float_text(rows[i][j]);
+    s += "]";
+  }
+  s += rows.empty() ? "]\n" : "\n]\n";
+  return s;
+}
+
+// One {"text": ..., "embedding": [...]} object per line.
+std::string to_jsonl(const std::vector<std::string>& texts,
+                     const std::vector<std::vector<float>>& rows) {
+  std::string s;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    s += "{\"text\": " +
+         nlohmann::json(texts[i]).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+         ", \"embedding\": [";
+    for (size_t j = 0; j < rows[i].size(); ++j) s += (j ? ", " : "") + float_text(rows[i][j]);
+    s += "]}\n";
+  }
+  return s;
+}
+
+// An (n, dim) little-endian f32 .npy file (format 1.0), in memory.
+std::string to_npy(const std::vector<std::vector<float>>& rows, size_t dim) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(rows.size()) + ", " + std::to_string(dim) + "), }";
+  // magic (6) + version (2) + length (2) + header + '\n', padded to a multiple of 64.
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::string s = "\x93NUMPY";
+  s += '\x01';
+  s += '\x00';
+  s += static_cast<char>(header.size() & 0xff);
+  s += static_cast<char>(header.size() >> 8);
+  s += header;
+  for (const auto& row : rows) {
+    s.append(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float));
+  }
+  return s;
+}
+
+// Writes `bytes` to stdout ("-") or to `path`; a file that cannot be written whole is removed.
+void write_output(const std::string& path, const std::string& bytes) {
+  if (path == "-") {
+    if (!tools::write_stdout(bytes.data(), bytes.size())) tools::check_stdout();
+    tools::check_stdout();
     return;
   }
-  auto tmp = fs::temp_directory_path() / ("wick-embed-" + std::to_string(::getpid()) + ".npy");
-  wick::npy::save(emb, tmp.string());
-  {
-    std::ifstream in(tmp, std::ios::binary);
-    std::cout << in.rdbuf();
-    std::cout.flush();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw wick::Error("cannot write " + path + ": " + std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  int err = errno;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(path.c_str());
+    throw wick::Error("cannot write " + path + ": " + std::strerror(err != 0 ? err : errno));
   }
-  fs::remove(tmp);
 }
 
 }  // namespace
@@ -87,11 +111,16 @@ int main(int argc, char** argv) {
       "wick-embed: sentence embeddings with a sentence-transformers model folder (e.g.\n"
       "all-MiniLM-L6-v2: config.json, model.safetensors, tokenizer.json, modules.json,\n"
       "1_Pooling/config.json). Reads one text per line from INPUT (default: stdin) and writes\n"
-      "one embedding per line: a JSON array of arrays, or an (n, dim) f32 .npy file."};
+      "the embeddings alone to stdout (or --output): a JSON array of arrays (one embedding per\n"
+      "line), JSON lines of {\"text\", \"embedding\"}, or an (n, dim) f32 .npy file. Exit codes: "
+      "0\n"
+      "success, 1 runtime failure, 2 usage error, 3 the asked device is missing."};
+  tools::CommonOptions common;
+  tools::add_common_options(app, "wick-embed", common);
   std::string model_dir, input = "-", output = "-", device_name = "cpu", format = "json";
   std::string dtype_arg = "f32";
-  size_t batch = 32;
-  bool quiet = false;
+  size_t batch = 32, max_seq_length = 0;
+  bool quiet = false, no_normalize = false;
   app.add_option("MODEL_DIR", model_dir, "the model folder")->required();
   app.add_option("INPUT", input, "text file, one sentence per line ('-': stdin)")
       ->capture_default_str();
@@ -100,72 +129,68 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
   app.add_option("--batch", batch, "sentences per forward pass")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(tools::count_in(1u << 20))
+      ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
+  app.add_option("--max-seq-length", max_seq_length,
+                 "tokens kept per sentence, longer ones truncated (default: the model's)")
+      ->check(tools::count_in(1u << 20))
+      ->check(CLI::Range(2u, 1u << 20));
+  app.add_flag("--no-normalize", no_normalize,
+               "do not L2-normalise the embeddings (the model's Normalize module is skipped)");
   app.add_option("--format", format, "output format")
-      ->check(CLI::IsMember({"json", "npy"}))
+      ->check(CLI::IsMember({"json", "jsonl", "npy"}))
       ->capture_default_str();
   app.add_option("-o,--output", output, "output file ('-': stdout)")->capture_default_str();
-  app.add_flag("-q,--quiet", quiet, "no progress bar");
-  CLI11_PARSE(app, argc, argv);
+  app.add_flag("-q,--quiet", quiet, "no progress on stderr");
 
-  if (format == "npy" && output == "-" && ::isatty(STDOUT_FILENO)) {
-    std::fprintf(stderr,
-                 "wick-embed: --format npy writes binary; give --output FILE or redirect\n");
-    return 2;
-  }
-  wick::Device device = wick::Device::cpu();
-  try {
-    device = wick::Device::parse(device_name);
-    device.synchronize();  // throws when the device is not there
-  } catch (const wick::Error& e) {
-    std::fprintf(stderr, "wick-embed: %s\n", e.what());
-    return 2;
-  }
+  return tools::run(app, argc, argv, "wick-embed", common, [&]() -> int {
+    // Every argument is checked before the model is read.
+    if (format == "npy" && output == "-" && ::isatty(STDOUT_FILENO)) {
+      throw tools::UsageError("--format npy writes binary; give --output FILE or redirect stdout");
+    }
+    const wick::Device device = tools::parse_device(device_name);
+    std::error_code ec;
+    if (!fs::exists(model_dir, ec)) {
+      throw tools::UsageError("MODEL_DIR " + model_dir + ": no such directory");
+    }
+    if (!fs::is_directory(model_dir, ec)) {
+      throw tools::UsageError(
+          "MODEL_DIR " + model_dir + " is a file" +
+          (fs::path(model_dir).extension() == ".gguf" ? " (GGUF)" : "") +
+          ": wick-embed takes a sentence-transformers model folder (config.json, "
+          "model.safetensors, tokenizer.json, modules.json)");
+    }
+    tools::check_input_file("INPUT", input);
+    std::vector<std::string> texts = split_lines(tools::read_all(input));
 
-  try {
     wick::SentenceEmbedderOptions options;
     options.batch_size = batch;
+    options.max_seq_length = max_seq_length;
+    options.normalize = !no_normalize;
     options.dtype = dtype_arg == "bf16"  ? wick::DType::BF16
                     : dtype_arg == "f16" ? wick::DType::F16
                                          : wick::DType::F32;
     auto embedder = wick::SentenceEmbedder::load(model_dir, device, options);
-
-    std::vector<std::string> texts;
-    if (input == "-") {
-      texts = read_lines(std::cin);
-    } else {
-      std::ifstream in(input, std::ios::binary);
-      if (!in) {
-        std::fprintf(stderr, "wick-embed: cannot open input file '%s'\n", input.c_str());
-        return 1;
-      }
-      texts = read_lines(in);
+    if (max_seq_length > 0 && embedder.max_seq_length() != max_seq_length) {
+      throw tools::UsageError("--max-seq-length " + std::to_string(max_seq_length) +
+                              ": the model takes at most " +
+                              std::to_string(embedder.max_seq_length()) + " tokens");
     }
 
-    // Only for inputs longer than one batch, and only when someone can watch it.
-    ProgressBar bar(!quiet && texts.size() > batch && ::isatty(STDERR_FILENO));
-    auto emb = embedder.embed(texts, [&](size_t done, size_t total) { bar.update(done, total); })
-                   .to_device(wick::Device::cpu());
+    // Only for inputs longer than one batch.
+    tools::Progress progress(!quiet && texts.size() > batch, "wick-embed");
+    wick::Tensor emb =
+        embedder
+            .embed(texts, [&](size_t done, size_t total) { progress.update(done, total, "texts"); })
+            .to_device(wick::Device::cpu());
+    std::vector<std::vector<float>> rows =
+        texts.empty() ? std::vector<std::vector<float>>{} : emb.to_vec2<float>();
 
-    if (format == "npy") {
-      write_npy(emb, output);
-    } else {
-      auto rows = texts.empty() ? std::vector<std::vector<float>>{} : emb.to_vec2<float>();
-      std::FILE* out = output == "-" ? stdout : std::fopen(output.c_str(), "w");
-      if (!out) {
-        std::fprintf(stderr, "wick-embed: cannot write '%s'\n", output.c_str());
-        return 1;
-      }
-      write_json(rows, out);
-      if (out != stdout && std::fclose(out) != 0) {
-        std::fprintf(stderr, "wick-embed: error writing '%s'\n", output.c_str());
-        return 1;
-      }
-    }
-  } catch (const wick::Error& e) {
-    std::fprintf(stderr, "wick-embed: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    std::string bytes = format == "npy"     ? to_npy(rows, embedder.dim())
+                        : format == "jsonl" ? to_jsonl(texts, rows)
+                                            : to_json(rows);
+    write_output(output, bytes);
+    return tools::kOk;
+  });
 }

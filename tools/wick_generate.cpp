@@ -2,6 +2,8 @@
 // The generated text alone goes to stdout, streamed as it is made (or one JSON object with
 // --json); the prompt echo, statistics and progress go to stderr (tools/cli.h).
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -85,7 +87,7 @@ int main(int argc, char** argv) {
   std::string device_name = "cpu", dtype_name = "f32", system_prompt, logits_out;
   std::vector<std::string> stops;
   bool chat = false, print_ids = false, ignore_eos = false, no_graph = false, quiet = false;
-  bool json = false, keep_quantized = true;
+  bool json = false, keep_quantized = true, interactive = false;
   size_t teacher_forced = 0;
   wick::GenerateOptions opt;
   opt.max_new_tokens = 64;
@@ -93,8 +95,9 @@ int main(int argc, char** argv) {
   app.add_option("model", model_path, "a .gguf file or a folder with config.json + safetensors")
       ->required();
   auto* o_prompt = app.add_option("--prompt", prompt, "the prompt text")->capture_default_str();
-  auto* o_file = app.add_option("--prompt-file", prompt_file,
-                                "read the prompt text from this file ('-': stdin), less one final newline");
+  auto* o_file =
+      app.add_option("--prompt-file", prompt_file,
+                     "read the prompt text from this file ('-': stdin), less one final newline");
   auto* o_ids = app.add_option("--prompt-ids", prompt_ids_text,
                                "comma-separated prompt ids instead of text (models without a "
                                "tokenizer)");
@@ -103,6 +106,9 @@ int main(int argc, char** argv) {
   app.add_flag("--chat", chat,
                "wrap the prompt in the model's chat template as a user turn; defaults become "
                "--repeat-penalty 1.1 and, when sampling, --top-k 40 --top-p 0.95 --min-p 0.05");
+  app.add_flag("-i,--interactive", interactive,
+               "chat: each line of stdin is a user turn, answered in turn (implies --chat; "
+               "--prompt or --prompt-file, if given, is the first turn)");
   app.add_option("--system", system_prompt, "a system message before the prompt (implies --chat)");
   app.add_option("--stop", stops,
                  "stop when the generated text contains this string (not printed; repeatable)");
@@ -161,7 +167,11 @@ int main(int argc, char** argv) {
 
   return tools::run(app, argc, argv, "wick-generate", common, [&]() -> int {
     // Every argument is checked before the model is read.
-    if (!system_prompt.empty()) chat = true;
+    if (!system_prompt.empty() || interactive) chat = true;
+    if (interactive && prompt_file == "-") {
+      throw tools::UsageError("-i reads the turns from stdin: --prompt-file - cannot come with it");
+    }
+    const bool first_turn = o_prompt->count() > 0 || !prompt_file.empty();
     const wick::Device device = tools::parse_device(device_name);
     std::vector<uint32_t> prompt_ids;
     if (!prompt_ids_text.empty()) {
@@ -204,7 +214,10 @@ int main(int argc, char** argv) {
       tok = wick::models::load_gguf_tokenizer(model_path);
     }
     if (prompt_ids.empty()) {
-      if (!tok) throw wick::Error("no tokenizer.json next to the model: use --prompt-ids");
+      if (!tok) {
+        throw wick::Error(std::string("no tokenizer.json next to the model: ") +
+                          (chat ? "--chat, --system and -i need one" : "use --prompt-ids"));
+      }
       std::string text = prompt;
       if (chat) {
         std::vector<wick::ChatMessage> messages;
@@ -284,86 +297,116 @@ int main(int argc, char** argv) {
       std::fputs(prompt.c_str(), stderr);  // the continuation follows it on stdout
       std::fflush(stderr);
     }
-    if (!quiet && prompt_ids.size() >= kLongPrefill) {
-      std::fprintf(stderr, "%swick-generate: prefill of %zu prompt tokens...\n",
-                   !chat && prompt_ids_text.empty() ? "\n" : "", prompt_ids.size());
-    }
-    // The text printed so far; bytes that may start a stop string wait for the next token.
-    std::string text;
-    size_t printed = 0;
-    bool write_failed = false;
-    auto print_upto = [&](size_t end) {
-      if (stream && end > printed && !write_failed) {
-        write_failed =
-            !tools::write_stdout(text.data() + printed, end - printed) || std::fflush(stdout) != 0;
-      }
-      printed = std::max(printed, end);
-    };
-    size_t cut = std::string::npos;
     wick::Generator gen(model, opt);
-    std::vector<uint32_t> out = gen.generate(prompt_ids, [&](uint32_t id) {
-      if (!opt.token_text) return true;
-      size_t before = text.size();
-      text += opt.token_text(id);
-      cut = find_stop(text, stops, before);
-      print_upto(cut != std::string::npos ? cut : text.size() - stop_prefix_at_end(text, stops));
-      return cut == std::string::npos && !write_failed;
-    });
-    if (write_failed) tools::check_stdout();
-    if (cut != std::string::npos) text.resize(cut);
-    print_upto(text.size());
-    const wick::GenerateStats& s = gen.stats();
-    const std::vector<uint32_t>& stop_ids =
-        opt.stop_tokens.empty() ? config.eos_token_ids : opt.stop_tokens;
-    const bool stopped =
-        cut != std::string::npos ||
-        (!out.empty() && std::find(stop_ids.begin(), stop_ids.end(), out.back()) != stop_ids.end());
-    if (json) {
-      nlohmann::json j;
-      j["text"] = text;
-      j["ids"] = out;
-      j["finish_reason"] = stopped ? "stop" : "length";
-      j["usage"] = {{"prompt_tokens", s.prompt_tokens},
-                    {"completion_tokens", s.new_tokens},
-                    {"total_tokens", s.prompt_tokens + s.new_tokens}};
-      j["timings"] = {{"load_seconds", load_s},
-                      {"prompt_seconds", s.prompt_seconds},
-                      {"decode_seconds", s.decode_seconds},
-                      {"prompt_tokens_per_second", s.prompt_tokens_per_second()},
-                      {"decode_tokens_per_second", s.decode_tokens_per_second()}};
-      j["model"] = {{"type", config.model_type},
-                    {"device", device.to_string()},
-                    {"dtype", dtype_name},
-                    {"kv_cache_bytes", s.kv_cache_bytes}};
-      std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-      if (!tools::write_stdout(line.data(), line.size())) tools::check_stdout();
-    } else if (!tok) {
-      // No tokenizer: the result is the new ids.
-      std::string line;
-      for (uint32_t id : out) line += (line.empty() ? "" : " ") + std::to_string(id);
-      line += "\n";
-      tools::write_stdout(line.data(), line.size());
-    } else if (!text.empty() && text.back() != '\n') {
-      tools::write_stdout("\n", 1);
+    // One answer to `ids`: streamed to stdout (or one JSON line), statistics on stderr.
+    auto run_turn = [&](const std::vector<uint32_t>& ids) -> std::string {
+      if (!quiet && ids.size() >= kLongPrefill) {
+        std::fprintf(stderr, "%swick-generate: prefill of %zu prompt tokens...\n",
+                     !chat && prompt_ids_text.empty() ? "\n" : "", ids.size());
+      }
+      // The text printed so far; bytes that may start a stop string wait for the next token.
+      std::string text;
+      size_t printed = 0;
+      bool write_failed = false;
+      auto print_upto = [&](size_t end) {
+        if (stream && end > printed && !write_failed) {
+          write_failed = !tools::write_stdout(text.data() + printed, end - printed) ||
+                         std::fflush(stdout) != 0;
+        }
+        printed = std::max(printed, end);
+      };
+      size_t cut = std::string::npos;
+      std::vector<uint32_t> out = gen.generate(ids, [&](uint32_t id) {
+        if (!opt.token_text) return true;
+        size_t before = text.size();
+        text += opt.token_text(id);
+        cut = find_stop(text, stops, before);
+        print_upto(cut != std::string::npos ? cut : text.size() - stop_prefix_at_end(text, stops));
+        return cut == std::string::npos && !write_failed;
+      });
+      if (write_failed) tools::check_stdout();
+      if (cut != std::string::npos) text.resize(cut);
+      print_upto(text.size());
+      const wick::GenerateStats& s = gen.stats();
+      const std::vector<uint32_t>& stop_ids =
+          opt.stop_tokens.empty() ? config.eos_token_ids : opt.stop_tokens;
+      const bool stopped =
+          cut != std::string::npos || (!out.empty() && std::find(stop_ids.begin(), stop_ids.end(),
+                                                                 out.back()) != stop_ids.end());
+      if (json) {
+        nlohmann::json j;
+        j["text"] = text;
+        j["ids"] = out;
+        j["finish_reason"] = stopped ? "stop" : "length";
+        j["usage"] = {{"prompt_tokens", s.prompt_tokens},
+                      {"completion_tokens", s.new_tokens},
+                      {"total_tokens", s.prompt_tokens + s.new_tokens}};
+        j["timings"] = {{"load_seconds", load_s},
+                        {"prompt_seconds", s.prompt_seconds},
+                        {"decode_seconds", s.decode_seconds},
+                        {"prompt_tokens_per_second", s.prompt_tokens_per_second()},
+                        {"decode_tokens_per_second", s.decode_tokens_per_second()}};
+        j["model"] = {{"type", config.model_type},
+                      {"device", device.to_string()},
+                      {"dtype", dtype_name},
+                      {"kv_cache_bytes", s.kv_cache_bytes}};
+        std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+        if (!tools::write_stdout(line.data(), line.size())) tools::check_stdout();
+      } else if (!tok) {
+        // No tokenizer: the result is the new ids.
+        std::string line;
+        for (uint32_t id : out) line += (line.empty() ? "" : " ") + std::to_string(id);
+        line += "\n";
+        tools::write_stdout(line.data(), line.size());
+      } else if (!text.empty() && text.back() != '\n') {
+        tools::write_stdout("\n", 1);
+      }
+      tools::check_stdout();
+      if (print_ids) {
+        std::fprintf(stderr, "ids:");
+        for (uint32_t id : out) std::fprintf(stderr, " %u", id);
+        std::fprintf(stderr, "\n");
+      }
+      if (!quiet) {
+        std::fprintf(stderr,
+                     "\nmodel: %s on %s (%s), %zu layers, weights %.1f MiB, loaded in %.2f s\n",
+                     config.model_type.c_str(), device.to_string().c_str(), dtype_name.c_str(),
+                     config.num_hidden_layers, model.weight_bytes() / 1048576.0, load_s);
+        std::fprintf(stderr, "prompt: %zu tokens, %.1f tok/s\n", s.prompt_tokens,
+                     s.prompt_tokens_per_second());
+        std::fprintf(stderr, "decode: %zu tokens, %.1f tok/s%s\n", s.new_tokens,
+                     s.decode_tokens_per_second(),
+                     s.used_cuda_graph ? " (decode step replayed as one CUDA graph)" : "");
+        std::fprintf(stderr, "kv cache: %zu bytes (%.2f MiB)\n", s.kv_cache_bytes,
+                     s.kv_cache_bytes / 1048576.0);
+      }
+      return text;
+    };
+    if (!interactive) {
+      run_turn(prompt_ids);
+      return tools::kOk;
     }
-    tools::check_stdout();
-    if (print_ids) {
-      std::fprintf(stderr, "ids:");
-      for (uint32_t id : out) std::fprintf(stderr, " %u", id);
-      std::fprintf(stderr, "\n");
-    }
-    if (!quiet) {
-      std::fprintf(stderr,
-                   "\nmodel: %s on %s (%s), %zu layers, weights %.1f MiB, loaded in %.2f s\n",
-                   config.model_type.c_str(), device.to_string().c_str(), dtype_name.c_str(),
-                   config.num_hidden_layers, model.weight_bytes() / 1048576.0, load_s);
-      std::fprintf(stderr, "prompt: %zu tokens, %.1f tok/s\n", s.prompt_tokens,
-                   s.prompt_tokens_per_second());
-      std::fprintf(stderr, "decode: %zu tokens, %.1f tok/s%s\n", s.new_tokens,
-                   s.decode_tokens_per_second(),
-                   s.used_cuda_graph ? " (decode step replayed as one CUDA graph)" : "");
-      std::fprintf(stderr, "kv cache: %zu bytes (%.2f MiB)\n", s.kv_cache_bytes,
-                   s.kv_cache_bytes / 1048576.0);
+    // Interactive chat: each line of stdin is a user turn; the conversation so far is the prompt.
+    std::vector<wick::ChatMessage> messages;
+    if (!system_prompt.empty()) messages.push_back({"system", system_prompt});
+    std::string user = first_turn ? prompt : std::string();
+    const bool tty = ::isatty(STDIN_FILENO) != 0 && ::isatty(STDERR_FILENO) != 0;
+    for (;;) {
+      if (user.empty()) {
+        if (tty) std::fputs("> ", stderr);
+        if (!std::getline(std::cin, user)) break;
+        if (user.empty()) continue;
+      }
+      messages.push_back({"user", user});
+      std::vector<uint32_t> ids = tok->encode(tok->apply_chat_template(messages, true), false);
+      if (ids.size() + opt.max_new_tokens > context) {
+        throw wick::Error("the conversation's " + std::to_string(ids.size()) +
+                          " tokens + --max-new " + std::to_string(opt.max_new_tokens) +
+                          " exceed the model's context length of " + std::to_string(context) +
+                          " tokens");
+      }
+      messages.push_back({"assistant", run_turn(ids)});
+      user.clear();
     }
     return tools::kOk;
   });

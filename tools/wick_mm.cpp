@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "wick/wick.h"
 
 namespace {
@@ -157,8 +158,11 @@ void read_element(const std::string& name, const wick::Device& device) {
 int main(int argc, char** argv) {
   CLI::App app{
       "wick-mm: the seeds' matmul experiment on a wick device (cpu, cuda, cuda:N).\n"
-      "A device that is not there prints one line and exits with code 2."};
+      "Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 the asked device is missing."};
   app.require_subcommand(1);
+  app.fallthrough();  // --threads after the subcommand
+  wick::tools::CommonOptions common;
+  wick::tools::add_common_options(app, "wick-mm", common);
 
   std::string device_name;
   size_t size = 1024;
@@ -194,18 +198,8 @@ int main(int argc, char** argv) {
       "times.");
   read_cmd->add_option("device", device_name, "cpu, cuda or cuda:N")->required();
 
-  CLI11_PARSE(app, argc, argv);
-
-  wick::Device device = wick::Device::cpu();
-  try {
-    device = wick::Device::parse(device_name);
-    device.synchronize();  // throws when the device is not there
-  } catch (const wick::Error& e) {
-    std::fprintf(stderr, "wick-mm: %s\n", e.what());
-    return 2;
-  }
-
-  try {
+  return wick::tools::run(app, argc, argv, "wick-mm", common, [&]() -> int {
+    const wick::Device device = wick::tools::parse_device(device_name);
     if (walk_cmd->parsed()) {
       walk(device_name, device);
     } else if (time_cmd->parsed()) {
@@ -213,9 +207,6 @@ int main(int argc, char** argv) {
     } else if (read_cmd->parsed()) {
       read_element(device_name, device);
     }
-  } catch (const wick::Error& e) {
-    std::fprintf(stderr, "wick-mm: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return wick::tools::kOk;
+  });
 }

@@ -79,6 +79,8 @@ struct SentenceEmbedderOptions {
   /// Token limit per sentence (longer ones are truncated); 0 takes the folder's
   /// sentence_bert_config.json max_seq_length, else the model's max_position_embeddings.
   size_t max_seq_length = 0;
+  /// false: no L2 normalisation even when modules.json lists a Normalize module.
+  bool normalize = true;
 };
 
 /// Sentence embeddings as sentence-transformers computes them for a Transformer + Pooling

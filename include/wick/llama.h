@@ -84,7 +84,8 @@ class Llama : public CausalLM {
   /// logits (b, s, vocab) in the model's dtype, writes keys and values of the s positions into
   /// the cache and advances its length. A whole prompt is one call (prefill).
   Tensor forward(const Tensor& ids, KvCache& cache) const override;
-  /// As forward, but only the last position's logits: (b, vocab).
+  /// As forward, but only the last position's logits: (b, vocab); f32 whatever the model's dtype
+  /// when the output head is quantized and on the CPU (where it computes in f32).
   Tensor forward_last(const Tensor& ids, KvCache& cache) const override;
 
   /// One decode step whose position is read from device memory, so that the same work can be

@@ -95,6 +95,9 @@ void check_sampling_options(const GenerateOptions& o) {
     throw Error(str("Generator: presence_penalty and frequency_penalty must be finite, got ",
                     o.presence_penalty, " and ", o.frequency_penalty));
   }
+  if (!(o.top_p > 0 && o.top_p <= 1)) {
+    throw Error(str("Generator: top_p must be in (0, 1], got ", o.top_p));
+  }
   if (!(o.min_p >= 0 && o.min_p <= 1)) {
     throw Error(str("Generator: min_p must be in [0, 1], got ", o.min_p));
   }
@@ -267,7 +270,9 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
   stats_.kv_cache_bytes = cache.bytes();
 
   auto pick = [&](const Tensor& logits) -> uint32_t {
-    if (plain_greedy(options_)) return logits.argmax(1).to_vec1<uint32_t>()[0];
+    // On a GPU plain greedy reads back the argmax alone; the CPU's logits are at hand, and
+    // sample() checks that they are finite.
+    if (plain_greedy(options_) && !dev.is_cpu()) return logits.argmax(1).to_vec1<uint32_t>()[0];
     return sample(logits.to_dtype(DType::F32).flatten_all().to_vec1<float>(),
                   penalty_window(options_, prompt_ids, out));
   };

@@ -395,7 +395,11 @@ Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
   check_room(cache, s, "Llama::forward_last");
   Hidden hidden = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
   cache.set_length(cache.length() + s);
-  return impl_->lm_head.forward(hidden.normed.narrow(1, s - 1, 1).squeeze(1));
+  Tensor normed = hidden.normed.narrow(1, s - 1, 1).squeeze(1);
+  // A quantized head computes in f32 on the CPU: its logits stay f32, so that greedy picks from
+  // f32 logits whatever the compute dtype (f16/bf16 rounding ties the top logits).
+  if (impl_->lm_head.quantized() && normed.device().is_cpu()) normed = normed.to_dtype(DType::F32);
+  return impl_->lm_head.forward(normed);
 }
 
 Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,

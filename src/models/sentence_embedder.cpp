@@ -138,7 +138,7 @@ SentenceEmbedder SentenceEmbedder::load(const fs::path& model_dir, const Device&
   const auto& c = bert.config();
   auto impl = std::make_shared<Impl>(Impl{bert, Tokenizer::from_file(tokenizer_file.string())});
   impl->pooling = read_pooling(mods.pooling, c.hidden_size);
-  impl->normalize = mods.normalize;
+  impl->normalize = mods.normalize && options.normalize;
   impl->batch_size = options.batch_size;
   impl->max_batch_tokens = options.max_batch_tokens ? options.max_batch_tokens
                            : device.is_cpu()        ? 2048

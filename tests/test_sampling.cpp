@@ -1,0 +1,202 @@
+// Generator::sample's options (penalties, min-p, greedy ties, non-finite logits) against values
+// worked out by hand, and stop strings through generate() on the tiny Llama of tests/data/llama.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "wick/generator.h"
+#include "wick/llama.h"
+#include "wick/wick.h"
+
+namespace {
+
+using wick::Error;
+using wick::GenerateOptions;
+using wick::Generator;
+using wick::models::Llama;
+
+const Llama& tiny() {
+  static const Llama model =
+      Llama::load(std::string(WICK_TEST_DATA_DIR) + "/llama/tiny_llama", wick::Device::cpu());
+  return model;
+}
+
+Generator make(const GenerateOptions& o) {
+  return Generator(tiny(), o);
+}
+
+TEST(Sampling, GreedyTakesTheLowestIdAmongEqualLogits) {
+  Generator g = make({});
+  EXPECT_EQ(g.sample({1.0f, 5.0f, 5.0f, 2.0f}), 1u);
+  EXPECT_EQ(g.sample({-std::numeric_limits<float>::infinity(), -3.0f, -2.0f}), 2u);
+}
+
+TEST(Sampling, RepeatPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  GenerateOptions o;
+  o.repeat_penalty = 1.1;
+  Generator g = make(o);
+  // 3.0 / 1.1 = 2.727 < 2.9.
+  EXPECT_EQ(g.sample({3.0f, 2.9f, -1.0f}, {0}), 1u);
+  // 3.0 / 1.1 > 2.7.
+  EXPECT_EQ(g.sample({3.0f, 2.7f, -1.0f}, {0}), 0u);
+  // -1.0 * 1.1 = -1.1 < -1.05.
+  EXPECT_EQ(g.sample({-1.0f, -1.05f}, {0}), 1u);
+  // Once per distinct token, however often it occurs.
+  EXPECT_EQ(g.sample({3.0f, 2.7f}, {0, 0, 0, 0}), 0u);
+  // Without history, plain greedy.
+  EXPECT_EQ(g.sample({3.0f, 2.9f}), 0u);
+}
+
+TEST(Sampling, PenaltiesLookOnlyAtTheLastPositions) {
+  GenerateOptions o;
+  o.repeat_penalty = 2.0;
+  o.repeat_last_n = 2;
+  Generator g = make(o);
+  // Token 0 is three positions back: outside the window.
+  EXPECT_EQ(g.sample({3.0f, 2.0f, 0.0f}, {0, 2, 2}), 0u);
+  EXPECT_EQ(g.sample({3.0f, 2.0f, 0.0f}, {2, 0, 2}), 1u);
+}
+
+TEST(Sampling, PresenceAndFrequencyPenalties) {
+  GenerateOptions f;
+  f.frequency_penalty = 0.2;
+  Generator gf = make(f);
+  EXPECT_EQ(gf.sample({2.0f, 1.5f}, {0, 0, 0}), 1u);  // 2 - 3 * 0.2 = 1.4 < 1.5
+  EXPECT_EQ(gf.sample({2.0f, 1.5f}, {0, 0}), 0u);     // 2 - 2 * 0.2 = 1.6 > 1.5
+  GenerateOptions p;
+  p.presence_penalty = 0.6;
+  Generator gp = make(p);
+  EXPECT_EQ(gp.sample({2.0f, 1.5f}, {0, 0, 0}), 1u);  // 2 - 0.6 = 1.4, once
+  EXPECT_EQ(gp.sample({2.0f, 1.3f}, {0, 0, 0}), 0u);
+}
+
+TEST(Sampling, MinPKeepsTokensAtLeastThatFractionOfTheTop) {
+  GenerateOptions o;
+  o.temperature = 1.0;
+  o.min_p = 0.2;  // keeps p >= 0.1: the first three
+  Generator g = make(o);
+  const std::vector<double> p = {0.5, 0.3, 0.15, 0.05};
+  std::vector<float> logits;
+  for (double v : p) logits.push_back(static_cast<float>(std::log(v)));
+  const int n = 40000;
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < n; ++i) counts[g.sample(logits)]++;
+  EXPECT_EQ(counts[3], 0);
+  for (int k = 0; k < 3; ++k) {
+    double expected = p[k] / 0.95;
+    double sigma = std::sqrt(expected * (1 - expected) / n);
+    EXPECT_NEAR(counts[k] / double(n), expected, 5 * sigma) << k;
+  }
+}
+
+TEST(Sampling, NonFiniteLogitsAreErrorsNamingTheToken) {
+  Generator greedy = make({});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  try {
+    greedy.sample({1.0f, 2.0f, nan});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(greedy.sample({inf, 1.0f}), Error);
+  EXPECT_THROW(greedy.sample({-inf, -inf}), Error);
+  GenerateOptions tiny_t;
+  tiny_t.temperature = 5e-324;
+  Generator g = make(tiny_t);
+  try {
+    g.sample({25.375f, 25.0f, -3.0f});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token 0"), std::string::npos) << e.what();
+  }
+  // A small temperature that does not overflow samples the top token.
+  GenerateOptions small;
+  small.temperature = 1e-6;
+  Generator s = make(small);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(s.sample({1.0f, 3.0f, 2.999f}), 1u);
+}
+
+TEST(Sampling, BadOptionsAreErrors) {
+  GenerateOptions o;
+  o.min_p = 1.5;
+  EXPECT_THROW(make(o).sample({1.0f}), Error);
+  o = {};
+  o.repeat_penalty = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(make(o).sample({1.0f}), Error);
+  o = {};
+  o.repeat_penalty = 0;
+  EXPECT_THROW(make(o).sample({1.0f}), Error);
+  o = {};
+  o.temperature = 1.0;
+  o.top_p = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(make(o).sample({1.0f}), Error);
+  o = {};
+  o.frequency_penalty = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(make(o).sample({1.0f}), Error);
+}
+
+std::string bracketed(uint32_t id) {
+  return "[" + std::to_string(id) + "]";
+}
+
+std::vector<uint32_t> prompt() {
+  return {1, 5, 9, 14};
+}
+
+TEST(Sampling, PresencePenaltyInGenerateAvoidsEveryTokenSeen) {
+  GenerateOptions o;
+  o.max_new_tokens = 30;
+  o.stop_tokens = {100000};
+  o.presence_penalty = 1e6;
+  o.repeat_last_n = 0;
+  auto out = make(o).generate(prompt());
+  ASSERT_EQ(out.size(), 30u);
+  const std::vector<uint32_t> p = prompt();
+  std::set<uint32_t> seen(p.begin(), p.end());
+  for (uint32_t t : out) EXPECT_TRUE(seen.insert(t).second) << t;
+  // Plain greedy repeats on this model: the penalty made the difference.
+  o.presence_penalty = 0;
+  auto plain = make(o).generate(prompt());
+  std::set<uint32_t> distinct(plain.begin(), plain.end());
+  EXPECT_LT(distinct.size(), plain.size());
+}
+
+TEST(Sampling, StopStringEndsGenerationAndLeavesItsTokensOut) {
+  GenerateOptions o;
+  o.max_new_tokens = 20;
+  o.stop_tokens = {100000};
+  auto all = make(o).generate(prompt());
+  ASSERT_EQ(all.size(), 20u);
+  o.token_text = bracketed;
+  // The text of one token: the result ends before its first occurrence.
+  const uint32_t target = all[7];
+  size_t first = std::find(all.begin(), all.end(), target) - all.begin();
+  o.stop_strings = {"zz", bracketed(target)};
+  size_t calls = 0;
+  auto stopped = make(o).generate(prompt(), [&](uint32_t) {
+    ++calls;
+    return true;
+  });
+  EXPECT_EQ(stopped, std::vector<uint32_t>(all.begin(), all.begin() + first));
+  EXPECT_EQ(calls, first + 1);  // on_token saw the token that held it
+  // Across two tokens ("][" at the first boundary): both tokens are left out.
+  o.stop_strings = {"]["};
+  calls = 0;
+  auto none = make(o).generate(prompt(), [&](uint32_t) {
+    ++calls;
+    return true;
+  });
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(calls, 2u);
+  // Stop strings without token_text: an error.
+  o.token_text = nullptr;
+  EXPECT_THROW(make(o).generate(prompt()), Error);
+}
+
+}  // namespace
