@@ -1,5 +1,5 @@
 #pragma once
-// The CPU backend's instruction set.
+// The CPU backend's instruction sets: its own kernels' and its GEMM's.
 
 #include <string>
 
@@ -10,5 +10,16 @@ namespace wick {
 /// forces one. Throws Error when WICK_CPU_ISA is something else or asks for AVX-512 on a CPU
 /// without it (every CPU op then throws the same error).
 std::string cpu_isa();
+
+/// The BLAS behind the CPU's f32 and f64 matmuls and the kernels it runs, e.g. "OpenBLAS 0.3.21
+/// DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64 [avx512]". OpenBLAS is set up at load time
+/// to run the kernels of the best instruction set the CPU offers (unless OPENBLAS_CORETYPE is
+/// set), even where its own list of CPU models does not know the processor. WICK_TRACE=1 prints
+/// this line on stderr at load time.
+std::string cpu_gemm();
+
+/// The instruction set of the GEMM kernels of cpu_gemm(): "avx512", "avx2", "avx" or "sse" ("" for
+/// a BLAS core not known to wick).
+std::string cpu_gemm_isa();
 
 }  // namespace wick

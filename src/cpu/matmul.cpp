@@ -22,6 +22,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cpu/blas.h"
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
@@ -56,6 +57,7 @@ class BlasThreads {
 
  private:
   BlasThreads() {
+    init_blas();
     // OpenBLAS's own default unless WICK_NUM_THREADS asks for a count.
     if (const char* env = std::getenv("WICK_NUM_THREADS"); env != nullptr && *env != '\0') {
       openblas_set_num_threads(static_cast<int>(num_threads()));
