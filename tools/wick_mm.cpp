@@ -1,7 +1,7 @@
 // wick-mm: the seeds' matmul experiment program. `walk` shows when a 2x2 matmul and its read-back
 // return, `time` times N x N matmuls (matmul return, synchronize, one-element read), `read`
 // compares two ways of reading one element of a result. Public API only, so the same program
-// runs on every backend.
+// runs on every backend. On the CPU, `time` first prints the GEMM library and the kernels it runs.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "wick/cpu.h"
 #include "wick/wick.h"
 
 namespace {
@@ -101,6 +102,9 @@ void time_runs(const std::string& name, const wick::Device& device, size_t size,
   double flops = 2.0 * static_cast<double>(size) * static_cast<double>(size) * size;
   std::string tag = "wick-mm " + name + " " + std::to_string(size) + "x" + std::to_string(size) +
                     " " + dtype_name(dtype);
+  if (device.is_cpu()) {
+    std::printf("%s: GEMM %s\n", tag.c_str(), wick::cpu_gemm().c_str());
+  }
   std::vector<double> synced;
   for (int r = 0; r < runs; ++r) {
     auto t = Clock::now();

@@ -1,5 +1,5 @@
 #pragma once
-// The CPU backend's instruction set and thread count.
+// The CPU backend: its kernels' and its GEMM's instruction sets, its thread count.
 
 #include <cstddef>
 #include <string>
@@ -16,5 +16,16 @@ std::string cpu_isa();
 /// WICK_NUM_THREADS or the hardware count. Takes effect only before the first CPU op: later, a
 /// count other than the one running throws Error, as does `n` outside [1, 1024].
 void set_cpu_threads(size_t n);
+
+/// The BLAS behind the CPU's f32 and f64 matmuls and the kernels it runs, e.g. "OpenBLAS 0.3.21
+/// DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64 [avx512]". OpenBLAS is set up at load time
+/// to run the kernels of the best instruction set the CPU offers (unless OPENBLAS_CORETYPE is
+/// set), even where its own list of CPU models does not know the processor. WICK_TRACE=1 prints
+/// this line on stderr at load time.
+std::string cpu_gemm();
+
+/// The instruction set of the GEMM kernels of cpu_gemm(): "avx512", "avx2", "avx" or "sse" ("" for
+/// a BLAS core not known to wick).
+std::string cpu_gemm_isa();
 
 }  // namespace wick

@@ -22,6 +22,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cpu/blas.h"
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
@@ -56,6 +57,7 @@ class BlasThreads {
 
  private:
   BlasThreads() {
+    init_blas();
     // OpenBLAS's own default unless WICK_NUM_THREADS or set_cpu_threads asks for a count.
     if (const char* env = std::getenv("WICK_NUM_THREADS");
         threads_forced() || (env != nullptr && *env != '\0')) {

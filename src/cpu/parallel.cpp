@@ -1,149 +1,238 @@
 #include "cpu/parallel.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <exception>
-#include <memory>
 #include <mutex>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "util.h"
 #include "wick/cpu.h"
 #include "wick/error.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace wick::cpu {
 
 namespace {
 
 // Set while a thread runs a chunk, so that nested parallel_for calls run inline instead of
-// queueing work that could wait on the thread that queued it.
+// waiting for the pool that runs them.
 thread_local bool in_parallel_region = false;
 
-size_t threads_from_env() {
-  if (const char* env = std::getenv("WICK_NUM_THREADS")) {
+size_t env_count(const char* name, size_t fallback, long max) {
+  if (const char* env = std::getenv(name)) {
     char* end = nullptr;
     long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v > 0) return static_cast<size_t>(std::min(v, 1024L));
+    if (end != env && *end == '\0' && v >= 0) return static_cast<size_t>(std::min(v, max));
   }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : hw;
+  return fallback;
 }
 
-// One parallel_for call: chunks are claimed with an atomic counter by the caller and the workers.
-struct Job {
-  const std::function<void(size_t, size_t)>* fn;
-  size_t n;
-  size_t chunks;
-  size_t chunk_size;
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> done{0};
-  std::mutex mutex;  // guards error and the completion wait
-  std::condition_variable finished;
-  std::exception_ptr error;
+size_t threads_from_env() {
+  unsigned hw = std::thread::hardware_concurrency();
+  size_t n = env_count("WICK_NUM_THREADS", hw == 0 ? 1 : hw, 1024);
+  return n == 0 ? (hw == 0 ? 1 : hw) : n;
+}
 
-  // Runs chunks until none are left; returns when this thread has nothing more to claim.
-  void run_chunks() {
-    for (;;) {
-      size_t c = next.fetch_add(1, std::memory_order_relaxed);
-      if (c >= chunks) return;
-      size_t begin = c * chunk_size;
-      size_t end = std::min(n, begin + chunk_size);
-      try {
-        (*fn)(begin, end);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-      }
-      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
-        std::lock_guard<std::mutex> lock(mutex);
-        finished.notify_all();
-      }
-    }
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+using Clock = std::chrono::steady_clock;
+
+// The pool's job word: epoch (24 bits) | chunk count (20 bits) | next unclaimed chunk (20 bits).
+// A thread claims a chunk with one fetch_add, which also tells it which job and how many chunks
+// the chunk belongs to, so a thread that wakes late can never run a chunk of a job it did not
+// read. The next field overshoots the chunk count by at most one per thread per job.
+constexpr int kCountBits = 20;
+constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
+constexpr uint64_t kEpochMask = (uint64_t{1} << 24) - 1;
+constexpr size_t kMaxChunks = size_t{1} << (kCountBits - 1);
+// Chunks per thread: small enough to share out what a thread descheduled by the OS leaves.
+constexpr size_t kChunksPerThread = 4;
+// Pauses (some 40-140 cycles each) between a waiting worker's yields, and before the submitting
+// thread starts yielding while it waits for the workers' last chunks.
+constexpr unsigned kYieldEvery = 64;
+constexpr unsigned kCallerSpins = 64;
+// How long an idle worker spins before it sleeps (WICK_SPIN_US sets it, and then applies even on
+// an oversubscribed machine; 0: never spin).
+constexpr size_t kDefaultSpinUs = 300;
+
+// Whether the machine has more runnable threads than CPUs (the running count of /proc/loadavg,
+// read at most every 20 ms). Spinning workers then only take CPU time from the threads with
+// work, while sleeping ones get the scheduler's wake-up preference: they sleep at once.
+bool oversubscribed() {
+  static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  static std::atomic<int64_t> next_check{0};
+  static std::atomic<bool> over{false};
+  const int64_t now = Clock::now().time_since_epoch().count();
+  int64_t next = next_check.load(std::memory_order_relaxed);
+  if (now < next ||
+      !next_check.compare_exchange_strong(
+          next,
+          now +
+              std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(20)).count())) {
+    return over.load(std::memory_order_relaxed);
   }
-};
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    double l1, l5, l15;
+    long running = 0, total = 0;
+    if (std::fscanf(f, "%lf %lf %lf %ld/%ld", &l1, &l5, &l15, &running, &total) == 5) {
+      over.store(running > cpus, std::memory_order_relaxed);
+    }
+    std::fclose(f);
+  }
+  return over.load(std::memory_order_relaxed);
+}
+
+uint64_t epoch_of(uint64_t w) {
+  return w >> (2 * kCountBits);
+}
 
 class ThreadPool {
  public:
-  explicit ThreadPool(size_t threads) : size_(threads) {
+  explicit ThreadPool(size_t threads)
+      : size_(threads),
+        spin_(std::chrono::microseconds(env_count("WICK_SPIN_US", kDefaultSpinUs, 1000000))),
+        spin_always_(std::getenv("WICK_SPIN_US") != nullptr) {
     // The calling thread takes part in every job, so the pool needs threads - 1 workers.
     for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
   }
   ~ThreadPool() {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
+      std::lock_guard<std::mutex> lock(sleep_mutex_);
+      stop_.store(true, std::memory_order_seq_cst);
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
   }
   size_t size() const { return size_; }
 
-  void run(size_t n, size_t chunks, const std::function<void(size_t, size_t)>& fn) {
-    auto job = std::make_shared<Job>();
-    job->fn = &fn;
-    job->n = n;
-    job->chunks = chunks;
-    job->chunk_size = (n + chunks - 1) / chunks;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(job);
-    }
-    wake_.notify_all();
+  void quiet(int delta) { quiet_.fetch_add(delta, std::memory_order_relaxed); }
 
+  // Runs the job on the pool; false (nothing run) when another thread's job has it.
+  bool try_run(size_t n, size_t chunks, RangeFn fn, void* ctx) {
+    std::unique_lock<std::mutex> submit(submit_, std::try_to_lock);
+    if (!submit.owns_lock()) return false;
+    fn_ = fn;
+    ctx_ = ctx;
+    n_ = n;
+    chunk_size_ = (n + chunks - 1) / chunks;
+    chunks = (n + chunk_size_ - 1) / chunk_size_;
+    done_.store(0, std::memory_order_relaxed);
+    epoch_ = (epoch_ + 1) & kEpochMask;
+    if (epoch_ == 0) epoch_ = 1;
+    // seq_cst with the load of sleepers_ below, against the workers' increment of sleepers_
+    // and their check of word_: either a worker sees this job or this thread sees it asleep.
+    word_.store((epoch_ << (2 * kCountBits)) | (uint64_t{chunks} << kCountBits),
+                std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard<std::mutex> lock(sleep_mutex_); }
+      wake_.notify_all();
+    }
     in_parallel_region = true;
-    job->run_chunks();
+    run_chunks();
     in_parallel_region = false;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = std::find(queue_.begin(), queue_.end(), job);
-      if (it != queue_.end()) queue_.erase(it);
+    // Chunks taken by workers may still run, usually ending within microseconds: spin briefly,
+    // then yield, so that a worker the OS preempted mid-chunk (a loaded machine) gets a CPU.
+    for (unsigned i = 0; done_.load(std::memory_order_acquire) < chunks; ++i) {
+      if (i < kCallerSpins) {
+        cpu_relax();
+      } else {
+        std::this_thread::yield();
+      }
     }
-    // Chunks taken by workers may still run: wait for them, spinning briefly first because the
-    // chunks are balanced and usually finish together.
-    for (int spin = 0; spin < 2000 && job->done.load(std::memory_order_acquire) < chunks; ++spin) {
-      std::this_thread::yield();
+    if (error_) {
+      std::exception_ptr e = std::exchange(error_, nullptr);
+      std::rethrow_exception(e);
     }
-    {
-      std::unique_lock<std::mutex> lock(job->mutex);
-      job->finished.wait(lock, [&] { return job->done.load(std::memory_order_acquire) == chunks; });
-    }
-    if (job->error) std::rethrow_exception(job->error);
+    return true;
   }
 
  private:
-  void worker_loop() {
-    in_parallel_region = true;
+  // Claims and runs chunks of the current job until none is left; returns that job's epoch.
+  uint64_t run_chunks() {
     for (;;) {
-      std::shared_ptr<Job> job;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        for (;;) {
-          // Jobs whose chunks are all claimed leave the queue; their callers wait for them.
-          while (!queue_.empty() &&
-                 queue_.front()->next.load(std::memory_order_relaxed) >= queue_.front()->chunks) {
-            queue_.pop_front();
-          }
-          if (stop_) return;
-          if (!queue_.empty()) break;
-          wake_.wait(lock);
-        }
-        job = queue_.front();
+      uint64_t w = word_.fetch_add(1, std::memory_order_acq_rel);
+      size_t c = w & kCountMask;
+      size_t chunks = (w >> kCountBits) & kCountMask;
+      if (c >= chunks) return epoch_of(w);
+      size_t begin = c * chunk_size_;
+      size_t end = std::min(n_, begin + chunk_size_);
+      try {
+        fn_(ctx_, begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
       }
-      job->run_chunks();
+      done_.fetch_add(1, std::memory_order_release);
     }
   }
 
-  size_t size_;
-  std::vector<std::thread> workers_;
-  std::mutex mutex_;
+  // Waits for a job of another epoch than `seen`: spins for spin_ (yielding now and then) unless
+  // the machine is oversubscribed, then sleeps. False on stop.
+  bool wait_for_job(uint64_t seen) {
+    auto changed = [&] { return epoch_of(word_.load(std::memory_order_seq_cst)) != seen; };
+    auto start = Clock::now();
+    const bool spin = spin_.count() > 0 && (spin_always_ || !oversubscribed());
+    for (unsigned i = 1; spin; ++i) {
+      if (changed()) return true;
+      cpu_relax();
+      if ((i & (kYieldEvery - 1)) == 0) {
+        if (stop_.load(std::memory_order_relaxed)) return false;
+        if (quiet_.load(std::memory_order_relaxed) > 0 || Clock::now() - start > spin_) break;
+        std::this_thread::yield();
+      }
+    }
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    {
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
+      wake_.wait(lock, [&] { return stop_.load(std::memory_order_seq_cst) || changed(); });
+    }
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    return !stop_.load(std::memory_order_relaxed);
+  }
+
+  void worker_loop() {
+    in_parallel_region = true;
+    uint64_t seen = 0;
+    while (wait_for_job(seen)) seen = run_chunks();
+  }
+
+  const size_t size_;
+  const Clock::duration spin_;
+  const bool spin_always_;  // WICK_SPIN_US given: spin even on an oversubscribed machine
+  // The job, written by the submitting thread before it stores word_ (release), read by a
+  // thread only after it claimed a chunk from that word: never rewritten while chunks run.
+  RangeFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  size_t n_ = 0;
+  size_t chunk_size_ = 1;
+  uint64_t epoch_ = 0;  // the submitter's
+  std::exception_ptr error_;
+  std::mutex error_mutex_;
+  std::mutex submit_;  // one job at a time
+
+  alignas(64) std::atomic<uint64_t> word_{0};
+  alignas(64) std::atomic<size_t> done_{0};
+  alignas(64) std::atomic<int> sleepers_{0};
+  std::atomic<int> quiet_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex sleep_mutex_;
   std::condition_variable wake_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  bool stop_ = false;
+  std::vector<std::thread> workers_;
 };
 
 // set_cpu_threads' count (0: none), and whether the pool has taken its count.
@@ -171,20 +260,24 @@ bool threads_forced() {
   return forced_threads.load() > 0;
 }
 
-void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+void parallel_for_raw(size_t n, size_t grain, RangeFn fn, void* ctx) {
   if (n == 0) return;
   grain = std::max<size_t>(grain, 1);
   if (n < 2 * grain || in_parallel_region) {
-    fn(0, n);
+    fn(ctx, 0, n);
     return;
   }
   ThreadPool& p = pool();
-  size_t chunks = std::min(p.size(), n / grain);
-  if (chunks <= 1) {
-    fn(0, n);
-    return;
-  }
-  p.run(n, chunks, fn);
+  size_t chunks = std::min({p.size() * kChunksPerThread, n / grain, kMaxChunks});
+  if (p.size() <= 1 || chunks <= 1 || !p.try_run(n, chunks, fn, ctx)) fn(ctx, 0, n);
+}
+
+QuietPool::QuietPool() {
+  pool().quiet(1);
+}
+
+QuietPool::~QuietPool() {
+  pool().quiet(-1);
 }
 
 }  // namespace wick::cpu

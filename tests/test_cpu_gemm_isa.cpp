@@ -1,0 +1,132 @@
+// The CPU GEMM's kernels against the processor it runs on: they must use the best instruction
+// set the CPU (and its OS) offers, so that a BLAS that does not know the processor (OpenBLAS
+// 0.3.21 runs SSE3 kernels on CPUs newer than its model list) never passes unnoticed. The CPU's
+// features are read here with cpuid and xgetbv, apart from the library's own detection.
+
+#include <cpuid.h>
+#include <gtest/gtest.h>
+#include <strings.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "wick/cpu.h"
+#include "wick/numerics.h"
+#include "wick/wick.h"
+
+namespace {
+
+uint64_t xcr0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+// The best f32 GEMM instruction set of this CPU and OS: "avx512" (F, DQ, BW, VL with the
+// opmask and upper ZMM state enabled), "avx2" (with FMA), "avx" or "sse".
+std::string best_isa() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return "sse";
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12);
+  if (!osxsave || !avx) return "sse";
+  const uint64_t xcr = xcr0();
+  if ((xcr & 0x6) != 0x6) return "sse";  // XMM and YMM state
+  unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
+  if (!__get_cpuid_count(7, 0, &a7, &b7, &c7, &d7)) return "avx";
+  const bool avx2 = b7 & (1u << 5);
+  const bool f = b7 & (1u << 16), dq = b7 & (1u << 17), bw = b7 & (1u << 30), vl = b7 & (1u << 31);
+  if (f && dq && bw && vl && (xcr & 0xe6) == 0xe6) return "avx512";
+  if (avx2 && fma) return "avx2";
+  return "avx";
+}
+
+// OpenBLAS's x86-64 cores with kernels above SSE, by instruction set.
+std::string core_isa(const std::string& core) {
+  static const std::array<std::pair<const char*, const char*>, 10> cores{{
+      {"SapphireRapids", "avx512"},
+      {"Cooperlake", "avx512"},
+      {"SkylakeX", "avx512"},
+      {"Haswell", "avx2"},
+      {"Zen", "avx2"},
+      {"Excavator", "avx"},
+      {"Steamroller", "avx"},
+      {"Piledriver", "avx"},
+      {"Bulldozer", "avx"},
+      {"Sandybridge", "avx"},
+  }};
+  for (const auto& [name, isa] : cores) {
+    if (strcasecmp(name, core.c_str()) == 0) return isa;
+  }
+  return "sse";
+}
+
+// The core named in cpu_gemm(): OpenBLAS's configuration is "OpenBLAS <version> <options...>
+// <core> MAX_THREADS=<n> [isa]"; the core is the word before MAX_THREADS.
+std::string core_of(const std::string& gemm) {
+  std::istringstream in(gemm);
+  std::string word, prev;
+  while (in >> word) {
+    if (word.rfind("MAX_THREADS=", 0) == 0) return prev;
+    prev = word;
+  }
+  return "";
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+TEST(CpuGemmIsa, KernelsUseTheBestInstructionSetOfTheCpu) {
+  const std::string gemm = wick::cpu_gemm();
+  const std::string core = core_of(gemm);
+  ASSERT_FALSE(core.empty()) << gemm;
+  const std::string forced = env("OPENBLAS_CORETYPE");
+  if (!forced.empty()) {
+    // The user's choice is kept, whatever it is.
+    EXPECT_EQ(strcasecmp(core.c_str(), forced.c_str()), 0) << gemm;
+    GTEST_SKIP() << "OPENBLAS_CORETYPE=" << forced << " chooses the kernels: " << gemm;
+  }
+  const std::string best = best_isa();
+  EXPECT_EQ(core_isa(core), best) << "CPU GEMM: " << gemm << "; this CPU offers " << best;
+  EXPECT_EQ(wick::cpu_gemm_isa(), best) << gemm;
+  EXPECT_NE(gemm.find("[" + best + "]"), std::string::npos) << gemm;
+}
+
+// f32 products through the kernels chosen, against a float64 reference: sizes that take
+// OpenBLAS's packed sgemm (several blocks and edges) and its gemv.
+TEST(CpuGemmIsa, ProductsOfTheChosenKernelsAreRight) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto [m, n, k] : {std::array<size_t, 3>{300, 257, 413}, {1, 700, 520}, {64, 64, 64}}) {
+    std::vector<float> a(m * k), b(k * n);
+    for (auto& v : a) v = dist(rng);
+    for (auto& v : b) v = dist(rng);
+    auto dev = wick::Device::cpu();
+    auto ta = wick::Tensor::from_vec(a, {m, k}, dev);
+    auto tb = wick::Tensor::from_vec(b, {k, n}, dev);
+    auto got = ta.matmul(tb).flatten_all().to_vec1<float>();
+    ASSERT_EQ(got.size(), m * n);
+    for (size_t i = 0; i < m; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        double want = 0, abs_sum = 0;
+        for (size_t t = 0; t < k; ++t) {
+          const double p = static_cast<double>(a[i * k + t]) * b[t * n + j];
+          want += p;
+          abs_sum += std::abs(p);
+        }
+        const double bound = wick::numerics::matmul_bound(wick::DType::F32, k, want, abs_sum);
+        ASSERT_LE(std::abs(got[i * n + j] - want), bound)
+            << "(" << m << ", " << n << ", " << k << ") at " << i << ", " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
