@@ -55,7 +55,8 @@ struct LlamaConfig {
 };
 
 /// Keys and values of every layer, preallocated to `max_len` positions and written in place.
-/// One per sequence batch; Llama::forward appends and advances length().
+/// One per sequence batch; Llama::forward appends and advances length(). Used by one thread at
+/// a time (a forward call writes it).
 class KvCache {
  public:
   KvCache() = default;
@@ -90,7 +91,8 @@ class KvCache {
   Tensor mask_fill_;  // {-inf, 0} in the model's dtype: the graph step's mask values
 };
 
-/// A Llama-family decoder. Copies share the weights.
+/// A Llama-family decoder. Copies share the weights. Immutable after load: forward,
+/// forward_last and decode_step may run on several threads at once, each with its own KvCache.
 class Llama {
  public:
   /// A folder with config.json and model.safetensors (or model.safetensors.index.json with its

@@ -21,6 +21,10 @@ namespace wick {
 struct TensorImpl;
 class GradStore;
 
+/// Threads: handles to shared storage may be used from several threads at once. Each op locks
+/// the storages it reads (shared) and writes (exclusive), so concurrent reads run together and
+/// a write is seen whole; one Tensor object must not be assigned while another thread uses it
+/// (as with std::shared_ptr).
 class Tensor {
  public:
   /// An empty handle; every op on it throws wick::Error.
