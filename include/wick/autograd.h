@@ -9,7 +9,7 @@
 
 namespace wick {
 
-/// Gradients keyed by tensor id.
+/// Gradients keyed by tensor id. Not thread-safe: one thread at a time (backward fills one).
 class GradStore {
  public:
   /// The gradient of `t` (same shape and dtype), if `t` took part in the graph. Kept for every
@@ -24,7 +24,8 @@ class GradStore {
   std::unordered_map<uint64_t, Tensor> grads_;
 };
 
-/// While one is alive on this thread, ops record nothing.
+/// While one is alive on this thread, ops record nothing (the switch is per thread: other
+/// threads keep recording).
 class NoGradGuard {
  public:
   NoGradGuard();

@@ -85,7 +85,8 @@ struct SentenceEmbedderOptions {
 
 /// Sentence embeddings as sentence-transformers computes them for a Transformer + Pooling
 /// (+ Normalize) model folder: tokenize (truncating), encode with BERT, pool with the attention
-/// mask, L2-normalise when modules.json lists a Normalize module.
+/// mask, L2-normalise when modules.json lists a Normalize module. Immutable after load: copies
+/// share the model, and embed() and tokenize() may be called from several threads at once.
 class SentenceEmbedder {
  public:
   /// Reads modules.json (optional: Transformer + mean pooling without it), 1_Pooling/config.json,

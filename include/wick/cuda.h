@@ -51,7 +51,9 @@ CudaQueueStats cuda_queue_stats(int ordinal = 0);
 /// after each replay. Inputs are tensors made before the capture, whose contents the caller
 /// rewrites in place (Tensor::assign) between replays; they, and everything else the recorded ops
 /// read, must outlive the graph. `record` must not read back, synchronize or upload more than
-/// 8 MiB (BackendError). Without CUDA, capture throws BackendError.
+/// 8 MiB (BackendError). Without CUDA, capture throws BackendError. No other thread may enqueue
+/// work on the device while `record` runs (it would be captured too); replay a graph from one
+/// thread at a time.
 class CudaGraph {
  public:
   CudaGraph() = default;

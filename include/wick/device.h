@@ -7,6 +7,7 @@
 
 namespace wick {
 
+/// A device (CPU or one GPU by ordinal): a small value, safe to copy and read from any thread.
 class Device {
  public:
   enum class Kind : uint8_t { Cpu, Cuda };

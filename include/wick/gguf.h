@@ -35,7 +35,10 @@ enum class ValueType : uint32_t {
 const char* value_type_name(ValueType type);
 
 /// One metadata value. Integers are held as int64 or uint64 (by signedness), floats as double;
-/// `type()` keeps the type the file used.
+/// `type()` keeps the type the file used. Arrays are held packed as the file stores them (a
+/// scalar array takes its file size in memory, a string array its bytes plus 8 per string);
+/// their elements are made into Values on demand. Values are immutable: safe to read from
+/// several threads.
 class Value {
  public:
   using Array = std::vector<Value>;
@@ -45,8 +48,9 @@ class Value {
   static Value f64(double v, ValueType type = ValueType::F64);
   static Value boolean(bool v);
   static Value string(std::string v);
-  /// `elem_type` is the declared element type (kept for empty arrays).
-  static Value array(ValueType elem_type, Array items);
+  /// `elem_type` is the declared element type (kept for empty arrays); wick::Error when an item
+  /// has another type.
+  static Value array(ValueType elem_type, const Array& items);
 
   ValueType type() const { return type_; }
   /// For arrays: the element type.
@@ -64,17 +68,28 @@ class Value {
   double as_float() const;
   bool as_bool() const;
   const std::string& as_string() const;
-  const Array& as_array() const;
+  /// Elements of an array (wick::Error for other types).
+  size_t array_size() const;
+  /// Element `i` of an array (IndexOutOfRange past its end).
+  Value at(size_t i) const;
+  /// The elements as Values, made on demand (prefer array_size/at or the typed forms below for
+  /// long arrays).
+  Array as_array() const;
   std::vector<std::string> as_string_array() const;
   std::vector<int64_t> as_int_array() const;
   std::vector<double> as_float_array() const;
   /// Short text form for messages and tools: 42, 1.5, "text", [3 x string].
   std::string to_string() const;
 
+  /// The packed elements of an array (defined by the GGUF reader).
+  struct Packed;
+  static Value packed_array(std::shared_ptr<const Packed> items);
+
  private:
+  const Packed& packed() const;
   ValueType type_ = ValueType::U8;
   ValueType elem_type_ = ValueType::U8;
-  std::variant<uint64_t, int64_t, double, bool, std::string, Array> v_;
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<const Packed>> v_;
 };
 
 /// Where one tensor lies: GGML type, logical shape (row-major: GGUF's ne[0] is the last dim),
@@ -86,6 +101,8 @@ struct TensorInfo {
   size_t byte_size = 0;
 };
 
+/// An opened GGUF file (cheap to copy: copies share the mapping). Immutable after open: every
+/// method may be called from several threads at once.
 class File {
  public:
   /// Maps and validates `path`. FormatError naming the file and offset for a malformed file.

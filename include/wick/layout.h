@@ -8,6 +8,7 @@
 
 namespace wick {
 
+/// Shape, strides and start offset of a view: a value, safe to copy and read from any thread.
 class Layout {
  public:
   Layout() = default;

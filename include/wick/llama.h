@@ -55,7 +55,8 @@ struct LlamaConfig : CausalLMConfig {
   void derive_common();
 };
 
-/// A Llama-family decoder. Copies share the weights.
+/// A Llama-family decoder. Copies share the weights. Immutable after load: forward,
+/// forward_last and decode_step may run on several threads at once, each with its own KvCache.
 class Llama : public CausalLM {
  public:
   /// A folder with config.json and model.safetensors (or model.safetensors.index.json with its

@@ -8,7 +8,8 @@
 
 namespace wick::optim {
 
-/// Stochastic gradient descent with optional momentum.
+/// Stochastic gradient descent with optional momentum. Not thread-safe: step() updates the
+/// parameters and the optimizer's state; call it from one thread at a time.
 class SGD {
  public:
   SGD(std::vector<Tensor> params, double lr, double momentum = 0);
@@ -33,7 +34,8 @@ struct AdamWOptions {
   double weight_decay = 0.01;
 };
 
-/// Adam with decoupled weight decay.
+/// Adam with decoupled weight decay. Not thread-safe: step() updates the parameters and the
+/// moment estimates; call it from one thread at a time.
 class AdamW {
  public:
   AdamW(std::vector<Tensor> params, AdamWOptions options = {});

@@ -68,7 +68,9 @@ size_t ggml_type_size(GgmlType type);
 bool ggml_can_dequantize(GgmlType type);
 
 /// Quantized blocks of a tensor of logical `shape` (row-major, the last dim is GGML's ne[0] and a
-/// whole number of blocks). `data` is a rank-1 U8 tensor of exactly the blocks' bytes.
+/// whole number of blocks). `data` is a rank-1 U8 tensor of exactly the blocks' bytes. Copies
+/// share the blocks; immutable, so any thread may read or multiply with it (the derived cache is
+/// built once, under std::call_once).
 class QTensor {
  public:
   QTensor() = default;

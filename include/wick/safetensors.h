@@ -26,7 +26,8 @@ struct TensorInfo {
   bool supported = true;  // false for safetensors dtypes wick has no type for (I8, F8_E4M3...)
 };
 
-/// An opened safetensors file (cheap to copy: copies share the mapping).
+/// An opened safetensors file (cheap to copy: copies share the mapping). Immutable after open:
+/// every method may be called from several threads at once.
 class File {
  public:
   /// Maps and validates `path`. Throws FormatError naming the file for a malformed header.
@@ -66,7 +67,7 @@ void save(const std::map<std::string, Tensor>& tensors, const std::string& path,
 
 /// A checkpoint split over several files by a `model.safetensors.index.json` ("weight_map":
 /// tensor name -> shard file, relative to the index's folder); a single .safetensors path opens
-/// as one shard.
+/// as one shard. Immutable after open: every method may be called from several threads at once.
 class ShardedFile {
  public:
   /// Opens the index (or single file) and every shard it lists. Throws FormatError for a

@@ -10,7 +10,8 @@
 namespace wick {
 
 /// Dims are checked on construction: the product of the dims (counting a 0 dim as 1, so that
-/// strides fit too) must fit in size_t, otherwise ShapeMismatch naming the dims is thrown.
+/// strides fit too) must fit in size_t, otherwise ShapeMismatch naming the dims is thrown. A value,
+/// safe to copy and read from any thread.
 class Shape {
  public:
   Shape() = default;  // rank 0: a scalar

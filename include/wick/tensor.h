@@ -65,6 +65,10 @@ concept ElementType = detail::is_element_type_v<T>;
 template <class T>
 concept DimIndex = std::is_integral_v<T> && !detail::is_char_v<T>;
 
+/// Threads: handles to shared storage may be used from several threads at once. Each op locks
+/// the storages it reads (shared) and writes (exclusive), so concurrent reads run together and
+/// a write is seen whole; one Tensor object must not be assigned while another thread uses it
+/// (as with std::shared_ptr).
 class Tensor {
  public:
   /// An empty handle; every op on it throws wick::Error.

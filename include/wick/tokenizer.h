@@ -122,7 +122,8 @@ class Tokenizer {
 
 /// Text of ids that arrive one at a time (generation), printable as it comes: a byte-level token
 /// may end inside a UTF-8 character, so those bytes wait for the next token. For byte-level BPE
-/// the concatenated output equals decode(all ids) for valid UTF-8.
+/// the concatenated output equals decode(all ids) for valid UTF-8. Holds the pending bytes: one
+/// thread at a time (one stream per generation).
 class DecodeStream {
  public:
   explicit DecodeStream(Tokenizer tokenizer, bool skip_special_tokens = true);

@@ -39,14 +39,56 @@ void count_copied(size_t bytes) {
   g_copied += bytes;
 }
 
-std::shared_ptr<const Bytes> Bytes::map_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(str("open ", path, ": ", std::strerror(errno)));
-  struct stat st {};
+namespace {
+
+// Opens `path` for reading once stat says it is a regular file. O_NONBLOCK keeps a file swapped
+// for a named pipe between the two calls from blocking the open; fstat then checks again.
+int open_regular(const std::string& path, struct stat& st) {
+  if (::stat(path.c_str(), &st) != 0) {
+    throw FormatError(str("open ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) throw FormatError(str("open ", path, ": not a regular file"));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw FormatError(str("open ", path, ": ", std::strerror(errno)));
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(str("open ", path, ": not a regular file"));
+    throw FormatError(str("open ", path, ": not a regular file"));
   }
+  return fd;
+}
+
+}  // namespace
+
+std::string read_file_bounded(const std::string& path, size_t max_bytes) {
+  struct stat st {};
+  int fd = open_regular(path, st);
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    throw FormatError(
+        str(path, ": file of ", size, " bytes is over the limit of ", max_bytes, " bytes"));
+  }
+  std::string out(size, '\0');
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = ::read(fd, out.data() + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      throw FormatError(str("read ", path, ": ", std::strerror(err)));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
+}
+
+std::shared_ptr<const Bytes> Bytes::map_file(const std::string& path) {
+  struct stat st {};
+  int fd = open_regular(path, st);
   size_t size = static_cast<size_t>(st.st_size);
   if (size == 0) {
     ::close(fd);
@@ -56,7 +98,7 @@ std::shared_ptr<const Bytes> Bytes::map_file(const std::string& path) {
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   int err = errno;
   ::close(fd);
-  if (p == MAP_FAILED) throw Error(str("mmap ", path, ": ", std::strerror(err)));
+  if (p == MAP_FAILED) throw FormatError(str("mmap ", path, ": ", std::strerror(err)));
   std::shared_ptr<void> owner(p, [size](void* q) { ::munmap(q, size); });
   return std::make_shared<const Bytes>(static_cast<const uint8_t*>(p), size, path,
                                        std::move(owner));
@@ -90,6 +132,15 @@ size_t checked_elem_count(const std::vector<size_t>& dims, const char* format,
   size_t n = 1;
   for (size_t d : dims) n = checked_mul(n, d, format, file, what);
   return n;
+}
+
+Shape checked_shape(const std::vector<size_t>& dims, const char* format, const std::string& file,
+                    const std::string& what) {
+  try {
+    return Shape(dims);
+  } catch (const ShapeMismatch& e) {
+    fail(format, file, what, ": ", e.what());
+  }
 }
 
 Tensor tensor_from_bytes(const std::shared_ptr<const Bytes>& bytes, const uint8_t* src, DType dtype,

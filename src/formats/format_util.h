@@ -23,7 +23,8 @@ namespace wick::formats {
 class Bytes {
  public:
   /// Maps `path` (copy-on-write, so a tensor viewing it may be written in place). Throws
-  /// wick::Error naming the path when it cannot be opened.
+  /// FormatError naming the path when it is missing, unreadable or not a regular file (a named
+  /// pipe or a device is refused before it is opened for reading, so it cannot block).
   static std::shared_ptr<const Bytes> map_file(const std::string& path);
   /// Takes `data`; `name` stands for the path in error messages.
   static std::shared_ptr<const Bytes> from_vector(std::vector<uint8_t> data, std::string name);
@@ -41,6 +42,14 @@ class Bytes {
   std::shared_ptr<void> owner_;  // munmaps or frees the bytes
 };
 
+/// Most dims a tensor in any file format may have (numpy's own limit); a larger rank in a file
+/// is a FormatError before anything is sized from it.
+constexpr size_t kMaxRank = 64;
+
+/// The whole of the regular file `path`, at most `max_bytes` of it; FormatError naming the path
+/// when it is missing, unreadable, not a regular file or larger.
+std::string read_file_bounded(const std::string& path, size_t max_bytes);
+
 /// Throws FormatError "<format> <file>: <what>".
 template <class... Args>
 [[noreturn]] void fail(const char* format, const std::string& file, const Args&... what) {
@@ -56,6 +65,11 @@ size_t checked_add(size_t a, size_t b, const char* format, const std::string& fi
 /// Elements of `dims`, FormatError on overflow.
 size_t checked_elem_count(const std::vector<size_t>& dims, const char* format,
                           const std::string& file, const std::string& what);
+
+/// Shape(dims), with a FormatError naming `file` and `what` (not a ShapeMismatch) for dims whose
+/// strides would overflow.
+Shape checked_shape(const std::vector<size_t>& dims, const char* format, const std::string& file,
+                    const std::string& what);
 
 /// A tensor of `dtype`/`shape` holding the row-major bytes at `src` (inside `bytes`). On the CPU
 /// the tensor views the bytes when `src` is aligned to the element size; otherwise (or on CUDA)

@@ -47,6 +47,133 @@ bool valid_value_type(uint32_t t) {
   return t <= static_cast<uint32_t>(ValueType::F64);
 }
 
+// Bytes of one fixed-size element (0 for strings and arrays).
+size_t fixed_size(ValueType type) {
+  switch (type) {
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::Bool:
+      return 1;
+    case ValueType::U16:
+    case ValueType::I16:
+      return 2;
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::F32:
+      return 4;
+    case ValueType::U64:
+    case ValueType::I64:
+    case ValueType::F64:
+      return 8;
+    case ValueType::String:
+    case ValueType::Array:
+      return 0;
+  }
+  return 0;
+}
+
+// The fixed-size value of `type` whose little-endian bytes are at `p`.
+Value decode_fixed(ValueType type, const uint8_t* p) {
+  auto get = [p]<class T>(T) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+  };
+  switch (type) {
+    case ValueType::U8:
+      return Value::u64(get(uint8_t{}), type);
+    case ValueType::I8:
+      return Value::i64(get(int8_t{}), type);
+    case ValueType::U16:
+      return Value::u64(get(uint16_t{}), type);
+    case ValueType::I16:
+      return Value::i64(get(int16_t{}), type);
+    case ValueType::U32:
+      return Value::u64(get(uint32_t{}), type);
+    case ValueType::I32:
+      return Value::i64(get(int32_t{}), type);
+    case ValueType::U64:
+      return Value::u64(get(uint64_t{}), type);
+    case ValueType::I64:
+      return Value::i64(get(int64_t{}), type);
+    case ValueType::F32:
+      return Value::f64(get(float{}), type);
+    case ValueType::F64:
+      return Value::f64(get(double{}), type);
+    case ValueType::Bool:
+      return Value::boolean(get(uint8_t{}) != 0);
+    case ValueType::String:
+    case ValueType::Array:
+      break;
+  }
+  throw Error("gguf: not a fixed-size type");
+}
+
+// Appends the little-endian bytes of `v` as `type`.
+void encode_fixed(ValueType type, const Value& v, std::vector<uint8_t>& out) {
+  auto put = [&out]<class T>(T x) {
+    uint8_t b[sizeof(T)];
+    std::memcpy(b, &x, sizeof(T));
+    out.insert(out.end(), b, b + sizeof(T));
+  };
+  switch (type) {
+    case ValueType::U8:
+      return put(static_cast<uint8_t>(v.as_uint()));
+    case ValueType::I8:
+      return put(static_cast<int8_t>(v.as_int()));
+    case ValueType::U16:
+      return put(static_cast<uint16_t>(v.as_uint()));
+    case ValueType::I16:
+      return put(static_cast<int16_t>(v.as_int()));
+    case ValueType::U32:
+      return put(static_cast<uint32_t>(v.as_uint()));
+    case ValueType::I32:
+      return put(static_cast<int32_t>(v.as_int()));
+    case ValueType::U64:
+      return put(v.as_uint());
+    case ValueType::I64:
+      return put(v.as_int());
+    case ValueType::F32:
+      return put(static_cast<float>(v.as_float()));
+    case ValueType::F64:
+      return put(v.as_float());
+    case ValueType::Bool:
+      return put(static_cast<uint8_t>(v.as_bool() ? 1 : 0));
+    case ValueType::String:
+    case ValueType::Array:
+      break;
+  }
+}
+
+}  // namespace
+
+// An array's elements as the file stores them: fixed-size scalars as their bytes, strings as one
+// buffer and their end offsets, nested arrays as Values.
+struct Value::Packed {
+  ValueType elem = ValueType::U8;
+  std::vector<uint8_t> raw;
+  std::string chars;
+  std::vector<uint64_t> ends;
+  std::vector<Value> values;
+
+  size_t size() const {
+    if (elem == ValueType::String) return ends.size();
+    if (elem == ValueType::Array) return values.size();
+    return raw.size() / fixed_size(elem);
+  }
+  std::string string_at(size_t i) const {
+    size_t begin = i == 0 ? 0 : ends[i - 1];
+    return chars.substr(begin, ends[i] - begin);
+  }
+  Value at(size_t i) const {
+    if (elem == ValueType::String) return Value::string(string_at(i));
+    if (elem == ValueType::Array) return values[i];
+    return decode_fixed(elem, raw.data() + i * fixed_size(elem));
+  }
+};
+
+namespace {
+
 class Reader {
  public:
   explicit Reader(const formats::Bytes& b) : p_(b.data()), size_(b.size()), file_(b.name()) {}
@@ -120,10 +247,32 @@ class Reader {
         auto elem = static_cast<ValueType>(et);
         uint64_t count = read<uint64_t>("array length");
         check_count(count, min_value_bytes(elem), "array");
-        Value::Array items;
-        items.reserve(count);
-        for (uint64_t i = 0; i < count; ++i) items.push_back(read_value(elem, depth + 1));
-        return Value::array(elem, std::move(items));
+        auto items = std::make_shared<Value::Packed>();
+        items->elem = elem;
+        if (size_t each = fixed_size(elem)) {
+          size_t bytes = static_cast<size_t>(count) * each;
+          need(bytes, "array");
+          if (elem == ValueType::Bool) {
+            for (size_t i = 0; i < bytes; ++i) {
+              if (p_[pos_ + i] > 1) fail("bool array element ", i, " is neither 0 nor 1");
+            }
+          }
+          items->raw.assign(p_ + pos_, p_ + pos_ + bytes);
+          pos_ += bytes;
+        } else if (elem == ValueType::String) {
+          items->ends.reserve(count);
+          for (uint64_t i = 0; i < count; ++i) {
+            uint64_t len = read<uint64_t>("string value");
+            need(len, "string value");
+            items->chars.append(reinterpret_cast<const char*>(p_ + pos_), len);
+            pos_ += len;
+            items->ends.push_back(items->chars.size());
+          }
+        } else {
+          items->values.reserve(count);
+          for (uint64_t i = 0; i < count; ++i) items->values.push_back(read_value(elem, depth + 1));
+        }
+        return Value::packed_array(std::move(items));
       }
     }
     fail("unknown value type ", static_cast<uint32_t>(type));
@@ -221,12 +370,49 @@ Value Value::string(std::string v) {
   x.v_ = std::move(v);
   return x;
 }
-Value Value::array(ValueType elem_type, Array items) {
+Value Value::array(ValueType elem_type, const Array& items) {
+  auto packed = std::make_shared<Packed>();
+  packed->elem = elem_type;
+  for (const Value& item : items) {
+    if (item.type() != elem_type) {
+      throw Error(str("gguf: an array of ", value_type_name(elem_type), " given a ",
+                      value_type_name(item.type())));
+    }
+    if (elem_type == ValueType::String) {
+      packed->chars += item.as_string();
+      packed->ends.push_back(packed->chars.size());
+    } else if (elem_type == ValueType::Array) {
+      packed->values.push_back(item);
+    } else {
+      encode_fixed(elem_type, item, packed->raw);
+    }
+  }
+  return packed_array(std::move(packed));
+}
+
+Value Value::packed_array(std::shared_ptr<const Packed> items) {
   Value x;
   x.type_ = ValueType::Array;
-  x.elem_type_ = elem_type;
+  x.elem_type_ = items->elem;
   x.v_ = std::move(items);
   return x;
+}
+
+const Value::Packed& Value::packed() const {
+  if (const auto* a = std::get_if<std::shared_ptr<const Packed>>(&v_)) return **a;
+  throw Error(str("gguf value of type ", value_type_name(type_), " is not an array"));
+}
+
+size_t Value::array_size() const {
+  return packed().size();
+}
+
+Value Value::at(size_t i) const {
+  const Packed& p = packed();
+  if (i >= p.size()) {
+    throw IndexOutOfRange(str("gguf array: element ", i, " of an array of ", p.size()));
+  }
+  return p.at(i);
 }
 
 bool Value::is_integer() const {
@@ -269,26 +455,38 @@ const std::string& Value::as_string() const {
   throw Error(str("gguf value of type ", value_type_name(type_), " is not a string"));
 }
 
-const Value::Array& Value::as_array() const {
-  if (const auto* a = std::get_if<Array>(&v_)) return *a;
-  throw Error(str("gguf value of type ", value_type_name(type_), " is not an array"));
+Value::Array Value::as_array() const {
+  const Packed& p = packed();
+  Array out;
+  out.reserve(p.size());
+  for (size_t i = 0; i < p.size(); ++i) out.push_back(p.at(i));
+  return out;
 }
 
 std::vector<std::string> Value::as_string_array() const {
+  const Packed& p = packed();
+  if (p.elem != ValueType::String) {
+    throw Error(str("gguf array of ", value_type_name(p.elem), " is not an array of strings"));
+  }
   std::vector<std::string> out;
-  for (const auto& v : as_array()) out.push_back(v.as_string());
+  out.reserve(p.size());
+  for (size_t i = 0; i < p.size(); ++i) out.push_back(p.string_at(i));
   return out;
 }
 
 std::vector<int64_t> Value::as_int_array() const {
+  const Packed& p = packed();
   std::vector<int64_t> out;
-  for (const auto& v : as_array()) out.push_back(v.as_int());
+  out.reserve(p.size());
+  for (size_t i = 0; i < p.size(); ++i) out.push_back(p.at(i).as_int());
   return out;
 }
 
 std::vector<double> Value::as_float_array() const {
+  const Packed& p = packed();
   std::vector<double> out;
-  for (const auto& v : as_array()) out.push_back(v.as_float());
+  out.reserve(p.size());
+  for (size_t i = 0; i < p.size(); ++i) out.push_back(p.at(i).as_float());
   return out;
 }
 
@@ -300,7 +498,7 @@ std::string Value::to_string() const {
   if (const auto* s = std::get_if<std::string>(&v_)) {
     return s->size() <= 64 ? "\"" + *s + "\"" : "\"" + s->substr(0, 61) + "...\"";
   }
-  return str("[", std::get<Array>(v_).size(), " x ", value_type_name(elem_type_), "]");
+  return str("[", packed().size(), " x ", value_type_name(elem_type_), "]");
 }
 
 // ---- File ----
@@ -408,7 +606,8 @@ std::shared_ptr<const File::Impl> parse(std::shared_ptr<const formats::Bytes> by
       formats::fail(kFormat, file, where, ": data [", p.offset, ", ", end, ") from offset ",
                     data_start, " runs past the end of the file (", bytes->size(), " bytes)");
     }
-    TensorInfo info{type, Shape(dims), data_start + p.offset, bytes_needed};
+    TensorInfo info{type, formats::checked_shape(dims, kFormat, file, where), data_start + p.offset,
+                    bytes_needed};
     auto [it, fresh] = impl->tensors.emplace(p.name, std::move(info));
     if (!fresh) formats::fail(kFormat, file, "offset ", p.at, ": ", where, " appears twice");
     impl->order.push_back(p.name);
@@ -459,7 +658,7 @@ const Value* File::find(const std::string& key) const {
 
 const Value& File::value(const std::string& key) const {
   const Value* v = find(key);
-  if (v == nullptr) throw Error(str("gguf ", path(), ": no metadata key '", key, "'"));
+  if (v == nullptr) throw FormatError(str("gguf ", path(), ": no metadata key '", key, "'"));
   return *v;
 }
 
@@ -471,7 +670,7 @@ auto typed(const File& f, const std::string& key, F&& get) {
   try {
     return get(v);
   } catch (const Error& e) {
-    throw Error(str("gguf ", f.path(), ": metadata '", key, "': ", e.what()));
+    throw FormatError(str("gguf ", f.path(), ": metadata '", key, "': ", e.what()));
   }
 }
 }  // namespace
@@ -584,15 +783,9 @@ class Writer {
         return put_string(v.as_string());
       case ValueType::Array: {
         put<uint32_t>(static_cast<uint32_t>(v.elem_type()));
-        put<uint64_t>(v.as_array().size());
-        for (const auto& item : v.as_array()) {
-          if (item.type() != v.elem_type()) {
-            throw Error(str("gguf save: metadata '", key, "': an array of ",
-                            value_type_name(v.elem_type()), " holds a ",
-                            value_type_name(item.type())));
-          }
-          put_value(item, key);
-        }
+        size_t n = v.array_size();
+        put<uint64_t>(n);
+        for (size_t i = 0; i < n; ++i) put_value(v.at(i), key);
         return;
       }
     }

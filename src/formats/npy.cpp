@@ -6,6 +6,7 @@
 #include <zip.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <set>
 
@@ -207,9 +208,10 @@ Tensor load_from(const std::shared_ptr<const formats::Bytes>& b, const Device& d
   DescrInfo d = parse_descr(h.descr, file);
   size_t esize = size_in_bytes(d.dtype);
   size_t count = formats::checked_elem_count(h.shape, kFormat, file, "shape");
+  Shape shape = formats::checked_shape(h.shape, kFormat, file, "shape");
   size_t bytes = formats::checked_mul(count, esize, kFormat, file, "data");
   if (bytes > b->size() - h.data_offset) {
-    formats::fail(kFormat, file, "data of ", h.descr, " ", Shape(h.shape), " needs ", bytes,
+    formats::fail(kFormat, file, "data of ", h.descr, " ", shape, " needs ", bytes,
                   " bytes from offset ", h.data_offset, " but the file has ",
                   b->size() - h.data_offset, " (truncated)");
   }
@@ -310,6 +312,152 @@ constexpr const char* kFormat = "npz";
 // Deflate expands at most ~1032x: a member claiming more is malformed.
 constexpr size_t kMaxDeflateRatio = 1100;
 
+uint32_t le16(const uint8_t* p) {
+  return p[0] | (p[1] << 8);
+}
+uint32_t le32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+uint64_t le64(const uint8_t* p) {
+  return le32(p) | (static_cast<uint64_t>(le32(p + 4)) << 32);
+}
+
+// CRC-32 (IEEE, as zip stores it).
+uint32_t crc32(const uint8_t* p, size_t n) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+struct ZipEntry {
+  std::string name;
+  uint64_t size = 0, comp_size = 0, local_offset = 0;
+};
+
+// The members of the archive as its central directory lists them (ZIP64 fields read), each
+// checked to lie inside the file: what libzip does not expose, so that members sharing bytes and
+// the total they expand to can be refused before anything is decompressed.
+std::vector<ZipEntry> central_directory(const formats::Bytes& b) {
+  const std::string& file = b.name();
+  const uint8_t* p = b.data();
+  size_t n = b.size();
+  if (n < 22) formats::fail(kFormat, file, "not a zip archive (", n, " bytes)");
+  size_t eocd = n - 22, lowest = n - 22 > 65535 ? n - 22 - 65535 : 0;
+  while (le32(p + eocd) != 0x06054b50u) {
+    if (eocd == lowest) formats::fail(kFormat, file, "not a zip archive (no end of directory)");
+    --eocd;
+  }
+  uint64_t count = le16(p + eocd + 10), cd_size = le32(p + eocd + 12);
+  uint64_t cd_offset = le32(p + eocd + 16);
+  if ((count == 0xFFFF || cd_size == 0xFFFFFFFFu || cd_offset == 0xFFFFFFFFu) && eocd >= 20 &&
+      le32(p + eocd - 20) == 0x07064b50u) {
+    uint64_t z = le64(p + eocd - 20 + 8);
+    if (z > n || n - z < 56 || le32(p + z) != 0x06064b50u) {
+      formats::fail(kFormat, file, "ZIP64 end of directory at offset ", z, " is not one");
+    }
+    count = le64(p + z + 32);
+    cd_size = le64(p + z + 40);
+    cd_offset = le64(p + z + 48);
+  }
+  if (cd_offset > n || cd_size > n - cd_offset || count > cd_size / 46) {
+    formats::fail(kFormat, file, "central directory (", count, " entries, ", cd_size,
+                  " bytes at offset ", cd_offset, ") does not fit in the file (", n, " bytes)");
+  }
+  std::vector<ZipEntry> out;
+  size_t pos = cd_offset, end = cd_offset + cd_size;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (end - pos < 46 || le32(p + pos) != 0x02014b50u) {
+      formats::fail(kFormat, file, "directory entry ", i, " at offset ", pos, " is malformed");
+    }
+    ZipEntry e;
+    e.comp_size = le32(p + pos + 20);
+    e.size = le32(p + pos + 24);
+    size_t name_len = le16(p + pos + 28), extra_len = le16(p + pos + 30);
+    size_t comment_len = le16(p + pos + 32);
+    e.local_offset = le32(p + pos + 42);
+    if (end - pos - 46 < name_len + extra_len + comment_len) {
+      formats::fail(kFormat, file, "directory entry ", i, " at offset ", pos,
+                    " runs past the directory");
+    }
+    e.name.assign(reinterpret_cast<const char*>(p + pos + 46), name_len);
+    // ZIP64 extra field: the 64-bit values of the fields saturated above, in this order.
+    const uint8_t* x = p + pos + 46 + name_len;
+    for (size_t k = 0; k + 4 <= extra_len;) {
+      size_t id = le16(x + k), len = le16(x + k + 2);
+      if (k + 4 + len > extra_len) break;
+      if (id == 0x0001) {
+        size_t at = k + 4;
+        auto wide = [&](uint64_t& field) {
+          if (field != 0xFFFFFFFFu) return;
+          if (at + 8 > k + 4 + len) {
+            formats::fail(kFormat, file, "member '", e.name, "': ZIP64 field is too short");
+          }
+          field = le64(x + at);
+          at += 8;
+        };
+        wide(e.size);
+        wide(e.comp_size);
+        wide(e.local_offset);
+      }
+      k += 4 + len;
+    }
+    pos += 46 + name_len + extra_len + comment_len;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// Refuses members whose bytes overlap (one deflate stream listed many times) and archives that
+// would expand past kMaxDeflateRatio times their size in all.
+void check_members(const formats::Bytes& b, const std::vector<ZipEntry>& entries) {
+  const std::string& file = b.name();
+  const uint8_t* p = b.data();
+  size_t n = b.size();
+  struct Range {
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Range> ranges;
+  uint64_t total = 0;
+  uint64_t cap = formats::checked_mul(n, kMaxDeflateRatio, kFormat, file, "size cap");
+  for (const auto& e : entries) {
+    uint64_t off = e.local_offset;
+    if (off > n || n - off < 30 || le32(p + off) != 0x04034b50u) {
+      formats::fail(kFormat, file, "member '", e.name, "': no local header at offset ", off);
+    }
+    uint64_t begin = off + 30 + le16(p + off + 26) + le16(p + off + 28);
+    if (begin > n || e.comp_size > n - begin) {
+      formats::fail(kFormat, file, "member '", e.name, "': ", e.comp_size,
+                    " compressed bytes from offset ", begin, " run past the end of the file (", n,
+                    " bytes)");
+    }
+    ranges.push_back({off, begin + e.comp_size, &e.name});
+    if (e.size > cap - std::min(cap, total)) {
+      formats::fail(kFormat, file, "members expand to more than ", kMaxDeflateRatio,
+                    "x the archive (", n, " bytes) in all, at member '", e.name, "'");
+    }
+    total += e.size;
+  }
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& c) { return a.begin < c.begin; });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].begin < ranges[i - 1].end) {
+      formats::fail(kFormat, file, "member '", *ranges[i].name, "' overlaps member '",
+                    *ranges[i - 1].name, "' (bytes from offset ", ranges[i].begin, ")");
+    }
+  }
+}
+
 struct ZipCloser {
   void operator()(zip_t* z) const { zip_discard(z); }
 };
@@ -320,6 +468,8 @@ struct ZipFileCloser {
 std::map<std::string, Tensor> load_from(const std::shared_ptr<const formats::Bytes>& b,
                                         const Device& device) {
   const std::string& file = b->name();
+  std::vector<ZipEntry> entries = central_directory(*b);
+  check_members(*b, entries);
   zip_error_t error;
   zip_error_init(&error);
   zip_source_t* src = zip_source_buffer_create(b->data(), b->size(), 0, &error);
@@ -334,11 +484,16 @@ std::map<std::string, Tensor> load_from(const std::shared_ptr<const formats::Byt
   zip_error_fini(&error);
   std::map<std::string, Tensor> out;
   zip_int64_t n = zip_get_num_entries(archive.get(), 0);
+  if (n < 0 || static_cast<size_t>(n) != entries.size()) {
+    formats::fail(kFormat, file, "libzip reads ", n, " members, the directory lists ",
+                  entries.size());
+  }
   for (zip_int64_t i = 0; i < n; ++i) {
     zip_stat_t st;
     zip_stat_init(&st);
     if (zip_stat_index(archive.get(), i, 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME) ||
-        !(st.valid & ZIP_STAT_SIZE)) {
+        !(st.valid & ZIP_STAT_SIZE) || !(st.valid & ZIP_STAT_CRC) ||
+        st.size != entries[static_cast<size_t>(i)].size) {
       formats::fail(kFormat, file, "member ", i, ": unreadable directory entry");
     }
     std::string name = st.name;
@@ -368,6 +523,11 @@ std::map<std::string, Tensor> load_from(const std::shared_ptr<const formats::Byt
     if (got != data.size()) {
       formats::fail(kFormat, file, "member '", name, "' holds ", got, " bytes, its entry says ",
                     data.size());
+    }
+    uint32_t crc = crc32(data.data(), data.size());
+    if (crc != st.crc) {
+      formats::fail(kFormat, file, "member '", name, "': CRC-32 of the data is ", crc,
+                    ", the directory says ", st.crc);
     }
     formats::count_copied(data.size());
     out.emplace(key, npy::load_bytes(std::move(data), file + ":" + name, device));

@@ -126,6 +126,10 @@ std::shared_ptr<const File::Impl> parse(std::shared_ptr<const formats::Bytes> by
         !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
       fail(kFormat, file, where, ": 'data_offsets' is not two non-negative integers");
     }
+    if (sh->size() > formats::kMaxRank) {
+      fail(kFormat, file, where, ": shape has ", sh->size(), " dims (at most ", formats::kMaxRank,
+           ")");
+    }
     TensorInfo info;
     std::vector<size_t> dims;
     for (auto& d : *sh) {
@@ -135,7 +139,7 @@ std::shared_ptr<const File::Impl> parse(std::shared_ptr<const formats::Bytes> by
     }
     // Counted before a Shape is made: a lying header must give a FormatError, not an overflow.
     size_t count = formats::checked_elem_count(dims, kFormat, file, where);
-    info.shape = Shape(dims);
+    info.shape = formats::checked_shape(dims, kFormat, file, where);
     info.dtype_name = dt->get<std::string>();
     size_t begin = (*off)[0].get<uint64_t>();
     size_t end = (*off)[1].get<uint64_t>();
@@ -292,14 +296,20 @@ ShardedFile ShardedFile::open(const std::string& path) {
   const char* text = reinterpret_cast<const char*>(bytes->data());
   nlohmann::json index =
       formats::parse_json(text, text + bytes->size(), "safetensors index", path, "index");
-  if (!index.is_object()) formats::fail("safetensors index", path, "not a JSON object");
+  if (!index.is_object()) formats::fail("safetensors index", path, "index is not a JSON object");
   auto wm = index.find("weight_map");
   if (wm == index.end() || !wm->is_object())
     formats::fail("safetensors index", path, "no object 'weight_map'");
   auto md = index.find("metadata");
   if (md != index.end() && md->is_object()) {
-    for (auto& [k, v] : md->items())
-      out.metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
+    // Scalars as their JSON text; a nested value is not metadata wick reads.
+    for (auto& [k, v] : md->items()) {
+      if (v.is_string()) {
+        out.metadata_[k] = v.get<std::string>();
+      } else if (v.is_primitive()) {
+        out.metadata_[k] = v.dump();
+      }
+    }
   }
   fs::path dir = fs::path(path).parent_path();
   std::map<std::string, size_t> shard_index;
@@ -310,8 +320,19 @@ ShardedFile ShardedFile::open(const std::string& path) {
     std::string file = shard.get<std::string>();
     auto it = shard_index.find(file);
     if (it == shard_index.end()) {
+      fs::path rel(file);
+      bool escapes = file.empty() || rel.is_absolute();
+      for (const auto& part : rel) escapes = escapes || part == "..";
+      if (escapes) {
+        formats::fail("safetensors index", path, "weight_map entry '", name, "' names shard ",
+                      formats::quote_prefix(file), ", not a file beside the index");
+      }
       it = shard_index.emplace(file, out.shards_.size()).first;
-      out.shards_.push_back(File::open((dir / file).string()));
+      try {
+        out.shards_.push_back(File::open((dir / file).string()));
+      } catch (const FormatError& e) {
+        formats::fail("safetensors index", path, "shard ", file, ": ", e.what());
+      }
     }
     if (!out.shards_[it->second].contains(name)) {
       formats::fail("safetensors index", path, "tensor '", name, "' is not in its shard ", file);

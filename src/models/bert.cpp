@@ -5,6 +5,7 @@
 #include "wick/bert.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,20 @@ BertConfig BertConfig::from_file(const fs::path& config_json) {
     fail("hidden_size " + std::to_string(c.hidden_size) +
          " is not a multiple of num_attention_heads " + std::to_string(c.num_attention_heads));
   }
-  if (!(c.layer_norm_eps > 0)) fail("layer_norm_eps must be positive");
+  if (!(c.layer_norm_eps > 0) || !std::isfinite(c.layer_norm_eps)) {
+    fail("layer_norm_eps " + std::to_string(c.layer_norm_eps) + " must be positive and finite");
+  }
+  // Products that size the weights must not wrap.
+  size_t product = 0;
+  if (__builtin_mul_overflow(c.vocab_size, c.hidden_size, &product) ||
+      __builtin_mul_overflow(c.intermediate_size, c.hidden_size, &product) ||
+      __builtin_mul_overflow(c.max_position_embeddings, c.hidden_size, &product) ||
+      __builtin_mul_overflow(c.type_vocab_size, c.hidden_size, &product) ||
+      __builtin_mul_overflow(c.hidden_size, size_t{3 * 8}, &product)) {
+    fail(
+        "sizes overflow (vocab_size, intermediate_size, max_position_embeddings or "
+        "type_vocab_size times hidden_size)");
+  }
   // Hugging Face's "gelu" is the exact (erf) GELU; other activations are other models.
   auto act = json_file::get_string(j, "hidden_act", config_json, "gelu");
   if (act != "gelu") fail("hidden_act \"" + act + "\" is not supported (only \"gelu\", exact)");
@@ -75,17 +89,40 @@ struct Norm {
   Tensor forward(const Tensor& x) const { return x.layer_norm(weight, bias, eps); }
 };
 
-Dense dense(const nn::Weights& w, size_t in, size_t out) {
-  return {w.get("weight", {out, in}), w.get("bias", {out})};
+// The weight `name` of shape `dims` in the model's dtype; FormatError naming the folder and the
+// tensor for a shape or a dtype the file should not have.
+Tensor weight(const nn::Weights& w, const std::string& name, const Shape& dims, DType dtype,
+              const fs::path& dir) {
+  Tensor t;
+  try {
+    t = w.get(name, dims);
+  } catch (const ShapeMismatch& e) {
+    throw FormatError(dir.string() + ": " + e.what());
+  }
+  if (t.dtype() != dtype) {
+    throw FormatError(dir.string() + ": tensor '" + w.path(name) + "' has dtype " +
+                      dtype_name(t.dtype()) + ", not a float type");
+  }
+  return t;
 }
 
-Norm norm(const nn::Weights& w, size_t dim, double eps) {
-  // Old TF-converted checkpoints name the LayerNorm parameters gamma and beta.
-  if (!w.contains("weight") && w.contains("gamma")) {
-    return {w.get("gamma", {dim}), w.get("beta", {dim}), eps};
+struct Loader {
+  DType dtype;
+  fs::path dir;
+  Tensor get(const nn::Weights& w, const std::string& name, const Shape& dims) const {
+    return weight(w, name, dims, dtype, dir);
   }
-  return {w.get("weight", {dim}), w.get("bias", {dim}), eps};
-}
+  Dense dense(const nn::Weights& w, size_t in, size_t out) const {
+    return {get(w, "weight", {out, in}), get(w, "bias", {out})};
+  }
+  Norm norm(const nn::Weights& w, size_t dim, double eps) const {
+    // Old TF-converted checkpoints name the LayerNorm parameters gamma and beta.
+    if (!w.contains("weight") && w.contains("gamma")) {
+      return {get(w, "gamma", {dim}), get(w, "beta", {dim}), eps};
+    }
+    return {get(w, "weight", {dim}), get(w, "bias", {dim}), eps};
+  }
+};
 
 struct Layer {
   Dense qkv;  // query, key and value stacked: one GEMM instead of three
@@ -128,8 +165,15 @@ Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype) {
     throw UnsupportedDType(std::string("Bert::load: dtype ") + dtype_name(dtype) +
                            " (expected f32, f16 or bf16)");
   }
-  if (!fs::is_directory(model_dir)) {
-    throw FormatError(model_dir.string() + ": not a model folder (no such directory)");
+  std::error_code ec;
+  auto status = fs::status(model_dir, ec);
+  if (!fs::is_directory(status)) {
+    bool missing = status.type() == fs::file_type::not_found;
+    throw FormatError(model_dir.string() + ": not a model folder (" +
+                      (missing ? std::string("no such directory")
+                       : ec    ? ec.message()
+                               : std::string("not a directory")) +
+                      ")");
   }
   auto impl = std::make_shared<Impl>();
   impl->config = BertConfig::from_file(model_dir / "config.json");
@@ -142,29 +186,30 @@ Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype) {
   // BertModel checkpoints name tensors "embeddings...", BertFor* checkpoints "bert.embeddings...".
   auto root = all.contains("embeddings.word_embeddings.weight") ? all : all.pp("bert");
 
+  const Loader ld{dtype, model_dir};
   auto emb = root.pp("embeddings");
-  impl->word_embeddings = emb.pp("word_embeddings").get("weight", {c.vocab_size, h});
+  impl->word_embeddings = ld.get(emb.pp("word_embeddings"), "weight", {c.vocab_size, h});
   impl->position_embeddings =
-      emb.pp("position_embeddings").get("weight", {c.max_position_embeddings, h});
+      ld.get(emb.pp("position_embeddings"), "weight", {c.max_position_embeddings, h});
   impl->token_type_row =
-      emb.pp("token_type_embeddings").get("weight", {c.type_vocab_size, h}).get(0);
-  impl->embeddings_norm = norm(emb.pp("LayerNorm"), h, c.layer_norm_eps);
+      ld.get(emb.pp("token_type_embeddings"), "weight", {c.type_vocab_size, h}).get(0);
+  impl->embeddings_norm = ld.norm(emb.pp("LayerNorm"), h, c.layer_norm_eps);
 
   auto layers = root.pp("encoder").pp("layer");
   for (size_t i = 0; i < c.num_hidden_layers; ++i) {
     auto lw = layers.pp(std::to_string(i));
     auto self = lw.pp("attention").pp("self");
-    auto q = dense(self.pp("query"), h, h);
-    auto k = dense(self.pp("key"), h, h);
-    auto v = dense(self.pp("value"), h, h);
+    auto q = ld.dense(self.pp("query"), h, h);
+    auto k = ld.dense(self.pp("key"), h, h);
+    auto v = ld.dense(self.pp("value"), h, h);
     Layer layer{
         Dense{Tensor::cat({q.weight, k.weight, v.weight}, 0),
               Tensor::cat({q.bias, k.bias, v.bias}, 0)},
-        dense(lw.pp("attention").pp("output").pp("dense"), h, h),
-        norm(lw.pp("attention").pp("output").pp("LayerNorm"), h, c.layer_norm_eps),
-        dense(lw.pp("intermediate").pp("dense"), h, c.intermediate_size),
-        dense(lw.pp("output").pp("dense"), c.intermediate_size, h),
-        norm(lw.pp("output").pp("LayerNorm"), h, c.layer_norm_eps),
+        ld.dense(lw.pp("attention").pp("output").pp("dense"), h, h),
+        ld.norm(lw.pp("attention").pp("output").pp("LayerNorm"), h, c.layer_norm_eps),
+        ld.dense(lw.pp("intermediate").pp("dense"), h, c.intermediate_size),
+        ld.dense(lw.pp("output").pp("dense"), c.intermediate_size, h),
+        ld.norm(lw.pp("output").pp("LayerNorm"), h, c.layer_norm_eps),
     };
     impl->layers.push_back(std::move(layer));
   }

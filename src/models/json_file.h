@@ -1,31 +1,66 @@
 #pragma once
-// Reading the small JSON files of a model folder (config.json, modules.json, ...) with errors that
-// name the file and the field.
+// Reading the JSON files of a model folder (config.json, modules.json, tokenizer.json, ...)
+// through the bounded parser (formats/json_util.h), with typed accessors whose errors name the
+// file and the key and quote at most a short prefix of the value.
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
+#include <string_view>
 
+#include "formats/format_util.h"
+#include "formats/json_util.h"
 #include "wick/error.h"
 
 namespace wick::json_file {
 
 using Json = nlohmann::json;
 
-/// Parses `path`; FormatError when it is missing, unreadable or not JSON.
-inline Json read(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError(path.string() + ": cannot open (missing or unreadable)");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return Json::parse(text.str());
-  } catch (const Json::exception& e) {
-    throw FormatError(path.string() + ": malformed JSON: " + e.what());
+/// Size limit of a small configuration file (config.json, modules.json, ...).
+constexpr size_t kMaxConfigBytes = size_t{16} << 20;
+/// Size limit of a tokenizer.json (the largest published ones are tens of MB).
+constexpr size_t kMaxTokenizerBytes = size_t{512} << 20;
+
+/// Parses `text` under the size and depth limits; FormatError "<origin>: ..." otherwise.
+inline Json parse(std::string_view text, const std::string& origin,
+                  size_t max_bytes = kMaxConfigBytes) {
+  formats::JsonLimits limits;
+  limits.max_bytes = max_bytes;
+  return formats::parse_json_bounded(text.data(), text.data() + text.size(), origin, limits);
+}
+
+/// Reads and parses `path`; FormatError naming it when it is missing, unreadable, not a regular
+/// file, over `max_bytes`, nested too deeply or not JSON.
+inline Json read(const std::filesystem::path& path, size_t max_bytes = kMaxConfigBytes) {
+  std::string text = formats::read_file_bounded(path.string(), max_bytes);
+  return parse(text, path.string(), max_bytes);
+}
+
+/// FormatError "<file>: field "<key>" must be <want>, got <a short description>".
+[[noreturn]] inline void bad_field(const std::string& file, const std::string& key,
+                                   const char* want, const Json& got) {
+  throw FormatError(file + ": field \"" + key + "\" must be " + want + ", got " +
+                    formats::describe(got));
+}
+
+/// An integer in [0, max]: FormatError naming file and key otherwise.
+inline uint64_t as_uint(const Json& v, const std::string& key, const std::string& file,
+                        uint64_t max = std::numeric_limits<uint64_t>::max()) {
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u <= max) return u;
+  } else if (v.is_number_integer()) {
+    int64_t i = v.get<int64_t>();
+    if (i >= 0 && static_cast<uint64_t>(i) <= max) return static_cast<uint64_t>(i);
   }
+  bool any = max == std::numeric_limits<uint64_t>::max();
+  bad_field(
+      file, key,
+      any ? "a non-negative integer" : ("an integer in [0, " + std::to_string(max) + "]").c_str(),
+      v);
 }
 
 /// A non-negative integer field; FormatError when missing (without a fallback) or not one.
@@ -36,11 +71,7 @@ inline size_t get_size(const Json& j, const char* key, const std::filesystem::pa
     if (fallback) return *fallback;
     throw FormatError(file.string() + ": missing field \"" + key + "\"");
   }
-  if (!it->is_number_integer() || it->get<long long>() < 0) {
-    throw FormatError(file.string() + ": field \"" + key +
-                      "\" must be a non-negative integer, got " + it->dump());
-  }
-  return it->get<size_t>();
+  return as_uint(*it, key, file.string());
 }
 
 /// A number field with a fallback.
@@ -48,10 +79,7 @@ inline double get_number(const Json& j, const char* key, const std::filesystem::
                          double fallback) {
   auto it = j.find(key);
   if (it == j.end()) return fallback;
-  if (!it->is_number()) {
-    throw FormatError(file.string() + ": field \"" + key + "\" must be a number, got " +
-                      it->dump());
-  }
+  if (!it->is_number()) bad_field(file.string(), key, "a number", *it);
   return it->get<double>();
 }
 
@@ -60,10 +88,7 @@ inline std::string get_string(const Json& j, const char* key, const std::filesys
                               const std::string& fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_string()) {
-    throw FormatError(file.string() + ": field \"" + key + "\" must be a string, got " +
-                      it->dump());
-  }
+  if (!it->is_string()) bad_field(file.string(), key, "a string", *it);
   return it->get<std::string>();
 }
 
@@ -71,11 +96,8 @@ inline std::string get_string(const Json& j, const char* key, const std::filesys
 inline bool get_bool(const Json& j, const char* key, const std::filesystem::path& file,
                      bool fallback) {
   auto it = j.find(key);
-  if (it == j.end()) return fallback;
-  if (!it->is_boolean()) {
-    throw FormatError(file.string() + ": field \"" + key + "\" must be true or false, got " +
-                      it->dump());
-  }
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) bad_field(file.string(), key, "true or false", *it);
   return it->get<bool>();
 }
 

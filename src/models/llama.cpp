@@ -1,12 +1,11 @@
 #include "wick/llama.h"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "backend.h"
+#include "models/json_file.h"
 #include "models/llama_impl.h"
 #include "nn/kv_write.h"
 #include "util.h"
@@ -20,38 +19,47 @@ namespace {
 
 using json = nlohmann::json;
 
+// A non-negative integer field (FormatError naming origin and key when missing or mistyped).
 size_t get_size(const json& j, const char* key, const std::string& origin) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < 0) {
-    throw FormatError(str(origin, ": \"", key, "\" missing or not a non-negative integer"));
-  }
-  return it->get<size_t>();
+  if (it == j.end()) throw FormatError(str(origin, ": missing field \"", key, "\""));
+  return json_file::as_uint(*it, key, origin);
+}
+
+// A field that may be absent or null (then `fallback`).
+size_t get_size_or(const json& j, const char* key, size_t fallback, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  return json_file::as_uint(*it, key, origin);
 }
 
 double get_double(const json& j, const char* key, double fallback, const std::string& origin) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) throw FormatError(str(origin, ": \"", key, "\" is not a number"));
+  if (!it->is_number()) json_file::bad_field(origin, key, "a number", *it);
   return it->get<double>();
 }
 
-std::vector<uint32_t> token_list(const json& v) {
+// A token id or a list of them; each a 32-bit unsigned integer.
+std::vector<uint32_t> token_list(const json& v, const char* key, const std::string& origin) {
   std::vector<uint32_t> out;
-  if (v.is_number_integer()) out.push_back(v.get<uint32_t>());
+  auto one = [&](const json& x) {
+    out.push_back(static_cast<uint32_t>(json_file::as_uint(x, key, origin, UINT32_MAX)));
+  };
+  if (v.is_null()) return out;
   if (v.is_array()) {
-    for (const auto& x : v) {
-      if (x.is_number_integer()) out.push_back(x.get<uint32_t>());
-    }
+    for (const auto& x : v) one(x);
+  } else {
+    one(v);
   }
   return out;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError(str(path, ": cannot open"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// A positive finite number, or FormatError naming it.
+void check_positive(double v, const char* key, const std::string& origin) {
+  if (!(std::isfinite(v) && v > 0)) {
+    throw FormatError(str(origin, ": ", key, " ", v, " must be a positive finite number"));
+  }
 }
 
 }  // namespace
@@ -59,45 +67,54 @@ std::string read_text_file(const std::string& path) {
 // ---- config ----
 
 LlamaConfig LlamaConfig::from_json(const std::string& json_text, const std::string& origin) {
-  json j = json::parse(json_text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw FormatError(str(origin, ": not a JSON object"));
+  json j = json_file::parse(json_text, origin);
+  if (!j.is_object()) throw FormatError(str(origin, ": not a JSON object"));
   LlamaConfig c;
-  c.model_type = j.value("model_type", std::string("llama"));
+  c.model_type = json_file::get_string(j, "model_type", origin, "llama");
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral") {
-    throw FormatError(str(origin, ": model_type \"", c.model_type,
-                          "\" is not a Llama-family decoder (llama, qwen2, mistral)"));
+    throw FormatError(str(origin, ": model_type ", formats::quote_prefix(c.model_type),
+                          " is not a Llama-family decoder (llama, qwen2, mistral)"));
   }
   c.vocab_size = get_size(j, "vocab_size", origin);
   c.hidden_size = get_size(j, "hidden_size", origin);
   c.intermediate_size = get_size(j, "intermediate_size", origin);
   c.num_hidden_layers = get_size(j, "num_hidden_layers", origin);
   c.num_attention_heads = get_size(j, "num_attention_heads", origin);
-  c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
-                              ? get_size(j, "num_key_value_heads", origin)
-                              : c.num_attention_heads;
-  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
-    c.head_dim = get_size(j, "head_dim", origin);
+  c.num_key_value_heads = get_size_or(j, "num_key_value_heads", c.num_attention_heads, origin);
+  auto hd = j.find("head_dim");
+  if (hd != j.end() && !hd->is_null()) {
+    c.head_dim = json_file::as_uint(*hd, "head_dim", origin);
   } else if (c.num_attention_heads > 0) {
+    // Without head_dim the heads must split hidden_size exactly.
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      throw FormatError(str(origin, ": hidden_size ", c.hidden_size,
+                            " is not a multiple of num_attention_heads ", c.num_attention_heads,
+                            " (and no head_dim is given)"));
+    }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  if (j.contains("max_position_embeddings")) {
-    c.max_position_embeddings = get_size(j, "max_position_embeddings", origin);
-  }
+  c.max_position_embeddings =
+      get_size_or(j, "max_position_embeddings", c.max_position_embeddings, origin);
   c.rms_norm_eps = get_double(j, "rms_norm_eps", 1e-6, origin);
   c.rope_theta = get_double(j, "rope_theta", 10000.0, origin);
-  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-  c.qkv_bias = c.model_type == "qwen2" || j.value("attention_bias", false);
+  c.tie_word_embeddings = json_file::get_bool(j, "tie_word_embeddings", origin, false);
+  c.qkv_bias = c.model_type == "qwen2" || json_file::get_bool(j, "attention_bias", origin, false);
   // transformers < 5: rope_theta and rope_scaling at the top; 5: both in rope_parameters.
   const json* rope = nullptr;
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-    rope = &j["rope_parameters"];
+  auto rp = j.find("rope_parameters");
+  auto rsc = j.find("rope_scaling");
+  if (rp != j.end() && rp->is_object()) {
+    rope = &*rp;
     c.rope_theta = get_double(*rope, "rope_theta", c.rope_theta, origin);
-  } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    rope = &j["rope_scaling"];
+  } else if (rsc != j.end() && rsc->is_object()) {
+    rope = &*rsc;
+  } else if (rsc != j.end() && !rsc->is_null()) {
+    json_file::bad_field(origin, "rope_scaling", "an object or null", *rsc);
   }
   if (rope != nullptr) {
     const json& rs = *rope;
-    std::string type = rs.value("rope_type", rs.value("type", std::string()));
+    std::string type = json_file::get_string(rs, "type", origin, "");
+    type = json_file::get_string(rs, "rope_type", origin, type);
     if (type == "llama3") {
       Llama3RopeScaling s;
       s.factor = get_double(rs, "factor", s.factor, origin);
@@ -107,38 +124,76 @@ LlamaConfig LlamaConfig::from_json(const std::string& json_text, const std::stri
                                                       s.original_max_position_embeddings, origin);
       c.rope_scaling = s;
     } else if (!type.empty() && type != "default") {
-      throw FormatError(str(origin, ": rope type \"", type, "\" is not supported"));
+      throw FormatError(
+          str(origin, ": rope type ", formats::quote_prefix(type), " is not supported"));
     }
   }
-  if (j.value("use_sliding_window", false)) {
+  if (json_file::get_bool(j, "use_sliding_window", origin, false)) {
     throw FormatError(str(origin, ": sliding-window attention is not supported"));
   }
-  if (j.contains("bos_token_id")) {
-    auto b = token_list(j["bos_token_id"]);
+  auto bos = j.find("bos_token_id");
+  if (bos != j.end()) {
+    auto b = token_list(*bos, "bos_token_id", origin);
     if (!b.empty()) c.bos_token_id = b[0];
   }
-  if (j.contains("eos_token_id")) c.eos_token_ids = token_list(j["eos_token_id"]);
+  auto eos = j.find("eos_token_id");
+  if (eos != j.end()) c.eos_token_ids = token_list(*eos, "eos_token_id", origin);
   c.validate(origin);
   return c;
 }
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
-  return from_json(read_text_file(path), path);
+  return from_json(formats::read_file_bounded(path, json_file::kMaxConfigBytes), path);
 }
 
 void LlamaConfig::validate(const std::string& origin) const {
   if (vocab_size == 0 || hidden_size == 0 || intermediate_size == 0 || num_hidden_layers == 0 ||
-      num_attention_heads == 0 || num_key_value_heads == 0 || head_dim == 0) {
+      num_attention_heads == 0 || num_key_value_heads == 0 || head_dim == 0 ||
+      max_position_embeddings == 0) {
     throw FormatError(str(origin, ": sizes must be positive (vocab ", vocab_size, ", hidden ",
                           hidden_size, ", intermediate ", intermediate_size, ", layers ",
                           num_hidden_layers, ", heads ", num_attention_heads, "/",
-                          num_key_value_heads, ", head_dim ", head_dim, ")"));
+                          num_key_value_heads, ", head_dim ", head_dim, ", max positions ",
+                          max_position_embeddings, ")"));
   }
   if (num_attention_heads % num_key_value_heads != 0) {
     throw FormatError(str(origin, ": num_attention_heads ", num_attention_heads,
                           " is not a multiple of num_key_value_heads ", num_key_value_heads));
   }
   if (head_dim % 2 != 0) throw FormatError(str(origin, ": head_dim ", head_dim, " is odd"));
+  // Products that size the weights and the cache must not wrap.
+  size_t q_rows = 0, kv_rows = 0, embed = 0;
+  if (__builtin_mul_overflow(num_attention_heads, head_dim, &q_rows) ||
+      __builtin_mul_overflow(num_key_value_heads, head_dim, &kv_rows) ||
+      __builtin_mul_overflow(vocab_size, hidden_size, &embed)) {
+    throw FormatError(str(origin, ": sizes overflow (heads ", num_attention_heads, "/",
+                          num_key_value_heads, " x head_dim ", head_dim, ", vocab ", vocab_size,
+                          " x hidden ", hidden_size, ")"));
+  }
+  check_positive(rms_norm_eps, "rms_norm_eps", origin);
+  check_positive(rope_theta, "rope_theta", origin);
+  if (rope_scaling) {
+    const Llama3RopeScaling& s = *rope_scaling;
+    check_positive(s.factor, "rope factor", origin);
+    check_positive(s.low_freq_factor, "rope low_freq_factor", origin);
+    check_positive(s.high_freq_factor, "rope high_freq_factor", origin);
+    check_positive(s.original_max_position_embeddings, "rope original_max_position_embeddings",
+                   origin);
+    if (!(s.high_freq_factor > s.low_freq_factor)) {
+      throw FormatError(str(origin, ": rope high_freq_factor ", s.high_freq_factor,
+                            " must be above low_freq_factor ", s.low_freq_factor));
+    }
+  }
+  if (bos_token_id && *bos_token_id >= vocab_size) {
+    throw FormatError(str(origin, ": bos_token_id ", *bos_token_id, " is outside the vocabulary (",
+                          vocab_size, " tokens)"));
+  }
+  for (uint32_t id : eos_token_ids) {
+    if (id >= vocab_size) {
+      throw FormatError(str(origin, ": eos_token_id ", id, " is outside the vocabulary (",
+                            vocab_size, " tokens)"));
+    }
+  }
 }
 
 void LlamaConfig::derive_common() {

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "formats/json_util.h"
 #include "models/families.h"
 #include "models/llama_impl.h"
 #include "util.h"
@@ -22,13 +23,57 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// A 32-bit token id from GGUF metadata; a wider one is a FormatError, not truncated.
+uint32_t gguf_id(const gguf::File& f, const char* key) {
+  uint64_t v = f.get_uint(key);
+  if (v > UINT32_MAX) {
+    throw FormatError(
+        str("gguf ", f.path(), ": metadata '", key, "' ", v, " does not fit a 32-bit token id"));
+  }
+  return static_cast<uint32_t>(v);
+}
+
+// The shape `name` must have, or FormatError naming the file and tensor.
+void expect_shape(const gguf::File& f, const std::string& name, const std::vector<size_t>& dims) {
+  const Shape& got = f.info(name).shape;
+  if (got != Shape(dims)) {
+    throw FormatError(str("gguf ", f.path(), ": tensor '", name, "' has shape ", got,
+                          ", the metadata gives ", Shape(dims)));
+  }
+}
+
+// Every tensor the loaders read, against the shapes the metadata implies.
+void check_gguf_shapes(const gguf::File& f, const LlamaConfig& c) {
+  size_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim;
+  size_t kv = c.num_key_value_heads * c.head_dim, ff = c.intermediate_size;
+  auto need = [&](const std::string& name) {
+    if (!f.contains(name)) throw FormatError(str("gguf ", f.path(), ": no tensor '", name, "'"));
+  };
+  for (const char* n : {"token_embd.weight", "output_norm.weight"}) need(n);
+  expect_shape(f, "token_embd.weight", {c.vocab_size, h});
+  expect_shape(f, "output_norm.weight", {h});
+  if (!c.tie_word_embeddings) expect_shape(f, "output.weight", {c.vocab_size, h});
+  for (size_t i = 0; i < c.num_hidden_layers; ++i) {
+    std::string g = str("blk.", i, ".");
+    const std::pair<const char*, std::vector<size_t>> parts[] = {
+        {"attn_norm.weight", {h}},    {"ffn_norm.weight", {h}},   {"attn_q.weight", {q, h}},
+        {"attn_k.weight", {kv, h}},   {"attn_v.weight", {kv, h}}, {"attn_output.weight", {h, q}},
+        {"ffn_gate.weight", {ff, h}}, {"ffn_up.weight", {ff, h}}, {"ffn_down.weight", {h, ff}},
+    };
+    for (const auto& [suffix, dims] : parts) {
+      need(g + suffix);
+      expect_shape(f, g + suffix, dims);
+    }
+  }
+}
+
 }  // namespace
 
 LlamaConfig gguf_config(const gguf::File& f) {
   std::string arch = f.architecture();
   if (arch != "llama") {
-    throw FormatError(
-        str(f.path(), ": general.architecture is \"", arch, "\", Llama::load reads \"llama\""));
+    throw FormatError(str("gguf ", f.path(), ": general.architecture is ",
+                          formats::quote_prefix(arch), ", Llama::load reads \"llama\""));
   }
   LlamaConfig c;
   c.model_type = "llama";
@@ -39,27 +84,39 @@ LlamaConfig gguf_config(const gguf::File& f) {
   c.num_key_value_heads = f.contains_key("llama.attention.head_count_kv")
                               ? f.get_uint("llama.attention.head_count_kv")
                               : c.num_attention_heads;
-  c.head_dim = f.contains_key("llama.rope.dimension_count")
-                   ? f.get_uint("llama.rope.dimension_count")
-                   : c.hidden_size / c.num_attention_heads;
+  if (f.contains_key("llama.rope.dimension_count")) {
+    c.head_dim = f.get_uint("llama.rope.dimension_count");
+  } else if (c.num_attention_heads > 0) {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      throw FormatError(str("gguf ", f.path(), ": llama.embedding_length ", c.hidden_size,
+                            " is not a multiple of llama.attention.head_count ",
+                            c.num_attention_heads, " (and no llama.rope.dimension_count)"));
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }  // else 0: validate() names it
   if (f.contains_key("llama.context_length")) {
     c.max_position_embeddings = f.get_uint("llama.context_length");
   }
   c.rms_norm_eps = f.get_float("llama.attention.layer_norm_rms_epsilon");
   if (f.contains_key("llama.rope.freq_base")) c.rope_theta = f.get_float("llama.rope.freq_base");
+  if (!f.contains("token_embd.weight")) {
+    throw FormatError(str("gguf ", f.path(), ": no tensor 'token_embd.weight'"));
+  }
+  const Shape& embd = f.info("token_embd.weight").shape;
   if (f.contains_key("llama.vocab_size")) {
     c.vocab_size = f.get_uint("llama.vocab_size");
-  } else {
-    c.vocab_size = f.info("token_embd.weight").shape[0];
+  } else if (embd.rank() == 2) {
+    c.vocab_size = embd[0];
   }
   c.tie_word_embeddings = !f.contains("output.weight");
   if (f.contains_key("tokenizer.ggml.bos_token_id")) {
-    c.bos_token_id = static_cast<uint32_t>(f.get_uint("tokenizer.ggml.bos_token_id"));
+    c.bos_token_id = gguf_id(f, "tokenizer.ggml.bos_token_id");
   }
   if (f.contains_key("tokenizer.ggml.eos_token_id")) {
-    c.eos_token_ids = {static_cast<uint32_t>(f.get_uint("tokenizer.ggml.eos_token_id"))};
+    c.eos_token_ids = {gguf_id(f, "tokenizer.ggml.eos_token_id")};
   }
-  c.validate(f.path());
+  c.validate("gguf " + f.path());
+  check_gguf_shapes(f, c);
   return c;
 }
 
@@ -114,8 +171,14 @@ Llama load_llama_weights(const std::string& dir, const LlamaConfig& c, const Dev
   fs::path folder(dir);
   fs::path index = folder / "model.safetensors.index.json";
   fs::path single = folder / "model.safetensors";
-  std::string weights_path = fs::exists(index) ? index.string() : single.string();
-  if (!fs::exists(weights_path)) {
+  auto exists = [](const fs::path& p) {
+    std::error_code ec;
+    bool found = fs::exists(p, ec);
+    if (ec) throw FormatError(str(p.string(), ": cannot be checked: ", ec.message()));
+    return found;
+  };
+  std::string weights_path = exists(index) ? index.string() : single.string();
+  if (!exists(weights_path)) {
     throw FormatError(str(dir, ": neither model.safetensors nor model.safetensors.index.json"));
   }
   auto file = safetensors::ShardedFile::open(weights_path);
@@ -133,7 +196,8 @@ std::unique_ptr<CausalLM> load_llama_family(const std::string& path, const Devic
 }
 
 Llama Llama::load(const std::string& path, const Device& device, DType dtype, bool keep_quantized) {
-  if (fs::is_directory(path)) return load_folder(path, device, dtype);
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return load_folder(path, device, dtype);
   if (ends_with(path, ".gguf")) {
     return keep_quantized ? load_gguf_quantized(path, device, dtype)
                           : load_gguf(path, device, dtype);
@@ -161,7 +225,7 @@ Tokenizer load_gguf_tokenizer(const std::string& gguf_path) {
   }
   auto id = [&](const char* key) -> std::optional<uint32_t> {
     if (!f.contains_key(key)) return std::nullopt;
-    return static_cast<uint32_t>(f.get_uint(key));
+    return gguf_id(f, key);
   };
   v.bos_id = id("tokenizer.ggml.bos_token_id");
   v.eos_id = id("tokenizer.ggml.eos_token_id");
@@ -176,7 +240,11 @@ Tokenizer load_gguf_tokenizer(const std::string& gguf_path) {
   if (f.contains_key("tokenizer.chat_template")) {
     v.chat_template = f.get_string("tokenizer.chat_template");
   }
-  return Tokenizer::from_gguf_vocab(v);
+  try {
+    return Tokenizer::from_gguf_vocab(v);
+  } catch (const TokenizerError& e) {
+    throw TokenizerError(str(e.what(), " (in '", gguf_path, "')"));
+  }
 }
 
 }  // namespace wick::models

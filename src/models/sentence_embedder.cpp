@@ -8,7 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "formats/json_util.h"
 #include "json_file.h"
+#include "util.h"
 #include "wick/bert.h"
 #include "wick/error.h"
 #include "wick/tokenizer.h"
@@ -30,6 +32,15 @@ struct SentenceEmbedder::Impl {
 
 namespace {
 
+// Whether `file` exists; FormatError naming it when the answer is unknown (a folder that cannot
+// be searched, a symlink loop), where std::filesystem::exists would throw filesystem_error.
+bool file_exists(const fs::path& file) {
+  std::error_code ec;
+  bool found = fs::exists(file, ec);
+  if (ec) throw FormatError(file.string() + ": cannot be checked: " + ec.message());
+  return found;
+}
+
 // The folder's module list: where the Transformer and Pooling modules live, and whether the
 // pipeline ends with Normalize. Without modules.json sentence-transformers uses Transformer + mean.
 struct Modules {
@@ -41,14 +52,21 @@ struct Modules {
 Modules read_modules(const fs::path& dir) {
   Modules mods{dir, {}, false};
   auto file = dir / "modules.json";
-  if (!fs::exists(file)) return mods;
+  if (!file_exists(file)) return mods;
   auto j = json_file::read(file);
   if (!j.is_array()) throw FormatError(file.string() + ": expected a JSON array of modules");
   bool have_transformer = false;
   for (const auto& m : j) {
     if (!m.is_object()) throw FormatError(file.string() + ": each module must be an object");
     auto type = json_file::get_string(m, "type", file, "");
-    auto path = dir / json_file::get_string(m, "path", file, "");
+    auto rel = fs::path(json_file::get_string(m, "path", file, ""));
+    for (const auto& part : rel) {
+      if (rel.is_absolute() || part == "..") {
+        throw FormatError(file.string() + ": module path " + formats::quote_prefix(rel.string()) +
+                          " leaves the model folder");
+      }
+    }
+    auto path = dir / rel;
     auto short_type = type.substr(type.rfind('.') == std::string::npos ? 0 : type.rfind('.') + 1);
     if (short_type == "Transformer") {
       mods.transformer = path;
@@ -58,8 +76,8 @@ Modules read_modules(const fs::path& dir) {
     } else if (short_type == "Normalize") {
       mods.normalize = true;
     } else {
-      throw FormatError(file.string() + ": module type \"" + type +
-                        "\" is not supported (Transformer, Pooling and Normalize are)");
+      throw FormatError(file.string() + ": module type " + formats::quote_prefix(type) +
+                        " is not supported (Transformer, Pooling and Normalize are)");
     }
   }
   if (!have_transformer) throw FormatError(file.string() + ": no Transformer module");
@@ -125,13 +143,20 @@ Tensor pool(const Tensor& hidden, const Tensor& mask, Pooling mode) {
 
 SentenceEmbedder SentenceEmbedder::load(const fs::path& model_dir, const Device& device,
                                         const SentenceEmbedderOptions& options) {
-  if (!fs::is_directory(model_dir)) {
-    throw FormatError(model_dir.string() + ": not a model folder (no such directory)");
+  std::error_code ec;
+  auto status = fs::status(model_dir, ec);
+  if (!fs::is_directory(status)) {
+    bool missing = status.type() == fs::file_type::not_found;
+    throw FormatError(model_dir.string() + ": not a model folder (" +
+                      (missing ? std::string("no such directory")
+                       : ec    ? ec.message()
+                               : std::string("not a directory")) +
+                      ")");
   }
   if (options.batch_size == 0) throw Error("SentenceEmbedder::load: batch_size must be positive");
   auto mods = read_modules(model_dir);
   auto tokenizer_file = mods.transformer / "tokenizer.json";
-  if (!fs::exists(tokenizer_file)) {
+  if (!file_exists(tokenizer_file)) {
     throw FormatError(tokenizer_file.string() + ": missing (vocab.txt alone is not read)");
   }
   auto bert = models::Bert::load(mods.transformer, device, options.dtype);
@@ -147,13 +172,19 @@ SentenceEmbedder SentenceEmbedder::load(const fs::path& model_dir, const Device&
 
   size_t max_len = c.max_position_embeddings;
   auto st_config = mods.transformer / "sentence_bert_config.json";
-  if (fs::exists(st_config)) {
+  if (file_exists(st_config)) {
     auto j = json_file::read(st_config);
     if (!j.is_object()) throw FormatError(st_config.string() + ": expected a JSON object");
-    max_len = json_file::get_size(j, "max_seq_length", st_config, &max_len);
+    auto it = j.find("max_seq_length");
+    if (it != j.end() && !it->is_null()) {
+      max_len = json_file::as_uint(*it, "max_seq_length", st_config.string());
+      if (max_len == 0) {
+        throw FormatError(st_config.string() + ": field \"max_seq_length\" must be positive");
+      }
+    }
   }
   if (options.max_seq_length) max_len = options.max_seq_length;
-  impl->max_seq_length = std::clamp<size_t>(max_len, 2, c.max_position_embeddings);
+  impl->max_seq_length = std::min(max_len, c.max_position_embeddings);
   return SentenceEmbedder(std::move(impl));
 }
 
@@ -212,6 +243,13 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
   for (size_t start = 0, count = 0; start < n; start += count) {
     // The first sentence of a batch is its longest: it sets the padded length.
     size_t len = ids[order[start]].size();
+    if (len == 0) {
+      // The longest text has no tokens: every remaining one is empty, and BERT has no
+      // embedding for an empty sequence.
+      throw ShapeMismatch(
+          str("SentenceEmbedder::embed: text ", order[start],
+              " has no tokens (the tokenizer adds no special tokens), nothing to embed"));
+    }
     count = std::min(m.batch_size, n - start);
     if (m.max_batch_tokens) count = std::clamp<size_t>(m.max_batch_tokens / len, 1, count);
     std::vector<uint32_t> batch_ids(count * len, 0);

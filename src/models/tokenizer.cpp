@@ -8,6 +8,9 @@
 #include <unordered_map>
 
 #include "cpu/parallel.h"
+#include "formats/format_util.h"
+#include "formats/json_util.h"
+#include "models/json_file.h"
 #include "models/tokenizer_models.h"
 #include "models/tokenizer_pipeline.h"
 #include "models/tokenizer_unicode.h"
@@ -330,12 +333,33 @@ std::vector<std::pair<std::string, std::string>> parse_merges(const Json& merges
   return out;
 }
 
+// The text of `path` (bounded), with errors as TokenizerError naming it.
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TokenizerError("Tokenizer::from_file: cannot open '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  try {
+    return formats::read_file_bounded(path, json_file::kMaxTokenizerBytes);
+  } catch (const FormatError& e) {
+    throw TokenizerError(std::string("Tokenizer::from_file: ") + e.what());
+  }
+}
+
+Json parse_json(std::string_view text, const char* origin) {
+  try {
+    return json_file::parse(text, origin, json_file::kMaxTokenizerBytes);
+  } catch (const FormatError& e) {
+    throw TokenizerError(std::string("Tokenizer::from_json: ") + e.what());
+  }
+}
+
+// A token id in [0, limit): ids index tables sized from them, so they are bounded by the
+// number of tokens the file declares.
+uint32_t bounded_id(const Json& v, size_t limit, const std::string& what) {
+  if (v.is_number_integer()) {
+    bool negative = !v.is_number_unsigned() && v.get<int64_t>() < 0;
+    if (!negative && v.get<uint64_t>() < limit) return static_cast<uint32_t>(v.get<uint64_t>());
+  }
+  throw TokenizerError("tokenizer.json: " + what + " must be an integer id below " +
+                       std::to_string(limit) + " (the number of tokens), got " +
+                       formats::describe(v));
 }
 
 }  // namespace
@@ -365,12 +389,10 @@ Tokenizer Tokenizer::from_file(const std::string& file_or_dir) {
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
                                std::string_view tokenizer_config_json) {
-  Json j, config;
-  try {
-    j = Json::parse(tokenizer_json);
-    if (!tokenizer_config_json.empty()) config = Json::parse(tokenizer_config_json);
-  } catch (const Json::exception& e) {
-    throw TokenizerError(std::string("Tokenizer::from_json: malformed JSON: ") + e.what());
+  Json j = parse_json(tokenizer_json, "tokenizer.json");
+  Json config;
+  if (!tokenizer_config_json.empty()) {
+    config = parse_json(tokenizer_config_json, "tokenizer_config.json");
   }
   auto impl = std::make_shared<Impl>();
   try {
@@ -385,13 +407,37 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
     impl->prefix_space = impl->pre_tokenizer && impl->pre_tokenizer->adds_prefix_space();
 
     const Json& m = j["model"];
+    const Json& vocab_json = m.at("vocab");
+    if (!vocab_json.is_object()) {
+      throw TokenizerError("tokenizer.json: model.vocab must be an object, got " +
+                           formats::describe(vocab_json));
+    }
+    const Json& added_json = j.value("added_tokens", Json::array());
+    if (!added_json.is_array()) {
+      throw TokenizerError("tokenizer.json: added_tokens must be an array, got " +
+                           formats::describe(added_json));
+    }
+    size_t id_limit = vocab_json.size() + added_json.size();
     Vocab vocab;
-    for (const auto& [token, id] : m.at("vocab").items()) vocab.add(token, id.get<uint32_t>());
+    for (const auto& [token, id] : vocab_json.items()) {
+      vocab.add(token, bounded_id(id, id_limit, "vocab entry " + formats::quote_prefix(token)));
+    }
     std::string type = m.value("type", m.contains("merges") ? "BPE" : "WordPiece");
     if (type == "WordPiece") {
-      impl->model = std::make_unique<WordPiece>(std::move(vocab), m.value("unk_token", "[UNK]"),
-                                                m.value("continuing_subword_prefix", "##"),
-                                                m.value("max_input_chars_per_word", 100));
+      auto max_chars = m.find("max_input_chars_per_word");
+      size_t max_input_chars = 100;
+      if (max_chars != m.end() && !max_chars->is_null()) {
+        if (!max_chars->is_number_unsigned()) {
+          throw TokenizerError(
+              "tokenizer.json: model.max_input_chars_per_word must be a non-negative integer, "
+              "got " +
+              formats::describe(*max_chars));
+        }
+        max_input_chars = max_chars->get<size_t>();
+      }
+      impl->model =
+          std::make_unique<WordPiece>(std::move(vocab), m.value("unk_token", "[UNK]"),
+                                      m.value("continuing_subword_prefix", "##"), max_input_chars);
     } else if (type == "BPE") {
       BpeOptions options;
       if (m.contains("unk_token") && m["unk_token"].is_string()) {
@@ -413,9 +459,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
                            "' is not supported (WordPiece, BPE)");
     }
 
-    for (const Json& t : j.value("added_tokens", Json::array())) {
+    for (const Json& t : added_json) {
       AddedToken a;
-      a.id = t.at("id").get<uint32_t>();
+      a.id = bounded_id(t.at("id"), id_limit, "added token id");
       a.content = t.at("content").get<std::string>();
       a.special = t.value("special", false);
       a.normalized = t.value("normalized", !a.special);
@@ -451,7 +497,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
     if (auto unk = named("unk_token")) impl->unk = unk;
     std::optional<uint32_t> pad;
     if (j.contains("padding") && j["padding"].is_object()) {
-      pad = j["padding"].value("pad_id", uint32_t{0});
+      pad = bounded_id(j["padding"].value("pad_id", Json(0)), id_limit, "padding.pad_id");
     }
     if (!pad) pad = named("pad_token");
     if (!pad) pad = first_known(*impl, {"[PAD]", "<pad>", "<|pad|>"});

@@ -28,6 +28,8 @@ WordPiece::WordPiece(Vocab vocab, const std::string& unk_token, std::string pref
                          "' is not in the vocabulary");
   }
   unk_ = *unk;
+  for (const auto& [token, id] : vocab_.ids)
+    max_token_bytes_ = std::max(max_token_bytes_, token.size());
 }
 
 void WordPiece::tokenize(std::string_view piece, std::vector<uint32_t>& out) const {
@@ -38,7 +40,13 @@ void WordPiece::tokenize(std::string_view piece, std::vector<uint32_t>& out) con
   thread_local std::string candidate;
   size_t mark = out.size();
   for (size_t start = 0; start < piece.size();) {
-    size_t end = piece.size();
+    // Candidates start no longer than the longest token, at a code point boundary: a word of n
+    // characters costs n times the longest token, not n^2.
+    size_t room = max_token_bytes_ - std::min(max_token_bytes_, start > 0 ? prefix_.size() : 0);
+    size_t end = piece.size() - start > room ? start + room : piece.size();
+    while (end > start && end < piece.size() && (static_cast<uint8_t>(piece[end]) & 0xC0) == 0x80) {
+      --end;
+    }
     std::optional<uint32_t> found;
     while (start < end) {
       candidate.clear();

@@ -56,6 +56,7 @@ class WordPiece final : public Model {
   uint32_t unk_;
   std::string prefix_;
   size_t max_chars_;
+  size_t max_token_bytes_ = 0;  // the longest vocabulary entry: no longer candidate can match
 };
 
 struct BpeOptions {

@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 
+#include "formats/json_util.h"
 #include "models/tokenizer_regex.h"
 #include "models/tokenizer_unicode.h"
 #include "wick/tokenizer.h"
@@ -13,8 +14,22 @@ namespace wick::tok {
 namespace {
 
 [[noreturn]] void unsupported(const char* stage, const Json& j) {
-  std::string type = j.is_object() && j.contains("type") ? j["type"].dump() : j.dump();
+  auto it = j.is_object() ? j.find("type") : j.end();
+  std::string type = formats::describe(it != j.end() ? *it : j);
   throw TokenizerError(std::string("tokenizer.json: ") + stage + " " + type + " is not supported");
+}
+
+// A token id: an integer in [0, 2^32), not wrapped from a negative or wider number.
+uint32_t token_id(const Json& v, const char* where) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() <= UINT32_MAX) return v.get<uint32_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= UINT32_MAX) {
+    return static_cast<uint32_t>(v.get<int64_t>());
+  }
+  std::string msg = "tokenizer.json: ";
+  msg += where;
+  msg += " id must be an integer in [0, 2^32), got ";
+  msg += formats::describe(v);
+  throw TokenizerError(msg);
 }
 
 template <class T>
@@ -457,7 +472,9 @@ std::unique_ptr<PostProcessor> template_processor(const Json& j) {
         throw TokenizerError("tokenizer.json: TemplateProcessing names special token '" + name +
                              "' missing from special_tokens");
       }
-      items.emplace_back(special[name].at("ids").get<std::vector<uint32_t>>());
+      std::vector<uint32_t> ids;
+      for (const Json& id : special[name].at("ids")) ids.push_back(token_id(id, "special token"));
+      items.emplace_back(std::move(ids));
     } else {
       unsupported("TemplateProcessing item", item);
     }
@@ -648,8 +665,8 @@ std::unique_ptr<PostProcessor> make_post_processor(const Json& j) {
   std::string type = j.at("type").get<std::string>();
   if (type == "TemplateProcessing") return template_processor(j);
   if (type == "BertProcessing" || type == "RobertaProcessing") {
-    uint32_t cls = j.at("cls").at(1).get<uint32_t>();
-    uint32_t sep = j.at("sep").at(1).get<uint32_t>();
+    uint32_t cls = token_id(j.at("cls").at(1), "cls");
+    uint32_t sep = token_id(j.at("sep").at(1), "sep");
     return make_bos_eos_processor({cls}, {sep});
   }
   if (type == "ByteLevel") return make_bos_eos_processor({}, {});  // offsets only
