@@ -200,6 +200,21 @@ TEST(ChatTemplate, BoundsStopRunawayTemplates) {
   expect_error("{{ 'x' * 10000000000 }}", "larger", false);
   expect_error("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}", "nested", true);
   expect_error("{{ " + std::string(5000, '[') + " }}", "nested", true);
+  // Values built deeper than Python's recursion would allow, and namespaces holding themselves.
+  expect_error(
+      "{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}"
+      "{% endfor %}",
+      "nested deeper", false);
+  expect_error("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "nested deeper", false);
+  // Work that grows with the size of what it copies counts against the budget too.
+  expect_error(
+      "{% set ns = namespace(s='', l=[]) %}{% for i in range(50000) %}"
+      "{% set ns.l = ns.l + [i] %}{% endfor %}",
+      "steps", false, small);
+  expect_error(
+      "{% set ns = namespace(s='') %}{% for i in range(50000) %}"
+      "{% set ns.s = ns.s ~ 'xxxxxxxxxxxxxxxx' %}{% endfor %}",
+      "steps", false, small);
   std::string deep;
   for (int k = 0; k < 300; ++k) deep += "{% if true %}";
   expect_error(deep, "nested", true);

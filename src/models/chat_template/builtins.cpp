@@ -208,7 +208,10 @@ Value get_item(const Value& obj, const Value& key) {
 }
 
 Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
-  if (obj.kind != Kind::List && obj.kind != Kind::String) return Value::undefined();
+  // jinja2 slices with Python's own subscription (no sandbox fallback to Undefined).
+  if (obj.kind == Kind::Dict && !obj.namespace_) throw RenderError("unhashable type: 'slice'");
+  if (obj.kind != Kind::List && obj.kind != Kind::String)
+    throw RenderError("'" + type_name(obj) + "' object is not subscriptable");
   auto index = [](const Value& v, int64_t& out) {
     if (v.is_none()) return false;
     if (!as_int(v, out))
@@ -290,6 +293,7 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Call
     if (v.kind != o.kind) return false;
     if (v.is_none() || v.is_undefined()) return true;
     if (v.kind == Kind::Bool) return v.b == o.b;
+    if (v.kind == Kind::Int) return v.i == o.i && v.i >= -5 && v.i <= 256;  // CPython's cache
     if (v.is_list()) return v.list == o.list;
     if (v.kind == Kind::Dict) return v.dict == o.dict;
     return false;
@@ -332,16 +336,15 @@ void add_globals(Renderer& r, Dict& globals) {
                   out.push_back(Value::integer(k));
                 return Value::make_list(std::move(out));
               }));
-  auto make_dict = [](const CallArgs& a, bool ns) {
+  Renderer* rp = &r;
+  auto make_dict = [rp](const CallArgs& a, bool ns) {
     Dict d;
     for (const Value& p : a.pos) {
       if (!p.is_dict()) throw RenderError("namespace/dict takes a mapping or keywords");
       for (const auto& [k, v] : p.dict->items) d.set(k, v);
     }
     for (const auto& [k, v] : a.kw) d.set(k, v);
-    Value out = Value::make_dict(std::move(d));
-    out.namespace_ = ns;
-    return out;
+    return ns ? rp->make_namespace(std::move(d)) : Value::make_dict(std::move(d));
   };
   globals.set("namespace", Value::callable("namespace", [make_dict](const CallArgs& a) {
                 return make_dict(a, true);
@@ -352,7 +355,6 @@ void add_globals(Renderer& r, Dict& globals) {
                 const Value* msg = a.get(0, "message");
                 throw RenderError("raise_exception: " + (msg ? to_str(*msg) : std::string()));
               }));
-  Renderer* rp = &r;
   globals.set("strftime_now", Value::callable("strftime_now", [rp](const CallArgs& a) {
                 const Value* fmt = a.get(0, "format");
                 if (!fmt || !fmt->is_string())

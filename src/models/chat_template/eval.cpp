@@ -11,6 +11,18 @@ Renderer::Renderer(const Body& body, Dict context, Limits limits, std::optional<
   scope_ = std::make_shared<Scope>();
 }
 
+Renderer::~Renderer() {
+  for (auto& d : namespaces_) d->items.clear();
+  for (auto& s : closures_) s->vars.items.clear();
+}
+
+Value Renderer::make_namespace(Dict d) {
+  Value v = Value::make_dict(std::move(d));
+  v.namespace_ = true;
+  namespaces_.push_back(v.dict);
+  return v;
+}
+
 std::string Renderer::render() {
   std::string out;
   exec(body_, out);
@@ -21,6 +33,12 @@ void Renderer::step(uint64_t n) {
   steps_ += n;
   if (steps_ > limits_.max_steps)
     throw RenderError("rendering takes more than " + std::to_string(limits_.max_steps) + " steps");
+}
+
+void Renderer::charge(const Value& v) {
+  if (v.kind == Kind::String) step(v.s.size() / 256);
+  if (v.kind == Kind::List) step(v.list->size() / 8);
+  if (v.kind == Kind::Dict) step(v.dict->items.size() / 8);
 }
 
 void Renderer::append(std::string& out, const std::string& text) {
@@ -209,7 +227,11 @@ void Renderer::exec_set(const Stmt& s) {
 Value Renderer::make_macro(const Stmt& s, std::shared_ptr<Scope> closure, bool is_caller) {
   const Stmt* sp = &s;
   std::string name = is_caller ? "caller" : s.name;
-  return Value::callable(name, [this, sp, closure, name](const CallArgs& args) -> Value {
+  closures_.push_back(closure);
+  std::weak_ptr<Scope> weak = closure;
+  return Value::callable(name, [this, sp, weak, name](const CallArgs& args) -> Value {
+    std::shared_ptr<Scope> closure = weak.lock();
+    if (!closure) throw RenderError("macro '" + name + "' called after its scope ended");
     if (call_depth_ >= limits_.max_call_depth)
       throw RenderError("macro calls nested deeper than " + std::to_string(limits_.max_call_depth));
     const auto& params = sp->params;
@@ -251,7 +273,9 @@ Value Renderer::call(const Value& fn, const CallArgs& args) {
   if (fn.kind != Kind::Callable)
     throw RenderError("'" + type_name(fn) + "' object is not callable");
   step();
-  return fn.fn->fn(args);
+  Value out = fn.fn->fn(args);
+  charge(out);
+  return out;
 }
 
 void Renderer::eval_args(const Expr& e, CallArgs& args) {
@@ -266,7 +290,10 @@ Value Renderer::apply_filters(const Expr& f, Value input) {
   CallArgs args;
   eval_args(f, args);
   step();
-  return apply_filter(*this, f.name, v, args);
+  charge(v);
+  Value out = apply_filter(*this, f.name, v, args);
+  charge(out);
+  return out;
 }
 
 Value Renderer::eval_compare(const Expr& e) {
@@ -280,6 +307,7 @@ Value Renderer::eval_compare(const Expr& e) {
     } else if (op == "!=") {
       ok = !equals(left, right);
     } else if (op == "in" || op == "notin") {
+      charge(right);
       ok = contains(right, left) == (op == "in");
     } else {
       if (left.is_undefined()) undefined_error(left);
@@ -350,7 +378,9 @@ Value Renderer::eval(const Expr& e) {
     case ExprKind::Binary: {
       Value a = eval(*e.a);
       Value b = eval(*e.b);
-      return binary_op(e.name, a, b, limits_.max_output);
+      Value out = binary_op(e.name, a, b, limits_.max_output);
+      charge(out);
+      return out;
     }
     case ExprKind::And: {
       Value a = eval(*e.a);

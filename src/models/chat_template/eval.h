@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "models/chat_template/ast.h"
 
@@ -20,12 +21,20 @@ class Renderer {
   /// `context`: the template's variables; `now`: a fixed time for strftime_now (UTC), else the
   /// local clock.
   Renderer(const Body& body, Dict context, Limits limits, std::optional<std::time_t> now);
+  ~Renderer();
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
   std::string render();
 
   /// Calls a callable value (macro, method, global).
   Value call(const Value& fn, const CallArgs& args);
+  /// A namespace() object, kept so that the reference cycles a template can build through
+  /// namespaces (ns.self = ns) are broken when the render ends.
+  Value make_namespace(Dict d);
   /// Counts `n` units of work against the step budget.
   void step(uint64_t n = 1);
+  /// Counts the work of copying or scanning `v` (long strings and lists cost more than one step).
+  void charge(const Value& v);
   const Limits& limits() const { return limits_; }
   std::optional<std::time_t> now() const { return now_; }
 
@@ -54,6 +63,9 @@ class Renderer {
   Limits limits_;
   std::optional<std::time_t> now_;
   std::shared_ptr<Scope> scope_;
+  // Macros hold their defining scope weakly (the scope holds the macro); these keep them alive.
+  std::vector<std::shared_ptr<Scope>> closures_;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
   int line_ = 0;

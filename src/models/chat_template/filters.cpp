@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 #include "models/chat_template/builtins.h"
 #include "models/chat_template/strings.h"
@@ -310,13 +311,11 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const C
   if (name == "unique") {
     bool cs = arg_bool(a, 0, "case_sensitive", false);
     const Value* attribute = arg(a, 1, "attribute");
-    List out, seen;
+    List out;
+    std::set<std::string> seen;  // a Python set: unhashable keys raise
     for (const Value& item : iterate(v)) {
       Value key = sort_key(attribute ? attr_get(item, to_str(*attribute)) : item, cs);
-      if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); }))
-        continue;
-      seen.push_back(key);
-      out.push_back(item);
+      if (seen.insert(dict_key(key)).second) out.push_back(item);
     }
     return Value::make_list(std::move(out));
   }

@@ -34,13 +34,16 @@ bool all_space(std::string_view s) {
 
 // Length of the whitespace run (Python's \s*) at the start of s.
 size_t space_run(std::string_view s) {
-  std::u32string u = utf8_decode(s.substr(0, std::min<size_t>(s.size(), 4096)));
   size_t n = 0;
-  for (char32_t c : u) {
-    if (!py_isspace(c)) break;
-    n += utf8_encode(std::u32string_view(&c, 1)).size();
+  while (n < s.size()) {
+    // One code point at a time: a UTF-8 sequence is at most 4 bytes.
+    size_t len = 1;
+    while (len < 4 && n + len < s.size() && (static_cast<unsigned char>(s[n + len]) & 0xc0) == 0x80)
+      ++len;
+    std::u32string u = utf8_decode(s.substr(n, len));
+    if (u.empty() || !py_isspace(u[0])) break;
+    n += utf8_encode(std::u32string_view(u.data(), 1)).size();
   }
-  if (n == 4096 && s.size() > 4096) n += space_run(s.substr(4096));
   return n;
 }
 

@@ -72,8 +72,41 @@ Value Value::str(std::string s, bool markup) {
   v.markup = markup;
   return v;
 }
+namespace {
+
+int nesting(const Value& element) {
+  return element.namespace_ ? 1 : element.depth;
+}
+
+void check_depth(int depth) {
+  if (depth > kMaxNesting)
+    throw RenderError("values nested deeper than " + std::to_string(kMaxNesting));
+}
+
+// repr, ==, < and json walk values recursively; namespaces can hold themselves.
+class NestGuard {
+ public:
+  NestGuard() {
+    if (++depth_ > 2 * kMaxNesting) {
+      --depth_;
+      throw RenderError("values nested deeper than " + std::to_string(kMaxNesting));
+    }
+  }
+  ~NestGuard() { --depth_; }
+  NestGuard(const NestGuard&) = delete;
+  NestGuard& operator=(const NestGuard&) = delete;
+
+ private:
+  static thread_local int depth_;
+};
+thread_local int NestGuard::depth_ = 0;
+
+}  // namespace
+
 Value Value::make_list(List items, bool tuple) {
   Value v;
+  for (const Value& x : items) v.depth = std::max(v.depth, nesting(x));
+  check_depth(++v.depth);
   v.kind = Kind::List;
   v.list = std::make_shared<List>(std::move(items));
   v.tuple = tuple;
@@ -81,6 +114,8 @@ Value Value::make_list(List items, bool tuple) {
 }
 Value Value::make_dict(Dict d) {
   Value v;
+  for (const auto& kv : d.items) v.depth = std::max(v.depth, nesting(kv.second));
+  check_depth(++v.depth);
   v.kind = Kind::Dict;
   v.dict = std::make_shared<Dict>(std::move(d));
   return v;
@@ -249,6 +284,7 @@ std::string repr_string(const std::string& s) {
 }  // namespace
 
 std::string repr(const Value& v) {
+  NestGuard guard;
   switch (v.kind) {
     case Kind::String:
       return v.markup ? "Markup(" + repr_string(v.s) + ")" : repr_string(v.s);
@@ -262,7 +298,11 @@ std::string repr(const Value& v) {
       return out + (v.tuple ? ")" : "]");
     }
     case Kind::Dict: {
-      if (v.namespace_) return "<Namespace " + repr(Value::make_dict(*v.dict)) + ">";
+      if (v.namespace_) {
+        Value plain = v;
+        plain.namespace_ = false;
+        return "<Namespace " + repr(plain) + ">";
+      }
       std::string out = "{";
       bool first = true;
       for (const auto& [k, x] : v.dict->items) {
@@ -299,6 +339,7 @@ std::string to_str(const Value& v) {
 }
 
 bool equals(const Value& a, const Value& b) {
+  NestGuard guard;
   if (a.is_number() && b.is_number()) {
     if (a.kind == Kind::Float || b.kind == Kind::Float) {
       double x = a.kind == Kind::Float ? a.f : a.kind == Kind::Int ? double(a.i) : double(a.b);
@@ -336,6 +377,7 @@ bool equals(const Value& a, const Value& b) {
 }
 
 int compare(const Value& a, const Value& b) {
+  NestGuard guard;
   if (a.is_number() && b.is_number()) {
     double x = a.kind == Kind::Float ? a.f : a.kind == Kind::Int ? double(a.i) : double(a.b);
     double y = b.kind == Kind::Float ? b.f : b.kind == Kind::Int ? double(b.i) : double(b.b);
@@ -443,7 +485,7 @@ void json_string(std::string& out, const std::string& s) {
 
 void json_value(std::string& out, const Value& v, int indent, int depth, const std::string& isep,
                 const std::string& ksep, bool sort_keys) {
-  if (depth > 512) throw RenderError("tojson: nesting deeper than 512");
+  if (depth > 2 * kMaxNesting) throw RenderError("tojson: values nested too deep");
   auto newline = [&](int d) {
     if (indent < 0) return;
     out += '\n';

@@ -56,6 +56,7 @@ struct Value {
   bool tuple = false;        // List: a Python tuple
   bool namespace_ = false;   // Dict: an object with attributes (a namespace, a loop), no mapping
   bool loop_object = false;  // Dict: the `loop` variable (its attributes are read-only)
+  int depth = 0;             // List, Dict: 1 + the deepest element's (namespaces count 1)
   int64_t i = 0;
   double f = 0;
   std::string s;  // String; Undefined: the name that was missing, for messages
@@ -88,6 +89,9 @@ struct Value {
 std::string dict_key(const Value& key);
 /// The key back from its Dict spelling.
 Value key_value(const std::string& spelled);
+
+/// Containers nest at most this deep (Python's own limit is its recursion limit).
+constexpr int kMaxNesting = 200;
 
 /// Python's type name of a value, for messages ("str", "int", "NoneType", ...).
 std::string type_name(const Value& v);
