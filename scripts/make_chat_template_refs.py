@@ -243,6 +243,7 @@ SNIPPETS = [
     ("{% set ns = namespace(items=[]) %}{% for i in range(3) %}{% set ns.items = ns.items + [i] %}{% endfor %}{{ ns.items }}{{ ns.items|tojson }}", {}),
     ("{% for m in messages %}{% set content = m.content %}{% if content is string %}{{ content }}{% else %}{% for part in content %}{{ part.text }}{% endfor %}{% endif %}{% endfor %}", {"messages": [{"role": "user", "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]}, {"role": "user", "content": "C"}]}),
     ("{{ d|items|list }}{% for k, v in d|items %}{{ k }}{{ v }}{% endfor %}{{ d.values()|list|tojson }}", {"d": {"z": 1, "a": {"n": [True]}}}),
+    ("{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}{{ c is defined }}", {}),
     ("{{ (1, 2) + (3,) }}{{ [1, [2, (3, 4)]] }}{{ 'a'.join(['x', 'y']) }}{{ 'é'|length }}{{ 'a-b_c d'|title }}{{ 'ab'|center(6) if false else 'no' }}", {}),
 ]
 

@@ -64,7 +64,7 @@ enum class StmtKind {
   FilterBlock,  // filter chain ... endfilter
   Break,
   Continue,
-  Scope,  // a body rendered in place ({% generation %}, {% with %} without bindings)
+  Scope,  // a body in a new scope: {% generation %}, {% with a = x, ... %} (params)
 };
 
 struct Param {

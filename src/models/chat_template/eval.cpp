@@ -127,8 +127,10 @@ Renderer::Flow Renderer::exec_stmt(const Stmt& s, std::string& out) {
     case StmtKind::Continue:
       return Flow::Continue;
     case StmtKind::Scope: {
+      Dict bound;  // `with` values, read in the enclosing scope
+      for (const Param& p : s.params) bound.set(p.name, eval(*p.default_value));
       auto saved = scope_;
-      scope_ = std::make_shared<Scope>(Scope{{}, saved});
+      scope_ = std::make_shared<Scope>(Scope{std::move(bound), saved});
       exec(s.body, out);
       scope_ = saved;
       return Flow::Normal;

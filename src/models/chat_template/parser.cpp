@@ -211,6 +211,19 @@ class Parser {
     } else if (k == "break" || k == "continue") {
       s->kind = k == "break" ? StmtKind::Break : StmtKind::Continue;
       expect_block_end();
+    } else if (k == "with") {
+      s->kind = StmtKind::Scope;
+      while (cur().type != Tok::BlockEnd) {
+        if (!s->params.empty()) expect_op(",");
+        Param p;
+        p.name = expect_name();
+        expect_op("=");
+        p.default_value = parse_expression(true);
+        s->params.push_back(std::move(p));
+      }
+      expect_block_end();
+      s->body = parse_body({"endwith"});
+      end_tag("endwith");
     } else if (k == "generation") {
       s->kind = StmtKind::Scope;
       expect_block_end();
