@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wick/chat_template.h"
 #include "wick/error.h"
 
 namespace wick {
@@ -19,12 +20,6 @@ namespace wick {
 class TokenizerError : public Error {
  public:
   using Error::Error;
-};
-
-/// One turn of a conversation for Tokenizer::apply_chat_template.
-struct ChatMessage {
-  std::string role;  ///< "system", "user" or "assistant"
-  std::string content;
 };
 
 /// Ids of a batch, padded to its longest row: row-major (batch, seq_len).
