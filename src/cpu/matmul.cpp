@@ -353,7 +353,7 @@ void gemv(bool trans, size_t rows, size_t cols, const C* a, size_t lda, const C*
 }
 
 // One (m x k) * (k x n) product into the dense row-major c. m == 1 or n == 1 is a gemv, which
-// OpenBLAS runs about 2.3x faster than the same shape through its sgemm.
+// OpenBLAS runs faster than the same shape through its sgemm.
 template <class C>
 void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b, MatrixView bv,
              C* c) {

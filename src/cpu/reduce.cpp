@@ -998,8 +998,8 @@ inline void scale_out_f32(const float* e, float scale, float* y, size_t n, bool 
 void softmax_rows_f32(const float* x, float* y, size_t rows, size_t len) {
   bool stream = rows * len * sizeof(float) >= kStreamBytes;
   bool scratch = len <= kSoftmaxScratch;
-  // One contiguous range of rows per thread: interleaved blocks measured slower (each jump
-  // restarts the hardware prefetcher's stream).
+  // One contiguous range of rows per thread: a jump between interleaved blocks would restart the
+  // hardware prefetcher's stream.
   parallel_for(rows, std::max<size_t>(1, kParallelWork / len), [&](size_t r0, size_t r1) {
     std::vector<float> tmp(scratch ? len : 0);
     for (size_t r = r0; r < r1; ++r) {

@@ -1,30 +1,11 @@
-// Scaled dot-product attention on CUDA, these kernels:
-// - flash_wgmma_kernel (attention_wgmma.cu; compute capability 9.0, f16/bf16, d = 128, no mask,
-//   16-byte aligned operands, strides the TMA takes): prefill with wgmma and TMA, FlashAttention-3
-//   style (a producer warpgroup, two consumers taking turns), 128 queries a block, 128-key tiles.
-//   H200, bf16 b 1 h 32 causal, s = 1k / 4k / 16k: 0.034 / 0.268 / 3.368 ms, against
-//   flash_mma_kernel's 0.096 / 0.731 / 10.520 and PyTorch's 0.032 / 0.257 / 3.482
-//   (F.scaled_dot_product_attention, same call).
-//   WICK_FLASH_WGMMA=0 (or set_flash_wgmma(false)) leaves its cases to flash_mma_kernel.
-// - flash_mma_kernel (f16/bf16, d = 64 or 128, aligned operands): FlashAttention-2 style. A block
-//   of 4 warps owns 128 queries of one head (Q in shared memory); each warp computes 32 query
-//   rows (two m16 tiles sharing each K/V fragment) with mma.sync m16n8k16,
-//   streams 64-key tiles of K and V through shared memory (cp.async, two stages,
-//   fragments read with ldmatrix), keeps the scores and the
-//   online softmax (running max and sum per row) in registers and reuses the probabilities as
-//   the A operand of P V without a trip through shared memory. Causal blocks stop at their last
-//   visible key and run longest-first.
-// - attn_decode_kernel (f16/bf16, s = 1, d = 16 to 128): flash-decoding with tensor cores, the
-//   keys as the rows of each tile and the query heads of a k/v head as its columns, split-KV over
-//   the whole GPU and the merge done by the last block of each head (see its section).
-// - attn_split_kernel (every float dtype and d <= 256, short queries): the warps of a block are
-//   the query heads that share one k/v head, so each k/v tile is read from memory once for all
-//   of them; the keys are split across blocks (split-KV) and the last block of a row merges the
-//   partial (max, sum, output) of the splits.
-
-// - attn_rounded_kernel (f16/bf16, up to 64 queries against up to 11,264 keys), with
-//   WICK_ATTENTION_ROUNDING=transformers: rounds where transformers' eager attention rounds in
-//   the model's dtype, so that greedy tokens follow transformers' (docs/NUMERICS.md).
+// Scaled dot-product attention on CUDA: launch_attention picks, in order, flash_wgmma_kernel
+// (attention_wgmma.cu: sm_90 prefill, f16/bf16, d 128, no mask), attn_rounded_kernel (f16/bf16
+// rounded as transformers' eager attention, WICK_ATTENTION_ROUNDING=transformers),
+// attn_decode_kernel (flash-decoding for s = 1 with tensor cores, split-KV over the whole GPU,
+// merged by the last block of each head group), flash_mma_kernel (FlashAttention-2 style prefill
+// with mma.sync, f16/ bf16, d 64 or 128) and attn_split_kernel (every float dtype, d <= 256: the
+// warps of a block are the query heads sharing a k/v head, keys split across blocks). History:
+// docs/perf/.
 
 #include <algorithm>
 #include <cmath>
@@ -564,74 +545,21 @@ __global__ void attn_split_kernel(SplitArgs<T> p) {
 // 32, 64, 96 or 128, any number of query heads per k/v head, an optional additive mask. Grid
 // (splits, b x h_kv x head chunks): a block reads K and V of one k/v head once for up to 8 of its
 // query heads, the columns of an m16n8k16 tensor-core tile whose 16 rows are keys (missing heads
-// are zeros). Keys come in tiles of 16, dealt round-robin to the blocks of a head and within a
-// block to its warps, so that any prefix of visible keys is spread evenly: the graph-captured Llama
-// step hides the cache rows past its position (a device last key, or a mask of -inf), and tiles
-// with no visible key are neither read nor computed. Each warp streams its tiles through its own
-// shared-memory ring (cp.async, kDecStages deep, no block barrier), keeps S^T = K Q^T, the online
-// softmax and O^T += V^T P^T in registers (P's fragments transposed by movmatrix), then the warps
-// merge in shared memory. With the heads as the rows (M 16, 4 of them used by a Llama group of 4) a
-// tile took twice the mma instructions: H200, bench_nn_cuda 8 caches in turn, 288 / 4,096 / 16,384
-// keys 5.40-5.42 / 9.58 / 23.20-23.25 us against 4.72 / 8.94-8.96 / 22.02-22.05 so; graph decode
-// (one call) Llama-1B bf16 1,294.8-1,295.3 against 1,302.0-1,302.6 tok/s, SmolLM2 bf16 2,186.9
-// against 2,248.7. With several splits each block leaves (max, sum, output) and the last block of
+// are zeros: keys as the rows take half the mma instructions of heads as the rows). Keys come in
+// tiles of 16, dealt round-robin to the blocks of a head and within a block to its warps, so that
+// any prefix of visible keys is spread evenly: the graph-captured Llama step hides the cache rows
+// past its position (a device last key, or a mask of -inf), and tiles with no visible key are
+// neither read nor computed. Each warp streams its tiles through its own shared-memory ring
+// (cp.async, kDecStages deep, no block barrier), keeps S^T = K Q^T, the online softmax and
+// O^T += V^T P^T in registers (P's fragments transposed by movmatrix), then the warps merge in
+// shared memory. With several splits each block leaves (max, sum, output) and the last block of
 // its head group (an atomic count) merges them: one kernel. In the graph-captured decode step the
-// cache rows before the position start loading before pdl_wait (SmolLM2 bf16 decode 1,944 to 1,970
-// tok/s, Llama-1B unchanged at 1,157: there attention costs about 4.8 us a layer whatever the
-// cache's length, measured by leaving it out). Measured slower on the H200 (bench_nn_cuda, 8 caches
-// in turn): L2 prefetch of the tiles before pdl_wait (11.15 against 10.67 us); letting the next
-// kernel launch right after pdl_wait (10.65: no gain; in the decode step 1,161 against 1,157
-// tok/s). Inside a block of the Llama-1B step (~280 keys, timeline marks, scripts/gpu-timeline.sh):
-// pdl_wait passes 1.8 us after the block starts, q is in registers 0.7 us later, warp 0's three
-// tiles take 2.4 us more (the third is requested only when the loop starts), merging the warps 0.9
-// us (0.67 unrolled), the end 0.2 us. Stepped copy addresses and an unrolled merge: 10.66 to 10.43
-// us at 4,096 keys, SmolLM2 2,090 to 2,111 tok/s, Llama-1B unchanged (1,190). Slower later (H200,
-// one call each): the tile copies asking the L2 for 256 bytes (cp.async ... L2::256B) 9.74-9.75
-// against 9.60-9.63 us at 4,096 keys; 4 warps a block (two blocks a multiprocessor) with 16 or 32
-// splits 11.09 / 10.84 against 9.63-9.65, 8 warps with 8 splits 10.47. In the Llama-1B bf16 step
-// (against 1,291.0-1,291.5 tok/s): 4 warps with 5 or 6 splits 1,258.0-1,259.2, 8 warps with 2 or 3
-// 1,261.4-1,263.1. The splits of a head group launched as one cluster and merged through
-// distributed shared memory (a first version, which failed the attention tests: not kept) were
-// slower too: 288 / 1,024 keys 5.75 / 6.38 against 5.44 / 6.08 us, 4,096 keys in clusters of 16
-// 17.00 against 9.78. With a device last key and the next call launched once every block has asked
-// for its first tiles (bench_nn_cuda's "next launched early" row, one call): 8.62-8.63 against
-// 8.99-9.00 us without; 4 warps a block, whose blocks fit two to a multiprocessor, 10.26-10.27
-// (9.71-9.81 without), with 8 or 12 splits 13.48 / 11.33: the next call's reads overlapping this
-// one's end do not bring 4,096 keys near the HBM's rate (16.8 MB: 4.2 us at 4 TB/s). With its
-// compute skipped (a probe, not kept) the kernel took 8.30 us at 4,096 keys against 9.55, and a
-// plain read of the same 16.8 MB 5.24 us (one call). A standalone copy of this kernel (no mask or
-// last key, 4,096 keys, 64 calls in a graph, H200) took 8.0 us against the library's 9.0 then,
-// 8.5 since it is compiled per mode. Its parts: the tiles alone (no compute, no split merge) 5.91
-// us with cp.async, 5.63 with a bulk copy a row, against a plain read's 5.28; the compute adds
-// about 0.65 us, the split merge 1.42 (its global round trips: the partials, the count, the last
-// block's reads). Slower there: the splits of a head as a cluster merging through distributed
-// shared memory (7 clusters of 16 fit at once: 13.5 us), K and V read straight into the mma's
-// fragments, without shared memory (8.68 against 8.01), one ring of tiles shared by the block's
-// warps, small enough for the next call's block to be resident beside it (8.98). In the library,
-// a bulk copy a row was a tie at 4,096 keys and slower at 288 (5.23 against 4.72 us). Later, in
-// one call each (standalone copy, 4,096 keys): a plain read by 64 blocks of 1,024 threads takes
-// 5.85 us, and the kernel with 8 splits (64 blocks) and no split merge 6.68, as with 16 (6.59),
-// but those 8 splits as one cluster merging through distributed shared memory 10.15-10.22
-// against the global merge's 8.00; the count without its fence (not correct) 7.71, so the fence
-// costs about 0.3 us. In the library, the count taken right after a block's tiles without a fence,
-// the partials as words that show whether they have landed (0 until written, read again), was
-// slower: 10.20-10.25 against 8.52-8.54 us, SmolLM2 bf16 graph decode 2,209 against 2,330 tok/s.
-// The standalone copy launched by run_decode in place of this kernel took 7.97-7.99 us against
-// this kernel's 8.35-8.37 (one call): the gap is in the kernel's code, not in how it is launched
-// (nor in sm_90a code: 8.37-8.43). Each alone and all together, the copy's q loads, its tile
-// addresses (no zero fill), its loop order (wait, compute, refill) and a constant stride in the
-// merges were ties (8.31-8.48 us), as was a cudaMalloc'd count in place of g_decode_done. K and V
-// of a tile in separate cp.async groups (its scores computed while its V lands): 8.31-8.34 against
-// 8.42-8.45 us, but with a last key 7.81-7.82 against 7.68-7.73, SmolLM2 bf16 graph decode 2,296
-// against 2,311-2,313 tok/s (one call each): not kept. Across cache lengths (288 to 16,384 keys,
-// one call) a call takes about 3.6-4.2 us plus the cache at 3.8-4.0 TB/s, the copy's rate or
-// more: what keeps 4,096 keys at 0.56 of the copy is that fixed part (a plain read's is ~1 us):
-// the launch, a block's first tiles, the compute of the last, the warps' and the splits' merges.
+// cache rows before the position start loading before pdl_wait.
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
 constexpr int kDecRows = 8;    // query heads per block: the mma's N
-constexpr int kDecWarps = 8;   // a block: one a multiprocessor (4 warps, two blocks: slower, above)
+constexpr int kDecWarps = 8;   // a block: one a multiprocessor
 constexpr int kDecMaxSplits = 128;
 constexpr int kDecMerge = 16;  // splits merged per round trip by the last block
 constexpr int kDecCounterSlots = 4096;
@@ -641,11 +569,8 @@ constexpr int kDecCounterSlots = 4096;
 __device__ unsigned int g_decode_done[kDecCounterSlots];
 
 // What a decode kernel is compiled for: without a mask or a last key (Plain), with a last key and
-// no mask (LastKey: the graph-captured decode step), with a mask (Masked, a last key or not). One
-// general kernel was slower where less is asked (H200, bench_nn_cuda's kernel lines at 4,096 keys:
-// 8.97-9.03 us against 8.63 so, with q read 32 bits at a time; a last key 8.26-8.35 against
-// 7.86; graph decode in one call, Llama-1B bf16 1,304.5-1,304.9 against 1,318.7-1,319.5 tok/s,
-// SmolLM2 bf16 2,255.6-2,255.8 against 2,302.8-2,303.1).
+// no mask (LastKey: the graph-captured decode step), with a mask (Masked, a last key or not): each
+// compiles out what it is not asked for.
 enum class DecodeMode { Plain, LastKey, Masked };
 
 struct DecodeArgs {
@@ -712,8 +637,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
 
   // Whether this lane sees a visible key of tile t (a mask value of -inf hides a key); a tile is
   // loaded and computed when some lane does. Without a mask every tile is, with no warp vote or
-  // record of the loaded stages: compiled out so (H200, 4,096 keys, one call), 8.50-8.51 to
-  // 8.37-8.39 us, a last key 7.88-7.89 to 7.66-7.69.
+  // record of the loaded stages (compiled out).
   auto lane_sees = [&](int t) {
     if constexpr (!masked) return true;
     const int key = t * kDecKeys + (lane & 15);
@@ -797,12 +721,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     *reinterpret_cast<uint32_t*>(&q_tile[i / (D / 2)][(i % (D / 2)) * 2]) = word;
   };
   // Where the kernel waits first, q goes into registers before any tile is asked for, so that it
-  // does not queue behind them (H200, 4,096 keys: q landed 3.7 us after pdl_wait when loaded
-  // after the tiles; 10.18-10.22 us a call on every machine before, 9.61-9.71 on three machines
-  // so). With rows read before pdl_wait, q is loaded after the last key's tile, as a plain loop:
-  // q first there, or the register copy after the tiles, were slower (SmolLM2 Q4_1 graph decode
-  // 1,674 against 1,765 tok/s on one machine; the register copy after the tiles, SmolLM2 bf16
-  // 2,158 against 2,180 and Q4_1 1,684 against 1,696 in one call).
+  // does not queue behind them. With rows read before pdl_wait, q is loaded after the last key's
+  // tile, as a plain loop.
   constexpr int Q_WORDS = kDecRows * (D / 2);
   constexpr int Q_PER_THREAD = (Q_WORDS + kDecWarps * 32 - 1) / (kDecWarps * 32);
   uint32_t q_words[Q_PER_THREAD];
@@ -966,8 +886,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   const int64_t out_row0 = static_cast<int64_t>(bi) * p.h + head0;
   for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
     const int r = idx / (D / 2), c = (idx % (D / 2)) * 2;
-    // Unrolled over the block's warps, so that the shared-memory loads go out together
-    // (with a loop over the block's warps, merging took 0.9 us: timeline marks).
+    // Unrolled over the block's warps, so that the shared-memory loads go out together.
     float mw[kDecWarps];
     float mx = neg_inf();
 #pragma unroll
@@ -1006,12 +925,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   // The last block of this head group merges the splits. One acquire-release count by thread 0
   // after the block's barrier: release is cumulative (it publishes the partials every thread
   // wrote before the barrier) and the barrier after it passes the other blocks' partials on to
-  // this block's threads. H200, bench_nn_cuda 8 caches in turn, 1,024 / 4,096 keys: 7.31 / 10.58
-  // us with a fence in every thread, 7.04 / 10.32 us so. Slower too (one call): each block's
-  // arrival counted right after its tiles, the last to arrive waiting (ld.acquire) for the others
-  // to publish (a release count after their partials), which overlapped the count's round trip
-  // with the warp merge: 288 / 4,096 keys 4.70 / 8.87 us against 4.18 / 8.46-8.51 in other calls,
-  // SmolLM2 bf16 graph decode 2,223 against 2,317 tok/s in the same call.
+  // this block's threads (one fence, not one a thread).
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned done;
@@ -1335,12 +1249,8 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
         static_cast<int64_t>(units) * kDecMerge * 10 >= 9 * static_cast<int64_t>(sm_count())) {
       want = kDecMerge;
     }
-    // One block reads up to two tiles a warp; more go to splits of a tile a warp. A warp's
-    // tiles take about 0.85 us each after the wait, merging the splits (an atomic count and a
-    // pass of the last block) about 1.1 us: timeline of the Llama-1B Q4_0 step at 288 keys (18
-    // tiles), attention's span 5.96 us in one block, 6.15 in 2 splits, 5.17 in 4. Llama-1B after
-    // a 256-token prompt (32 tiles: 4 splits, 2 before), graph tok/s: Q4_0 1,951-1,958 against
-    // 1,891, bf16 1,172 against 1,153.
+    // One block reads up to two tiles a warp; more go to splits of a tile a warp (a warp's tile
+    // costs about as much as merging the splits once).
     const int64_t useful = forced > 0               ? tiles
                            : tiles <= 2 * kDecWarps ? 1
                                                     : (tiles + kDecWarps - 1) / kDecWarps;

@@ -1,76 +1,12 @@
-// The decode step's fused projections (decode_gemv.h): a block of 128 threads per 2, 4 or 8
-// output rows; each thread loads its units of every row (16 bytes of plain weights, or half a
-// GGML block from the block's shared-memory copy of the rows) and the matching activations before
-// using them, f32 sums are reduced across the block, then each pair of rows goes through the
-// epilogue on one thread. Memory-bound: each weight byte is read once per token. Launched as
-// programmatic dependent launches, so that a kernel's first weights load while the kernel before
-// it finishes. Measured on the H200 in the Llama-1B decode step (bf16, CUDA graph): per-pair
-// blocks with a last-block RMSNorm tail 829 tok/s; the norm folded into the next projection and
-// 4-row blocks for gate/up 1,131 tok/s. Measured slower there (1,123-1,145 tok/s in the same runs):
-// persistent blocks streaming groups of rows through a shared-memory pipeline (673), L2 bulk
-// prefetch hints of later blocks' and the next projection's rows (991), L1 prefetch of the norm
-// weight and the epilogue's operands (1,053). Later, one unit of each row a thread and 4 rows a
-// block everywhere: 1,151 to 1,197. Slower or no better than that (one run each, a timeline build:
-// scripts/gpu-timeline.sh, 1,078 for the code then): plain rows copied to shared memory before
-// pdl_wait (cp.async.cg, the max-shared split for every projection) 967; the output head through
-// this kernel with its norm instead of cuBLAS 1,074; rope's position and the residual read before
-// pdl_wait 1,147 against 1,151 (a normal build).
-// Slower again (H200, Llama-1B bf16; normal build, against 1,189-1,191): each thread two units of
-// each row ahead of their use, both before pdl_wait (80 registers, 6 blocks a multiprocessor) in
-// every projection 1,101, in one-wave launches 1,126, in qkv and o only 1,137. In a timeline
-// build (1,126 for this code): persistent blocks for gate/up that normalise x once and keep it
-// in registers 1,107; pdl_launch_dependents at a block's start 1,085. Later (normal build,
-// against 1,211.5-1,212.6, SmolLM2 2,111.6-2,111.8): pdl_launch_dependents at the start of the
-// last wave's blocks in o and down 1,183.4-1,184.4 (SmolLM2 2,122.7), in o only 1,193.6-1,194.9,
-// in gate/up 1,209.1-1,209.9, in all three 1,166.4-1,166.6 (SmolLM2 1,993.9-1,997.6). Against
-// 1,221.0-1,221.4 (SmolLM2 2,126.0-2,126.2): plain rows in warp-owned pairs as gemv_pairs_kernel
-// takes GGML rows (cp.async into shared memory, x normalised once a block, one wave) for qkv
-// and o 872.5-876.7 (SmolLM2 1,124.7-1,585.3), for every projection 562.7-563.8. Later (against
-// 1,213.0-1,215.6): each block asking the L2 for the rest of its rows before pdl_wait in gate/up
-// 1,162.1, in qkv 1,193.5-1,194.2 (kept for qkv since the end asks of fused_qkv_rope), in down
-// 1,175.9-1,208.5 (1 to 7 units ahead), in o 1,208.4-1,210.4 (kept where the attention before lets
-// o launch early: GemvArgs::prefetch_rows); the decode attention asking the L2 for the o weight
-// 1,118.6-1,119.7, and for 4-16 MB of gate/up too 939.9-1,070.7. Against 1,242.2-1,243.3 (SmolLM2
-// 2,164.9): a block's plain rows, its norm weight and x staged whole in shared memory by bulk
-// copies (cp.async.bulk, one thread, the max-shared split; branch next/bulk) in gate/up
-// 770.8-771.1, down 935.9-947.6, qkv 1,008.5, o 1,130.9, every projection 563.2-583.7 (SmolLM2
-// 1,499.5), as slow as the warp-owned pairs above: plain rows through shared memory lose here
-// however they are copied. Alone under ncu (cold caches) the bulk kernel took 51.0 us for gate/up
-// against 21.1, qkv 17.1 against 8.5, o 10.9 against 6.6-6.9, at 9 blocks a multiprocessor against
-// 8: the loss is in the kernel, not between kernels. Later (plain weights read with
-// L1::no_allocate; against 1,290.7-1,292.2, SmolLM2 2,177.5): the epilogue's operands of qkv, o and
-// down (the residual; rope's position, cos and sin) loaded right after pdl_wait, while the dot
-// runs (80 registers, 6 blocks a multiprocessor in qkv and o) 1,266.4-1,267.6 (SmolLM2 2,063.5).
-// Choosing the load's cache hint by a kernel argument (a branch in the loop) cost about 8%: 1,185.7
-// against 1,285.5 for the same loads in another call.
-// Later (against 1,295.8-1,296.3 in one call): a persistent kernel of warps that each take one
-// output pair at a time (x normalised once a block into shared memory, 4 or 2 units of both rows
-// a lane in flight, the next pair's first ones before the warp's totals, no block barrier, the
-// argmax offered once a warp; 80 / 62 registers) for the output head only 1,293.6-1,295.5 (SmolLM2
-// 2,179.6-2,181.1 against 2,179.1), for the head, gate/up and down 1,124.0-1,172.3, for every
-// projection 1,144.8-1,145.4 (SmolLM2 1,806.1), although a plain read of the head's bytes by such
-// a grid ran at 4.6 TB/s (114 us for 525 MB; gate/up's 67 MB 15.9 us, down's 33.6 MB 8.8 us).
-// Later, the epilogue's operands copied into shared memory by the thread that uses them (cp.async:
-// no registers held while the rows are dotted), against the default in the same call: Add's
-// residuals, after pdl_wait, Llama-1B bf16 graph decode 1,295.9-1,296.5 tok/s against
-// 1,296.1-1,296.4 (SmolLM2 2,161.1-2,161.5 against 2,201.4-2,201.8); qkv's position read before
-// pdl_wait, cos and sin copied there and the position checked again after the wait, 1,292.3-1,294.5
-// against 1,299.5-1,300.9 (SmolLM2 2,126.7 against 2,192.0); the position loaded after the wait,
-// under the norm's reads of x, and cos and sin copied after the norm, 1,277.9-1,278.3 against
-// 1,288.5-1,291.4 (SmolLM2 2,074.0 against 2,168.6).
-//
-// GGML rows (Q4_0, Q4_1, Q8_0) are dotted in integers: each unit of activations is quantized once
-// for the block's rows, as the CPU's qmatmul quantizes them by default (16-bit blocks of 32, here
-// as two bytes), dp4a dots the bytes with the weights' integers and each half block's sum is
-// scaled in f32. Dequantising every weight to f32 for f32 FMAs made the kernel instruction-bound:
-// measured in a standalone probe on the H200 (Llama-1B Q4_0 layer shapes, 16 layers chained, CUDA
-// graph), that arithmetic took 25.2 us a layer, dp4a against 8-bit activations 17.1, and no
-// arithmetic at all 16.0. In the Llama-1B Q4_0 decode step (bench_generate, CUDA graph) the
-// integer dots alone changed nothing (1,350 and 1,346 tok/s): there a block per group of 8 rows,
-// each normalising and quantizing all of x first, was latency-bound. Streaming the groups of the
-// large projections through fewer blocks (gemv_stream_kernel) took it from 1,344 to 1,393. Rows
-// with k a multiple of 2048 now take gemv_pairs_kernel (below: warp-owned pairs of rows read
-// without bank conflicts): 1,417 -> 1,854 tok/s in one run, 1,985 in the final check's.
+// The decode step's fused projections (decode_gemv.h): one token's activations against weights
+// read once per token, so the kernels are bound by the weight stream. Plain rows: a block of
+// 64-256 threads per 2, 4 or 8 output rows, each thread one 16-byte unit of every row at a time.
+// GGML rows (Q4_0, Q4_1, Q8_0): copied to shared memory by cp.async, dotted in integers (dp4a)
+// against activations quantized once a block as the CPU's qmatmul quantizes them; by blocks of
+// rows, streamed through fewer blocks, or in warp-owned pairs (k a multiple of 2048). The f32
+// sums are reduced across the block and each pair of rows goes through its epilogue (bias, rope,
+// SiLU, residual, argmax) on one thread. Programmatic dependent launches: a kernel's first
+// weights load while the kernel before it finishes. History and figures: docs/perf/gemv.md.
 
 #include <algorithm>
 #include <map>
@@ -117,10 +53,7 @@ template <class T>
 struct DenseRows {  // 16 bytes of T a unit
   static constexpr int V = 16 / sizeof(T), R = V;
   using Raw = uint4;
-  // Read once a token: not kept in the L1 (H200, graph decode tok/s, pairs of runs in one call
-  // against __ldg: Llama-1B bf16 1,291.5 and 1,290.7 against 1,284.4 and 1,284.4, SmolLM2 bf16
-  // 2,177.5 against 2,167.4). Evicted first from the L2 too, in another call: Llama-1B
-  // 1,279.3-1,280.6 against 1,291.7-1,292.0 so and 1,284.8-1,285.5 with __ldg.
+  // Read once a token: not kept in the L1, and left in the L2's normal eviction class.
   __device__ static Raw load(const uint8_t* row, int64_t unit) {
     Raw r;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -385,11 +318,9 @@ inline constexpr int kUnroll = R >= 8 ? 1 : 2;
 
 // Plain rows w[0 .. R) (k values each) dotted with the input by the whole block of N threads,
 // totals on every thread. The first units of the weights are loaded before pdl_wait(): they do not
-// depend on the kernel before. A thread holds one unit of each row at a time: more blocks a
-// multiprocessor (H200, Llama-1B bf16 decode step: blocks of 4 rows 1,151 tok/s with two units a
-// thread, 95 registers; 1,189 with one, 64 registers). kPrefetchRows: the rest of the rows is asked
-// of the L2 before pdl_wait too (GemvArgs::prefetch_rows; one prefetch a row and unit, no
-// registers).
+// depend on the kernel before. A thread holds one unit of each row at a time, so that more blocks
+// fit a multiprocessor. kPrefetchRows: the rest of the rows is asked of the L2 before pdl_wait too
+// (GemvArgs::prefetch_rows; one prefetch a row and unit, no registers).
 template <class T, class F, int R, bool kPrefetchRows, int N>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>& in, int64_t k,
                                          double eps, float (&acc)[R]) {
@@ -417,9 +348,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
       }
     }
   }
-  // The first unit's norm weights too: they are weights (H200, graph decode tok/s, two rounds in
-  // one call: Llama-1B bf16 1,188.1 and 1,187.5 loaded after rstd, 1,204.5 and 1,203.5 so;
-  // SmolLM2 bf16 2,097.9 and 2,098.4 against 2,113.6 and 2,116.3). A unit is 16 bytes of T.
+  // The first unit's norm weights too: they are weights. A unit is 16 bytes of T.
   const bool nw_first = in.nw != nullptr && base < units;
   uint4 nw_bits = make_uint4(0, 0, 0, 0);
   if (nw_first) nw_bits = __ldg(reinterpret_cast<const uint4*>(in.nw) + base);
@@ -630,9 +559,7 @@ __device__ __forceinline__ void finish_pairs(const GemvArgs& a, int64_t p0,
 // The qkv projection's first 2 h_kv blocks each ask the L2 for one k/v head's cache rows before
 // the position (read before pdl_wait: a stale position only makes the hint a row short), so that
 // the attention after this kernel finds them there instead of waiting on the HBM behind this
-// kernel's weight stream. H200, graph decode tok/s, two rounds in one call (without / with):
-// Llama-1B Q4_0 1,984.7 / 1,993.7 and 1,980.4 / 1,994.2, bf16 1,197.6 / 1,207.5 and 1,198.9 /
-// 1,207.3, SmolLM2 bf16 2,104.5 / 2,118.6; after a 256-token prompt Q4_0 1,924.7 / 1,929.6.
+// kernel's weight stream.
 template <class T>
 __device__ __forceinline__ void prefetch_cache_rows(const GemvArgs& a) {
   if (a.epilogue != GemvEpilogue::QkvRope || threadIdx.x != 0) return;
@@ -648,7 +575,6 @@ __device__ __forceinline__ void prefetch_cache_rows(const GemvArgs& a) {
 
 // The share of GemvArgs::l2_next of block `index` of the `blocks` that share the ask (its slice of
 // the two regions' bytes), asked of the L2 by thread 0 in bulk: one request a region it touches.
-// The decode attention asking for gate/up rows itself was slower (the top of this file).
 __device__ __forceinline__ void prefetch_next_share(const GemvArgs& a, int64_t index,
                                                     int64_t blocks) {
   if (threadIdx.x != 0 || a.l2_next == nullptr) return;
@@ -675,10 +601,7 @@ __global__ void l2_aside_kernel(GemvArgs a) {
 // 64-bit atomic max (orderable value bits above the complemented index) to one of kArgmaxSlots
 // words, a fire-and-forget reduction that the block does not wait for; argmax_pick_kernel, queued
 // right after with the projection (nothing runs between them), takes the largest and sets the
-// words back to zero. H200, Llama-1B bf16 graph decode, two rounds: 1,268.7 and 1,268.7 tok/s
-// against 1,260.8 and 1,261.5 with the argmax kernels over the logits (WICK_GEMV_ARGMAX=0). A count
-// of done blocks instead, so that the projection's last block could pick, made every block wait
-// for its atomic: 1,226-1,238 against 1,267.
+// words back to zero.
 constexpr int kArgmaxSlots = 64;
 constexpr int kArgmaxStride = 16;  // words between slots: one slot a 128-byte line
 __device__ unsigned long long g_argmax_slots[kArgmaxSlots * kArgmaxStride];
@@ -720,8 +643,7 @@ __global__ void __launch_bounds__(kArgmaxSlots)
 }
 
 // Blocks of N threads a multiprocessor should hold: for 4 plain rows a block, as many as 64
-// registers a thread allow (the compiler's own choice, 72, held 7 blocks of 128: Llama-1B bf16
-// decode 1,135 against 1,197 tok/s; asking for 10 spilled, 1,040).
+// registers a thread allow (more blocks than the compiler's own choice, without spills).
 template <class T, class F, int R, int N>
 inline constexpr int kGemvMinBlocks = (std::is_same_v<F, DenseRows<T>> && R == 4)
                                           ? 8 * kGemvThreads / N
@@ -732,9 +654,8 @@ template <class T, class F, int R, bool kPrefetchRows = false, int N = kGemvThre
 __global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
     gemv_kernel(GemvArgs a, int64_t row_bytes, int copy) {
   WICK_TL_START();
-  // Only plain rows take end asks: the code for them cost the GGML kernels of 8 rows 20-26
-  // registers (96 to 116-122: 4 blocks a multiprocessor, not 5; H200, SmolLM2 Q4_1 graph decode
-  // 1,684 against 1,764 tok/s).
+  // Only plain rows take end asks: their code would cost the GGML kernels of 8 rows registers,
+  // and a block a multiprocessor.
   constexpr bool kDense = std::is_same_v<F, DenseRows<T>>;
   prefetch_cache_rows<T>(a);
   if (!kDense || a.l2_next_end_blocks == 0) prefetch_next_share(a, blockIdx.x, gridDim.x);
@@ -827,9 +748,7 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
 // the warp's two rows from their shared-memory copy with 32-bit loads: units 9 (Q4_0), 10 (Q4_1)
 // or 17 (Q8_0) words apart put the lanes' words in different banks (Q4_1: two lanes a bank),
 // where the 16-bit loads of half blocks above meet three to five lanes a bank. Each warp copies
-// its own rows into shared memory and needs no block barrier after x is quantized. H200,
-// Llama-1B Q4_0 decode (CUDA graph): 1,417 tok/s with the block kernels above, 1,985 with this
-// (scripts/gpu-check.sh).
+// its own rows into shared memory and needs no block barrier after x is quantized.
 
 // A block's 16 nibble bytes (values 0-15 in the low nibbles, 16-31 in the high ones) as the
 // integers of its two half blocks, four to a word.
@@ -920,10 +839,8 @@ __device__ __forceinline__ void load_x_unit(const uint8_t* xs, int64_t unit, QUn
 // x quantized into shared memory by the whole block (the one block barrier), as the CPU's
 // qmatmul takes it, normalised first when the projection takes a norm. With k = 2048 each thread
 // quantizes one half block: it keeps its 16 values from the sum of squares to the quantization
-// (one read of x, not two) and loads its norm weights before pdl_wait (they are weights). Made
-// floats before the wait, they hold the block until they land; only their bits before it and
-// the floats after it measured no faster (H200, Llama-1B Q4_0, 1,975.9-1,983.2 tok/s against
-// 1,980.7-1,984.8), though the projections then passed pdl_wait up to 1.5 us sooner.
+// (one read of x, not two) and loads its norm weights, as floats, before pdl_wait (they are
+// weights).
 template <class T, bool kOneUnit>
 __device__ __forceinline__ void quantize_x_to_shared(const GemvArgs& a, uint8_t* xs) {
   const T* x = static_cast<const T*>(a.x);
@@ -948,8 +865,6 @@ __device__ __forceinline__ void quantize_x_to_shared(const GemvArgs& a, uint8_t*
   } else {
     // A thread's halves of x are loaded ROUNDS at a time before any is used: one round trip to
     // the L2 for them, not one a half (k = 8192, bf16: four halves a thread, one load round).
-    // H200, Llama-1B Q4_0 decode (its down projection), three runs each in one call:
-    // 2,005.7-2,008.2 tok/s against 2,000.7-2,002.5 a half at a time.
     constexpr int PIECES = 16 * sizeof(T) / 16;  // 16-byte loads a half
     constexpr int ROUNDS = 8 / PIECES;           // 8 loads in flight: 32 registers
     pdl_wait();
@@ -990,9 +905,9 @@ __device__ __forceinline__ void quantize_x_to_shared(const GemvArgs& a, uint8_t*
 }
 
 // Warp w of the grid takes pairs of rows w, w + warps, ... (an item each), copying the next
-// item's rows as soon as it has read this one's. One item in flight a warp, and more warps a
-// multiprocessor, beat a ring of 2-4 stages a warp (H200, Llama-1B Q4_0 decode: 1,854 tok/s
-// against 1,796, 1,726 and 1,721). With k = 2048 a lane's one unit of x stays in registers.
+// item's rows as soon as it has read this one's: one item in flight a warp leaves room for more
+// warps a multiprocessor than a deeper ring would. With k = 2048 a lane's one unit of x stays in
+// registers.
 template <class T, class F, bool kOneUnit>
 __global__ void __launch_bounds__(kGemvThreads, 6)
     gemv_pairs_kernel(GemvArgs a, int64_t row_bytes, int64_t items) {
@@ -1018,9 +933,7 @@ __global__ void __launch_bounds__(kGemvThreads, 6)
   };
   stage(item);
   // The grid is one wave: the kernel after it may take the multiprocessors' spare room now and
-  // load its first weights while this one streams (H200, Llama-1B Q4_0 graph decode, two rounds
-  // in one call: 1,975.9 and 1,983.2 tok/s when each warp let it go after its last item, 2,104.9
-  // and 2,106.6 so; after a 256-token prompt 1,917.2 against 1,954.9).
+  // load its first weights while this one streams.
   pdl_launch_dependents();
   quantize_x_to_shared<T, kOneUnit>(a, xs);
   const int64_t units = a.k / 64;
@@ -1096,11 +1009,9 @@ int staged_copy_bytes(const void* w, int64_t row_bytes) {
 constexpr int64_t kMaxStagedBytes = 48 * 1024;  // shared memory without an opt-in attribute
 
 // Rows a block: fewer, longer-lived blocks for many rows (launching a block costs about as much
-// as reading a few kilobytes): 4 plain rows (H200 decode, bf16: 2 rows for the projections with
-// fewer than 4,096 rows or rows over 4 KB gave Llama-1B 1,189 tok/s and SmolLM2 2,054, 4 rows
-// 1,197 and 2,077: a single wave of blocks for Llama's qkv), or 8 rows of blocks (their copies in
-// shared memory hold no registers) where there are 2,048 rows or more; else 2. WICK_GEMV_ROWS
-// forces 2, 4 or 8 where shared memory allows.
+// as reading a few kilobytes): 4 plain rows (a single wave of blocks for Llama's qkv), or 8 rows
+// of blocks (their copies in shared memory hold no registers) where there are 2,048 rows or more;
+// else 2. WICK_GEMV_ROWS forces 2, 4 or 8 where shared memory allows.
 int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
   const bool dense = a.weights == GemvWeights::Dense;
   const int forced = config().gemv_rows;
@@ -1112,10 +1023,7 @@ int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
 // Threads a block of 4 plain rows. Projections of up to 16 MB (Llama-1B's qkv and o) run as one
 // wave of 128-thread blocks; larger ones fill the multiprocessors' registers in as few waves as
 // they can: one of 256-thread blocks (Llama-1B's down), else two of 64 (gate/up), else 128 (the
-// output head). WICK_GEMV_THREADS forces 64, 128 or 256. H200, Llama-1B bf16 graph decode tok/s,
-// one projection changed at a time, against 1,250.4 with 128 everywhere: gate/up at 64 1,270.0
-// and 1,270.2 (at 256 1,145.0), down at 256 1,254.6 and 1,253.6 (at 64 1,178.6), qkv at 64 or 256
-// 1,236.8 / 1,215.6, o at 64 or 256 1,240.2 / 1,222.6, the head at 64 or 256 1,251.5 / 1,199.1.
+// output head). WICK_GEMV_THREADS forces 64, 128 or 256.
 constexpr int64_t kOneWaveBytes = int64_t{16} << 20;
 
 int dense_threads(const GemvArgs& a, int64_t row_bytes) {

@@ -129,12 +129,6 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
 }
 
 // One thread: the greedy step's token becomes the next step's input, and is posted to the host.
-// Measured and not kept (H200, graph decode tok/s, four rounds in one call): this kernel's work
-// and the next step's embedding gather done in the output head's argmax pick, two kernels fewer
-// a step: Llama-1B bf16 1,287.7-1,288.6 against 1,287.9-1,289.0 without, SmolLM2 bf16
-// 2,173.7-2,173.9 against 2,170.3-2,171.0. The step's ends already let their successors launch at
-// once (pdl_step_ends); the plumbing (the model's internals reached from the Generator) was not
-// worth 0.1%.
 __global__ void advance_decode_kernel(const uint32_t* next, uint32_t* input,
                                       unsigned long long* mailbox, int slots, bool launch_next) {
   WICK_TL_START();

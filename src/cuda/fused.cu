@@ -276,9 +276,7 @@ __global__ void __launch_bounds__(kRowMaxThreads, 2)
   const unsigned cols = nvec * N;
   // Launched programmatically (launch_pdl): x may come from the kernel before. The next kernel
   // may start as soon as every block has (it waits for this one's end before reading y), which
-  // hides back-to-back launches' gap. H200, bench_nn_cuda (4096, 4096) bf16, share of the copy
-  // bandwidth through the op, ordinary launch / programmatic: layer_norm 79.8 / 89.0%, rms_norm
-  // 89.5 / 101.9% (the copy's own launches do not overlap).
+  // hides back-to-back launches' gap.
   pdl_wait();
   pdl_launch_dependents();
   for (unsigned row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -530,10 +528,10 @@ __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
 // owns a ring of stages (a row each) that one thread fills with 1-D bulk copies (cp.async.bulk,
 // completion counted in bytes on the stage's mbarrier). Rows in flight are bound by shared
 // memory, not registers; the copies run the ring's length ahead of the row being computed, and
-// the grid is one wave (no half-empty tail wave). A group's 128 threads share a row: few
-// instructions an element matter here (H200, (4096, 4096) bf16: the copies alone run at the
-// copy's bandwidth, the softmax is bound by the multiprocessors' issue): max on packed pairs,
-// exp once, kept in registers for the output. Sums in f32 with exp_fast, as the other kernels.
+// the grid is one wave (no half-empty tail wave). A group's 128 threads share a row: the copies
+// run at the copy's bandwidth and the softmax is bound by the multiprocessors' issue, so few
+// instructions an element matter: max on packed pairs, exp once, kept in registers for the
+// output. Sums in f32 with exp_fast, as the other kernels.
 
 constexpr unsigned kBulkGroup = 128;              // threads that share a row
 constexpr size_t kBulkStageBytes = 200 * 1024;    // shared memory a block gives its stages
@@ -713,15 +711,10 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   size_t nvec = cols / N;
   using C = compute_t<T>;
   C e = static_cast<C>(eps);
-  // softmax: the bulk-copy kernel where it measured faster, else a warp per row when the row
-  // fits in 16 vectors a lane; the norms take the block kernel. H200, share of the copy
-  // bandwidth (graph replay), (4096, 4096) bf16: softmax bulk 91% / warp 84% / block 78%,
-  // layer_norm 69% / 86% (warp / block), rms_norm 76% / 96%. Back-to-back launches, bulk / warp /
-  // block: bf16 (1024, 4096) 83 / 52 / 78%, (16384, 4096) 85 / 93 / 78%, (8192, 2048) 70 / 90 /
-  // 85%, (4096, 8192) 87% / - / 67%; f32 (4096, 2048) 92 / 97 / 91%, (4096, 4096) 91% / - / 97%.
-  // So bulk for f16/bf16 rows above 4 KB: up to 8 KB while the warp kernel would run fewer than
-  // about three waves (its tail wave costs more than bulk's lower steady rate), all above.
-  // WICK_ROW_KERNEL=block|warp|bulk forces one (bulk where it applies, else as by default).
+  // softmax: the bulk-copy kernel for f16/bf16 rows above 4 KB (up to 8 KB only while the warp
+  // kernel would run fewer than about three waves: its tail wave costs more than bulk's lower
+  // steady rate), else a warp per row when the row fits in 16 vectors a lane; the norms take the
+  // block kernel. WICK_ROW_KERNEL=block|warp|bulk forces one (bulk where it applies).
   static const RowKernel choice = config().row_kernel;
   if constexpr (Op == RowOp::Softmax && sizeof(T) == 2) {
     const size_t sms = static_cast<size_t>(sm_count()), row_bytes = nvec * 16;
