@@ -11,6 +11,7 @@
 #include "cuda/decode_gemv_launch.h"
 #include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
+#include "ops/norm_math.h"
 
 namespace wick::cuda::gemv {
 
@@ -267,7 +268,7 @@ struct Input {
     }
     float t[1] = {sq};
     block_totals<1, N>(t);
-    rstd = rsqrtf(t[0] / static_cast<float>(k) + static_cast<float>(eps));
+    rstd = ops::norm_rstd(t[0], static_cast<float>(k), static_cast<float>(eps));
   }
 };
 

@@ -12,6 +12,7 @@ WICK_TIMELINE_TU(gemv_pairs)
 #include "cuda/decode_gemv_launch.h"
 #include "cuda/kernel_utils.cuh"
 #include "cuda_config.h"
+#include "ops/norm_math.h"
 
 namespace wick::cuda {
 namespace {
@@ -132,7 +133,7 @@ __device__ __forceinline__ void quantize_x_to_shared(const GemvArgs& a, uint8_t*
 #pragma unroll
       for (int e = 0; e < 16; ++e) sq[0] += v[e] * v[e];
       block_totals<1>(sq);
-      const float rstd = rsqrtf(sq[0] / static_cast<float>(a.k) + static_cast<float>(a.eps));
+      const float rstd = ops::norm_rstd(sq[0], static_cast<float>(a.k), static_cast<float>(a.eps));
 #pragma unroll
       for (int e = 0; e < 16; ++e) v[e] = rms_normed<T>(v[e], w[e], rstd);
     }

@@ -4,6 +4,7 @@
 #include "cuda/decoder_ops.h"
 #include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
+#include "ops/norm_math.h"
 
 WICK_TIMELINE_TU(decoder_ops)
 
@@ -19,14 +20,6 @@ __device__ __forceinline__ C block_sum_all(C x, C* scratch) {
   C r = 0;
   for (unsigned w = 0; w < blockDim.x / 32; ++w) r += scratch[w];
   return r;
-}
-
-template <class C>
-__device__ __forceinline__ C rsqrt_of(C x) {
-  if constexpr (std::is_same_v<C, float>)
-    return rsqrtf(x);
-  else
-    return rsqrt(x);
 }
 
 template <class C>
@@ -60,7 +53,7 @@ __global__ void __launch_bounds__(1024)
     C v = to_compute(s);
     sq += v * v;
   }
-  C rstd = rsqrt_of(block_sum_all(sq, scratch) / C(cols) + eps);
+  C rstd = ops::norm_rstd(block_sum_all(sq, scratch), C(cols), eps);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     // Rounded before the weight multiplies it, as transformers' RMSNorm.
     normed[base + c] = convert<T>(to_compute(w[c]) * round_as<T>(to_compute(sum[base + c]) * rstd));

@@ -14,6 +14,7 @@
 #include "cuda/row_math.cuh"
 #include "cuda/softmax_bulk.h"
 #include "cuda_config.h"
+#include "ops/norm_math.h"
 
 namespace wick::cuda {
 namespace {
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(kBlock)
         sq += dv * dv;
       }
     }
-    C rstd = rsqrt_c(warp_sum(sq) / C(cols) + eps);
+    C rstd = ops::norm_rstd(warp_sum(sq), C(cols), eps);
     T* yr = y + row * cols;
 #pragma unroll
     for (int j = 0; j < kWarpPerLane; ++j) {
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(kBlock)
         }
       }
     }
-    C rstd = rsqrt_c(block_sum(sq, scratch) / C(cols) + eps);
+    C rstd = ops::norm_rstd(block_sum(sq, scratch), C(cols), eps);
     T* yr = y + row * cols;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(kBlock)
       C dv = to_compute(xr[c]) - mean;
       sq += dv * dv;
     }
-    C rstd = rsqrt_c(block_sum(sq, scratch) / C(cols) + eps);
+    C rstd = ops::norm_rstd(block_sum(sq, scratch), C(cols), eps);
     T* yr = y + row * cols;
     for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       C r = norm_value<T, kRms>(to_compute(xr[c]), mean, rstd, to_compute(w[c]));
@@ -290,10 +291,10 @@ __global__ void __launch_bounds__(kRowMaxThreads, 2)
     C shift, mul;
     if constexpr (Op == RowOp::LayerNorm) {
       shift = st.b;
-      mul = rsqrt_c(st.c / C(cols) + eps);
+      mul = ops::norm_rstd(st.c, C(cols), eps);
     } else if constexpr (Op == RowOp::RmsNorm) {
       shift = C(0);
-      mul = rsqrt_c(st.a / C(cols) + eps);
+      mul = ops::norm_rstd(st.a, C(cols), eps);
     } else {
       // exp(x - M) / S = exp(x - m_own) * (exp(m_own - M) / S)
       shift = C(0);
@@ -393,7 +394,7 @@ __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
         sq[e % A] += v * v;
       }
     }
-    mul = rsqrt_c(warp_sum(sum_of(sq)) / C(cols) + eps);
+    mul = ops::norm_rstd(warp_sum(sum_of(sq)), C(cols), eps);
   } else if constexpr (Op == RowOp::LayerNorm) {
     // Two passes over the registers: the mean, then the squared deviations from it.
     C s[A] = {};
@@ -413,7 +414,7 @@ __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
         sq[e % A] += dv * dv;
       }
     }
-    mul = rsqrt_c(warp_sum(sum_of(sq)) / C(cols) + eps);
+    mul = ops::norm_rstd(warp_sum(sum_of(sq)), C(cols), eps);
   } else {
     // The row's max first, then the sum of exp(x - max); the output pass recomputes exp (the
     // row of floats would halve the rows in flight).

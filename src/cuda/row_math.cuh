@@ -40,14 +40,6 @@ __device__ __forceinline__ compute_t<T> norm_value(compute_t<T> v, compute_t<T> 
 }
 
 template <class C>
-__device__ __forceinline__ C rsqrt_c(C x) {
-  if constexpr (std::is_same_v<C, float>)
-    return rsqrtf(x);
-  else
-    return rsqrt(x);
-}
-
-template <class C>
 __device__ __forceinline__ C exp_fast(C x) {
   if constexpr (std::is_same_v<C, float>) {
     float r;  // 2^(x log2 e) by the special-function unit alone (x <= 0 here)
