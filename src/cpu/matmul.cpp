@@ -25,6 +25,7 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
+#include "settings.h"
 #include "util.h"
 
 namespace wick::cpu {
@@ -57,7 +58,7 @@ class BlasThreads {
  private:
   BlasThreads() {
     // OpenBLAS's own default unless WICK_NUM_THREADS asks for a count.
-    if (const char* env = std::getenv("WICK_NUM_THREADS"); env != nullptr && *env != '\0') {
+    if (settings::num_threads_set()) {
       openblas_set_num_threads(static_cast<int>(num_threads()));
     }
     threads_ = openblas_get_num_threads();

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "settings.h"
+
 namespace wick::cpu {
 
 namespace {
@@ -19,16 +21,6 @@ namespace {
 // Set while a thread runs a chunk, so that nested parallel_for calls run inline instead of
 // queueing work that could wait on the thread that queued it.
 thread_local bool in_parallel_region = false;
-
-size_t threads_from_env() {
-  if (const char* env = std::getenv("WICK_NUM_THREADS")) {
-    char* end = nullptr;
-    long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v > 0) return static_cast<size_t>(std::min(v, 1024L));
-  }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : hw;
-}
 
 // One parallel_for call: chunks are claimed with an atomic counter by the caller and the workers.
 struct Job {
@@ -143,7 +135,7 @@ class ThreadPool {
 };
 
 ThreadPool& pool() {
-  static ThreadPool p(threads_from_env());
+  static ThreadPool p(settings::num_threads());
   return p;
 }
 

@@ -541,12 +541,12 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
     }
     return std::max(n, 1);
   }();
-  // Splits: one wave of blocks over the GPU at most (WICK_DECODE_SPLITS forces a count
+  // Splits: one wave of blocks over the GPU at most (TuningOverrides::decode_splits forces a count
   // up to kDecMaxSplits and the tiles).
   const int units = a.b * a.h_kv * p.chunks;
   int splits = 1;
   if (units <= kDecCounterSlots) {
-    static const int forced = config().decode_splits;
+    static const int forced = tuning().decode_splits;
     int64_t want = forced > 0 ? forced : static_cast<int64_t>(sm_count()) * per_sm / units;
     // Splits beyond one merge round trip only when fewer would leave a tenth of the GPU idle.
     if (forced == 0 && want > kDecMerge &&

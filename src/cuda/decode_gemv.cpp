@@ -120,7 +120,7 @@ Tensor run(const char* name, Launch& l, const Tensor& x, size_t elems, const Sha
 }  // namespace
 
 bool decode_gemv_enabled() {
-  static const bool enabled = cuda::config().decode_gemv;
+  static const bool enabled = cuda::tuning().decode_gemv;
   return enabled;
 }
 
@@ -136,7 +136,7 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
                   Tensor* y, Tensor* argmax) {
   Launch l;
   if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l) ||
-      (argmax != nullptr && !cuda::config().gemv_argmax)) {
+      (argmax != nullptr && !cuda::tuning().gemv_argmax)) {
     return false;
   }
   cuda::CudaDevice& dev = device_of(x);
@@ -182,7 +182,7 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   // Its blocks, launched as the down projection before them retires, ask the L2 for the rest of
   // their rows before pdl_wait (GemvArgs::prefetch_rows); with the end asks of the projection
   // before, this fills the gap between that projection's end and qkv's first block.
-  a.prefetch_rows = cuda::config().qkv_prefetch;
+  a.prefetch_rows = cuda::tuning().qkv_prefetch;
   if (!cuda::gemv_fits(x.dtype(), a)) return false;
   for (const Tensor* t : {&cos, &sin, &position}) l.reads.push_back(t);
   if (bias.defined()) l.reads.push_back(&bias);
@@ -204,34 +204,33 @@ const Tensor* plain_ahead(const Tensor& x, const QLinear* next) {
 // How much of the next projection's plain weights a projection's blocks ask the L2 for
 // (GemvArgs::l2_next). `early`: the output projection, launched as the attention starts, asks for
 // the start of each half of gate/up while the HBM idles under the attention, capped at half the
-// weight so that most of it still streams behind the kernel's own loads (WICK_L2_NEXT_MB).
-// Otherwise a latency-bound projection (weights up to kLatencyBoundBytes) asks for the next one's
-// first rows as it starts, for the HBM's idle time at its end (WICK_L2_TAIL_MB). A larger
-// projection asks for `end_bytes` instead, from its last kL2EndBlocks blocks as each finishes
-// (its last wave: the HBM idles as they end).
-constexpr int64_t kL2NextBytes = int64_t{4} << 20, kL2TailBytes = int64_t{1} << 20;
-constexpr int64_t kL2EndBytesGateUp = int64_t{4} << 20, kL2EndBytesProjectAdd = int64_t{8} << 20;
+// weight so that most of it still streams behind the kernel's own loads
+// (TuningOverrides::l2_next_mb). Otherwise a latency-bound projection (weights up to
+// kLatencyBoundBytes) asks for the next one's first rows as it starts, for the HBM's idle time at
+// its end (TuningOverrides::l2_tail_mb). A larger projection asks for `end_bytes` instead, from its
+// last kL2EndBlocks blocks as each finishes (its last wave: the HBM idles as they end).
 constexpr int kL2EndBlocks = 512;
 
-// MB asked through `forced_mb` (a WICK_L2_END_* setting, -1 when not set), else `bytes`.
+// MB asked through `forced_mb` (TuningOverrides::l2_end_mb or l2_end_gu_mb, -1 when not set), else
+// `bytes`.
 int64_t end_bytes_or(int forced_mb, int64_t bytes) {
   return forced_mb >= 0 ? int64_t{forced_mb} << 20 : bytes;
 }
 
-// The decode step's side branch (ask_l2_aside) asks for the first kL2AsideBytes of plain gate/up
-// weights over 4 MB, half from each half, and the output projection then asks for none.
-constexpr int64_t kL2AsideBytes = int64_t{12} << 20;
+// The decode step's side branch (ask_l2_aside) asks for the first ArchTuning::l2_aside_bytes of
+// plain gate/up weights over 4 MB, half from each half, and the output projection then asks for
+// none.
 
 // Bytes ask_l2_aside asks for from each half of `next` (x's projection after the attention), 0
-// when it asks for none (WICK_L2_ASIDE_MB sets the total; 0 turns it off).
+// when it asks for none (TuningOverrides::l2_aside_mb sets the total; 0 turns it off).
 int64_t aside_region(const Tensor& x, const QLinear* next) {
-  const int mb = cuda::config().l2_aside_mb;
+  const int mb = cuda::tuning().l2_aside_mb;
   const Tensor* ahead = plain_ahead(x, next);
   if (mb == 0 || ahead == nullptr) return 0;
   const int64_t bytes = bytes_of(*ahead);
   const int64_t half = bytes / 2;
   if (bytes <= cuda::kLatencyBoundBytes || half % 16 != 0) return 0;
-  const int64_t want = mb > 0 ? int64_t{mb} << 20 : kL2AsideBytes;
+  const int64_t want = mb > 0 ? int64_t{mb} << 20 : cuda::tuning().l2_aside_bytes;
   return std::min(half, want / 2) / 16 * 16;
 }
 
@@ -245,19 +244,22 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
   if (early) {
     const int64_t half = bytes / 2;
     if (half % 16 != 0 || aside_region(x, next) > 0) return;
-    const int forced = cuda::config().l2_next_mb;
-    const int64_t total = forced >= 0 ? int64_t{forced} << 20 : std::min(kL2NextBytes, half);
+    const int forced = cuda::tuning().l2_next_mb;
+    const int64_t total =
+        forced >= 0 ? int64_t{forced} << 20 : std::min(cuda::tuning().l2_next_bytes, half);
     region = std::min(half, total / 2) / 16 * 16;
     stride = half;
   } else {
     const Tensor& own = *l.weight.bytes;
-    const int forced = cuda::config().l2_tail_mb;
+    const int forced = cuda::tuning().l2_tail_mb;
     const bool latency_bound = bytes_of(own) <= cuda::kLatencyBoundBytes;
     // Only the plain-row kernel takes end asks (gemv_kernel): a large GGML projection asks for
     // none.
     at_end = forced < 0 && !latency_bound;
     if (at_end && l.weight.format != cuda::GemvWeights::Dense) return;
-    const int64_t want = forced >= 0 ? int64_t{forced} << 20 : at_end ? end_bytes : kL2TailBytes;
+    const int64_t want = forced >= 0 ? int64_t{forced} << 20
+                         : at_end    ? end_bytes
+                                     : cuda::tuning().l2_tail_bytes;
     region = std::min(bytes, want) / 2 / 16 * 16;
     stride = region;  // the second region goes on where the first ends
   }
@@ -285,7 +287,8 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
       !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
-  ask_l2_for_next(l, x, next, false, end_bytes_or(cuda::config().l2_end_gu_mb, kL2EndBytesGateUp),
+  ask_l2_for_next(l, x, next, false,
+                  end_bytes_or(cuda::tuning().l2_end_gu_mb, cuda::tuning().l2_end_gate_up_bytes),
                   l.args);
   size_t n = static_cast<size_t>(l.weight.n) / 2;
   *act = run("gate_up_silu_gemv", l, x, n, Shape{1, 1, n});
@@ -303,7 +306,8 @@ bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual
   l.args.residual = ptr_of(residual);
   l.args.prefetch_rows = prefetch_rows;
   ask_l2_for_next(l, x, next, prefetch_rows,
-                  end_bytes_or(cuda::config().l2_end_mb, kL2EndBytesProjectAdd), l.args);
+                  end_bytes_or(cuda::tuning().l2_end_mb, cuda::tuning().l2_end_project_add_bytes),
+                  l.args);
   if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
   l.reads.push_back(&residual);
   *sum = run("project_add_gemv", l, x, residual.elem_count(), residual.shape());

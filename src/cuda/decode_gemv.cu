@@ -27,10 +27,10 @@ using namespace gemv;
 // Rows a block: fewer, longer-lived blocks for many rows (launching a block costs about as much
 // as reading a few kilobytes): 4 plain rows (a single wave of blocks for Llama's qkv), or 8 rows
 // of blocks (their copies in shared memory hold no registers) where there are 2,048 rows or more;
-// else 2. WICK_GEMV_ROWS forces 2, 4 or 8 where shared memory allows.
+// else 2. TuningOverrides::gemv_rows forces 2, 4 or 8 where shared memory allows.
 int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
   const bool dense = a.weights == GemvWeights::Dense;
-  const int forced = config().gemv_rows;
+  const int forced = tuning().gemv_rows;
   if (forced > 0 && (dense || forced * staged_stride(row_bytes) <= kMaxStagedBytes)) return forced;
   if (dense) return 4;
   return a.n >= 2048 && 8 * staged_stride(row_bytes) <= kMaxStagedBytes ? 8 : 2;
@@ -40,12 +40,12 @@ int rows_per_block(const GemvArgs& a, int64_t row_bytes) {
 void launch_format(DType dtype, const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   // GGML rows stream through fewer blocks when there are four groups of rows or more per
   // multiprocessor (fewer would leave each block one group, in fewer blocks than one group of 2
-  // rows each), unless WICK_GEMV_STREAM=0, rows a block are forced, or k is too
+  // rows each), unless the table or an override turns it off, rows a block are forced, or k is too
   // long to keep x in registers.
   if (a.weights != GemvWeights::Dense && ggml_pairs_fit(a, row_bytes)) {
     return launch_ggml_pairs(dtype, a, row_bytes, s);
   }
-  if (a.weights != GemvWeights::Dense && config().gemv_stream && config().gemv_rows == 0 &&
+  if (a.weights != GemvWeights::Dense && tuning().gemv_stream && tuning().gemv_rows == 0 &&
       ggml_stream_fits(a)) {
     return launch_ggml_stream(dtype, a, row_bytes, s);
   }
@@ -88,7 +88,7 @@ void launch_gemv(DType dtype, const GemvArgs& a, cudaStream_t s) {
     throw UnsupportedDType("decode gemv: f32, f16 or bf16");
   }
   launch_format(dtype, a, row_bytes, s);
-  if (a.argmax != nullptr) launch_argmax_pick(a.argmax, config().pdl_step_ends, s);
+  if (a.argmax != nullptr) launch_argmax_pick(a.argmax, tuning().pdl_step_ends, s);
 }
 
 #ifdef WICK_DEVICE_TIMELINE

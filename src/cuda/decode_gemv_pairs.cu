@@ -268,7 +268,7 @@ size_t pairs_max_smem() {
 }
 
 bool pairs_fit(const GemvArgs& a, int64_t row_bytes) {
-  return config().gemv_pairs && config().gemv_rows == 0 && a.k % kPairsK == 0 && aligned(a.w, 16) &&
+  return tuning().gemv_pairs && tuning().gemv_rows == 0 && a.k % kPairsK == 0 && aligned(a.w, 16) &&
          row_bytes % 16 == 0 && pairs_smem(row_bytes, a.k) <= pairs_max_smem();
 }
 

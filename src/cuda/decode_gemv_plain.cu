@@ -45,11 +45,11 @@ __global__ void __launch_bounds__(kArgmaxSlots)
 // Threads a block of 4 plain rows. Projections of up to 16 MB (Llama-1B's qkv and o) run as one
 // wave of 128-thread blocks; larger ones fill the multiprocessors' registers in as few waves as
 // they can: one of 256-thread blocks (Llama-1B's down), else two of 64 (gate/up), else 128 (the
-// output head). WICK_GEMV_THREADS forces 64, 128 or 256.
+// output head). TuningOverrides::gemv_threads forces 64, 128 or 256.
 constexpr int64_t kOneWaveBytes = int64_t{16} << 20;
 
 int dense_threads(const GemvArgs& a, int64_t row_bytes) {
-  if (config().gemv_threads > 0) return config().gemv_threads;
+  if (tuning().gemv_threads > 0) return tuning().gemv_threads;
   if (a.n * row_bytes <= kOneWaveBytes) return kGemvThreads;
   const int64_t blocks = a.n / 4, sms = sm_count();
   if (blocks <= 4 * sms && row_bytes / 16 >= 256) return 256;

@@ -168,7 +168,7 @@ void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, s
 void launch_advance_decode(const uint32_t* next, uint32_t* input, uint64_t* mailbox, int slots,
                            cudaStream_t s) {
   launch_pdl(advance_decode_kernel, dim3(1), dim3(1), 0, s, next, input,
-             reinterpret_cast<unsigned long long*>(mailbox), slots, config().pdl_step_ends);
+             reinterpret_cast<unsigned long long*>(mailbox), slots, tuning().pdl_step_ends);
 }
 
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s) {

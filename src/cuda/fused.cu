@@ -485,8 +485,8 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   // softmax: the bulk-copy kernel for f16/bf16 rows above 4 KB (up to 8 KB only while the warp
   // kernel would run fewer than about three waves: its tail wave costs more than bulk's lower
   // steady rate), else a warp per row when the row fits in 16 vectors a lane; the norms take the
-  // block kernel. WICK_ROW_KERNEL=block|warp|bulk forces one (bulk where it applies).
-  static const RowKernel choice = config().row_kernel;
+  // block kernel. TuningOverrides::row_kernel forces one (bulk where it applies).
+  static const RowKernel choice = tuning().row_kernel;
   if constexpr (Op == RowOp::Softmax && sizeof(T) == 2) {
     const size_t sms = static_cast<size_t>(sm_count()), row_bytes = nvec * 16;
     const bool bulk =
@@ -499,8 +499,8 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   const bool warp =
       choice == RowKernel::Warp ||
       ((choice == RowKernel::Auto || choice == RowKernel::Bulk) && Op == RowOp::Softmax);
-  // Two rows a block: fine steps of occupancy (WICK_ROW_WARPS=1/4 for one or four; benchmarks).
-  static const unsigned row_warps = static_cast<unsigned>(config().row_warps);
+  // Two rows a block: fine steps of occupancy (TuningOverrides::row_warps: one or four).
+  static const unsigned row_warps = static_cast<unsigned>(tuning().row_warps);
   if constexpr (sizeof(T) <= 4) {
     if (warp && nvec <= 32 * 16 && rows <= 0xffffffffu - kRowWarpMaxRows) {
       unsigned blocks = static_cast<unsigned>((rows + row_warps - 1) / row_warps);
@@ -526,8 +526,8 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
                static_cast<unsigned>(nvec), e);
   };
   // Four vectors a thread (64 bytes in flight each) up to 256 threads, then eight up to 512;
-  // WICK_ROW_VPT=2/4/8 forces one (for benchmarks).
-  static const int forced = config().row_vectors_per_thread;
+  // TuningOverrides::row_vectors_per_thread forces one.
+  static const int forced = tuning().row_vectors_per_thread;
   // softmax keeps exp(x) as floats: two vectors a thread keep it in registers.
   const bool two = forced == 2 || (forced == 0 && Op == RowOp::Softmax && threads_for(2) <= 256);
   if (two && threads_for(2) <= kRowMaxThreads) {

@@ -172,11 +172,12 @@ void launch_index_select(DType dtype, const void* src, const Layout& layout, DTy
   if (n == 0) return;
   strides[dim] = 0;  // the id supplies this coordinate
   StridedView sv = view_or_throw("index_select", dims, strides, layout.start_offset());
-  // A programmatic dependent launch (unless WICK_PDL=0 or WICK_PDL_STEP_ENDS=0), for the decode
-  // step's embedding: the first projection's weights start loading while the row is gathered.
+  // A programmatic dependent launch (unless tuning() turns pdl or pdl_step_ends off), for the
+  // decode step's embedding: the first projection's weights start loading while the row is
+  // gathered.
   dispatch_size(size_in_bytes(dtype), [&]<class U>() {
     auto launch = [&](auto&&... args) {
-      if (config().pdl_step_ends) {
+      if (tuning().pdl_step_ends) {
         launch_pdl(index_select_kernel<U>, dim3(grid_for(n)), dim3(kBlock), 0, s, args...);
       } else {
         index_select_kernel<U><<<grid_for(n), kBlock, 0, s>>>(args...);

@@ -395,8 +395,9 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 /// projections keep the default split: their loads fill the L1.
 inline constexpr int kCarveoutMaxShared = 100;
 
-/// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless WICK_PDL=0;
-/// with `carveout` >= 0 the preferred percentage of shared memory in the L1/shared split.
+/// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless
+/// tuning().pdl is off; with `carveout` >= 0 the preferred percentage of shared memory in the
+/// L1/shared split.
 template <class... Params, class... Args>
 void launch_pdl_carveout(int carveout, void (*kernel)(Params...), dim3 grid, dim3 block,
                          size_t smem, cudaStream_t s, Args&&... args) {
@@ -407,7 +408,7 @@ void launch_pdl_carveout(int carveout, void (*kernel)(Params...), dim3 grid, dim
   cfg.stream = s;
   cudaLaunchAttribute attrs[2]{};
   unsigned n = 0;
-  if (config().pdl) {
+  if (tuning().pdl) {
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n++].val.programmaticStreamSerializationAllowed = 1;
   }
@@ -420,7 +421,8 @@ void launch_pdl_carveout(int carveout, void (*kernel)(Params...), dim3 grid, dim
   WICK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
-/// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless WICK_PDL=0.
+/// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless
+/// tuning().pdl is off.
 template <class... Params, class... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                 Args&&... args) {

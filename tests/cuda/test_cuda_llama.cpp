@@ -14,6 +14,7 @@
 
 #include "../qmatmul_test_util.h"
 #include "cpu/qmatmul.h"
+#include "cuda/tuning_from_env.h"
 #include "models/decode_gemv.h"
 #include "models/kv_write.h"
 #include "models/token_mailbox.h"
