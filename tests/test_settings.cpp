@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "settings.h"
+#include "wick/cuda.h"
 #include "wick/quantized.h"
 #include "wick/wick.h"
 
@@ -119,6 +120,14 @@ TEST(SettingsDeathTest, CpuCacheRejected) {
   });
 }
 
+TEST(SettingsDeathTest, CudaSettingsRejected) {
+  // Read in either build (the no-CUDA stub answers the same switches).
+  expect_rejected_in_process("WICK_CUDA_MATMUL", "fast", [] { (void)wick::cuda_matmul_path(); });
+  expect_rejected_in_process("WICK_ALLOW_TF32", "yes", [] { (void)wick::cuda_tf32_allowed(); });
+  expect_rejected_in_process("WICK_CUDA_OPS_PER_BATCH", "0",
+                             [] { (void)wick::cuda_tf32_allowed(); });
+}
+
 TEST(SettingsDeathTest, ValidValuesAccepted) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
@@ -126,10 +135,14 @@ TEST(SettingsDeathTest, ValidValuesAccepted) {
         setenv("WICK_NUM_THREADS", "1", 1);
         setenv("WICK_QMATMUL_ACTIVATIONS", "int8", 1);
         setenv("WICK_CPU_CACHE_MB", "0", 1);
+        setenv("WICK_CUDA_MATMUL", "cublas", 1);
+        setenv("WICK_ALLOW_TF32", "1", 1);
         sum_op()();
         const bool ok = wick::settings::num_threads() == 1 &&
                         wick::qmatmul_cpu_activation_bits(wick::GgmlType::Q4_0) == 8 &&
-                        wick::settings::cpu_cache_mb() == 0;
+                        wick::settings::cpu_cache_mb() == 0 &&
+                        wick::cuda_matmul_path() == wick::CudaMatmulPath::Cublas &&
+                        wick::cuda_tf32_allowed();
         std::exit(ok ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
