@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/tuning_env.h"
 #include "wick/generator.h"
 #include "wick/llama.h"
 #include "wick/wick.h"
@@ -104,6 +105,7 @@ Figures measure(const wick::models::Llama& m, const std::vector<uint32_t>& promp
 }  // namespace
 
 int main(int argc, char** argv) {
+  wick::cuda::apply_tuning_env();  // the benchmark variables of bench/README.md
   CLI::App app{"bench_generate: wick Llama decode speed (batch 1) beside the peer's"};
   std::string model_path, shape, device_name = "cpu", dtype_name = "f32", peer_path;
   size_t prompt_len = 32, new_tokens = 128;

@@ -27,6 +27,7 @@
 #include "cuda/cuda_device.h"
 #include "cuda/fused_kernels.h"
 #include "cuda/kernels.h"
+#include "cuda/tuning_env.h"
 #include "cuda_config.h"
 #include "wick/wick.h"
 
@@ -150,6 +151,7 @@ void* device_bf16(size_t n, uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cuda::apply_tuning_env();  // the benchmark variables of bench/README.md
   // Optional parts to run: rows, attn, decode (default: all).
   auto want = [&](const char* part) {
     if (argc < 2) return true;
@@ -259,7 +261,7 @@ int main(int argc, char** argv) {
     // The default kernel, then the mma.sync one where the default was the wgmma kernel.
     std::string first;
     for (int pass = 0; pass < 2; ++pass) {
-      cuda::set_flash_wgmma(pass == 0 && cuda::config().flash_wgmma);
+      cuda::set_flash_wgmma(pass == 0 && cuda::tuning_overrides().flash_wgmma != 0);
       const std::string kernel = prefill_kernel(heads, s, dim);
       if (pass == 1 && kernel == first) break;
       first = kernel;
@@ -275,7 +277,7 @@ int main(int argc, char** argv) {
       result(key + "_ms", t);
       result(key + "_tflops", tflops);
     }
-    cuda::set_flash_wgmma(cuda::config().flash_wgmma);
+    cuda::set_flash_wgmma(cuda::tuning_overrides().flash_wgmma != 0);
   }
 
   // ---- decode: one query per head against a 4096-long KV cache, h_kv 8 ----

@@ -3,14 +3,10 @@
 // tile of 64 rows), claimed from a counter by the pool's threads, a row being one query of one of
 // the heads that share the k/v head (grouped-query heads share each k/v tile). Keys and values
 // stream through in tiles of 64 with an online softmax, so the (s, s_kv) scores are never stored.
-//
-// The item's queries are held transposed (Q^T: one vector lane per row), and so are its scores
-// (S^T) and output (O^T): both tile products then broadcast one element of k or v, read in place
-// in their own layout, against vectors of rows, and the online softmax (running max, sum and
-// rescale of each row) is vertical vector arithmetic with no horizontal reduction. K and V are
-// never copied or transposed; Q and O are transposed once per item. Items of at most one vector
-// of rows (decoding) would leave most lanes idle that way: they keep rows x keys instead, with K
-// transposed per tile (few_rows_item).
+// Q, the scores and the output are held transposed (one vector lane per row): both tile products
+// broadcast one element of k or v, read in place, against vectors of rows, and the online softmax
+// is vertical vector arithmetic; K and V are never copied. Decode items (at most one vector of
+// rows) keep rows x keys instead, with K transposed per tile (few_rows_item).
 
 #include <algorithm>
 #include <atomic>

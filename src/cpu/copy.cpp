@@ -1,3 +1,7 @@
+// Strided copies and dtype conversions on the CPU: copies move bits through an unsigned type of
+// the element's size (any dtype), conversions go segment by segment (runs of the innermost dim)
+// through one function per (to, from) pair, so that a strided source costs no per-element dispatch.
+
 #include <bit>
 #include <cmath>
 #include <cstring>

@@ -12,6 +12,7 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
+#include "settings.h"
 #include "util.h"
 
 namespace wick::cpu {
@@ -123,13 +124,7 @@ class BufferCache {
     return 0;
 #endif
 #endif
-    size_t mb = 256;
-    if (const char* env = std::getenv("WICK_CPU_CACHE_MB")) {
-      char* end = nullptr;
-      long v = std::strtol(env, &end, 10);
-      if (end != env && *end == '\0' && v >= 0) mb = static_cast<size_t>(std::min(v, 1L << 20));
-    }
-    return mb << 20;
+    return settings::cpu_cache_mb() << 20;
   }
 
   const size_t limit_;

@@ -10,6 +10,7 @@
 #include "cpu/parallel.h"
 #include "decoder_ops_backend.h"
 #include "dispatch.h"
+#include "ops/norm_math.h"
 #include "tensor_internal.h"
 
 namespace wick::detail {
@@ -52,7 +53,7 @@ nn::ResidualNorm cpu_add_rms_norm(const Tensor& x, const Tensor& delta, const Te
           A v = static_cast<A>(s);
           sq += v * v;
         }
-        A rstd = A(1) / std::sqrt(sq / static_cast<A>(d) + static_cast<A>(eps));
+        A rstd = ops::norm_rstd(sq, static_cast<A>(d), static_cast<A>(eps));
         for (size_t c = 0; c < d; ++c) {
           // Rounded before the weight multiplies it, as transformers' RMSNorm (cpu/fused.h).
           np[r * d + c] =

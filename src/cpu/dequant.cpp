@@ -6,6 +6,7 @@
 
 #include "cpu/parallel.h"
 #include "formats_backend.h"
+#include "ops/ggml_blocks.h"
 #include "wick/error.h"
 #include "wick/half.h"
 
@@ -22,66 +23,49 @@ inline float half_at(const uint8_t* p) {
 // Q8_0: f16 d, int8 qs[32].
 void dq_q8_0(const uint8_t* b, float* y) {
   float d = half_at(b);
-  const auto* qs = reinterpret_cast<const int8_t*>(b + 2);
-  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
+  for (unsigned j = 0; j < 32; ++j) y[j] = static_cast<float>(ops::q8_0_int(b, j)) * d;
 }
 
 // Q4_0: f16 d, qs[16] (low nibbles: values 0..15, high nibbles: 16..31), offset 8.
 void dq_q4_0(const uint8_t* b, float* y) {
   float d = half_at(b);
-  const uint8_t* qs = b + 2;
-  for (int j = 0; j < 16; ++j) {
-    y[j] = static_cast<float>((qs[j] & 0x0f) - 8) * d;
-    y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+  for (unsigned j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(ops::q4_0_int(b, j)) * d;
+    y[j + 16] = static_cast<float>(ops::q4_0_int(b, j + 16)) * d;
   }
 }
 
 // Q4_1: f16 d, f16 m, qs[16]: d * q + m.
 void dq_q4_1(const uint8_t* b, float* y) {
   float d = half_at(b), m = half_at(b + 2);
-  const uint8_t* qs = b + 4;
-  for (int j = 0; j < 16; ++j) {
-    y[j] = static_cast<float>(qs[j] & 0x0f) * d + m;
-    y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+  for (unsigned j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(ops::q4_1_int(b, j)) * d + m;
+    y[j + 16] = static_cast<float>(ops::q4_1_int(b, j + 16)) * d + m;
   }
 }
 
 // Q5_0: f16 d, uint32 qh (the fifth bits), qs[16]; offset 16.
 void dq_q5_0(const uint8_t* b, float* y) {
   float d = half_at(b);
-  uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  const uint8_t* qs = b + 6;
-  for (int j = 0; j < 16; ++j) {
-    int x0 = static_cast<int>((qs[j] & 0x0f) | (((qh >> j) & 1u) << 4)) - 16;
-    int x1 = static_cast<int>((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
-    y[j] = static_cast<float>(x0) * d;
-    y[j + 16] = static_cast<float>(x1) * d;
+  const uint32_t qh = ops::q5_0_high_bits(b);
+  for (unsigned j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(ops::q5_0_int(b, qh, j)) * d;
+    y[j + 16] = static_cast<float>(ops::q5_0_int(b, qh, j + 16)) * d;
   }
 }
 
 // Q4_K: f16 d, f16 dmin, scales[12] (eight 6-bit scales and mins), qs[128]; 256 values in 8
 // sub-blocks of 32: d * sc * q - dmin * m.
-void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 void dq_q4_k(const uint8_t* b, float* y) {
   float d = half_at(b), dmin = half_at(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* q = b + 16;
-  int is = 0;
+  unsigned is = 0;
   for (int j = 0; j < 256; j += 64) {
     uint8_t sc, m;
-    scale_min_k4(is, scales, &sc, &m);
+    ops::q4_k_scale_min(is, scales, sc, m);
     float d1 = d * sc, m1 = dmin * m;
-    scale_min_k4(is + 1, scales, &sc, &m);
+    ops::q4_k_scale_min(is + 1, scales, sc, m);
     float d2 = d * sc, m2 = dmin * m;
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0f) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
@@ -97,12 +81,12 @@ void dq_q6_k(const uint8_t* b, float* y) {
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
   float d = half_at(b + 208);
   for (int n = 0; n < 256; n += 128) {
-    for (int l = 0; l < 32; ++l) {
+    for (unsigned l = 0; l < 32; ++l) {
       int is = l / 16;
-      int q1 = static_cast<int>((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      int q2 = static_cast<int>((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      int q3 = static_cast<int>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      int q4 = static_cast<int>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      int q1 = ops::q6_k_int(ql, qh, 0, l);
+      int q2 = ops::q6_k_int(ql, qh, 1, l);
+      int q3 = ops::q6_k_int(ql, qh, 2, l);
+      int q4 = ops::q6_k_int(ql, qh, 3, l);
       y[l] = d * sc[is + 0] * q1;
       y[l + 32] = d * sc[is + 2] * q2;
       y[l + 64] = d * sc[is + 4] * q3;

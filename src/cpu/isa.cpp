@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cpu/kernels.h"
+#include "settings.h"
 #include "util.h"
 #include "wick/cpu.h"
 #include "wick/error.h"
@@ -28,9 +29,8 @@ bool cpu_has_avx512() {
 
 Isa choose_isa() {
   const bool has_avx512 = cpu_has_avx512();
-  const char* env = std::getenv("WICK_CPU_ISA");
-  if (env == nullptr || *env == '\0') return has_avx512 ? Isa::Avx512 : Isa::Avx2;
-  const std::string forced = env;
+  const std::string& forced = settings::cpu_isa();  // throws on an unknown value
+  if (forced.empty()) return has_avx512 ? Isa::Avx512 : Isa::Avx2;
   if (forced == "avx2") return Isa::Avx2;
   if (forced == "avx512") {
     if (!has_avx512) {

@@ -26,6 +26,7 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
+#include "settings.h"
 #include "util.h"
 
 namespace wick::cpu {
@@ -59,8 +60,7 @@ class BlasThreads {
   BlasThreads() {
     init_blas();
     // OpenBLAS's own default unless WICK_NUM_THREADS or set_cpu_threads asks for a count.
-    if (const char* env = std::getenv("WICK_NUM_THREADS");
-        threads_forced() || (env != nullptr && *env != '\0')) {
+    if (threads_forced() || settings::num_threads_set()) {
       openblas_set_num_threads(static_cast<int>(num_threads()));
     }
     threads_ = openblas_get_num_threads();
@@ -356,7 +356,7 @@ void gemv(bool trans, size_t rows, size_t cols, const C* a, size_t lda, const C*
 }
 
 // One (m x k) * (k x n) product into the dense row-major c. m == 1 or n == 1 is a gemv, which
-// OpenBLAS runs about 2.3x faster than the same shape through its sgemm.
+// OpenBLAS runs faster than the same shape through its sgemm.
 template <class C>
 void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b, MatrixView bv,
              C* c) {

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "settings.h"
 #include "util.h"
 #include "wick/cpu.h"
 #include "wick/error.h"
@@ -29,20 +30,6 @@ namespace {
 // waiting for the pool that runs them.
 thread_local bool in_parallel_region = false;
 
-size_t env_count(const char* name, size_t fallback, long max) {
-  if (const char* env = std::getenv(name)) {
-    char* end = nullptr;
-    long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v >= 0) return static_cast<size_t>(std::min(v, max));
-  }
-  return fallback;
-}
-
-size_t threads_from_env() {
-  unsigned hw = std::thread::hardware_concurrency();
-  size_t n = env_count("WICK_NUM_THREADS", hw == 0 ? 1 : hw, 1024);
-  return n == 0 ? (hw == 0 ? 1 : hw) : n;
-}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -242,7 +229,7 @@ std::atomic<bool> pool_started{false};
 size_t pool_threads() {
   pool_started = true;
   size_t forced = forced_threads.load();
-  return forced > 0 ? forced : threads_from_env();
+  return forced > 0 ? forced : settings::num_threads();
 }
 
 ThreadPool& pool() {

@@ -16,6 +16,7 @@
 
 #include "cpu/parallel.h"
 #include "formats_backend.h"
+#include "settings.h"
 #include "util.h"
 #include "wick/cpu.h"
 #include "wick/error.h"
@@ -352,8 +353,7 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits
 
 QActivations q_activations() {
   static const QActivations acts = [] {
-    const char* v = std::getenv("WICK_QMATMUL_ACTIVATIONS");
-    std::string name = v != nullptr ? v : "";
+    const std::string& name = settings::qmatmul_activations();
     if (name == "f32") return QActivations::F32;
     if (name == "int8") return QActivations::Int8;
     return QActivations::Int16;

@@ -1,28 +1,10 @@
 // Prefill attention on sm_90a with wgmma (warpgroup MMA) and TMA, f16/bf16, d = 128:
-// flash_wgmma_kernel, FlashAttention-3's warp specialization and ping-pong. This file alone is
-// compiled for sm_90a (src/CMakeLists.txt): wgmma and setmaxnreg exist on no other target, and
-// sm_90a code runs on compute capability 9.0 only, which flash_wgmma_fits checks.
-//
-// A block owns 128 queries of one head: three warpgroups (384 threads). Warpgroup 0 produces: it
-// gives its registers to the others (setmaxnreg 24) and one of its threads issues the TMA copies
-// of Q once and of K and V tiles (128 keys) into two stages, each with a full and an empty
-// mbarrier. Warpgroups 1 and 2 consume (setmaxnreg 240), 64 queries each. Every tile sits in
-// shared memory in the 128-byte swizzled layout wgmma reads, which the tensor maps' swizzle
-// writes: two halves of 64 dims, a row of a half 128 bytes, its 16-byte chunk c at c ^ (row % 8);
-// rows past the sequence arrive as zeros. Per key tile a consumer runs S = Q K^T (8 wgmma
-// m64n128k16, both operands K-major), the online softmax on S's registers, and O += P V with P
-// (rounded to the dtype) as the A operand in registers (8 wgmma, V stored with d contiguous: B
-// transposed). The two consumers take turns issuing their GEMMs (named barriers 1 and 2), so one's
-// softmax runs under the other's tensor-core work. Causal blocks stop at their last visible key
-// and run longest-first. The semantics are flash_mma_kernel's (attention.cu): the causal diagonal
-// aligned to the last key when s != s_kv, rows without a visible key are zeros, P and the output
-// rounded once each from f32.
-//
-// Measured on an H200 (b 1, h 32, d 128, bf16, causal; bench_nn_cuda attn beside
-// bench/cuda/torch_nn.py in one call): 0.034 / 0.268 / 3.368 ms at s = 1k / 4k / 16k (253 / 512 /
-// 653 TFLOP/s), 0.94x / 0.96x / 1.03x PyTorch's F.scaled_dot_product_attention. The cp.async
-// kernel this replaced (all 256 threads copying, no turns) took 0.053 / 0.473 / 6.1-6.5 ms in the
-// call that first ran this design (scratch harness, then 0.035 / 0.278 / 3.499 ms).
+// flash_wgmma_kernel, FlashAttention-3's warp specialization and ping-pong: a producer warpgroup
+// issues TMA copies of K and V tiles, two consumer warpgroups take turns at the tensor cores so
+// that one's softmax runs under the other's GEMMs. This file alone is compiled for sm_90a
+// (src/CMakeLists.txt): wgmma and setmaxnreg exist on no other target, and sm_90a code runs on
+// compute capability 9.0 only, which flash_wgmma_fits checks. History:
+// docs/perf/prefill-attention.md.
 
 #include <cuda.h>  // CUtensorMap and its enums; the encoder comes from the runtime's entry point
 #include <cudaTypedefs.h>
@@ -237,6 +219,21 @@ __device__ __forceinline__ void online_softmax(float (&s)[64], float (&m_run)[2]
   }
 }
 
+// A block owns 128 queries of one head: three warpgroups (384 threads). Warpgroup 0 produces: it
+// gives its registers to the others (setmaxnreg 24) and one of its threads issues the TMA copies
+// of Q once and of K and V tiles (128 keys) into two stages, each with a full and an empty
+// mbarrier. Warpgroups 1 and 2 consume (setmaxnreg 240), 64 queries each. Every tile sits in
+// shared memory in the 128-byte swizzled layout wgmma reads, which the tensor maps' swizzle
+// writes: two halves of 64 dims, a row of a half 128 bytes, its 16-byte chunk c at c ^ (row % 8);
+// rows past the sequence arrive as zeros. Per key tile a consumer runs S = Q K^T (8 wgmma
+// m64n128k16, both operands K-major), the online softmax on S's registers, and O += P V with P
+// (rounded to the dtype) as the A operand in registers (8 wgmma, V stored with d contiguous: B
+// transposed). The two consumers take turns issuing their GEMMs (named barriers 1 and 2), so one's
+// softmax runs under the other's tensor-core work. Causal blocks stop at their last visible key
+// and run longest-first. The semantics are flash_mma_kernel's (attention.cu): the causal diagonal
+// aligned to the last key when s != s_kv, rows without a visible key are zeros, P and the output
+// rounded once each from f32.
+//
 // tq: Q as (128 dims, s, h, b); tk, tv: K and V as (128 dims, s_kv, h_kv, b); boxes of 64 dims x
 // 128 rows, 128-byte swizzle, zeros outside.
 template <class T>

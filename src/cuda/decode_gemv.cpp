@@ -120,31 +120,23 @@ Tensor run(const char* name, Launch& l, const Tensor& x, size_t elems, const Sha
 }  // namespace
 
 bool decode_gemv_enabled() {
-  static const bool enabled = cuda::config().decode_gemv;
+  static const bool enabled = cuda::tuning().decode_gemv;
   return enabled;
 }
 
-// Plain rows: when each of the kernel's threads takes the same number of 16-byte units of a row.
-// H200, graph decode tok/s, two rounds, cuBLAS against the kernel: Llama-1B bf16's head (k 2,048: 2
-// units a thread) 1,231.9 and 1,232.5 against 1,248.1 and 1,249.8; SmolLM2 bf16's (k 576: 72 units
-// for 128 threads) 2,170.0 and 2,169.2 against 2,127.3 and 2,127.4.
+// Plain rows: when each of the kernel's threads takes the same number of 16-byte units of a row
+// (otherwise cuBLAS serves the projection better).
 bool fused_linear_preferred(const QLinear& w) {
   if (w.quantized()) return true;
   const Tensor& d = w.dense();
   return d.rank() == 2 && d.dims()[1] * size_in_bytes(d.dtype()) % (16 * cuda::kGemvThreads) == 0;
 }
 
-// The output head's first rows kept in the L2 from one step to the next (the device's persisting
-// part, up to 37.5 of its 60 MB: an access-policy window on the head's launch) did not pay. H200,
-// Llama-1B bf16 graph decode, two rounds in one call: 12 / 24 MB kept 1,292.3-1,292.8 /
-// 1,292.0-1,292.8 against 1,291.7-1,292.1; 36 MB 1,147.1-1,147.4 (the L2 asks of the other
-// projections then find too little room); SmolLM2 bf16 with 8 / 24 MB 2,188.0 / 2,186.7 against
-// 2,187.3. Served partly from the L2, the head is no faster: its pace is not only the HBM's.
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
                   Tensor* y, Tensor* argmax) {
   Launch l;
   if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l) ||
-      (argmax != nullptr && !cuda::config().gemv_argmax)) {
+      (argmax != nullptr && !cuda::tuning().gemv_argmax)) {
     return false;
   }
   cuda::CudaDevice& dev = device_of(x);
@@ -188,14 +180,9 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   a.d = static_cast<int64_t>(d);
   a.max_len = static_cast<int64_t>(k_cache.dims()[2]);
   // Its blocks, launched as the down projection before them retires, ask the L2 for the rest of
-  // their rows before pdl_wait (GemvArgs::prefetch_rows). H200, graph decode tok/s, two rounds in
-  // one call: SmolLM2 bf16 2,124.8 without, 2,165.1 with; Llama-1B bf16 with the end asks below
-  // 1,279.2 and 1,279.0 without both, 1,285.7 and 1,284.5 with both (alone 1,276.6-1,276.9: it
-  // needs the end asks). Later, four rounds in one call: Llama-1B 1,292.0-1,292.6 with, 1,285.3-
-  // 1,286.2 without (SmolLM2 2,195.2 against 2,152.0). The asks are qkv's long gap in the timeline
-  // (scripts/gpu-timeline.sh, down's end to qkv's first block past pdl_wait: 1.88 us, 1.11
-  // without), not idle time: after the wait qkv takes 4.69 us with them, 5.62 without.
-  a.prefetch_rows = cuda::config().qkv_prefetch;
+  // their rows before pdl_wait (GemvArgs::prefetch_rows); with the end asks of the projection
+  // before, this fills the gap between that projection's end and qkv's first block.
+  a.prefetch_rows = cuda::tuning().qkv_prefetch;
   if (!cuda::gemv_fits(x.dtype(), a)) return false;
   for (const Tensor* t : {&cos, &sin, &position}) l.reads.push_back(t);
   if (bias.defined()) l.reads.push_back(&bias);
@@ -216,62 +203,34 @@ const Tensor* plain_ahead(const Tensor& x, const QLinear* next) {
 
 // How much of the next projection's plain weights a projection's blocks ask the L2 for
 // (GemvArgs::l2_next). `early`: the output projection, launched as the attention starts, asks for
-// the start of each half of gate/up while the HBM idles under the attention. H200, graph decode
-// tok/s, two rounds: Llama-1B bf16 1,270.9 and 1,272.0 without, with 2 MB 1,278.9 and 1,278.5, 4
-// MB 1,282.2 and 1,281.5, 8 MB 1,275.5 and 1,275.6, 16 MB 1,262.9 and 1,263.2, 24 MB 1,249.8 and
-// 1,249.6; SmolLM2 bf16 (3.5 MB of gate/up) 2,112.8 without, 2,120.2 with 2 MB. Capped at half the
-// weight, so that most of it still streams behind the kernel's own loads (WICK_L2_NEXT_MB).
-// Otherwise a latency-bound projection (weights up to kLatencyBoundBytes) asks for the next one's
-// first rows as it starts, for the HBM's idle time at its end (WICK_L2_TAIL_MB). H200, one call:
-// SmolLM2 bf16 (every projection 0.7-3.5 MB) 2,136.4 without, 2,171.8 with 1 MB; Llama-1B bf16
-// (8.4 MB and up) 1,276.3 and 1,278.4 without, with 1 / 2 / 4 MB 1,269.9 / 1,269.2 / 1,260.5 and
-// 1,269.4 / 1,269.2 / 1,260.8. A larger projection asks for `end_bytes` instead, from its last
-// kL2EndBlocks blocks as each finishes (its last wave: the HBM idles as they end). H200, Llama-1B
-// bf16, two rounds in one call, against 1,279.5 and 1,278.6: gate/up asking for 2 / 4 MB of down
-// 1,277.0 and 1,277.2 / 1,281.8 and 1,282.5; down asking for 4 / 8 / 12 / 16 MB of qkv 1,277.2
-// and 1,277.0 / 1,274.0 and 1,273.2 / 1,264.5 and 1,265.1 / 1,263.6 and 1,263.5, with qkv's
-// blocks asking for their own rows too (above) 8 MB 1,283.5 and 1,283.8. All three, in a later
-// call on the same machine, against 1,279.2 and 1,279.0: with down's 4 / 8 / 12 MB 1,283.6 and
-// 1,284.7 / 1,285.7 and 1,284.5 / 1,270.8 and 1,272.4; gate/up's 8 MB with down's 8 1,284.5 and
-// 1,284.5.
-constexpr int64_t kL2NextBytes = int64_t{4} << 20, kL2TailBytes = int64_t{1} << 20;
-constexpr int64_t kL2EndBytesGateUp = int64_t{4} << 20, kL2EndBytesProjectAdd = int64_t{8} << 20;
+// the start of each half of gate/up while the HBM idles under the attention, capped at half the
+// weight so that most of it still streams behind the kernel's own loads
+// (TuningOverrides::l2_next_mb). Otherwise a latency-bound projection (weights up to
+// kLatencyBoundBytes) asks for the next one's first rows as it starts, for the HBM's idle time at
+// its end (TuningOverrides::l2_tail_mb). A larger projection asks for `end_bytes` instead, from its
+// last kL2EndBlocks blocks as each finishes (its last wave: the HBM idles as they end).
 constexpr int kL2EndBlocks = 512;
 
-// MB asked through `forced_mb` (a WICK_L2_END_* setting, -1 when not set), else `bytes`.
+// MB asked through `forced_mb` (TuningOverrides::l2_end_mb or l2_end_gu_mb, -1 when not set), else
+// `bytes`.
 int64_t end_bytes_or(int forced_mb, int64_t bytes) {
   return forced_mb >= 0 ? int64_t{forced_mb} << 20 : bytes;
 }
 
-// The decode step's side branch (ask_l2_aside) asks for the first kL2AsideBytes of plain gate/up
-// weights over 4 MB, half from each half, and the output projection then asks for none. H200,
-// Llama-1B bf16 graph decode tok/s, rounds in one call: 1,288.2 / 1,288.7 / 1,288.4 with the
-// output projection's 4 MB, 1,291.2 / 1,291.1 / 1,291.3 with 10 MB aside, 12 MB 1,291.3 / 1,291.4 /
-// 1,291.5, 14 MB 1,290.8 / 1,290.3 / 1,290.8; in another call 16 MB 1,276.5 / 1,277.1 against
-// 1,288.0 / 1,287.7. Asked beside the output projection's 4 MB (another call, against 1,288.0 and
-// 1,287.4): 4 / 8 / 12 / 16 / 24 MB 1,277.8 / 1,276.3 / 1,276.5 / 1,281.9 / 1,275.0 and 1,278.0 /
-// 1,276.7 / 1,276.7 / 1,282.3 / 1,274.8. SmolLM2 bf16 (3.5 MB of gate/up, every byte asked by
-// the output projection) with 1 / 2 / 4 MB aside: 2,146.7 / 2,156.2 / 2,151.5 against 2,184.7.
-// Other calls, Llama-1B: 12 MB 1,291.5-1,293.3 against 1,288.6-1,290.0 without; forked before
-// the qkv projection instead of after it 1,292.5-1,293.3 against 1,289.7-1,289.9 (no better; 16 MB
-// so 1,277.1-1,277.5). Slower there: a side branch forked before the down projection asking for 4
-// or 8 MB of the next qkv weights, without down's end asks 1,285.4-1,287.1, with them
-// 1,282.3-1,282.4 (without either 1,282.8-1,283.9); the output head's last blocks asking for 4 / 8
-// / 12 MB of the first qkv weights (for the next step) 1,288.5-1,288.9 / 1,288.0-1,288.6 /
-// 1,287.3-1,287.9; the head's blocks asking the L2 for their second units before pdl_wait
-// (prefetch_rows) 1,276.6-1,276.9 and 8 rows a head block 1,270.4-1,271.0, against 1,288.2-1,288.7.
-constexpr int64_t kL2AsideBytes = int64_t{12} << 20;
+// The decode step's side branch (ask_l2_aside) asks for the first ArchTuning::l2_aside_bytes of
+// plain gate/up weights over 4 MB, half from each half, and the output projection then asks for
+// none.
 
 // Bytes ask_l2_aside asks for from each half of `next` (x's projection after the attention), 0
-// when it asks for none (WICK_L2_ASIDE_MB sets the total; 0 turns it off).
+// when it asks for none (TuningOverrides::l2_aside_mb sets the total; 0 turns it off).
 int64_t aside_region(const Tensor& x, const QLinear* next) {
-  const int mb = cuda::config().l2_aside_mb;
+  const int mb = cuda::tuning().l2_aside_mb;
   const Tensor* ahead = plain_ahead(x, next);
   if (mb == 0 || ahead == nullptr) return 0;
   const int64_t bytes = bytes_of(*ahead);
   const int64_t half = bytes / 2;
   if (bytes <= cuda::kLatencyBoundBytes || half % 16 != 0) return 0;
-  const int64_t want = mb > 0 ? int64_t{mb} << 20 : kL2AsideBytes;
+  const int64_t want = mb > 0 ? int64_t{mb} << 20 : cuda::tuning().l2_aside_bytes;
   return std::min(half, want / 2) / 16 * 16;
 }
 
@@ -285,19 +244,22 @@ void ask_l2_for_next(const Launch& l, const Tensor& x, const QLinear* next, bool
   if (early) {
     const int64_t half = bytes / 2;
     if (half % 16 != 0 || aside_region(x, next) > 0) return;
-    const int forced = cuda::config().l2_next_mb;
-    const int64_t total = forced >= 0 ? int64_t{forced} << 20 : std::min(kL2NextBytes, half);
+    const int forced = cuda::tuning().l2_next_mb;
+    const int64_t total =
+        forced >= 0 ? int64_t{forced} << 20 : std::min(cuda::tuning().l2_next_bytes, half);
     region = std::min(half, total / 2) / 16 * 16;
     stride = half;
   } else {
     const Tensor& own = *l.weight.bytes;
-    const int forced = cuda::config().l2_tail_mb;
+    const int forced = cuda::tuning().l2_tail_mb;
     const bool latency_bound = bytes_of(own) <= cuda::kLatencyBoundBytes;
     // Only the plain-row kernel takes end asks (gemv_kernel): a large GGML projection asks for
     // none.
     at_end = forced < 0 && !latency_bound;
     if (at_end && l.weight.format != cuda::GemvWeights::Dense) return;
-    const int64_t want = forced >= 0 ? int64_t{forced} << 20 : at_end ? end_bytes : kL2TailBytes;
+    const int64_t want = forced >= 0 ? int64_t{forced} << 20
+                         : at_end    ? end_bytes
+                                     : cuda::tuning().l2_tail_bytes;
     region = std::min(bytes, want) / 2 / 16 * 16;
     stride = region;  // the second region goes on where the first ends
   }
@@ -325,7 +287,8 @@ bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
       !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
-  ask_l2_for_next(l, x, next, false, end_bytes_or(cuda::config().l2_end_gu_mb, kL2EndBytesGateUp),
+  ask_l2_for_next(l, x, next, false,
+                  end_bytes_or(cuda::tuning().l2_end_gu_mb, cuda::tuning().l2_end_gate_up_bytes),
                   l.args);
   size_t n = static_cast<size_t>(l.weight.n) / 2;
   *act = run("gate_up_silu_gemv", l, x, n, Shape{1, 1, n});
@@ -343,7 +306,8 @@ bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual
   l.args.residual = ptr_of(residual);
   l.args.prefetch_rows = prefetch_rows;
   ask_l2_for_next(l, x, next, prefetch_rows,
-                  end_bytes_or(cuda::config().l2_end_mb, kL2EndBytesProjectAdd), l.args);
+                  end_bytes_or(cuda::tuning().l2_end_mb, cuda::tuning().l2_end_project_add_bytes),
+                  l.args);
   if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
   l.reads.push_back(&residual);
   *sum = run("project_add_gemv", l, x, residual.elem_count(), residual.shape());

@@ -137,7 +137,7 @@ bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& 
 namespace detail {
 
 // Slots by position: the host reads a step's token while up to two graphs of at most 8 steps each
-// (Generator, WICK_GRAPH_STEPS) are queued after it.
+// (Generator, TuningOverrides::graph_steps) are queued after it.
 constexpr int kMailboxSlots = 32;
 
 struct TokenMailbox::Impl {

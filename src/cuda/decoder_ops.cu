@@ -4,6 +4,7 @@
 #include "cuda/decoder_ops.h"
 #include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
+#include "ops/norm_math.h"
 
 WICK_TIMELINE_TU(decoder_ops)
 
@@ -19,14 +20,6 @@ __device__ __forceinline__ C block_sum_all(C x, C* scratch) {
   C r = 0;
   for (unsigned w = 0; w < blockDim.x / 32; ++w) r += scratch[w];
   return r;
-}
-
-template <class C>
-__device__ __forceinline__ C rsqrt_of(C x) {
-  if constexpr (std::is_same_v<C, float>)
-    return rsqrtf(x);
-  else
-    return rsqrt(x);
 }
 
 template <class C>
@@ -60,7 +53,7 @@ __global__ void __launch_bounds__(1024)
     C v = to_compute(s);
     sq += v * v;
   }
-  C rstd = rsqrt_of(block_sum_all(sq, scratch) / C(cols) + eps);
+  C rstd = ops::norm_rstd(block_sum_all(sq, scratch), C(cols), eps);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     // Rounded before the weight multiplies it, as transformers' RMSNorm.
     normed[base + c] = convert<T>(to_compute(w[c]) * round_as<T>(to_compute(sum[base + c]) * rstd));
@@ -129,12 +122,6 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
 }
 
 // One thread: the greedy step's token becomes the next step's input, and is posted to the host.
-// Measured and not kept (H200, graph decode tok/s, four rounds in one call): this kernel's work
-// and the next step's embedding gather done in the output head's argmax pick, two kernels fewer
-// a step: Llama-1B bf16 1,287.7-1,288.6 against 1,287.9-1,289.0 without, SmolLM2 bf16
-// 2,173.7-2,173.9 against 2,170.3-2,171.0. The step's ends already let their successors launch at
-// once (pdl_step_ends); the plumbing (the model's internals reached from the Generator) was not
-// worth 0.1%.
 __global__ void advance_decode_kernel(const uint32_t* next, uint32_t* input,
                                       unsigned long long* mailbox, int slots, bool launch_next) {
   WICK_TL_START();
@@ -181,7 +168,7 @@ void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, s
 void launch_advance_decode(const uint32_t* next, uint32_t* input, uint64_t* mailbox, int slots,
                            cudaStream_t s) {
   launch_pdl(advance_decode_kernel, dim3(1), dim3(1), 0, s, next, input,
-             reinterpret_cast<unsigned long long*>(mailbox), slots, config().pdl_step_ends);
+             reinterpret_cast<unsigned long long*>(mailbox), slots, tuning().pdl_step_ends);
 }
 
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s) {

@@ -14,6 +14,7 @@
 #include "cuda/cuda_storage.h"
 #include "cuda/kernel_utils.cuh"
 #include "formats_backend.h"
+#include "ops/ggml_blocks.h"
 #include "util.h"
 
 namespace wick::cuda {
@@ -46,7 +47,7 @@ __global__ void dq_bf16_kernel(const uint8_t* src, float* dst, uint64_t n) {
 __global__ void dq_q8_0_kernel(const uint8_t* src, float* dst, uint64_t n) {
   for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
     const uint8_t* b = src + (i / 32) * 34;
-    int q = static_cast<int8_t>(b[2 + i % 32]);
+    int q = ops::q8_0_int(b, static_cast<unsigned>(i % 32));
     dst[i] = mul(static_cast<float>(q), half_at(b));
   }
 }
@@ -54,9 +55,7 @@ __global__ void dq_q8_0_kernel(const uint8_t* src, float* dst, uint64_t n) {
 __global__ void dq_q4_0_kernel(const uint8_t* src, float* dst, uint64_t n) {
   for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
     const uint8_t* b = src + (i / 32) * 18;
-    unsigned j = i % 32;
-    uint8_t byte = b[2 + (j % 16)];
-    int q = (j < 16 ? (byte & 0x0f) : (byte >> 4)) - 8;
+    int q = ops::q4_0_int(b, static_cast<unsigned>(i % 32));
     dst[i] = mul(static_cast<float>(q), half_at(b));
   }
 }
@@ -64,9 +63,7 @@ __global__ void dq_q4_0_kernel(const uint8_t* src, float* dst, uint64_t n) {
 __global__ void dq_q4_1_kernel(const uint8_t* src, float* dst, uint64_t n) {
   for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
     const uint8_t* b = src + (i / 32) * 20;
-    unsigned j = i % 32;
-    uint8_t byte = b[4 + (j % 16)];
-    int q = j < 16 ? (byte & 0x0f) : (byte >> 4);
+    int q = ops::q4_1_int(b, static_cast<unsigned>(i % 32));
     dst[i] = __fadd_rn(mul(static_cast<float>(q), half_at(b)), half_at(b + 2));
   }
 }
@@ -74,12 +71,7 @@ __global__ void dq_q4_1_kernel(const uint8_t* src, float* dst, uint64_t n) {
 __global__ void dq_q5_0_kernel(const uint8_t* src, float* dst, uint64_t n) {
   for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
     const uint8_t* b = src + (i / 32) * 22;
-    unsigned j = i % 32;
-    uint32_t qh = static_cast<uint32_t>(b[2]) | (static_cast<uint32_t>(b[3]) << 8) |
-                  (static_cast<uint32_t>(b[4]) << 16) | (static_cast<uint32_t>(b[5]) << 24);
-    uint8_t byte = b[6 + (j % 16)];
-    int low = j < 16 ? (byte & 0x0f) : (byte >> 4);
-    int q = (low | static_cast<int>(((qh >> j) & 1u) << 4)) - 16;
+    int q = ops::q5_0_int(b, ops::q5_0_high_bits(b), static_cast<unsigned>(i % 32));
     dst[i] = mul(static_cast<float>(q), half_at(b));
   }
 }
@@ -92,13 +84,7 @@ __global__ void dq_q4_k_kernel(const uint8_t* src, float* dst, uint64_t n) {
     unsigned l = j % 32;
     const uint8_t* scales = b + 4;
     unsigned sc, m;
-    if (sub < 4) {
-      sc = scales[sub] & 63;
-      m = scales[sub + 4] & 63;
-    } else {
-      sc = (scales[sub + 4] & 0x0f) | ((scales[sub - 4] >> 6) << 4);
-      m = (scales[sub + 4] >> 4) | ((scales[sub] >> 6) << 4);
-    }
+    ops::q4_k_scale_min(sub, scales, sc, m);
     uint8_t byte = b[16 + (sub / 2) * 32 + l];
     unsigned q = (sub % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
     float d = mul(half_at(b), static_cast<float>(sc));
@@ -116,10 +102,7 @@ __global__ void dq_q6_k_kernel(const uint8_t* src, float* dst, uint64_t n) {
     const uint8_t* ql = b + half * 64;
     const uint8_t* qh = b + 128 + half * 32;
     const auto* sc = reinterpret_cast<const int8_t*>(b + 192 + half * 8);
-    uint8_t lo = ql[l + (k & 1) * 32];
-    int low = (k < 2) ? (lo & 0x0f) : (lo >> 4);
-    int high = (qh[l] >> (2 * k)) & 3;
-    int q = (low | (high << 4)) - 32;
+    int q = ops::q6_k_int(ql, qh, k, l);
     float d = mul(half_at(b + 208), static_cast<float>(sc[l / 16 + 2 * k]));
     dst[i] = mul(d, static_cast<float>(q));
   }

@@ -1,59 +1,25 @@
-// layer_norm, rms_norm, softmax_last_dim and rope kernels. Rows: a warp per row up to 1024
-// columns; above, when rows are 16-byte aligned: f16/bf16 softmax over rows of 4-16 KB, two
-// rows a multiprocessor and more (up to 8 KB: fewer than ~3 waves of the warp kernel), takes the
-// bulk-copy kernel (persistent groups of warps stream rows through shared memory with 1-D bulk
-// copies: rows in flight bound by shared memory, not registers, and one wave, no tail wave);
-// other softmax rows up to 512 vectors (4096 bf16/f16, 2048 f32) take a warp per row held in
-// registers (16-byte vectors, one read and one write of each element, shuffles only), the norms
-// and longer rows a block per row in registers (one block reduction); else a block per row up
-// to 8192 in registers, a looping block above. Statistics in f32 (f64 for f64).
+// layer_norm, rms_norm and softmax_last_dim row kernels (rope: rope.cu; the bulk-copy softmax:
+// softmax_bulk.cu). Rows: a warp per row up to 1024 columns; above, when rows are 16-byte aligned:
+// f16/bf16 softmax over rows of 4-16 KB, two rows a multiprocessor and more (up to 8 KB: fewer than
+// ~3 waves of the warp kernel), takes the bulk-copy kernel (persistent groups of warps stream rows
+// through shared memory with 1-D bulk copies: rows in flight bound by shared memory, not registers,
+// and one wave, no tail wave); other softmax rows up to 512 vectors (4096 bf16/f16, 2048 f32) take
+// a warp per row held in registers (16-byte vectors, one read and one write of each element,
+// shuffles only), the norms and longer rows a block per row in registers (one block reduction);
+// else a block per row up to 8192 in registers, a looping block above. Statistics in f32 (f64 for
+// f64).
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
+#include "cuda/row_math.cuh"
+#include "cuda/softmax_bulk.h"
 #include "cuda_config.h"
+#include "ops/norm_math.h"
 
 namespace wick::cuda {
 namespace {
 
-template <class C>
-__device__ __forceinline__ C warp_sum(C x) {
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) x += shfl_xor(x, m);
-  return x;
-}
-
-/// The block's sum, on every thread (scratch: one C per warp).
-template <class C>
-__device__ __forceinline__ C block_sum(C x, C* scratch) {
-  x = warp_sum(x);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
-  __syncthreads();
-  C r = 0;
-  for (unsigned w = 0; w < blockDim.x / 32; ++w) r += scratch[w];
-  __syncthreads();  // scratch is reused by the next reduction
-  return r;
-}
-
-template <class C>
-__device__ __forceinline__ C rsqrt_c(C x) {
-  if constexpr (std::is_same_v<C, float>)
-    return rsqrtf(x);
-  else
-    return rsqrt(x);
-}
-
-// One normalised output before its rounding: layer norm (v - mean) * rstd * w (+ b, by the
-// caller), rounded once; RMS norm w * round(v * rstd), as transformers' RMSNorm casts the
-// normalised row back to the dtype before the weight multiplies it (f16/bf16 round twice).
-template <class T, bool kRms>
-__device__ __forceinline__ compute_t<T> norm_value(compute_t<T> v, compute_t<T> mean,
-                                                   compute_t<T> rstd, compute_t<T> w) {
-  if constexpr (kRms) {
-    return w * to_compute(convert<T>(v * rstd));
-  } else {
-    return (v - mean) * rstd * w;
-  }
-}
+using namespace row_math;
 
 constexpr int kWarpPerLane = 32;  // a warp keeps rows up to 1024 in registers
 
@@ -84,7 +50,7 @@ __global__ void __launch_bounds__(kBlock)
         sq += dv * dv;
       }
     }
-    C rstd = rsqrt_c(warp_sum(sq) / C(cols) + eps);
+    C rstd = ops::norm_rstd(warp_sum(sq), C(cols), eps);
     T* yr = y + row * cols;
 #pragma unroll
     for (int j = 0; j < kWarpPerLane; ++j) {
@@ -140,7 +106,7 @@ __global__ void __launch_bounds__(kBlock)
         }
       }
     }
-    C rstd = rsqrt_c(block_sum(sq, scratch) / C(cols) + eps);
+    C rstd = ops::norm_rstd(block_sum(sq, scratch), C(cols), eps);
     T* yr = y + row * cols;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
@@ -193,7 +159,7 @@ __global__ void __launch_bounds__(kBlock)
       C dv = to_compute(xr[c]) - mean;
       sq += dv * dv;
     }
-    C rstd = rsqrt_c(block_sum(sq, scratch) / C(cols) + eps);
+    C rstd = ops::norm_rstd(block_sum(sq, scratch), C(cols), eps);
     T* yr = y + row * cols;
     for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       C r = norm_value<T, kRms>(to_compute(xr[c]), mean, rstd, to_compute(w[c]));
@@ -212,17 +178,6 @@ __global__ void __launch_bounds__(kBlock)
 enum class RowOp { LayerNorm, RmsNorm, Softmax };
 
 constexpr int kRowMaxThreads = 512;
-
-template <class C>
-__device__ __forceinline__ C exp_fast(C x) {
-  if constexpr (std::is_same_v<C, float>) {
-    float r;  // 2^(x log2 e) by the special-function unit alone (x <= 0 here)
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
-    return r;
-  } else {
-    return exp(x);
-  }
-}
 
 template <class C>
 struct RowStat {
@@ -276,9 +231,7 @@ __global__ void __launch_bounds__(kRowMaxThreads, 2)
   const unsigned cols = nvec * N;
   // Launched programmatically (launch_pdl): x may come from the kernel before. The next kernel
   // may start as soon as every block has (it waits for this one's end before reading y), which
-  // hides back-to-back launches' gap. H200, bench_nn_cuda (4096, 4096) bf16, share of the copy
-  // bandwidth through the op, ordinary launch / programmatic: layer_norm 79.8 / 89.0%, rms_norm
-  // 89.5 / 101.9% (the copy's own launches do not overlap).
+  // hides back-to-back launches' gap.
   pdl_wait();
   pdl_launch_dependents();
   for (unsigned row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -338,10 +291,10 @@ __global__ void __launch_bounds__(kRowMaxThreads, 2)
     C shift, mul;
     if constexpr (Op == RowOp::LayerNorm) {
       shift = st.b;
-      mul = rsqrt_c(st.c / C(cols) + eps);
+      mul = ops::norm_rstd(st.c, C(cols), eps);
     } else if constexpr (Op == RowOp::RmsNorm) {
       shift = C(0);
-      mul = rsqrt_c(st.a / C(cols) + eps);
+      mul = ops::norm_rstd(st.a, C(cols), eps);
     } else {
       // exp(x - M) / S = exp(x - m_own) * (exp(m_own - M) / S)
       shift = C(0);
@@ -385,16 +338,6 @@ __global__ void __launch_bounds__(kRowMaxThreads, 2)
 // registers a thread), where the block kernel above keeps 4-9.
 
 constexpr int kRowWarpMaxRows = 4;  // rows (warps) per block at most
-
-template <class C>
-__device__ __forceinline__ C warp_max_nan(C x) {
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) {
-    C o = shfl_xor(x, m);
-    x = (o > x || o != o) ? o : x;  // NaN wins
-  }
-  return x;
-}
 
 /// Element e of a 16-byte vector as a float, converted anew at every call: the asm is volatile so
 /// that the compiler does not keep a float copy of the whole row alive between the passes (twice
@@ -451,7 +394,7 @@ __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
         sq[e % A] += v * v;
       }
     }
-    mul = rsqrt_c(warp_sum(sum_of(sq)) / C(cols) + eps);
+    mul = ops::norm_rstd(warp_sum(sum_of(sq)), C(cols), eps);
   } else if constexpr (Op == RowOp::LayerNorm) {
     // Two passes over the registers: the mean, then the squared deviations from it.
     C s[A] = {};
@@ -471,7 +414,7 @@ __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
         sq[e % A] += dv * dv;
       }
     }
-    mul = rsqrt_c(warp_sum(sum_of(sq)) / C(cols) + eps);
+    mul = ops::norm_rstd(warp_sum(sum_of(sq)), C(cols), eps);
   } else {
     // The row's max first, then the sum of exp(x - max); the output pass recomputes exp (the
     // row of floats would halve the rows in flight).
@@ -525,180 +468,6 @@ __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
   }
 }
 
-// ---- Bulk-copy softmax: persistent groups of warps streaming rows through shared memory ----
-// One block per multiprocessor, of 8 groups of 4 warps (4 groups above 8 KB rows); each group
-// owns a ring of stages (a row each) that one thread fills with 1-D bulk copies (cp.async.bulk,
-// completion counted in bytes on the stage's mbarrier). Rows in flight are bound by shared
-// memory, not registers; the copies run the ring's length ahead of the row being computed, and
-// the grid is one wave (no half-empty tail wave). A group's 128 threads share a row: few
-// instructions an element matter here (H200, (4096, 4096) bf16: the copies alone run at the
-// copy's bandwidth, the softmax is bound by the multiprocessors' issue): max on packed pairs,
-// exp once, kept in registers for the output. Sums in f32 with exp_fast, as the other kernels.
-
-constexpr unsigned kBulkGroup = 128;              // threads that share a row
-constexpr size_t kBulkStageBytes = 200 * 1024;    // shared memory a block gives its stages
-constexpr unsigned kBulkMaxStages = 8;            // rows a group has in flight at most
-constexpr size_t kSharedReservedPerBlock = 1024;  // a multiprocessor keeps for each block
-
-/// Global -> this block's shared memory, `bytes` a multiple of 16, both addresses 16-byte
-/// aligned; the bytes are counted on `bar` as they land (a plain launch is a 1-block cluster).
-__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
-                                                    uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(dst),
-      "l"(static_cast<uint64_t>(__cvta_generic_to_global(src))), "r"(bytes), "r"(bar)
-      : "memory");
-}
-/// Element-wise max of two 16-byte vectors, NaN wins: max.NaN, on f16/bf16 pairs as they are.
-template <class T, class V>
-__device__ __forceinline__ V max_nan_vec(const V& a, const V& b) {
-  V r;
-  if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      asm("max.NaN.f32 %0, %1, %2;" : "=f"(r.v[e]) : "f"(a.v[e]), "f"(b.v[e]));
-    }
-  } else {
-    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-    const T2* pa = reinterpret_cast<const T2*>(a.v);
-    const T2* pb = reinterpret_cast<const T2*>(b.v);
-    T2* pr = reinterpret_cast<T2*>(r.v);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) pr[k] = __hmax2_nan(pa[k], pb[k]);
-  }
-  return r;
-}
-
-/// Groups a block: 8 for rows up to 8 KB (VPT 4), 4 for rows up to 16 KB (VPT 8).
-template <int VPT>
-inline constexpr unsigned kBulkGroups = VPT <= 4 ? 8 : 4;
-
-template <class T, int VPT>
-__global__ void __launch_bounds__(kBulkGroup* kBulkGroups<VPT>, 1)
-    softmax_bulk_kernel(const T* __restrict__ x, T* __restrict__ y, unsigned rows, unsigned nvec,
-                        unsigned stages) {
-  using C = compute_t<T>;
-  using V = Vec<T, 16 / sizeof(T)>;
-  constexpr int N = 16 / sizeof(T);
-  constexpr int A = 4;  // independent partial sums
-  constexpr unsigned kWarps = kBulkGroup / 32;
-  extern __shared__ __align__(128) unsigned char bulk_shared[];
-  __shared__ C partial[kBulkGroups<VPT> * kWarps][2];  // each warp's max and sum
-  const unsigned t = threadIdx.x % kBulkGroup, group = threadIdx.x / kBulkGroup,
-                 groups = blockDim.x / kBulkGroup, warp = threadIdx.x / 32;
-  const uint32_t row_bytes = nvec * 16;
-  const uint64_t cols = static_cast<uint64_t>(nvec) * N;
-  // Stages of every group first (16-byte aligned), then one mbarrier a stage.
-  unsigned char* ring = bulk_shared + static_cast<size_t>(group) * stages * row_bytes;
-  const uint32_t bars = smem_addr(bulk_shared + static_cast<size_t>(groups) * stages * row_bytes) +
-                        group * stages * 8;
-  auto group_sync = [&] { named_barrier_sync(1 + group, kBulkGroup); };  // 0 is __syncthreads'
-  auto max_nan = [](C a, C b) { return (b > a || b != b) ? b : a; };
-  // Row i of a group is first + i * step: every round of rows spreads over all the blocks (the
-  // multiprocessors), the last, partial one too.
-  const uint64_t step = static_cast<uint64_t>(gridDim.x) * groups;
-  const uint64_t first = static_cast<uint64_t>(group) * gridDim.x + blockIdx.x;
-  auto load = [&](uint64_t row, unsigned stage) {
-    const uint32_t bar = bars + stage * 8;
-    mbarrier_arrive_expect_bytes(bar, row_bytes);
-    bulk_copy_to_shared(smem_addr(ring + stage * row_bytes), x + row * cols, row_bytes, bar);
-  };
-  pdl_wait();  // as row_vec_kernel
-  pdl_launch_dependents();
-  if (t == 0) {
-    for (unsigned s = 0; s < stages; ++s) mbarrier_init(bars + s * 8, 1);
-    fence_mbarrier_init();
-    uint64_t row = first;
-    for (unsigned s = 0; s < stages && row < rows; ++s, row += step) load(row, s);
-  }
-  group_sync();
-  uint32_t parity = 0;  // bit s: the parity of stage s's next phase
-  unsigned stage = 0;
-  for (uint64_t row = first; row < rows; row += step) {
-    while (!mbarrier_try_wait_parity(bars + stage * 8, (parity >> stage) & 1)) {
-    }
-    parity ^= 1u << stage;
-    const V* xs = reinterpret_cast<const V*>(ring + stage * row_bytes);
-    auto in_row = [&](int j) { return t + kBulkGroup * j < nvec; };
-    V m;
-#pragma unroll
-    for (int e = 0; e < N; ++e) m.v[e] = convert<T>(lowest<C>());
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) {
-      if (in_row(j)) m = max_nan_vec<T>(m, xs[t + kBulkGroup * j]);
-    }
-    C mx = to_compute(m.v[0]);
-#pragma unroll
-    for (int e = 1; e < N; ++e) mx = max_nan(mx, to_compute(m.v[e]));
-    mx = warp_max_nan(mx);
-    if (threadIdx.x % 32 == 0) partial[warp][0] = mx;
-    group_sync();
-    const C shift =
-        max_nan(max_nan(partial[group * kWarps][0], partial[group * kWarps + 1][0]),
-                max_nan(partial[group * kWarps + 2][0], partial[group * kWarps + 3][0]));
-    // exp(x - max) once, kept for the output.
-    V raw[VPT];
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) raw[j] = in_row(j) ? xs[t + kBulkGroup * j] : V{};
-    C ex[VPT][N];
-    C part[A] = {};
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) {
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        ex[j][e] = in_row(j) ? exp_fast(to_compute(raw[j].v[e]) - shift) : C(0);
-        part[e % A] += ex[j][e];
-      }
-    }
-    const C sum = warp_sum((part[0] + part[1]) + (part[2] + part[3]));
-    if (threadIdx.x % 32 == 0) partial[warp][1] = sum;
-    group_sync();  // the stage is read: it takes the next row while this one is written
-    const uint64_t next = row + stages * step;
-    if (t == 0 && next < rows) load(next, stage);
-    stage = stage + 1 == stages ? 0 : stage + 1;
-    const C mul = C(1) / ((partial[group * kWarps][1] + partial[group * kWarps + 1][1]) +
-                          (partial[group * kWarps + 2][1] + partial[group * kWarps + 3][1]));
-    V* yr = reinterpret_cast<V*>(y + row * cols);
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) {
-      if (!in_row(j)) continue;
-      V o;
-#pragma unroll
-      for (int e = 0; e < N; ++e) o.v[e] = convert<T>(ex[j][e] * mul);
-      yr[t + kBulkGroup * j] = o;
-    }
-  }
-}
-
-/// Softmax rows through softmax_bulk_kernel; false (nothing launched) when a row is longer than
-/// 16 KB (8 vectors a thread) or the GPU's shared memory holds fewer than two stages a group.
-template <class T>
-bool try_softmax_bulk(const T* x, T* y, size_t rows, size_t nvec, cudaStream_t s) {
-  auto go = [&](auto kernel, size_t groups) {
-    const size_t row_bytes = nvec * 16;
-    // The stages' share: at most kBulkStageBytes, and what the GPU lets a block have besides
-    // the kernel's static shared memory.
-    const size_t budget = std::min(kBulkStageBytes, shared_per_block_optin() - 2048);
-    const size_t stages = std::min<size_t>(kBulkMaxStages, budget / (groups * row_bytes));
-    if (stages < 2) return false;
-    const size_t smem = groups * stages * (row_bytes + sizeof(uint64_t));
-    // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
-    WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-    const size_t per_sm =
-        std::max<size_t>(1, shared_per_multiprocessor() / (smem + kSharedReservedPerBlock));
-    const unsigned grid = static_cast<unsigned>(per_sm * static_cast<size_t>(sm_count()));
-    launch_pdl(kernel, dim3(grid), dim3(static_cast<unsigned>(groups * kBulkGroup)), smem, s, x, y,
-               static_cast<unsigned>(rows), static_cast<unsigned>(nvec),
-               static_cast<unsigned>(stages));
-    return true;
-  };
-  if (nvec <= 4 * kBulkGroup) return go(softmax_bulk_kernel<T, 4>, kBulkGroups<4>);
-  if (nvec <= 8 * kBulkGroup) return go(softmax_bulk_kernel<T, 8>, kBulkGroups<8>);
-  return false;
-}
-
 /// The vector row kernel when rows are 16-byte aligned and short enough to sit in registers;
 /// false (nothing launched) otherwise.
 template <class T, RowOp Op>
@@ -713,16 +482,11 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   size_t nvec = cols / N;
   using C = compute_t<T>;
   C e = static_cast<C>(eps);
-  // softmax: the bulk-copy kernel where it measured faster, else a warp per row when the row
-  // fits in 16 vectors a lane; the norms take the block kernel. H200, share of the copy
-  // bandwidth (graph replay), (4096, 4096) bf16: softmax bulk 91% / warp 84% / block 78%,
-  // layer_norm 69% / 86% (warp / block), rms_norm 76% / 96%. Back-to-back launches, bulk / warp /
-  // block: bf16 (1024, 4096) 83 / 52 / 78%, (16384, 4096) 85 / 93 / 78%, (8192, 2048) 70 / 90 /
-  // 85%, (4096, 8192) 87% / - / 67%; f32 (4096, 2048) 92 / 97 / 91%, (4096, 4096) 91% / - / 97%.
-  // So bulk for f16/bf16 rows above 4 KB: up to 8 KB while the warp kernel would run fewer than
-  // about three waves (its tail wave costs more than bulk's lower steady rate), all above.
-  // WICK_ROW_KERNEL=block|warp|bulk forces one (bulk where it applies, else as by default).
-  static const RowKernel choice = config().row_kernel;
+  // softmax: the bulk-copy kernel for f16/bf16 rows above 4 KB (up to 8 KB only while the warp
+  // kernel would run fewer than about three waves: its tail wave costs more than bulk's lower
+  // steady rate), else a warp per row when the row fits in 16 vectors a lane; the norms take the
+  // block kernel. TuningOverrides::row_kernel forces one (bulk where it applies).
+  static const RowKernel choice = tuning().row_kernel;
   if constexpr (Op == RowOp::Softmax && sizeof(T) == 2) {
     const size_t sms = static_cast<size_t>(sm_count()), row_bytes = nvec * 16;
     const bool bulk =
@@ -735,8 +499,8 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   const bool warp =
       choice == RowKernel::Warp ||
       ((choice == RowKernel::Auto || choice == RowKernel::Bulk) && Op == RowOp::Softmax);
-  // Two rows a block: fine steps of occupancy (WICK_ROW_WARPS=1/4 for one or four; benchmarks).
-  static const unsigned row_warps = static_cast<unsigned>(config().row_warps);
+  // Two rows a block: fine steps of occupancy (TuningOverrides::row_warps: one or four).
+  static const unsigned row_warps = static_cast<unsigned>(tuning().row_warps);
   if constexpr (sizeof(T) <= 4) {
     if (warp && nvec <= 32 * 16 && rows <= 0xffffffffu - kRowWarpMaxRows) {
       unsigned blocks = static_cast<unsigned>((rows + row_warps - 1) / row_warps);
@@ -762,8 +526,8 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
                static_cast<unsigned>(nvec), e);
   };
   // Four vectors a thread (64 bytes in flight each) up to 256 threads, then eight up to 512;
-  // WICK_ROW_VPT=2/4/8 forces one (for benchmarks).
-  static const int forced = config().row_vectors_per_thread;
+  // TuningOverrides::row_vectors_per_thread forces one.
+  static const int forced = tuning().row_vectors_per_thread;
   // softmax keeps exp(x) as floats: two vectors a thread keep it in registers.
   const bool two = forced == 2 || (forced == 0 && Op == RowOp::Softmax && threads_for(2) <= 256);
   if (two && threads_for(2) <= kRowMaxThreads) {
@@ -800,32 +564,6 @@ void run_norm(const T* x, const T* w, const T* b, T* y, size_t rows, size_t cols
   WICK_CUDA_CHECK_LAUNCH();
 }
 
-/// A thread per rotated pair.
-template <class T, bool kInterleaved>
-__global__ void __launch_bounds__(kBlock)
-    rope_kernel(const T* __restrict__ x, int64_t sb, int64_t sh, int64_t ss, uint32_t nh,
-                uint32_t seq, uint32_t half, const T* __restrict__ cos, const T* __restrict__ sin,
-                T* __restrict__ y, uint64_t pairs) {
-  using C = compute_t<T>;
-  for (uint64_t p = global_tid(); p < pairs; p += grid_stride()) {
-    uint32_t i = static_cast<uint32_t>(p % half);
-    uint64_t row = p / half;
-    uint32_t t = static_cast<uint32_t>(row % seq);
-    uint64_t bh = row / seq;
-    const T* xr = x + static_cast<int64_t>(bh / nh) * sb + static_cast<int64_t>(bh % nh) * sh +
-                  static_cast<int64_t>(t) * ss;
-    T* yr = y + row * 2 * half;
-    C c = to_compute(cos[static_cast<uint64_t>(t) * half + i]);
-    C sn = to_compute(sin[static_cast<uint64_t>(t) * half + i]);
-    uint32_t ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + half;
-    C a = to_compute(xr[ia]), b = to_compute(xr[ib]);
-    // f16/bf16: each product rounded, then the sum, as transformers' q * cos +
-    // rotate_half(q) * sin in the model's dtype.
-    yr[ia] = convert<T>(to_compute(convert<T>(a * c)) - to_compute(convert<T>(b * sn)));
-    yr[ib] = convert<T>(to_compute(convert<T>(b * c)) + to_compute(convert<T>(a * sn)));
-  }
-}
-
 }  // namespace
 
 void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const void* bias,
@@ -850,28 +588,6 @@ bool launch_softmax_rows_vec(DType dtype, const void* src, void* dst, size_t row
   return dispatch_float<DeviceTypes>(dtype, "softmax", [&]<class T>() {
     return try_row_vec<T, RowOp::Softmax>(static_cast<const T*>(src), nullptr, nullptr,
                                           static_cast<T*>(dst), rows, cols, 0.0, s);
-  });
-}
-
-void launch_rope(DType dtype, bool interleaved, const void* x, const int64_t x_strides[3],
-                 const size_t dims[4], const void* cos, const void* sin, void* y, cudaStream_t s) {
-  uint64_t half = dims[3] / 2;
-  uint64_t pairs = dims[0] * dims[1] * dims[2] * half;
-  if (pairs == 0) return;
-  dispatch_float<DeviceTypes>(dtype, interleaved ? "rope_interleaved" : "rope", [&]<class T>() {
-    auto args = [&](auto kernel) {
-      kernel<<<grid_for(pairs), kBlock, 0, s>>>(
-          static_cast<const T*>(x), x_strides[0], x_strides[1], x_strides[2],
-          static_cast<uint32_t>(dims[1]), static_cast<uint32_t>(dims[2]),
-          static_cast<uint32_t>(half), static_cast<const T*>(cos), static_cast<const T*>(sin),
-          static_cast<T*>(y), pairs);
-    };
-    if (interleaved) {
-      args(rope_kernel<T, true>);
-    } else {
-      args(rope_kernel<T, false>);
-    }
-    WICK_CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -172,15 +172,12 @@ void launch_index_select(DType dtype, const void* src, const Layout& layout, DTy
   if (n == 0) return;
   strides[dim] = 0;  // the id supplies this coordinate
   StridedView sv = view_or_throw("index_select", dims, strides, layout.start_offset());
-  // A programmatic dependent launch (unless WICK_PDL=0 or WICK_PDL_STEP_ENDS=0), for the decode
-  // step's embedding: the first projection's weights start loading while the row is gathered. With
-  // the step's greedy pick and advance (the kernels before it) letting their next kernel launch at
-  // once too (WICK_PDL_STEP_ENDS=0: none of the three), H200, graph decode tok/s, five rounds in
-  // one call: Llama-1B bf16 1,294.3-1,295.5 against 1,292.7-1,294.0; SmolLM2 bf16 2,177.6-2,179.0
-  // against 2,177.2-2,179.1.
+  // A programmatic dependent launch (unless tuning() turns pdl or pdl_step_ends off), for the
+  // decode step's embedding: the first projection's weights start loading while the row is
+  // gathered.
   dispatch_size(size_in_bytes(dtype), [&]<class U>() {
     auto launch = [&](auto&&... args) {
-      if (config().pdl_step_ends) {
+      if (tuning().pdl_step_ends) {
         launch_pdl(index_select_kernel<U>, dim3(grid_for(n)), dim3(kBlock), 0, s, args...);
       } else {
         index_select_kernel<U><<<grid_for(n), kBlock, 0, s>>>(args...);

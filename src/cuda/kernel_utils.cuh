@@ -380,11 +380,7 @@ __device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned threa
 // kernel before it on the stream finishes. It may read only what that kernel does not write (its
 // weights) before pdl_wait(), which returns once the earlier kernel is complete and its writes
 // visible; it writes nothing before it. pdl_launch_dependents() lets the next such kernel start.
-// Both are no-ops in a kernel launched the ordinary way. Waiting on a count of the kernel
-// before's finished blocks instead was slower (H200, a graph of 80 kernels shaped like the
-// Llama-1B step's, 24-4,096 blocks: 9.41 us a kernel against 8.03, 4.00 against 2.73 without
-// weights), and with pdl_launch_dependents at the blocks' start it stalled (a gate/up block saw
-// none of the o projection's blocks finished after 16,384 polls).
+// Both are no-ops in a kernel launched the ordinary way.
 
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -395,14 +391,13 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 /// Asked by the decode step's latency-bound kernels (attention, small projections) together: the
 /// split of each multiprocessor's L1 and shared memory that gives shared memory the most, so that
-/// a multiprocessor does not change the split (which waits for it to drain) between them.
-/// Measured on the H200, SmolLM2 bf16 decode (CUDA graph): 1,970-1,975 tok/s without, 2,070-2,071
-/// with; the same split for the Llama-1B projections (8-67 MB of weights) cost 13% (1,156 against
-/// 1,000 tok/s), so large projections keep the default.
+/// a multiprocessor does not change the split (which waits for it to drain) between them. Large
+/// projections keep the default split: their loads fill the L1.
 inline constexpr int kCarveoutMaxShared = 100;
 
-/// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless WICK_PDL=0;
-/// with `carveout` >= 0 the preferred percentage of shared memory in the L1/shared split.
+/// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless
+/// tuning().pdl is off; with `carveout` >= 0 the preferred percentage of shared memory in the
+/// L1/shared split.
 template <class... Params, class... Args>
 void launch_pdl_carveout(int carveout, void (*kernel)(Params...), dim3 grid, dim3 block,
                          size_t smem, cudaStream_t s, Args&&... args) {
@@ -413,7 +408,7 @@ void launch_pdl_carveout(int carveout, void (*kernel)(Params...), dim3 grid, dim
   cfg.stream = s;
   cudaLaunchAttribute attrs[2]{};
   unsigned n = 0;
-  if (config().pdl) {
+  if (tuning().pdl) {
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n++].val.programmaticStreamSerializationAllowed = 1;
   }
@@ -426,7 +421,8 @@ void launch_pdl_carveout(int carveout, void (*kernel)(Params...), dim3 grid, dim
   WICK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
-/// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless WICK_PDL=0.
+/// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch unless
+/// tuning().pdl is off.
 template <class... Params, class... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                 Args&&... args) {

@@ -1,3 +1,7 @@
+// The KV-cache write on CUDA: one kernel writes the step's keys and values (b, h, s, d) at a
+// position read on the device (a captured graph replays it at each step's position), one element
+// a thread, keys in the first half of the grid and values in the second: one launch, both caches.
+
 #include "cuda/check.h"
 #include "cuda/kv_write.h"
 #include "wick/error.h"

@@ -18,7 +18,7 @@ namespace wick::cuda {
 
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's advice for Hopper
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's advice for sm_90
 constexpr int kCallsBeforeCapture = 3;
 constexpr size_t kMaxGraphEntries = 4096;
 
@@ -306,7 +306,7 @@ std::unique_ptr<MatmulEngine::Plan> MatmulEngine::make_plan(const PlanKey& key) 
 }
 
 // The handle first; then, on the warm-up thread, one GEMM per dtype on a side stream, so that
-// cuBLAS's first-use cost (80-115 ms) is paid here and not by the first matmul.
+// cuBLAS's first-use cost (about 100 ms) is paid here and not by the first matmul.
 void MatmulEngine::warm_up(bool gemms) {
   try {
     make_current(ordinal_);

@@ -1,7 +1,7 @@
 // Which kernel launch_attention runs for prefill (src/cuda internals: CUDA builds only). On a GPU
 // of compute capability 9.0 the wgmma kernel takes every case it supports unless switched off
-// (WICK_FLASH_WGMMA=0, set_flash_wgmma); the mma.sync kernel takes the rest. test_cuda_nn checks
-// the numbers of both (CTest runs its attention tests again with WICK_FLASH_WGMMA=0).
+// (TuningOverrides::flash_wgmma, set_flash_wgmma); the mma.sync kernel takes the rest. test_cuda_nn
+// checks the numbers of both (CTest runs its attention tests again with WICK_FLASH_WGMMA=0).
 
 #include <string>
 
@@ -56,7 +56,7 @@ TEST(CudaAttentionDispatch, PrefillTakesTheWgmmaKernelOnComputeCapability90) {
       }
     }
   }
-  cuda::set_flash_wgmma(cuda::config().flash_wgmma);
+  cuda::set_flash_wgmma(cuda::tuning_overrides().flash_wgmma != 0);
 }
 
 TEST(CudaAttentionDispatch, OtherPrefillCasesKeepTheMmaKernel) {
@@ -77,7 +77,7 @@ TEST(CudaAttentionDispatch, OtherPrefillCasesKeepTheMmaKernel) {
   expect_mma(q_rows_264, "q rows 264 bytes apart");
   EXPECT_STREQ(cuda::attention_kernel_name(DType::F32, prefill(1, 8, 8, 512, 512, 128, true)),
                "attn_split_kernel");
-  cuda::set_flash_wgmma(cuda::config().flash_wgmma);
+  cuda::set_flash_wgmma(cuda::tuning_overrides().flash_wgmma != 0);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "../qmatmul_test_util.h"
 #include "cpu/qmatmul.h"
 #include "cuda/decode_fusions.h"
+#include "cuda/tuning_from_env.h"
 #include "nn/kv_write.h"
 #include "nn_reference.h"
 #include "cuda/gpu_tolerance.h"

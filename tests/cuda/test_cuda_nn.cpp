@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "cuda/tuning_from_env.h"
 #include "nn_reference.h"
 #include "cuda/gpu_tolerance.h"
 #include "test_util.h"

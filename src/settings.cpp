@@ -1,0 +1,144 @@
+#include "settings.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <thread>
+
+#include "util.h"
+#include "wick/error.h"
+
+namespace wick::settings {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+[[noreturn]] void reject(const char* name, const char* value, const std::string& accepted) {
+  throw Error(str(name, "=", value, ": expected ", accepted));
+}
+
+size_t hardware_threads() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : hw;
+}
+
+double parse_positive(const char* name, const char* value, double unset) {
+  if (value == nullptr || *value == '\0') return unset;
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(value, &end);
+  if (std::isspace(static_cast<unsigned char>(value[0])) != 0 || end == value || *end != '\0' ||
+      errno != 0 || !std::isfinite(x) || x <= 0) {
+    reject(name, value, "a positive number");
+  }
+  return x;
+}
+
+Cuda read_cuda() {
+  Cuda c;
+  c.trace = detail::parse_flag("WICK_TRACE", env("WICK_TRACE"), false);
+  c.ops_per_batch = static_cast<int>(detail::parse_integer(
+      "WICK_CUDA_OPS_PER_BATCH", env("WICK_CUDA_OPS_PER_BATCH"), 1, (1L << 30) - 1, 50));
+  if (const char* v = env("WICK_CUDA_GRAPHS")) {
+    c.graphs = detail::parse_flag("WICK_CUDA_GRAPHS", v, true) ? 1 : 0;
+  }
+  c.batch_work = parse_positive("WICK_CUDA_BATCH_WORK", env("WICK_CUDA_BATCH_WORK"), 0);
+  c.allow_tf32 = detail::parse_flag("WICK_ALLOW_TF32", env("WICK_ALLOW_TF32"), false);
+  c.matmul = detail::parse_choice("WICK_CUDA_MATMUL", env("WICK_CUDA_MATMUL"),
+                                  {"auto", "cublas", "wick"}, "auto");
+  c.matmul_graphs =
+      detail::parse_flag("WICK_CUDA_MATMUL_GRAPHS", env("WICK_CUDA_MATMUL_GRAPHS"), true);
+  c.warmup =
+      detail::parse_choice("WICK_CUDA_WARMUP", env("WICK_CUDA_WARMUP"), {"0", "handle", "1"}, "1");
+  c.decode_graph = detail::parse_flag("WICK_DECODE_GRAPH", env("WICK_DECODE_GRAPH"), true);
+  c.attention_rounding_transformers =
+      detail::parse_choice("WICK_ATTENTION_ROUNDING", env("WICK_ATTENTION_ROUNDING"),
+                           {"default", "transformers"}, "default") == "transformers";
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+
+long parse_integer(const char* name, const char* value, long lo, long hi, long unset) {
+  if (value == nullptr || *value == '\0') return unset;
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(value, &end, 10);
+  // strtol skips leading spaces and takes a sign: only an optional '-' and digits are accepted.
+  const bool digits = std::isdigit(static_cast<unsigned char>(value[0])) != 0 ||
+                      (value[0] == '-' && std::isdigit(static_cast<unsigned char>(value[1])) != 0);
+  if (!digits || end == value || *end != '\0' || errno != 0 || x < lo || x > hi) {
+    reject(name, value, str("an integer from ", lo, " to ", hi));
+  }
+  return x;
+}
+
+bool parse_flag(const char* name, const char* value, bool unset) {
+  if (value == nullptr || *value == '\0') return unset;
+  const std::string v = value;
+  if (v == "1") return true;
+  if (v == "0") return false;
+  reject(name, value, "0 or 1");
+}
+
+std::string parse_choice(const char* name, const char* value,
+                         std::initializer_list<const char*> accepted, const char* unset) {
+  if (value == nullptr || *value == '\0') return unset;
+  std::string list;
+  for (const char* a : accepted) {
+    if (std::string(value) == a) return a;
+    list += list.empty() ? "" : ", ";
+    list += a;
+  }
+  reject(name, value, "one of " + list);
+}
+
+}  // namespace detail
+
+size_t num_threads() {
+  static const size_t n = [] {
+    const long hw = static_cast<long>(hardware_threads());
+    return static_cast<size_t>(
+        detail::parse_integer("WICK_NUM_THREADS", env("WICK_NUM_THREADS"), 1, hw, hw));
+  }();
+  return n;
+}
+
+bool num_threads_set() {
+  return env("WICK_NUM_THREADS") != nullptr;
+}
+
+size_t cpu_cache_mb() {
+  static const size_t mb = static_cast<size_t>(
+      detail::parse_integer("WICK_CPU_CACHE_MB", env("WICK_CPU_CACHE_MB"), 0, 1L << 20, 256));
+  return mb;
+}
+
+const std::string& cpu_isa() {
+  static const std::string isa =
+      detail::parse_choice("WICK_CPU_ISA", env("WICK_CPU_ISA"), {"avx2", "avx512"}, "");
+  return isa;
+}
+
+const std::string& qmatmul_activations() {
+  static const std::string acts =
+      detail::parse_choice("WICK_QMATMUL_ACTIVATIONS", env("WICK_QMATMUL_ACTIVATIONS"),
+                           {"int16", "int8", "f32"}, "int16");
+  return acts;
+}
+
+const Cuda& cuda() {
+  static const Cuda c = read_cuda();
+  return c;
+}
+
+}  // namespace wick::settings

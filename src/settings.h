@@ -1,0 +1,47 @@
+#pragma once
+// The environment variables a user sets, read in one place (settings.cpp): each is read once, at
+// its first use, and a value outside the accepted ones throws wick::Error naming the variable, the
+// value and what it accepts. Unset and empty mean the default. The README's table lists them.
+// Kernel tuning is not among them: benchmarks and tests set it through src/cuda/tuning.h.
+
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+
+namespace wick::settings {
+
+/// WICK_NUM_THREADS: CPU threads, 1 to the CPU's hardware threads (default: all of them).
+size_t num_threads();
+/// Whether WICK_NUM_THREADS is set (OpenBLAS keeps its own default otherwise).
+bool num_threads_set();
+/// WICK_CPU_CACHE_MB: MiB of freed CPU buffers kept for reuse, 0 to 1048576 (default 256).
+size_t cpu_cache_mb();
+/// WICK_CPU_ISA: "avx2", "avx512", or "" when unset (the best the CPU has).
+const std::string& cpu_isa();
+/// WICK_QMATMUL_ACTIVATIONS: "int16" (default), "int8" or "f32".
+const std::string& qmatmul_activations();
+
+/// The CUDA backend's settings (src/cuda_config.h keeps their meaning).
+struct Cuda {
+  bool trace = false;                            // WICK_TRACE=0|1
+  int ops_per_batch = 50;                        // WICK_CUDA_OPS_PER_BATCH=1..1073741823
+  int graphs = -1;                               // WICK_CUDA_GRAPHS=0|1; -1 unset
+  double batch_work = 0;                         // WICK_CUDA_BATCH_WORK=X > 0; 0 unset
+  bool allow_tf32 = false;                       // WICK_ALLOW_TF32=0|1
+  std::string matmul = "auto";                   // WICK_CUDA_MATMUL=auto|cublas|wick
+  bool matmul_graphs = true;                     // WICK_CUDA_MATMUL_GRAPHS=0|1
+  std::string warmup = "1";                      // WICK_CUDA_WARMUP=0|handle|1
+  bool decode_graph = true;                      // WICK_DECODE_GRAPH=0|1
+  bool attention_rounding_transformers = false;  // WICK_ATTENTION_ROUNDING=transformers|default
+};
+const Cuda& cuda();
+
+namespace detail {
+/// The parsers, exposed for their tests: `value` of variable `name` (null or empty: unset).
+long parse_integer(const char* name, const char* value, long lo, long hi, long unset);
+bool parse_flag(const char* name, const char* value, bool unset);
+std::string parse_choice(const char* name, const char* value,
+                         std::initializer_list<const char*> accepted, const char* unset);
+}  // namespace detail
+
+}  // namespace wick::settings
