@@ -53,9 +53,8 @@ constexpr size_t kChunksPerThread = 4;
 // thread starts yielding while it waits for the workers' last chunks.
 constexpr unsigned kYieldEvery = 64;
 constexpr unsigned kCallerSpins = 64;
-// How long an idle worker spins before it sleeps (WICK_SPIN_US sets it, and then applies even on
-// an oversubscribed machine; 0: never spin).
-constexpr size_t kDefaultSpinUs = 300;
+// How long an idle worker spins before it sleeps (it sleeps at once on an oversubscribed machine).
+constexpr size_t kSpinUs = 300;
 
 // Whether the machine has more runnable threads than CPUs (the running count of /proc/loadavg,
 // read at most every 20 ms). Spinning workers then only take CPU time from the threads with
@@ -92,8 +91,7 @@ class ThreadPool {
  public:
   explicit ThreadPool(size_t threads)
       : size_(threads),
-        spin_(std::chrono::microseconds(env_count("WICK_SPIN_US", kDefaultSpinUs, 1000000))),
-        spin_always_(std::getenv("WICK_SPIN_US") != nullptr) {
+        spin_(std::chrono::microseconds(kSpinUs)) {
     // The calling thread takes part in every job, so the pool needs threads - 1 workers.
     for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
   }
@@ -173,7 +171,7 @@ class ThreadPool {
   bool wait_for_job(uint64_t seen) {
     auto changed = [&] { return epoch_of(word_.load(std::memory_order_seq_cst)) != seen; };
     auto start = Clock::now();
-    const bool spin = spin_.count() > 0 && (spin_always_ || !oversubscribed());
+    const bool spin = spin_.count() > 0 && !oversubscribed();
     for (unsigned i = 1; spin; ++i) {
       if (changed()) return true;
       cpu_relax();
@@ -200,7 +198,6 @@ class ThreadPool {
 
   const size_t size_;
   const Clock::duration spin_;
-  const bool spin_always_;  // WICK_SPIN_US given: spin even on an oversubscribed machine
   // The job, written by the submitting thread before it stores word_ (release), read by a
   // thread only after it claimed a chunk from that word: never rewritten while chunks run.
   RangeFn fn_ = nullptr;
