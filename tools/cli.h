@@ -71,7 +71,7 @@ inline CLI::Validator count_in(uint64_t max) {
         return ok ? std::string()
                   : "must be a whole number from 0 to " + std::to_string(max) + ", got '" + s + "'";
       },
-      "UINT<=" + std::to_string(max));
+      "");
 }
 
 /// A finite number in [lo, hi] (or (lo, hi] with `open_lo`); NaN and infinities are refused.
@@ -86,7 +86,7 @@ inline CLI::Validator number_in(double lo, double hi, bool open_lo = false) {
                   (open_lo ? v > lo : v >= lo) && v <= hi;
         return ok ? std::string() : "must be a number in " + range + ", got '" + s + "'";
       },
-      "FLOAT in " + range);
+      range);
 }
 
 /// "cpu", "cuda" or "cuda:N"; exit 2 for anything else, 3 when the GPU is not there.
