@@ -92,8 +92,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   size_t group = h / h_kv;
   // f32 on CUDA has no tensor-core kernel (TF32 would break f32 accuracy): when the scores fit a
   // bounded temporary, cuBLAS's f32 GEMMs around one softmax pass beat the fused kernel's
-  // CUDA-core path (MiniLM f32 on the H200, 10,000 sentences: 0.88 s -> 0.56 s, the attention
-  // kernel having been 65% of the GPU time). Decode-length queries keep the fused kernel.
+  // CUDA-core path (docs/perf/prefill-attention.md). Decode-length queries keep the fused kernel.
   if (q.dtype() == DType::F32 && q.device().is_cuda() && s >= 16 && s_kv > 0 && group == 1 &&
       scores.elem_count() * sizeof(float) <= kComposedScoreBytes) {
     Tensor sc = q.affine(scale, 0).matmul(k.t());
