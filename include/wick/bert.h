@@ -39,7 +39,8 @@ class Bert {
  public:
   /// Loads config.json and the *.safetensors weights of `model_dir` (names with or without a
   /// "bert." prefix), converted to `dtype` (F32, F16 or BF16) on `device`. Throws FormatError for a
-  /// missing or malformed folder, naming the file.
+  /// missing or malformed folder, naming the file (and the tensor, for a weight of another shape
+  /// than config.json implies or of a non-float dtype).
   static Bert load(const std::filesystem::path& model_dir, const Device& device,
                    DType dtype = DType::F32);
 
@@ -101,6 +102,8 @@ class SentenceEmbedder {
   /// Embeddings (texts.size(), dim()) as F32 on the embedder's device, row i for texts[i].
   /// Sentences are sorted by length and batched internally (batch_size() sentences and
   /// max_batch_tokens() padded tokens at most per pass) so that padding stays small.
+  /// ShapeMismatch when a text has no tokens at all (a tokenizer without special tokens given
+  /// an empty text): BERT has no embedding for an empty sequence.
   Tensor embed(const std::vector<std::string>& texts, const Progress& progress = {}) const;
 
   /// Token ids of `text` as embed() feeds them to the encoder (special tokens, truncation).

@@ -64,7 +64,9 @@ class Llama : public CausalLM {
   /// or BF16) on `device`. A GGUF file's quantized matrices are dequantised at load, or with
   /// `keep_quantized` kept as their blocks and multiplied by qmatmul (wick/quantized.h; types
   /// qmatmul_supports() rejects are still dequantised; the token embedding is dequantised for
-  /// the lookup and kept quantized as the tied output head).
+  /// the lookup and kept quantized as the tied output head). FormatError naming the file for
+  /// malformed metadata or config.json, and (GGUF, on both paths) naming the tensor whose shape
+  /// differs from the one the metadata implies.
   static Llama load(const std::string& path, const Device& device, DType dtype = DType::F32,
                     bool keep_quantized = false);
   /// From Hugging Face-named tensors ("model.layers.0.self_attn.q_proj.weight", ...), any dtype

@@ -28,7 +28,9 @@ std::vector<uint8_t> to_bytes(const Tensor& t);
 
 namespace wick::npz {
 
-/// Every member "<name>.npy" of an .npz file, keyed by "<name>".
+/// Every member "<name>.npy" of an .npz file, keyed by "<name>". FormatError naming the file and
+/// member for members that share bytes, that expand past 1100 times the archive's size in all,
+/// or whose CRC-32 is wrong.
 std::map<std::string, Tensor> load(const std::string& path, const Device& device = Device::cpu());
 std::map<std::string, Tensor> load_bytes(std::vector<uint8_t> bytes,
                                          const std::string& name = "<memory>",

@@ -30,7 +30,9 @@ struct TensorInfo {
 /// every method may be called from several threads at once.
 class File {
  public:
-  /// Maps and validates `path`. Throws FormatError naming the file for a malformed header.
+  /// Maps and validates `path`. Throws FormatError naming the file for a malformed header (also:
+  /// a header over 100 MB or nested deeper than 128 levels, a rank over 64, a path that is not a
+  /// regular file).
   static File open(const std::string& path);
   /// The same from bytes in memory; `name` stands for the path in errors.
   static File from_bytes(std::vector<uint8_t> bytes, const std::string& name = "<memory>");
@@ -70,8 +72,9 @@ void save(const std::map<std::string, Tensor>& tensors, const std::string& path,
 /// as one shard. Immutable after open: every method may be called from several threads at once.
 class ShardedFile {
  public:
-  /// Opens the index (or single file) and every shard it lists. Throws FormatError for a
-  /// malformed index, a tensor missing from its shard or a name in two shards.
+  /// Opens the index (or single file) and every shard it lists. Throws FormatError naming the
+  /// index for a malformed index, a missing shard, a shard path leaving the index's folder, a
+  /// tensor missing from its shard or a name in two shards.
   static ShardedFile open(const std::string& path);
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const;

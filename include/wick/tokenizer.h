@@ -53,7 +53,10 @@ class Tokenizer {
   Tokenizer() = default;
 
   /// Loads a Hugging Face tokenizer.json (or a model folder's). A tokenizer_config.json next to
-  /// it, when present, supplies bos/eos/pad tokens and the chat template. Throws TokenizerError.
+  /// it, when present, supplies bos/eos/pad tokens and the chat template. Throws TokenizerError
+  /// naming the file: for a path that is not a regular file, a file over 512 MB, JSON nested
+  /// deeper than 128 levels, ids that are not integers below the number of tokens, and any
+  /// layout or feature wick does not read.
   static Tokenizer from_file(const std::string& file_or_dir);
   /// Same from the text of tokenizer.json (and optionally of tokenizer_config.json).
   static Tokenizer from_json(std::string_view tokenizer_json,
