@@ -148,3 +148,29 @@ run("configure" ${configure} -B ${WORK}/build)
 run("build" ${CMAKE_COMMAND} --build ${WORK}/build)
 run("run" ${WORK}/build/consumer)
 message(STATUS "${last_output}")
+
+# The package as a CUDA-enabled build installs it (wickConfig.cmake's wick_built_with_cuda ON),
+# with the CUDA toolkit out of reach: a shared libwick's consumer still configures, a static
+# one's needs the toolkit for its link and must not.
+file(GLOB config_file ${prefix}/lib*/cmake/wick/wickConfig.cmake)
+file(READ ${config_file} config_text)
+string(REPLACE "set(wick_built_with_cuda OFF)" "set(wick_built_with_cuda ON)" cuda_config_text
+               "${config_text}")
+if(cuda_config_text STREQUAL config_text AND NOT config_text MATCHES "wick_built_with_cuda ON")
+  message(FATAL_ERROR "consumer: ${config_file} does not set wick_built_with_cuda")
+endif()
+file(WRITE ${config_file} "${cuda_config_text}")
+execute_process(COMMAND ${configure} -B ${WORK}/build-cuda -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+file(WRITE ${config_file} "${config_text}")
+if(shared AND NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer: a CUDA-enabled shared libwick needs the CUDA toolkit:\n${out}")
+elseif(NOT shared AND (rc EQUAL 0 OR NOT out MATCHES "CUDAToolkit"))
+  message(FATAL_ERROR "consumer: a CUDA-enabled static libwick did not ask for the CUDA toolkit "
+                      "(${rc}):\n${out}")
+endif()
+if(shared)
+  message(STATUS "consumer: CUDA-enabled shared package without the CUDA toolkit: configures")
+else()
+  message(STATUS "consumer: CUDA-enabled static package without the CUDA toolkit: refused")
+endif()
