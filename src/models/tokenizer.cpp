@@ -386,7 +386,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
 
     const Json& m = j["model"];
     Vocab vocab;
-    for (const auto& [token, id] : m.at("vocab").items()) vocab.add(token, id.get<uint32_t>());
+    for (const auto& [token, id] : m.at("vocab").items()) {
+      vocab.add(token, json_token_id(id, "vocab entry '" + token + "'"));
+    }
     std::string type = m.value("type", m.contains("merges") ? "BPE" : "WordPiece");
     if (type == "WordPiece") {
       impl->model = std::make_unique<WordPiece>(std::move(vocab), m.value("unk_token", "[UNK]"),
@@ -415,7 +417,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
 
     for (const Json& t : j.value("added_tokens", Json::array())) {
       AddedToken a;
-      a.id = t.at("id").get<uint32_t>();
+      a.id = json_token_id(t.at("id"), "added token");
       a.content = t.at("content").get<std::string>();
       a.special = t.value("special", false);
       a.normalized = t.value("normalized", !a.special);

@@ -643,13 +643,24 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j) {
   unsupported("pre_tokenizer", j);
 }
 
+uint32_t json_token_id(const Json& v, const std::string& what) {
+  bool ok = (v.is_number_unsigned() && v.get<uint64_t>() < kMaxTokenId) ||
+            (v.is_number_integer() && v.get<int64_t>() >= 0 &&
+             static_cast<uint64_t>(v.get<int64_t>()) < kMaxTokenId);
+  if (!ok) {
+    throw TokenizerError("tokenizer: " + what + ": id " + v.dump() + " is not an integer in [0, " +
+                         std::to_string(kMaxTokenId) + ")");
+  }
+  return static_cast<uint32_t>(v.get<uint64_t>());
+}
+
 std::unique_ptr<PostProcessor> make_post_processor(const Json& j) {
   if (j.is_null()) return nullptr;
   std::string type = j.at("type").get<std::string>();
   if (type == "TemplateProcessing") return template_processor(j);
   if (type == "BertProcessing" || type == "RobertaProcessing") {
-    uint32_t cls = j.at("cls").at(1).get<uint32_t>();
-    uint32_t sep = j.at("sep").at(1).get<uint32_t>();
+    uint32_t cls = json_token_id(j.at("cls").at(1), "post_processor cls");
+    uint32_t sep = json_token_id(j.at("sep").at(1), "post_processor sep");
     return make_bos_eos_processor({cls}, {sep});
   }
   if (type == "ByteLevel") return make_bos_eos_processor({}, {});  // offsets only

@@ -14,6 +14,14 @@ namespace wick::tok {
 
 using Json = nlohmann::json;
 
+/// Token ids read from JSON lie below this: the vocabulary is allocated up to its largest id, and
+/// no real vocabulary comes near 2^22 (4,194,304) entries.
+inline constexpr uint64_t kMaxTokenId = uint64_t{1} << 22;
+
+/// `v` as a token id: a JSON integer in [0, kMaxTokenId). TokenizerError naming `what` otherwise
+/// (a float such as 7e130 or a negative id is a malformed file, not a value to convert).
+uint32_t json_token_id(const Json& v, const std::string& what);
+
 /// A piece of the text being tokenised: bytes [begin, end).
 struct Span {
   size_t begin;
