@@ -132,6 +132,22 @@ TEST(OpTable, EveryOpAgainstFloat64OnEveryFloatDType) {
   }
 }
 
+// within_bounds refuses a check whose bounds would let zero pass for more than 10% of the
+// non-zero reference values, however close the output is.
+TEST(OpTable, WithinBoundsRefusesBoundsThatAcceptZero) {
+  std::vector<double> want(20, 1.0);
+  want[0] = 0;  // zeros of the reference are not counted
+  auto loose_for = [](size_t n) {
+    return [n](size_t i, double) { return i >= 1 && i <= n ? 2.0 : 1e-9; };
+  };
+  EXPECT_TRUE(within_bounds(want, want, loose_for(1)));   // 1 of 19
+  EXPECT_FALSE(within_bounds(want, want, loose_for(2)));  // 2 of 19: more than 10%
+  EXPECT_FALSE(within_bounds(want, want, loose_for(19)));
+  std::vector<double> off = want;
+  off[5] = 1.1;
+  EXPECT_FALSE(within_bounds(off, want, loose_for(0)));
+}
+
 TEST(OpTable, UnknownOpHasNoBound) {
   EXPECT_THROW(numerics::elementwise_bound("no_such_op", DType::F32, numerics::Backend::Cpu, 1.0),
                std::invalid_argument);

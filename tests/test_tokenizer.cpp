@@ -539,6 +539,29 @@ TEST(Tokenizer, LoadErrors) {
                wick::TokenizerError);
 }
 
+// Token ids that are not integers in [0, 2^22): a float past every integer type (the fuzzer's
+// 7.8e130, undefined behaviour to convert), negative, fractional or huge ids are malformed files.
+TEST(Tokenizer, IdsThatAreNotTokenIdsAreLoadErrors) {
+  for (const char* id : {"7.7e130", "-1", "1.5", "4294967296", "4194304", "\"3\"", "null"}) {
+    std::string vocab =
+        std::string(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": )") + id +
+        R"(}, "unk_token": "[UNK]"}})";
+    EXPECT_THROW(Tokenizer::from_json(vocab), wick::TokenizerError) << id;
+    std::string added = std::string(R"({"added_tokens": [{"id": )") + id +
+                        R"(, "content": "x"}], "model": {"type": "WordPiece", "vocab": {"[UNK]": 0},
+           "unk_token": "[UNK]"}})";
+    EXPECT_THROW(Tokenizer::from_json(added), wick::TokenizerError) << id;
+    std::string post = std::string(R"({"post_processor": {"type": "BertProcessing",
+           "cls": ["[UNK]", )") +
+                       id + R"(], "sep": ["[UNK]", 0]},
+           "model": {"type": "WordPiece", "vocab": {"[UNK]": 0}, "unk_token": "[UNK]"}})";
+    EXPECT_THROW(Tokenizer::from_json(post), wick::TokenizerError) << id;
+  }
+  Tokenizer ok = Tokenizer::from_json(
+      R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 70000}, "unk_token": "[UNK]"}})");
+  EXPECT_EQ(ok.token_to_id("a"), 70000u);
+}
+
 TEST(Tokenizer, SmallWordPieceAndSplitBehaviours) {
   // A tiny WordPiece over a Split pre-tokenizer with each behaviour, to check the split rules
   // on a case that is easy to read.
