@@ -249,6 +249,8 @@ void parallel_for_raw(size_t n, size_t grain, RangeFn fn, void* ctx) {
   }
   ThreadPool& p = pool();
   size_t chunks = std::min({p.size() * kChunksPerThread, n / grain, kMaxChunks});
+  // A multiple of the thread count, so that threads running alike end together.
+  if (chunks > p.size()) chunks -= chunks % p.size();
   if (p.size() <= 1 || chunks <= 1 || !p.try_run(n, chunks, fn, ctx)) fn(ctx, 0, n);
 }
 
