@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """wick beside llama.cpp (llama-cpp-python) on one GGUF file, in the same run: decode tok/s with
 1 and 2 threads and the prefill of a 128-token prompt, rounds alternating between the two engines,
-best of the rounds. wick runs through bench_generate --keep-quantized (WICK_NUM_THREADS=t).
+best of the rounds, and each engine's decode speed-up from its thread counts. wick runs through
+bench_generate --keep-quantized (WICK_NUM_THREADS=t).
 On a loaded machine llama.cpp's OpenMP threads spin-wait and its 2-thread figures collapse;
 OMP_WAIT_POLICY=PASSIVE in the environment makes them sleep instead (wick ignores it).
 
@@ -85,6 +86,12 @@ def main():
         lp, ld = best[("llama.cpp", t)]
         wp, wd = best[("wick", t)]
         print(f"{t:>7} {'wick/llama':>10} {wp / lp:13.2f}x {wd / ld:12.2f}x")
+    threads = sorted({t for _, t in best})
+    if len(threads) > 1:
+        lo, hi = threads[0], threads[-1]
+        for engine in ("llama.cpp", "wick"):
+            print(f"{engine} decode, {hi} threads / {lo}: "
+                  f"{best[(engine, hi)][1] / best[(engine, lo)][1]:.2f}x")
 
 
 if __name__ == "__main__":

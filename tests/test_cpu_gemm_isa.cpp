@@ -100,30 +100,56 @@ TEST(CpuGemmIsa, KernelsUseTheBestInstructionSetOfTheCpu) {
 }
 
 // f32 products through the kernels chosen, against a float64 reference: sizes that take
-// OpenBLAS's packed sgemm (several blocks and edges) and its gemv.
+// OpenBLAS's packed sgemm (several blocks and edges) and its gemv, each operand row- or
+// column-major (a transposed view), split across the thread pool by rows (m >= n) or by
+// columns, and a batch.
 TEST(CpuGemmIsa, ProductsOfTheChosenKernelsAreRight) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (auto [m, n, k] : {std::array<size_t, 3>{300, 257, 413}, {1, 700, 520}, {64, 64, 64}}) {
-    std::vector<float> a(m * k), b(k * n);
-    for (auto& v : a) v = dist(rng);
-    for (auto& v : b) v = dist(rng);
-    auto dev = wick::Device::cpu();
-    auto ta = wick::Tensor::from_vec(a, {m, k}, dev);
-    auto tb = wick::Tensor::from_vec(b, {k, n}, dev);
-    auto got = ta.matmul(tb).flatten_all().to_vec1<float>();
-    ASSERT_EQ(got.size(), m * n);
-    for (size_t i = 0; i < m; ++i) {
-      for (size_t j = 0; j < n; ++j) {
-        double want = 0, abs_sum = 0;
-        for (size_t t = 0; t < k; ++t) {
-          const double p = static_cast<double>(a[i * k + t]) * b[t * n + j];
-          want += p;
-          abs_sum += std::abs(p);
+  auto dev = wick::Device::cpu();
+  // (b, m, n, k)
+  for (auto [bt, m, n, k] : {std::array<size_t, 4>{1, 300, 257, 413},
+                             {1, 37, 700, 129},
+                             {1, 1, 700, 520},
+                             {1, 700, 1, 520},
+                             {1, 64, 64, 64},
+                             {3, 90, 70, 50}}) {
+    for (int trans = 0; trans < 4; ++trans) {
+      const bool ta = trans & 1, tb = trans & 2;
+      std::vector<float> a(bt * m * k), b(bt * k * n);
+      for (auto& v : a) v = dist(rng);
+      for (auto& v : b) v = dist(rng);
+      // a[(bi * m + i) * k + t] and b[(bi * k + t) * n + j] whichever the storage.
+      auto stored = [&](const std::vector<float>& v, size_t rows, size_t cols, bool t) {
+        if (!t) return wick::Tensor::from_vec(v, {bt, rows, cols}, dev);
+        std::vector<float> tr(v.size());
+        for (size_t bi = 0; bi < bt; ++bi) {
+          for (size_t r = 0; r < rows; ++r) {
+            for (size_t c = 0; c < cols; ++c) {
+              tr[(bi * cols + c) * rows + r] = v[(bi * rows + r) * cols + c];
+            }
+          }
         }
-        const double bound = wick::numerics::matmul_bound(wick::DType::F32, k, want, abs_sum);
-        ASSERT_LE(std::abs(got[i * n + j] - want), bound)
-            << "(" << m << ", " << n << ", " << k << ") at " << i << ", " << j;
+        return wick::Tensor::from_vec(tr, {bt, cols, rows}, dev).transpose(1, 2);
+      };
+      auto got = stored(a, m, k, ta).matmul(stored(b, k, n, tb)).flatten_all().to_vec1<float>();
+      ASSERT_EQ(got.size(), bt * m * n);
+      for (size_t bi = 0; bi < bt; ++bi) {
+        for (size_t i = 0; i < m; ++i) {
+          for (size_t j = 0; j < n; ++j) {
+            double want = 0, abs_sum = 0;
+            for (size_t t = 0; t < k; ++t) {
+              const double p =
+                  static_cast<double>(a[(bi * m + i) * k + t]) * b[(bi * k + t) * n + j];
+              want += p;
+              abs_sum += std::abs(p);
+            }
+            const double bound = wick::numerics::matmul_bound(wick::DType::F32, k, want, abs_sum);
+            ASSERT_LE(std::abs(got[(bi * m + i) * n + j] - want), bound)
+                << "(" << bt << ", " << m << ", " << n << ", " << k << ") trans " << trans << " at "
+                << bi << ", " << i << ", " << j;
+          }
+        }
       }
     }
   }

@@ -1,6 +1,7 @@
 // CpuStorage::matmul: OpenBLAS gemm/gemv reading the operands through their own strides whenever
 // BLAS can (transposes, padded rows, collapsible or broadcast batches), one packed copy when it
-// cannot. f16/bf16 are widened to f32, multiplied by sgemm and rounded once at the end.
+// cannot. f16/bf16 are widened to f32, multiplied by sgemm and rounded once at the end. OpenBLAS
+// runs single-threaded; large products and batches are split across wick's thread pool.
 
 #include <cblas.h>
 
@@ -13,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -26,7 +26,6 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
-#include "settings.h"
 #include "util.h"
 
 namespace wick::cpu {
@@ -34,49 +33,18 @@ namespace {
 
 // ---- BLAS threads ----
 
-// OpenBLAS's thread count is process-global (0.3.21 has no per-call or thread-local setting).
-// Batch-parallel regions need it at 1 so that each worker's call runs single-threaded; the
-// count of such regions in flight decides the setting, changed only under one lock, so two
-// regions never undo each other. A large threaded call made by another thread while a region
-// runs gets one BLAS thread: slower, never wrong.
-class BlasThreads {
- public:
-  static BlasThreads& instance() {
-    static BlasThreads t;
-    return t;
-  }
-  int threads() const { return threads_; }
-
-  void enter_single() {
-    std::lock_guard lock(mutex_);
-    if (single_users_++ == 0) openblas_set_num_threads(1);
-  }
-  void leave_single() {
-    std::lock_guard lock(mutex_);
-    if (--single_users_ == 0) openblas_set_num_threads(threads_);
-  }
-
- private:
-  BlasThreads() {
+// OpenBLAS runs single-threaded, always: large products are split across wick's own pool, each
+// part one single-threaded BLAS call. Two thread pools on the same cores would oversubscribe
+// them (OpenBLAS's threads spin for a while after each call, as wick's workers do between
+// steps), and OpenBLAS's thread count is process-global, so a per-call setting would race.
+void init_blas_threads() {
+  static const bool done = [] {
     init_blas();
-    // OpenBLAS's own default unless WICK_NUM_THREADS or set_cpu_threads asks for a count.
-    if (threads_forced() || settings::num_threads_set()) {
-      openblas_set_num_threads(static_cast<int>(num_threads()));
-    }
-    threads_ = openblas_get_num_threads();
-  }
-  std::mutex mutex_;
-  int single_users_ = 0;
-  int threads_ = 1;
-};
-
-class SingleThreadedBlas {
- public:
-  SingleThreadedBlas() { BlasThreads::instance().enter_single(); }
-  ~SingleThreadedBlas() { BlasThreads::instance().leave_single(); }
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-};
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
 
 // ---- layouts as BLAS sees them ----
 
@@ -355,11 +323,12 @@ void gemv(bool trans, size_t rows, size_t cols, const C* a, size_t lda, const C*
   }
 }
 
-// One (m x k) * (k x n) product into the dense row-major c. m == 1 or n == 1 is a gemv, which
-// OpenBLAS runs faster than the same shape through its sgemm.
+// One (m x k) * (k x n) product into the row-major c (leading dimension ldc), single-threaded.
+// m == 1 or n == 1 is a gemv, which OpenBLAS runs faster than the same shape through
+// its sgemm.
 template <class C>
-void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b, MatrixView bv,
-             C* c) {
+void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b,
+                  MatrixView bv, C* c, size_t ldc) {
   if (m == 1) {
     // c = B^T a: a's elements are ld apart when it is stored column-major.
     size_t inca = av.trans ? av.ld : 1;
@@ -371,6 +340,7 @@ void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b
     return;
   }
   if (n == 1) {
+    // c is a column: ldc apart, which gemv cannot write: only dense columns (ldc == 1) come here.
     size_t incb = bv.trans ? 1 : bv.ld;
     if (av.trans) {
       gemv<C>(true, k, m, a, av.ld, b, incb, c);
@@ -381,18 +351,58 @@ void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b
   }
   if constexpr (std::is_same_v<C, float>) {
     cblas_sgemm(CblasRowMajor, trans_flag(av.trans), trans_flag(bv.trans), blas_int(m), blas_int(n),
-                blas_int(k), 1.0f, a, blas_int(av.ld), b, blas_int(bv.ld), 0.0f, c, blas_int(n));
+                blas_int(k), 1.0f, a, blas_int(av.ld), b, blas_int(bv.ld), 0.0f, c, blas_int(ldc));
   } else {
     cblas_dgemm(CblasRowMajor, trans_flag(av.trans), trans_flag(bv.trans), blas_int(m), blas_int(n),
-                blas_int(k), 1.0, a, blas_int(av.ld), b, blas_int(bv.ld), 0.0, c, blas_int(n));
+                blas_int(k), 1.0, a, blas_int(av.ld), b, blas_int(bv.ld), 0.0, c, blas_int(ldc));
   }
 }
 
-// Below this many multiply-adds per batch, one threaded BLAS call per batch spends more time
-// handing work to its threads than computing; the batches go to the workers instead.
-constexpr size_t kSmallBatchFlops = size_t{1} << 24;
-// Below this many multiply-adds in all, waking the workers costs more than the products.
+// Below this many multiply-adds, waking the workers costs more than the product.
 constexpr size_t kParallelMinFlops = size_t{1} << 18;
+
+// The first row (or column) of part p of d split into `parts`, on a multiple of 16 (the BLAS
+// kernels' tile) when the parts are large enough.
+size_t part_start(size_t d, size_t parts, size_t p) {
+  size_t start = d * p / parts;
+  return d >= 16 * parts ? start / 16 * 16 : start;
+}
+
+// One (m x k) * (k x n) product into the dense row-major c: large ones split across the pool
+// along the longer of m and n (each part packs its share of that operand and all of the other),
+// one part per thread.
+template <class C>
+void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b, MatrixView bv,
+             C* c) {
+  const size_t threads = num_threads();
+  const size_t d = std::max(m, n);
+  if (threads == 1 || m * n * k < kParallelMinFlops || d < 2) {
+    blas_product<C>(m, n, k, a, av, b, bv, c, n);
+    return;
+  }
+  const size_t parts = std::min(threads, d);
+  const bool by_rows = m >= n;
+  parallel_for(parts, 1, [&](size_t begin, size_t end) {
+    for (size_t p = begin; p < end; ++p) {
+      size_t lo = part_start(d, parts, p), hi = part_start(d, parts, p + 1);
+      if (p + 1 == parts) hi = d;
+      if (lo == hi) continue;
+      if (by_rows) {
+        // Rows lo..hi of a: a row-major a starts ld * lo further on, a column-major one lo.
+        const C* a_part = a + (av.trans ? lo : lo * av.ld);
+        blas_product<C>(hi - lo, n, k, a_part, av, b, bv, c + lo * n, n);
+      } else {
+        // Columns lo..hi of b and c.
+        const C* b_part = b + (bv.trans ? lo * bv.ld : lo);
+        blas_product<C>(m, hi - lo, k, a, av, b_part, bv, c + lo, n);
+      }
+    }
+  });
+}
+
+// Below this many multiply-adds per batch, splitting each product across the pool costs more
+// than handing whole batches to the workers.
+constexpr size_t kSmallBatchFlops = size_t{1} << 24;
 
 // All b products into out (b * m * n, row-major).
 template <class C>
@@ -431,16 +441,14 @@ void run(size_t b, size_t m, size_t n, size_t k, const Operand<C>& lhs, const Op
   }
   size_t workers = num_threads();
   size_t per_batch = m * n * k;
-  bool batch_parallel = workers > 1 && BlasThreads::instance().threads() > 1 &&
-                        b * per_batch >= kParallelMinFlops &&
+  bool batch_parallel = workers > 1 && b * per_batch >= kParallelMinFlops &&
                         (per_batch <= kSmallBatchFlops || b % workers == 0);
   if (!batch_parallel) {
     for (size_t i = 0; i < b; ++i) one(i);
     return;
   }
   // Each participant claims batches one at a time, so a worker that wakes late costs only the
-  // batches it did not get to, not half of them.
-  SingleThreadedBlas single;
+  // batches it did not get to, not half of them. (product() inside a worker runs inline.)
   std::atomic<size_t> next{0};
   parallel_for(std::min(workers, b), 1, [&](size_t, size_t) {
     for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < b;) one(i);
@@ -519,7 +527,7 @@ StoragePtr matmul_typed(const CpuStorage& lhs, const CpuStorage& rhs, MatmulDims
     throw BackendError(str("matmul: dims too large for BLAS, (b, m, n, k) = (", d.b, ", ", d.m,
                            ", ", d.n, ", ", d.k, ")"));
   }
-  BlasThreads::instance();  // applies WICK_NUM_THREADS before the first BLAS call
+  init_blas_threads();
   using C = compute_t<T>;
   if constexpr (!std::is_same_v<T, C>) {
     if (narrow_product_fits<T>(d, rhs_layout)) {

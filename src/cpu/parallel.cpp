@@ -105,8 +105,6 @@ class ThreadPool {
   }
   size_t size() const { return size_; }
 
-  void quiet(int delta) { quiet_.fetch_add(delta, std::memory_order_relaxed); }
-
   // Runs the job on the pool; false (nothing run) when another thread's job has it.
   bool try_run(size_t n, size_t chunks, RangeFn fn, void* ctx) {
     std::unique_lock<std::mutex> submit(submit_, std::try_to_lock);
@@ -177,7 +175,7 @@ class ThreadPool {
       cpu_relax();
       if ((i & (kYieldEvery - 1)) == 0) {
         if (stop_.load(std::memory_order_relaxed)) return false;
-        if (quiet_.load(std::memory_order_relaxed) > 0 || Clock::now() - start > spin_) break;
+        if (Clock::now() - start > spin_) break;
         std::this_thread::yield();
       }
     }
@@ -212,7 +210,6 @@ class ThreadPool {
   alignas(64) std::atomic<uint64_t> word_{0};
   alignas(64) std::atomic<size_t> done_{0};
   alignas(64) std::atomic<int> sleepers_{0};
-  std::atomic<int> quiet_{0};
   std::atomic<bool> stop_{false};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
@@ -253,15 +250,9 @@ void parallel_for_raw(size_t n, size_t grain, RangeFn fn, void* ctx) {
   }
   ThreadPool& p = pool();
   size_t chunks = std::min({p.size() * kChunksPerThread, n / grain, kMaxChunks});
+  // A multiple of the thread count, so that threads running alike end together.
+  if (chunks > p.size()) chunks -= chunks % p.size();
   if (p.size() <= 1 || chunks <= 1 || !p.try_run(n, chunks, fn, ctx)) fn(ctx, 0, n);
-}
-
-QuietPool::QuietPool() {
-  pool().quiet(1);
-}
-
-QuietPool::~QuietPool() {
-  pool().quiet(-1);
 }
 
 }  // namespace wick::cpu

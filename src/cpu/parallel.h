@@ -34,14 +34,4 @@ void parallel_for(size_t n, size_t grain, F&& fn) {
       const_cast<void*>(static_cast<const void*>(&fn)));
 }
 
-/// While alive, the pool's idle workers sleep instead of spinning: for code that hands the CPU
-/// cores to other threads (a threaded BLAS call), which spinning workers would slow down.
-class QuietPool {
- public:
-  QuietPool();
-  ~QuietPool();
-  QuietPool(const QuietPool&) = delete;
-  QuietPool& operator=(const QuietPool&) = delete;
-};
-
 }  // namespace wick::cpu

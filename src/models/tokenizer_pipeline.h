@@ -14,7 +14,6 @@ namespace wick::tok {
 
 using Json = nlohmann::json;
 
-
 /// A piece of the text being tokenised: bytes [begin, end).
 struct Span {
   size_t begin;
