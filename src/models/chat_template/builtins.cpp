@@ -244,12 +244,17 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   e = adjust(stop, st > 0 ? upper : lower);
   if (obj.kind == Kind::String) {
     std::u32string out;
-    for (int64_t k = b; st > 0 ? k < e : k > e; k += st) out.push_back(u[static_cast<size_t>(k)]);
+    for (int64_t k = b; st > 0 ? k < e : k > e;) {
+      out.push_back(u[static_cast<size_t>(k)]);
+      if (__builtin_add_overflow(k, st, &k)) break;
+    }
     return Value::str(utf8_encode(out), obj.markup);
   }
   List out;
-  for (int64_t k = b; st > 0 ? k < e : k > e; k += st)
+  for (int64_t k = b; st > 0 ? k < e : k > e;) {
     out.push_back((*obj.list)[static_cast<size_t>(k)]);
+    if (__builtin_add_overflow(k, st, &k)) break;
+  }
   return Value::make_list(std::move(out), obj.tuple);
 }
 
@@ -332,8 +337,10 @@ void add_globals(Renderer& r, Dict& globals) {
                       "Range too big. The sandbox blocks ranges larger than "
                       "MAX_RANGE (100000).");
                 List out;
-                for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
+                for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
                   out.push_back(Value::integer(k));
+                  if (__builtin_add_overflow(k, step, &k)) break;
+                }
                 return Value::make_list(std::move(out));
               }));
   Renderer* rp = &r;
