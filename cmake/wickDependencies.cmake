@@ -9,6 +9,9 @@
 
 wick_dependency(Threads)
 
+# JSON values in the public API (wick/chat_template.h): nlohmann-json's headers.
+wick_dependency(nlohmann_json 3)
+
 if(NOT DEFINED BLA_VENDOR)
   set(BLA_VENDOR OpenBLAS)
 endif()
