@@ -7,9 +7,14 @@
 # wick_dependency is find_package(... REQUIRED) in wick's build and find_dependency(...) in
 # wickConfig.cmake; wick_built_with_cuda is WICK_CUDA in both. wick_private_dependencies is ON in
 # wick's build and for a static libwick.a; a shared libwick.so carries its private dependencies
-# itself, so its consumers need only the public one (Threads), and not the CUDA toolkit.
+# itself, so its consumers need only the public ones (Threads, nlohmann-json), and not the CUDA
+# toolkit.
 
 wick_dependency(Threads)
+
+# JSON values in the public API (wick/chat_template.h): nlohmann-json's headers, for every
+# consumer, shared or static.
+wick_dependency(nlohmann_json 3)
 
 if(wick_private_dependencies)
   if(NOT DEFINED BLA_VENDOR)

@@ -244,6 +244,11 @@ SNIPPETS = [
     ("{% for m in messages %}{% set content = m.content %}{% if content is string %}{{ content }}{% else %}{% for part in content %}{{ part.text }}{% endfor %}{% endif %}{% endfor %}", {"messages": [{"role": "user", "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]}, {"role": "user", "content": "C"}]}),
     ("{{ d|items|list }}{% for k, v in d|items %}{{ k }}{{ v }}{% endfor %}{{ d.values()|list|tojson }}", {"d": {"z": 1, "a": {"n": [True]}}}),
     ("{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}{{ c is defined }}", {}),
+    ("{{ 'abcdef'[1::9223372036854775807] }}{{ [1, 2, 3][-1::-9223372036854775807] }}{{ range(9223372036854775806, 9223372036854775807, 1000)|list }}{{ 'abc'[5:1:-1] }}{{ 'abc'[-9:9] }}", {}),
+    ("{{ 2.0 is even }}{{ 3 is odd }}{{ 9 is divisibleby 3.0 }}{{ ['b']|map(attribute='x')|list }}{{ range(3) }}{{ range(1, 9, 2) }}{{ 'abc' % [] }}", {}),
+    ("{{ 'a' is even }}", {}),
+    ("{{ {}|indent(2) }}", {}),
+    ("{{ 'abc' % 2 }}", {}),
     ("{{ (1, 2) + (3,) }}{{ [1, [2, (3, 4)]] }}{{ 'a'.join(['x', 'y']) }}{{ 'é'|length }}{{ 'a-b_c d'|title }}{{ 'ab'|center(6) if false else 'no' }}", {}),
 ]
 

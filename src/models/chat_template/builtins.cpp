@@ -244,12 +244,17 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   e = adjust(stop, st > 0 ? upper : lower);
   if (obj.kind == Kind::String) {
     std::u32string out;
-    for (int64_t k = b; st > 0 ? k < e : k > e; k += st) out.push_back(u[static_cast<size_t>(k)]);
+    for (int64_t k = b; st > 0 ? k < e : k > e;) {
+      out.push_back(u[static_cast<size_t>(k)]);
+      if (__builtin_add_overflow(k, st, &k)) break;
+    }
     return Value::str(utf8_encode(out), obj.markup);
   }
   List out;
-  for (int64_t k = b; st > 0 ? k < e : k > e; k += st)
+  for (int64_t k = b; st > 0 ? k < e : k > e;) {
     out.push_back((*obj.list)[static_cast<size_t>(k)]);
+    if (__builtin_add_overflow(k, st, &k)) break;
+  }
   return Value::make_list(std::move(out), obj.tuple);
 }
 
@@ -278,13 +283,10 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Call
   if (name == "lower") return v.is_string() && py_lower(v.s) == v.s;
   if (name == "upper") return v.is_string() && py_upper(v.s) == v.s;
   if (name == "odd" || name == "even" || name == "divisibleby") {
-    int64_t x, d = 2;
-    if (!as_int(v, x)) throw RenderError("test '" + name + "' needs an integer");
-    if (name == "divisibleby" && !as_int(need_arg(), d))
-      throw RenderError("divisibleby needs an integer");
-    if (d == 0) throw RenderError("integer division or modulo by zero");
-    int64_t m = d == -1 ? 0 : x % d;
-    return name == "odd" ? m != 0 : m == 0;
+    // jinja2: value % 2 == 1, value % 2 == 0, value % num == 0, with Python's %.
+    Value d = name == "divisibleby" ? need_arg() : Value::integer(2);
+    Value m = binary_op("%", v, d, SIZE_MAX);
+    return equals(m, Value::integer(name == "odd" ? 1 : 0));
   }
   if (name == "eq" || name == "equalto" || name == "==") return equals(v, need_arg());
   if (name == "ne" || name == "!=") return !equals(v, need_arg());
@@ -332,9 +334,15 @@ void add_globals(Renderer& r, Dict& globals) {
                       "Range too big. The sandbox blocks ranges larger than "
                       "MAX_RANGE (100000).");
                 List out;
-                for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
+                for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
                   out.push_back(Value::integer(k));
-                return Value::make_list(std::move(out));
+                  if (__builtin_add_overflow(k, step, &k)) break;
+                }
+                Value list = Value::make_list(std::move(out));
+                // Printed as Python prints a range object.
+                list.s = "range(" + std::to_string(start) + ", " + std::to_string(stop) +
+                         (step != 1 ? ", " + std::to_string(step) : "") + ")";
+                return list;
               }));
   Renderer* rp = &r;
   auto make_dict = [rp](const CallArgs& a, bool ns) {

@@ -30,13 +30,9 @@ void add_globals(Renderer& r, Dict& globals);
 /// Throws the error a use of an Undefined value raises.
 [[noreturn]] void undefined_error(const Value& v);
 
-}  // namespace wick::jinja
-
-namespace wick::jinja {
-
 /// The attribute `name` of a str, dict or list that Python has (a bound method), or nullopt.
 std::optional<Value> method(const Value& obj, const std::string& name);
-/// Python's str % args (printf-style formatting: %s %r %d %i %f %%).
+/// Python's str % args (printf-style formatting: %s %r %d %i %%; others raise).
 std::string percent_format(const std::string& fmt, const Value& args);
 /// str.splitlines().
 std::vector<std::string> split_lines(const std::string& s);

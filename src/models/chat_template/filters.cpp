@@ -337,7 +337,11 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const C
         py_replace(to_str(v), arg_string(a, 0, "old", ""), arg_string(a, 1, "new", ""), n),
         v.markup);
   }
-  if (name == "indent") return Value::str(indent(to_str(v), a), v.markup);
+  if (name == "indent") {
+    if (!v.is_string())  // jinja2 appends "\n" to the value itself
+      throw RenderError("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
+    return Value::str(indent(v.s, a), v.markup);
+  }
   if (name == "int") return to_int(v, a);
   if (name == "float") return to_float(v, a);
   if (name == "abs") {

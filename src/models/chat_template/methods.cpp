@@ -347,7 +347,9 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       throw RenderError(std::string("unsupported format character '") + c + "'");
     }
   }
-  if (next < items.size() && args.is_list() && args.tuple)
+  // Python treats a list or dict argument as a mapping: left unused, it is no error.
+  bool mapping = (args.is_list() && !args.tuple) || args.is_dict();
+  if (next < items.size() && !mapping)
     throw RenderError("not all arguments converted during string formatting");
   return out;
 }

@@ -286,9 +286,12 @@ std::string repr_string(const std::string& s) {
 std::string repr(const Value& v) {
   NestGuard guard;
   switch (v.kind) {
+    case Kind::Undefined:
+      return "Undefined";
     case Kind::String:
       return v.markup ? "Markup(" + repr_string(v.s) + ")" : repr_string(v.s);
     case Kind::List: {
+      if (!v.s.empty()) return v.s;
       std::string out = v.tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += ", ";

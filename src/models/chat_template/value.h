@@ -59,7 +59,7 @@ struct Value {
   int depth = 0;             // List, Dict: 1 + the deepest element's (namespaces count 1)
   int64_t i = 0;
   double f = 0;
-  std::string s;  // String; Undefined: the name that was missing, for messages
+  std::string s;  // String; Undefined: the missing name; List from range(): how it prints
   std::shared_ptr<List> list;
   std::shared_ptr<Dict> dict;
   std::shared_ptr<Callable> fn;
