@@ -125,6 +125,34 @@ TEST(CausalLMLoad, DecodeStepOnTheCpuEqualsForward) {
   EXPECT_EQ(next.to_vec1<uint32_t>(), ref.argmax(1).to_vec1<uint32_t>());
 }
 
+TEST(CausalLMLoad, RefusesPromptsLongerThanTheContextAndIntegerWeights) {
+  std::string dir = llama_data("tiny_llama");
+  std::shared_ptr<const models::CausalLM> model = models::load_causal_lm(dir, Device::cpu());
+  const size_t context = model->config().max_position;
+  ASSERT_GT(context, 0u);
+  GenerateOptions opt;
+  opt.max_new_tokens = 1;
+  std::vector<uint32_t> too_long(context + 1, 1);
+  try {
+    Generator(model, opt).generate(too_long);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find(std::to_string(context + 1)), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(context)), std::string::npos) << m;
+  }
+  // A weight of an integer dtype is a malformed model, named, not a silent conversion.
+  auto weights = safetensors::load(dir + "/model.safetensors", Device::cpu());
+  models::LlamaConfig config = models::LlamaConfig::from_file(dir + "/config.json");
+  weights["model.norm.weight"] = weights["model.norm.weight"].to_dtype(DType::U8);
+  try {
+    models::Llama::from_weights(config, weights, Device::cpu());
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.norm.weight"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CausalLMLoad, RefusesUnknownArchitecturesByName) {
   auto dir = std::filesystem::temp_directory_path() / "wick_causal_lm_unknown";
   std::filesystem::create_directories(dir);

@@ -251,6 +251,11 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
   const Device dev = model_->device();
   size_t max_len =
       options_.max_len > 0 ? options_.max_len : prompt_ids.size() + options_.max_new_tokens;
+  const size_t context = model_->config().max_position;
+  if (context > 0 && prompt_ids.size() > context) {
+    throw Error(str("Generator::generate: a prompt of ", prompt_ids.size(),
+                    " tokens is longer than the model's context of ", context, " positions"));
+  }
   if (prompt_ids.size() + options_.max_new_tokens > max_len) {
     throw Error(str("Generator::generate: prompt of ", prompt_ids.size(), " tokens + ",
                     options_.max_new_tokens, " new exceed max_len ", max_len));

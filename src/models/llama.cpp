@@ -293,6 +293,11 @@ Llama Llama::from_weights(const LlamaConfig& config, const std::map<std::string,
       throw ShapeMismatch(
           str("Llama: weight ", name, " has shape ", it->second.shape(), ", expected ", shape));
     }
+    DType stored = it->second.dtype();
+    if (stored != DType::F32 && stored != DType::F16 && stored != DType::BF16 &&
+        stored != DType::F64) {
+      throw FormatError(str("Llama: weight ", name, " is ", stored, ", not a float dtype"));
+    }
     return it->second.to_device(device).to_dtype(dtype);
   };
   size_t d = c.hidden_size, q_out = c.num_attention_heads * c.head_dim;
