@@ -153,6 +153,37 @@ TEST(CausalLMLoad, RefusesPromptsLongerThanTheContextAndIntegerWeights) {
   }
 }
 
+// A chat's next turn: continue_generation prefills only the new ids, the cache keeping the rest,
+// and gives the tokens a fresh generate() gives for the whole sequence.
+TEST(CausalLMLoad, ContinuedGenerationEqualsAFreshRunOverTheWholeSequence) {
+  std::string dir = llama_data("tiny_qwen2");
+  std::shared_ptr<const models::CausalLM> model = models::load_causal_lm(dir, Device::cpu());
+  auto prompt = to_u32(npy::load(dir + "/prompt.npy", Device::cpu()));
+  GenerateOptions opt;
+  opt.max_new_tokens = 6;
+  opt.stop_tokens = {100000};
+  opt.max_len = 64;
+  Generator chat(model, opt);
+  std::vector<uint32_t> first = chat.generate(prompt);
+  ASSERT_EQ(first.size(), 6u);
+  std::vector<uint32_t> turn = {3, 14, 15, 9};
+  std::vector<uint32_t> second = chat.continue_generation(turn);
+  EXPECT_EQ(chat.stats().prompt_tokens, turn.size() + 1);  // the last new id, then the turn
+
+  std::vector<uint32_t> whole = prompt;
+  whole.insert(whole.end(), first.begin(), first.end());
+  whole.insert(whole.end(), turn.begin(), turn.end());
+  EXPECT_EQ(chat.history().size(), whole.size() + second.size());
+  EXPECT_EQ(Generator(model, opt).generate(whole), second);
+
+  // The conversation must fit the cache of the first call.
+  opt.max_len = prompt.size() + 6;
+  Generator tight(model, opt);
+  tight.generate(prompt);
+  EXPECT_THROW(tight.continue_generation(turn), Error);
+  EXPECT_THROW(Generator(model, opt).continue_generation(turn), Error);
+}
+
 TEST(CausalLMLoad, RefusesUnknownArchitecturesByName) {
   auto dir = std::filesystem::temp_directory_path() / "wick_causal_lm_unknown";
   std::filesystem::create_directories(dir);

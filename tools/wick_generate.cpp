@@ -297,6 +297,8 @@ int main(int argc, char** argv) {
       std::fputs(prompt.c_str(), stderr);  // the continuation follows it on stdout
       std::fflush(stderr);
     }
+    // A chat keeps one cache for the whole conversation, up to the model's context.
+    if (interactive && opt.max_len == 0) opt.max_len = context;
     wick::Generator gen(model, opt);
     // One answer to `ids`: streamed to stdout (or one JSON line), statistics on stderr.
     auto run_turn = [&](const std::vector<uint32_t>& ids) -> std::string {
@@ -316,14 +318,25 @@ int main(int argc, char** argv) {
         printed = std::max(printed, end);
       };
       size_t cut = std::string::npos;
-      std::vector<uint32_t> out = gen.generate(ids, [&](uint32_t id) {
+      // A chat's next turn extends the sequence the generator holds: only the new part is
+      // prefilled, the keys and values of the rest stay in its cache.
+      const std::vector<uint32_t>& held = gen.history();
+      const bool extends = interactive && !held.empty() && ids.size() > held.size() &&
+                           std::equal(held.begin(), held.end(), ids.begin());
+      auto on_token = [&](uint32_t id) {
         if (!opt.token_text) return true;
         size_t before = text.size();
         text += opt.token_text(id);
         cut = find_stop(text, stops, before);
         print_upto(cut != std::string::npos ? cut : text.size() - stop_prefix_at_end(text, stops));
         return cut == std::string::npos && !write_failed;
-      });
+      };
+      std::vector<uint32_t> out =
+          extends ? gen.continue_generation(
+                        std::vector<uint32_t>(ids.begin() + static_cast<ptrdiff_t>(held.size()),
+                                              ids.end()),
+                        on_token)
+                  : gen.generate(ids, on_token);
       if (write_failed) tools::check_stdout();
       if (cut != std::string::npos) text.resize(cut);
       print_upto(text.size());
@@ -386,7 +399,8 @@ int main(int argc, char** argv) {
       run_turn(prompt_ids);
       return tools::kOk;
     }
-    // Interactive chat: each line of stdin is a user turn; the conversation so far is the prompt.
+    // Interactive chat: each line of stdin is a user turn; the conversation so far is the prompt,
+    // of which the generator prefills only what its cache does not hold.
     std::vector<wick::ChatMessage> messages;
     if (!system_prompt.empty()) messages.push_back({"system", system_prompt});
     std::string user = first_turn ? prompt : std::string();

@@ -90,6 +90,15 @@ class Generator {
   /// The new ids after `prompt_ids` (batch 1), stop token included when one was met.
   std::vector<uint32_t> generate(const std::vector<uint32_t>& prompt_ids,
                                  const TokenCallback& on_token = {});
+  /// Continues the sequence of the last generate() or continue_generation() call (a chat's next
+  /// turn): `ids` follow what that call was given and produced, whose keys and values stay in the
+  /// KV cache, so only `ids` (and the last new token) are prefilled. The whole conversation must
+  /// fit the cache the first call made: set GenerateOptions::max_len for it (Error naming the
+  /// lengths otherwise; Error too without an earlier call, or after one that failed).
+  std::vector<uint32_t> continue_generation(const std::vector<uint32_t>& ids,
+                                            const TokenCallback& on_token = {});
+  /// The ids of the sequence so far: prompts and new ids of the calls since the last generate().
+  const std::vector<uint32_t>& history() const { return history_; }
   const GenerateStats& stats() const { return stats_; }
   const GenerateOptions& options() const { return options_; }
 
@@ -107,6 +116,11 @@ class Generator {
   GenerateStats stats_;
   uint64_t rng_state_;
   std::unique_ptr<DecodeGraph> graph_;
+  models::KvCache cache_;          // the cache of the calls without a graph
+  std::vector<uint32_t> history_;  // the sequence whose keys and values the cache holds, but
+                                   // the last id's
+  std::vector<uint32_t> run(const std::vector<uint32_t>& ids, bool resume,
+                            const TokenCallback& on_token);
 };
 
 }  // namespace wick

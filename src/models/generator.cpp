@@ -243,35 +243,72 @@ std::vector<uint32_t> penalty_window(const GenerateOptions& o, const std::vector
 std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_ids,
                                           const TokenCallback& on_token) {
   if (prompt_ids.empty()) throw Error("Generator::generate: empty prompt");
+  return run(prompt_ids, false, on_token);
+}
+
+std::vector<uint32_t> Generator::continue_generation(const std::vector<uint32_t>& ids,
+                                                     const TokenCallback& on_token) {
+  if (ids.empty()) throw Error("Generator::continue_generation: no ids");
+  if (history_.empty()) {
+    throw Error("Generator::continue_generation: no sequence to continue (call generate first)");
+  }
+  return run(ids, true, on_token);
+}
+
+std::vector<uint32_t> Generator::run(const std::vector<uint32_t>& ids, bool resume,
+                                     const TokenCallback& on_token) {
+  // The whole sequence so far, and what this call prefills: the new ids, after the last new
+  // token of the call before when resuming (its keys and values are not in the cache yet).
+  std::vector<uint32_t> sequence = resume ? history_ : std::vector<uint32_t>{};
+  const size_t cached = resume ? history_.size() - 1 : 0;
+  sequence.insert(sequence.end(), ids.begin(), ids.end());
+  const std::vector<uint32_t> prompt_ids(sequence.begin() + static_cast<ptrdiff_t>(cached),
+                                         sequence.end());
+  history_.clear();  // until this call succeeds
   stats_ = GenerateStats{};
   stats_.prompt_tokens = prompt_ids.size();
   std::vector<uint32_t> out;
-  if (options_.max_new_tokens == 0) return out;
+  if (options_.max_new_tokens == 0) {
+    history_ = sequence;
+    return out;
+  }
   rng_state_ = options_.seed;
   const Device dev = model_->device();
-  size_t max_len =
-      options_.max_len > 0 ? options_.max_len : prompt_ids.size() + options_.max_new_tokens;
   const size_t context = model_->config().max_position;
-  if (context > 0 && prompt_ids.size() > context) {
-    throw Error(str("Generator::generate: a prompt of ", prompt_ids.size(),
+  if (context > 0 && sequence.size() > context) {
+    throw Error(str("Generator: a prompt of ", sequence.size(),
                     " tokens is longer than the model's context of ", context, " positions"));
   }
-  if (prompt_ids.size() + options_.max_new_tokens > max_len) {
+  bool use_graph =
+      dev.is_cuda() && options_.cuda_graph && graph_allowed_by_env() && model_->has_decode_step();
+  stats_.used_cuda_graph = use_graph;
+  if (resume) {
+    models::KvCache& kept = use_graph && graph_ ? graph_->cache : cache_;
+    if (kept.length() != cached) {
+      throw Error("Generator::continue_generation: the cache no longer holds the sequence");
+    }
+    if (sequence.size() + options_.max_new_tokens > kept.max_len()) {
+      throw Error(str("Generator::continue_generation: ", sequence.size(), " tokens + ",
+                      options_.max_new_tokens, " new exceed the cache's max_len ", kept.max_len(),
+                      " (GenerateOptions::max_len)"));
+    }
+  }
+  size_t max_len =
+      options_.max_len > 0 ? options_.max_len : prompt_ids.size() + options_.max_new_tokens;
+  if (!resume && prompt_ids.size() + options_.max_new_tokens > max_len) {
     throw Error(str("Generator::generate: prompt of ", prompt_ids.size(), " tokens + ",
                     options_.max_new_tokens, " new exceed max_len ", max_len));
   }
   const std::vector<uint32_t>& stops =
       options_.stop_tokens.empty() ? model_->config().eos_token_ids : options_.stop_tokens;
-  bool use_graph =
-      dev.is_cuda() && options_.cuda_graph && graph_allowed_by_env() && model_->has_decode_step();
-  stats_.used_cuda_graph = use_graph;
 
   // A graph is tied to its cache: reuse both while the cache is long enough.
-  if (use_graph && (!graph_ || graph_->cache.max_len() < max_len)) graph_.reset();
-  models::KvCache local_cache;
-  models::KvCache& cache = use_graph ? (graph_ ? graph_->cache : local_cache) : local_cache;
-  if (!use_graph || !graph_) cache = model_->make_cache(1, max_len);
-  cache.reset();
+  if (!resume && use_graph && (!graph_ || graph_->cache.max_len() < max_len)) graph_.reset();
+  models::KvCache& cache = use_graph && graph_ ? graph_->cache : cache_;
+  if (!resume) {
+    if (!use_graph || !graph_) cache = model_->make_cache(1, max_len);
+    cache.reset();
+  }
   stats_.kv_cache_bytes = cache.bytes();
 
   auto pick = [&](const Tensor& logits) -> uint32_t {
@@ -279,7 +316,7 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
     // sample() checks that they are finite.
     if (plain_greedy(options_) && !dev.is_cpu()) return logits.argmax(1).to_vec1<uint32_t>()[0];
     return sample(logits.to_dtype(DType::F32).flatten_all().to_vec1<float>(),
-                  penalty_window(options_, prompt_ids, out));
+                  penalty_window(options_, sequence, out));
   };
   std::string stop_text;
   std::vector<size_t> stop_ends;
@@ -292,8 +329,8 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
   };
 
   auto t0 = std::chrono::steady_clock::now();
-  Tensor ids = Tensor::from_vec(prompt_ids, {1, prompt_ids.size()}, dev);
-  uint32_t next = pick(model_->forward_last(ids, cache));
+  Tensor prompt = Tensor::from_vec(prompt_ids, {1, prompt_ids.size()}, dev);
+  uint32_t next = pick(model_->forward_last(prompt, cache));
   stats_.prompt_seconds = seconds_since(t0);
   auto t1 = std::chrono::steady_clock::now();
   bool more = emit(next);
@@ -388,6 +425,8 @@ std::vector<uint32_t> Generator::generate(const std::vector<uint32_t>& prompt_id
   }
   stats_.new_tokens = out.size();
   stats_.decode_seconds = seconds_since(t1);
+  history_ = std::move(sequence);
+  history_.insert(history_.end(), out.begin(), out.end());
   return out;
 }
 
