@@ -184,6 +184,27 @@ TEST(CausalLMLoad, ContinuedGenerationEqualsAFreshRunOverTheWholeSequence) {
   EXPECT_THROW(Generator(model, opt).continue_generation(turn), Error);
 }
 
+// A prefill in chunks reports each and gives the tokens of a prefill in one forward.
+TEST(CausalLMLoad, ChunkedPrefillReportsProgressAndKeepsTheTokens) {
+  std::string dir = llama_data("tiny_llama");
+  std::shared_ptr<const models::CausalLM> model = models::load_causal_lm(dir, Device::cpu());
+  auto prompt = to_u32(npy::load(dir + "/prompt.npy", Device::cpu()));
+  ASSERT_GT(prompt.size(), 4u);
+  GenerateOptions opt;
+  opt.max_new_tokens = 8;
+  opt.stop_tokens = {100000};
+  std::vector<uint32_t> whole = Generator(model, opt).generate(prompt);
+  std::vector<std::pair<size_t, size_t>> calls;
+  opt.prefill_chunk = 3;
+  opt.on_prefill = [&](size_t done, size_t total) { calls.emplace_back(done, total); };
+  EXPECT_EQ(Generator(model, opt).generate(prompt), whole);
+  ASSERT_EQ(calls.size(), (prompt.size() + 2) / 3);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].first, std::min(3 * (i + 1), prompt.size()));
+    EXPECT_EQ(calls[i].second, prompt.size());
+  }
+}
+
 TEST(CausalLMLoad, RefusesUnknownArchitecturesByName) {
   auto dir = std::filesystem::temp_directory_path() / "wick_causal_lm_unknown";
   std::filesystem::create_directories(dir);

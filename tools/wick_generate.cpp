@@ -297,12 +297,21 @@ int main(int argc, char** argv) {
       std::fputs(prompt.c_str(), stderr);  // the continuation follows it on stdout
       std::fflush(stderr);
     }
+    bool gen_progress = false;
+    opt.on_prefill = [&](size_t done, size_t total) {
+      if (gen_progress) {
+        std::fprintf(stderr, "\rprefill: %zu / %zu tokens%s", done, total,
+                     done == total ? "\n" : "");
+      }
+    };
     // A chat keeps one cache for the whole conversation, up to the model's context.
     if (interactive && opt.max_len == 0) opt.max_len = context;
     wick::Generator gen(model, opt);
     // One answer to `ids`: streamed to stdout (or one JSON line), statistics on stderr.
     auto run_turn = [&](const std::vector<uint32_t>& ids) -> std::string {
-      if (!quiet && ids.size() >= kLongPrefill) {
+      // A long prefill reports its progress on stderr, chunk by chunk.
+      gen_progress = !quiet && ids.size() >= kLongPrefill;
+      if (gen_progress) {
         std::fprintf(stderr, "%swick-generate: prefill of %zu prompt tokens...\n",
                      !chat && prompt_ids_text.empty() ? "\n" : "", ids.size());
       }

@@ -48,6 +48,10 @@ struct GenerateOptions {
   std::vector<std::string> stop_strings;
   /// A token's text (bytes, "" for special tokens): what stop_strings are matched against.
   std::function<std::string(uint32_t token)> token_text;
+  /// When set, a prompt of more than prefill_chunk ids is prefilled in chunks of that many, and
+  /// this is called after each with the ids done and the total (progress of a long prefill).
+  std::function<void(size_t done, size_t total)> on_prefill;
+  size_t prefill_chunk = 512;
 };
 
 /// Timings of the last generate() call.

@@ -330,7 +330,16 @@ std::vector<uint32_t> Generator::run(const std::vector<uint32_t>& ids, bool resu
 
   auto t0 = std::chrono::steady_clock::now();
   Tensor prompt = Tensor::from_vec(prompt_ids, {1, prompt_ids.size()}, dev);
-  uint32_t next = pick(model_->forward_last(prompt, cache));
+  const size_t n = prompt_ids.size();
+  const size_t chunk =
+      options_.on_prefill && options_.prefill_chunk > 0 ? options_.prefill_chunk : n;
+  Tensor last;
+  for (size_t at = 0; at < n; at += chunk) {
+    const size_t len = std::min(chunk, n - at);
+    last = model_->forward_last(len == n ? prompt : prompt.narrow(1, at, len), cache);
+    if (options_.on_prefill) options_.on_prefill(at + len, n);
+  }
+  uint32_t next = pick(last);
   stats_.prompt_seconds = seconds_since(t0);
   auto t1 = std::chrono::steady_clock::now();
   bool more = emit(next);
