@@ -189,6 +189,7 @@ TEST(ChatTemplate, ErrorsNameTheConstructAndLine) {
   expect_error("{# open", "unclosed comment", true);
   expect_error("x\n\n{{ 1 + }}", "line 3: expected an expression", true);
   expect_error("{% macro m() %}{% endfor %}", "line 1:", true);
+  expect_error("{{ 'abc'[1:, 2] }}", "a slice inside a tuple subscript", true);
   // Filters jinja2 has and wick does not implement fail where they run, not before.
   EXPECT_EQ(ChatTemplate("{% if false %}{{ x|wordcount }}{% endif %}ok").render({}, false), "ok");
   expect_error("\n\n{{ 'x'|wordcount }}", "line 3: unknown filter 'wordcount'", false);

@@ -341,6 +341,7 @@ Value Renderer::eval(const Expr& e) {
       return get_item(obj, eval(*e.b));
     }
     case ExprKind::Slice: {
+      if (!e.a) throw RenderError("a slice outside a subscript");
       Value obj = eval(*e.a);
       if (obj.is_undefined()) undefined_error(obj);
       Value none = Value::none();

@@ -583,6 +583,9 @@ class Parser {
     if (parts.size() == 1) {
       index = std::move(parts[0]);
     } else {
+      for (const ExprPtr& part : parts)
+        if (part->kind == ExprKind::Slice)
+          fail("a slice inside a tuple subscript is not supported");
       index = node(ExprKind::Tuple, line);
       index->args = std::move(parts);
     }
