@@ -23,8 +23,20 @@ def load_average():
         return float("nan")
 
 
-def llamacpp_figures(model, threads, prompt, new_tokens):
+def llamacpp_figures(model, threads, prompt, new_tokens, extra_bufts=True):
+    import llama_cpp.llama_cpp as llama_cpp  # the module whose defaults Llama() reads
     from llama_cpp import Llama
+
+    if not extra_bufts:
+        # Without the extra buffer types (AMX, weight repacking): where the OS does not let the
+        # process use AMX, llama.cpp's AMX matmul dies of SIGILL.
+        default_params = llama_cpp.llama_model_default_params
+
+        def params():
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+        llama_cpp.llama_model_default_params = params
 
     llm = Llama(model_path=model, n_ctx=len(prompt) + new_tokens + 8, n_batch=len(prompt),
                 n_threads=threads, n_threads_batch=threads, verbose=False)
@@ -61,6 +73,9 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-extra-bufts", action="store_true",
+                    help="llama.cpp without its extra buffer types (AMX, repacked weights): for "
+                         "machines where its AMX path dies of SIGILL")
     a = ap.parse_args()
     prompt = [(i * 7919 + 11) % 1000 for i in range(a.prompt_len)]  # bench_generate's prompt
     best = {}
@@ -70,7 +85,7 @@ def main():
                 if engine == "wick":
                     p, d = wick_figures(a.bench, a.model, t, a.prompt_len, a.new)
                 else:
-                    p, d = llamacpp_figures(a.model, t, prompt, a.new)
+                    p, d = llamacpp_figures(a.model, t, prompt, a.new, not a.no_extra_bufts)
                 bp, bd = best.get((engine, t), (0.0, 0.0))
                 best[(engine, t)] = (max(bp, p), max(bd, d))
                 print(f"round {r + 1}: {engine:9s} {t} thread(s): prefill {p:8.1f} tok/s, "
