@@ -272,6 +272,15 @@ TEST_F(Cli, GenerateContextLengthNamesBothLengths) {
   EXPECT_EQ(split_ids(fits.out).size(), 61u);
   expect_usage(generate(q(llama_dir()) + " --prompt-ids 1,2,3 --max-new 8 --max-len 10"),
                "--max-len 10 is shorter than the 3 prompt tokens + --max-new 8");
+  // --context-shift keeps the prompt's last tokens that fit: the same answer as that tail alone.
+  Result shifted = generate(q(llama_dir()) +
+                            " --prompt-ids 1,2,3,4,5 --max-new 61 --ignore-eos -q --context-shift");
+  EXPECT_EQ(shifted.rc, 0) << shifted.err;
+  EXPECT_NE(shifted.err.find("first 2 of 5 tokens dropped"), std::string::npos) << shifted.err;
+  Result tail = generate(q(llama_dir()) + " --prompt-ids 3,4,5 --max-new 61 --ignore-eos -q");
+  EXPECT_EQ(tail.rc, 0) << tail.err;
+  EXPECT_EQ(shifted.out, tail.out);
+  EXPECT_EQ(split_ids(shifted.out).size(), 61u);
 }
 
 TEST_F(Cli, GenerateWriteFailuresAreExit1) {

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   std::string device_name = "cpu", dtype_name = "f32", system_prompt, logits_out;
   std::vector<std::string> stops;
   bool chat = false, print_ids = false, ignore_eos = false, no_graph = false, quiet = false;
-  bool json = false, keep_quantized = true, interactive = false;
+  bool json = false, keep_quantized = true, interactive = false, context_shift = false;
   size_t teacher_forced = 0;
   wick::GenerateOptions opt;
   opt.max_new_tokens = 64;
@@ -110,6 +110,9 @@ int main(int argc, char** argv) {
                "chat: each line of stdin is a user turn, answered in turn (implies --chat; "
                "--prompt or --prompt-file, if given, is the first turn)");
   app.add_option("--system", system_prompt, "a system message before the prompt (implies --chat)");
+  app.add_flag("--context-shift", context_shift,
+               "a prompt that leaves no room for --max-new in the model's context loses its first "
+               "tokens instead of being refused");
   app.add_option("--stop", stops,
                  "stop when the generated text contains this string (not printed; repeatable)");
   app.add_option("--max-new", opt.max_new_tokens, "tokens to generate")
@@ -237,11 +240,21 @@ int main(int argc, char** argv) {
     }
     // The model's context holds the prompt and the new tokens.
     const size_t context = config.max_position_embeddings;
+    if (context_shift && teacher_forced == 0 && opt.max_new_tokens < context &&
+        prompt_ids.size() + opt.max_new_tokens > context) {
+      const size_t keep = context - opt.max_new_tokens;
+      std::fprintf(stderr,
+                   "wick-generate: --context-shift: the prompt's first %zu of %zu tokens dropped "
+                   "to leave --max-new %zu in the context of %zu\n",
+                   prompt_ids.size() - keep, prompt_ids.size(), opt.max_new_tokens, context);
+      prompt_ids.erase(prompt_ids.begin(), prompt_ids.end() - static_cast<std::ptrdiff_t>(keep));
+    }
     if (teacher_forced == 0 && prompt_ids.size() + opt.max_new_tokens > context) {
-      throw tools::UsageError("the prompt's " + std::to_string(prompt_ids.size()) +
-                              " tokens + --max-new " + std::to_string(opt.max_new_tokens) +
-                              " exceed the model's context length of " + std::to_string(context) +
-                              " tokens: shorten the prompt or lower --max-new");
+      throw tools::UsageError(
+          "the prompt's " + std::to_string(prompt_ids.size()) + " tokens + --max-new " +
+          std::to_string(opt.max_new_tokens) + " exceed the model's context length of " +
+          std::to_string(context) +
+          " tokens: shorten the prompt, lower --max-new or pass --context-shift");
     }
     if (opt.max_len > 0 && opt.max_len < prompt_ids.size() + opt.max_new_tokens) {
       throw tools::UsageError("--max-len " + std::to_string(opt.max_len) + " is shorter than the " +
