@@ -14,11 +14,11 @@
 
 #include "../qmatmul_test_util.h"
 #include "cpu/qmatmul.h"
+#include "cuda/gpu_tolerance.h"
 #include "models/decode_gemv.h"
 #include "models/kv_write.h"
 #include "models/token_mailbox.h"
 #include "nn_reference.h"
-#include "cuda/gpu_tolerance.h"
 #include "test_util.h"
 #include "wick/cuda.h"
 #include "wick/generator.h"

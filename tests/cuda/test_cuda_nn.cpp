@@ -7,8 +7,8 @@
 #include <limits>
 #include <string>
 
-#include "nn_reference.h"
 #include "cuda/gpu_tolerance.h"
+#include "nn_reference.h"
 #include "test_util.h"
 
 namespace wick {
