@@ -7,9 +7,9 @@
 #include <limits>
 #include <string>
 
+#include "cuda/gpu_tolerance.h"
 #include "cuda/tuning_from_env.h"
 #include "nn_reference.h"
-#include "cuda/gpu_tolerance.h"
 #include "test_util.h"
 
 namespace wick {
