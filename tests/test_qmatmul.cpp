@@ -89,9 +89,19 @@ void check(const Case& c, const std::vector<size_t>& x_lead = {}) {
       quant_abs[i * c.n + j] = q;
     }
   }
-  EXPECT_TRUE(testing::within_bounds(got, want, [&](size_t i, double e) {
+  auto bound = [&](size_t i, double e) {
     return numerics::qmatmul_bound(DType::F32, c.k, e, abs_sum[i], quant_abs[i]);
-  }));
+  };
+  if (bits == 8) {
+    // 8-bit activations: the worst case bounds small outputs loosely enough to accept zero for
+    // many of them, so the rms check below is what tells a wrong kernel; each element still
+    // stays within its worst case.
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_LE(std::abs(got[i] - want[i]), bound(i, want[i])) << "element " << i;
+    }
+  } else {
+    EXPECT_TRUE(testing::within_bounds(got, want, bound));
+  }
   // The bound is the worst case; the rounding errors of x are independent, so the typical
   // error is far smaller: a kernel that mishandles a block (a scale, an offset) stands out.
   // With 16-bit x the f32 sums over the k / 32 blocks are of the same order, so they count too.
