@@ -18,10 +18,10 @@ std::string cpu_isa();
 void set_cpu_threads(size_t n);
 
 /// The BLAS behind the CPU's f32 and f64 matmuls and the kernels it runs, e.g. "OpenBLAS 0.3.21
-/// DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64 [avx512]". OpenBLAS is set up at load time
-/// to run the kernels of the best instruction set the CPU offers (unless OPENBLAS_CORETYPE is
-/// set), even where its own list of CPU models does not know the processor. WICK_TRACE=1 prints
-/// this line on stderr at load time.
+/// DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64 [avx512]". OpenBLAS is set up, at wick's
+/// first matmul (or this call), to run the kernels of the best instruction set the CPU offers
+/// (unless OPENBLAS_CORETYPE is set), even where its own list of CPU models does not know the
+/// processor. WICK_TRACE=1 prints this line on stderr then.
 std::string cpu_gemm();
 
 /// The instruction set of the GEMM kernels of cpu_gemm(): "avx512", "avx2", "avx" or "sse" ("" for

@@ -138,12 +138,10 @@ void select_core() {
   }
 }
 
-// At load time, so that BLAS calls an application makes itself, before its first wick op, run
-// the same kernels.
-[[maybe_unused]] const bool g_blas_ready = (init_blas(), true);
-
 }  // namespace
 
+// At the first BLAS use, not at load time: OpenBLAS's worker threads, started by its own
+// constructor, have settled by then.
 void init_blas() {
   static const bool done = (select_core(), true);
   (void)done;

@@ -117,14 +117,15 @@ class BufferCache {
   explicit BufferCache(size_t limit) : limit_(limit) {}
 
   static size_t limit_from_env() {
+    const size_t bytes = settings::cpu_cache_mb() << 20;  // read (and checked) in every build
 #if defined(__SANITIZE_ADDRESS__)
-    return 0;
+    return 0 * bytes;
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-    return 0;
+    return 0 * bytes;
 #endif
 #endif
-    return settings::cpu_cache_mb() << 20;
+    return bytes;
   }
 
   const size_t limit_;
