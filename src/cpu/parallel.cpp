@@ -30,7 +30,6 @@ namespace {
 // waiting for the pool that runs them.
 thread_local bool in_parallel_region = false;
 
-
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -89,9 +88,7 @@ uint64_t epoch_of(uint64_t w) {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(size_t threads)
-      : size_(threads),
-        spin_(std::chrono::microseconds(kSpinUs)) {
+  explicit ThreadPool(size_t threads) : size_(threads), spin_(std::chrono::microseconds(kSpinUs)) {
     // The calling thread takes part in every job, so the pool needs threads - 1 workers.
     for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
   }

@@ -1,7 +1,7 @@
 #pragma once
 // The CPU backend's thread pool, built for many small parallel steps (a decode step is some 300
 // of them): persistent workers, a job handed over with one atomic store and its chunks claimed
-// with one fetch_add each. An idle worker spins for a while (300 us, WICK_SPIN_US) before it
+// with one fetch_add each. An idle worker spins briefly (kSpinUs) before it
 // sleeps, except while the machine has more runnable threads than CPUs: then it sleeps at once,
 // since spinning would only take CPU time from the threads with work.
 

@@ -1,6 +1,6 @@
 #pragma once
 // wick's own precompiled GEMM: serves matmuls that arrive before cuBLASLt has finished warming
-// up (its first GEMM in a process costs about 100 ms), and any layout cuBLASLt refuses.
+// up (its first GEMM in a process is slow), and any layout cuBLASLt refuses.
 
 #include <cuda_runtime.h>
 

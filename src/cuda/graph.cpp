@@ -17,7 +17,7 @@ namespace {
 // Graph mode by default: replaying a captured batch costs a fraction of launching its ops one by
 // one.
 constexpr bool kGraphsByDefault = true;
-constexpr double kDefaultWorkLimit = 1e8;  // ~2-5 us of GPU time: below it a launch dominates
+constexpr double kDefaultWorkLimit = 1e8;  // below it the launch costs more than the work
 constexpr size_t kMaxCached = 128;
 constexpr size_t kLostOpsShown = 12;
 constexpr uint64_t kKeySeed = 0xcbf29ce484222325ull;

@@ -306,7 +306,7 @@ std::unique_ptr<MatmulEngine::Plan> MatmulEngine::make_plan(const PlanKey& key) 
 }
 
 // The handle first; then, on the warm-up thread, one GEMM per dtype on a side stream, so that
-// cuBLAS's first-use cost (about 100 ms) is paid here and not by the first matmul.
+// cuBLAS's first-use cost is paid here and not by the first matmul.
 void MatmulEngine::warm_up(bool gemms) {
   try {
     make_current(ordinal_);

@@ -2,7 +2,7 @@
 // The matmul engine of one GPU: the cuBLASLt handle and workspace, a plan (algorithm) cache keyed
 // by shape, dtype, layout and alignment, graph replay of repeated identical matmuls, and the
 // warm-up that makes cuBLASLt ready on a background thread from device creation, so that the first
-// matmul does not pay cuBLAS's first-use cost (about 100 ms); wick's own GEMM serves the matmuls
+// matmul does not pay cuBLAS's first-use cost; wick's own GEMM serves the matmuls
 // that arrive before (matmul.cpp).
 
 #include <atomic>
