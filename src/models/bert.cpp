@@ -165,16 +165,7 @@ Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype) {
     throw UnsupportedDType(std::string("Bert::load: dtype ") + dtype_name(dtype) +
                            " (expected f32, f16 or bf16)");
   }
-  std::error_code ec;
-  auto status = fs::status(model_dir, ec);
-  if (!fs::is_directory(status)) {
-    bool missing = status.type() == fs::file_type::not_found;
-    throw FormatError(model_dir.string() + ": not a model folder (" +
-                      (missing ? std::string("no such directory")
-                       : ec    ? ec.message()
-                               : std::string("not a directory")) +
-                      ")");
-  }
+  json_file::require_model_folder(model_dir);
   auto impl = std::make_shared<Impl>();
   impl->config = BertConfig::from_file(model_dir / "config.json");
   impl->device = device;

@@ -101,4 +101,17 @@ inline bool get_bool(const Json& j, const char* key, const std::filesystem::path
   return it->get<bool>();
 }
 
+/// FormatError "<dir>: not a model folder (...)" unless `dir` is a directory.
+inline void require_model_folder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  auto status = std::filesystem::status(dir, ec);
+  if (std::filesystem::is_directory(status)) return;
+  const bool missing = status.type() == std::filesystem::file_type::not_found;
+  throw FormatError(dir.string() + ": not a model folder (" +
+                    (missing ? std::string("no such directory")
+                     : ec    ? ec.message()
+                             : std::string("not a directory")) +
+                    ")");
+}
+
 }  // namespace wick::json_file

@@ -143,16 +143,7 @@ Tensor pool(const Tensor& hidden, const Tensor& mask, Pooling mode) {
 
 SentenceEmbedder SentenceEmbedder::load(const fs::path& model_dir, const Device& device,
                                         const SentenceEmbedderOptions& options) {
-  std::error_code ec;
-  auto status = fs::status(model_dir, ec);
-  if (!fs::is_directory(status)) {
-    bool missing = status.type() == fs::file_type::not_found;
-    throw FormatError(model_dir.string() + ": not a model folder (" +
-                      (missing ? std::string("no such directory")
-                       : ec    ? ec.message()
-                               : std::string("not a directory")) +
-                      ")");
-  }
+  json_file::require_model_folder(model_dir);
   if (options.batch_size == 0) throw Error("SentenceEmbedder::load: batch_size must be positive");
   auto mods = read_modules(model_dir);
   auto tokenizer_file = mods.transformer / "tokenizer.json";
