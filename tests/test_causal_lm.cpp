@@ -19,6 +19,9 @@
 namespace wick {
 namespace {
 
+using testing::max_abs_diff;
+using testing::range_of;
+
 std::string llama_data(const std::string& name) {
   return std::string(WICK_LLAMA_DATA) + "/" + name;
 }
@@ -27,18 +30,6 @@ std::vector<uint32_t> to_u32(const Tensor& t) {
   std::vector<uint32_t> out;
   for (double v : t.to_vec_f64()) out.push_back(static_cast<uint32_t>(v));
   return out;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
-}
-
-double range_of(const std::vector<double>& v) {
-  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  return *hi - *lo;
 }
 
 struct Family {

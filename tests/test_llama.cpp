@@ -24,6 +24,9 @@
 namespace wick {
 namespace {
 
+using testing::max_abs_diff;
+using testing::range_of;
+
 using models::KvCache;
 using models::Llama;
 using models::LlamaConfig;
@@ -211,18 +214,6 @@ std::vector<double> flat(const Mat& m) {
   std::vector<double> out;
   for (const auto& r : m) out.insert(out.end(), r.begin(), r.end());
   return out;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
-}
-
-double range_of(const std::vector<double>& v) {
-  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  return *hi - *lo;
 }
 
 const std::vector<uint32_t> kPrompt = {3, 17, 42, 5, 9, 33, 1, 58, 20};

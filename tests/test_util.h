@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -145,6 +146,20 @@ template <class Bound>
 /// Fills a few buffers of `count` elements of `dtype` on `device` with 0xFF bytes (NaN in every
 /// float dtype, the maximum in every integer dtype) and frees them, so that the next results of
 /// that size are allocated in poisoned memory: an element an op forgets to write shows.
+/// The largest |a[i] - b[i]| (sizes must match).
+inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+/// max(v) - min(v) of a non-empty vector.
+inline double range_of(const std::vector<double>& v) {
+  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return *hi - *lo;
+}
+
 inline void poison_allocations(size_t count, DType dtype, const Device& device,
                                size_t buffers = 4) {
   std::vector<Tensor> held;
