@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backprop.h"
+#include "fused_op.h"
 #include "tensor_internal.h"
 #include "wick/autograd.h"
 
@@ -35,12 +36,7 @@ std::vector<size_t> CustomOp::written_inputs() const {
 
 namespace detail {
 
-namespace {
-
-// The kernel of the inputs' device under the inputs' storage locks (shared, or exclusive for the
-// inputs the op writes).
-std::optional<TensorList> run_kernel(const CustomOp& op, const TensorList& inputs,
-                                     const Device& device) {
+StorageLocks lock_inputs(const CustomOp& op, const TensorList& inputs) {
   std::vector<size_t> written = op.written_inputs();
   std::vector<const Storage*> reads, writes;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -53,11 +49,8 @@ std::optional<TensorList> run_kernel(const CustomOp& op, const TensorList& input
   std::erase_if(reads, [&](const Storage* s) {
     return std::find(writes.begin(), writes.end(), s) != writes.end();
   });
-  StorageLocks locks(reads, writes);
-  return device.is_cuda() ? op.cuda(inputs) : op.cpu(inputs);
+  return StorageLocks(reads, writes);
 }
-
-}  // namespace
 
 TensorList apply_custom_op(const CustomOp& op, const TensorList& inputs, KeepOp keep) {
   const Tensor* first = nullptr;
@@ -76,7 +69,8 @@ TensorList apply_custom_op(const CustomOp& op, const TensorList& inputs, KeepOp 
   const bool record_grad = should_record(Inputs(present.data(), present.size()));
   if (record_grad && !op.has_backward()) return op.fallback(inputs);
 
-  std::optional<TensorList> kernel_out = run_kernel(op, inputs, first->device());
+  std::optional<TensorList> kernel_out =
+      first->device().is_cuda() ? op.cuda(inputs) : op.cpu(inputs);
   TensorList outputs;
   if (kernel_out) {
     outputs = std::move(*kernel_out);

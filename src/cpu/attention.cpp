@@ -347,6 +347,7 @@ StoragePtr attention(const AttentionParams& params, const std::vector<KernelOper
 namespace wick::fused {
 
 std::optional<TensorList> AttentionOp::cpu(const TensorList& in) const {
+  auto locks = detail::lock_inputs(*this, in);
   std::vector<KernelOperand> operands;
   for (const Tensor& t : in) operands.push_back(detail::kernel_operand(t));
   return TensorList{detail::from_storage(cpu::attention({scale, causal}, operands), in[0].shape())};

@@ -4,6 +4,7 @@
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
+#include "ops/rope_math.h"
 
 namespace wick::cuda {
 namespace {
@@ -26,11 +27,12 @@ __global__ void __launch_bounds__(kBlock)
     C c = to_compute(cos[static_cast<uint64_t>(t) * half + i]);
     C sn = to_compute(sin[static_cast<uint64_t>(t) * half + i]);
     uint32_t ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + half;
-    C a = to_compute(xr[ia]), b = to_compute(xr[ib]);
-    // f16/bf16: each product rounded, then the sum, as transformers' q * cos +
-    // rotate_half(q) * sin in the model's dtype.
-    yr[ia] = convert<T>(to_compute(convert<T>(a * c)) - to_compute(convert<T>(b * sn)));
-    yr[ib] = convert<T>(to_compute(convert<T>(b * c)) + to_compute(convert<T>(a * sn)));
+    C lo, hi;
+    ops::rope_rotate(
+        to_compute(xr[ia]), to_compute(xr[ib]), c, sn,
+        [](C v) { return to_compute(convert<T>(v)); }, &lo, &hi);
+    yr[ia] = convert<T>(lo);
+    yr[ib] = convert<T>(hi);
   }
 }
 

@@ -56,7 +56,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     }
   }
   double scale = options.scale != 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(d));
-  return apply(fused::AttentionOp(scale, options.causal),
+  return wick::apply(fused::AttentionOp(scale, options.causal),
                {last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask})[0];
 }
 
