@@ -3,6 +3,8 @@
 #include "wick/custom_op.h"
 
 #include <algorithm>
+#include <array>
+#include <span>
 
 #include "backprop.h"
 #include "fused_op.h"
@@ -36,26 +38,54 @@ std::vector<size_t> CustomOp::written_inputs() const {
 
 namespace detail {
 
+namespace {
+
+// Operand lists of the usual op sizes without a heap allocation.
+template <class T>
+class SmallList {
+ public:
+  explicit SmallList(size_t capacity) {
+    if (capacity > kInline) heap_.reserve(capacity);
+  }
+  void push_back(T v) {
+    if (heap_.capacity() > 0) {
+      heap_.push_back(v);
+    } else {
+      inline_[size_++] = v;
+    }
+  }
+  const T* data() const { return heap_.capacity() > 0 ? heap_.data() : inline_.data(); }
+  size_t size() const { return heap_.capacity() > 0 ? heap_.size() : size_; }
+  bool contains(T v) const { return std::find(data(), data() + size(), v) != data() + size(); }
+
+ private:
+  static constexpr size_t kInline = 8;
+  std::array<T, kInline> inline_{};
+  size_t size_ = 0;
+  std::vector<T> heap_;
+};
+
+}  // namespace
+
 StorageLocks lock_inputs(const CustomOp& op, const TensorList& inputs) {
-  std::vector<size_t> written = op.written_inputs();
-  std::vector<const Storage*> reads, writes;
+  const std::vector<size_t> written = op.written_inputs();
+  SmallList<const Storage*> reads(inputs.size()), writes(inputs.size());
+  for (size_t i : written) {
+    if (i < inputs.size() && inputs[i].defined()) writes.push_back(inputs[i].impl()->storage.get());
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) continue;
     const Storage* s = inputs[i].impl()->storage.get();
-    bool w = std::find(written.begin(), written.end(), i) != written.end();
-    (w ? writes : reads).push_back(s);
+    // A storage both read and written is locked once, exclusively.
+    if (!writes.contains(s)) reads.push_back(s);
   }
-  // A storage both read and written is locked once, exclusively.
-  std::erase_if(reads, [&](const Storage* s) {
-    return std::find(writes.begin(), writes.end(), s) != writes.end();
-  });
-  return StorageLocks(reads, writes);
+  return StorageLocks(std::span<const Storage* const>(reads.data(), reads.size()),
+                      std::span<const Storage* const>(writes.data(), writes.size()));
 }
 
 TensorList apply_custom_op(const CustomOp& op, const TensorList& inputs, KeepOp keep) {
   const Tensor* first = nullptr;
-  std::vector<const Tensor*> present;
-  present.reserve(inputs.size());
+  SmallList<const Tensor*> present(inputs.size());
   for (const Tensor& t : inputs) {
     if (!t.defined()) continue;
     if (first == nullptr) first = &t;
