@@ -199,11 +199,9 @@ void rope_rows(const std::vector<KernelOperand>& ops, T* y) {
           for (size_t i = 0; i < half; ++i) {
             C ci = static_cast<C>(c[i]), si = static_cast<C>(sr[i]);
             const size_t ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + half;
-            C lo, hi;
-            ops::rope_rotate(static_cast<C>(xr[ia]), static_cast<C>(xr[ib]), ci, si, round, &lo,
-                             &hi);
-            yr[ia] = T(lo);
-            yr[ib] = T(hi);
+            C a = static_cast<C>(xr[ia]), b = static_cast<C>(xr[ib]);
+            yr[ia] = T(ops::rope_lo(a, b, ci, si, round));
+            yr[ib] = T(ops::rope_hi(a, b, ci, si, round));
           }
         }
       });

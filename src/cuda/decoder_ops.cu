@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
     if (head < a.h + a.h_kv) {
       C c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
       C s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
-      C r1, r2;
-      ops::rope_rotate(
-          x1, x2, c, s, [](C v) { return round_as<T>(v); }, &r1, &r2);
+      auto round = [](C v) { return round_as<T>(v); };
+      C r1 = ops::rope_lo(x1, x2, c, s, round);
+      C r2 = ops::rope_hi(x1, x2, c, s, round);
       x1 = r1;
       x2 = r2;
     }

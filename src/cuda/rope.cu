@@ -27,12 +27,10 @@ __global__ void __launch_bounds__(kBlock)
     C c = to_compute(cos[static_cast<uint64_t>(t) * half + i]);
     C sn = to_compute(sin[static_cast<uint64_t>(t) * half + i]);
     uint32_t ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + half;
-    C lo, hi;
-    ops::rope_rotate(
-        to_compute(xr[ia]), to_compute(xr[ib]), c, sn,
-        [](C v) { return to_compute(convert<T>(v)); }, &lo, &hi);
-    yr[ia] = convert<T>(lo);
-    yr[ib] = convert<T>(hi);
+    C a = to_compute(xr[ia]), b = to_compute(xr[ib]);
+    auto round = [](C v) { return to_compute(convert<T>(v)); };
+    yr[ia] = convert<T>(ops::rope_lo(a, b, c, sn, round));
+    yr[ib] = convert<T>(ops::rope_hi(a, b, c, sn, round));
   }
 }
 
