@@ -4,6 +4,7 @@
 // (rope's gradient with rope).
 
 #include <algorithm>
+#include <utility>
 
 #include "fused/norm.h"
 #include "fused/rope.h"
@@ -81,7 +82,7 @@ Tensor norm(bool rms, const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (!(eps >= 0)) throw Error(str(op.name(), ": eps must be >= 0, got ", eps));
   TensorList inputs{x.contiguous(), weight.contiguous()};
   if (!rms) inputs.push_back(bias.defined() ? bias.contiguous() : Tensor());
-  return wick::apply(op, inputs)[0];
+  return std::move(wick::apply(op, inputs)[0]);
 }
 
 Tensor rope_impl(bool interleaved, const Tensor& x, const Tensor& cos, const Tensor& sin) {
@@ -104,7 +105,8 @@ Tensor rope_impl(bool interleaved, const Tensor& x, const Tensor& cos, const Ten
   check_same_dtype(op, x, sin);
   check_same_device(op, x, cos);
   check_same_device(op, x, sin);
-  return wick::apply(rope, {last_dim_contiguous(x), cos.contiguous(), sin.contiguous()})[0];
+  return std::move(
+      wick::apply(rope, {last_dim_contiguous(x), cos.contiguous(), sin.contiguous()})[0]);
 }
 
 // The two halves a rotation pairs: the first and second halves of the last dim, or its even and

@@ -211,6 +211,7 @@ void rope_rows(const std::vector<KernelOperand>& ops, T* y) {
 template <class Kernel>
 TensorList run_rows(const char* name, const TensorList& in, Kernel&& kernel) {
   std::vector<KernelOperand> ops;
+  ops.reserve(in.size());
   for (const Tensor& t : in) ops.push_back(detail::kernel_operand(t));
   DType dtype = in[0].dtype();
   auto out = std::make_unique<CpuStorage>(ops[0].layout.elem_count(), dtype);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "fused/attention.h"
@@ -56,8 +57,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     }
   }
   double scale = options.scale != 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(d));
-  return wick::apply(fused::AttentionOp(scale, options.causal),
-               {last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask})[0];
+  return std::move(wick::apply(
+      fused::AttentionOp(scale, options.causal),
+      {last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask})[0]);
 }
 
 }  // namespace wick::nn
