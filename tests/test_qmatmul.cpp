@@ -132,9 +132,7 @@ TEST_P(QMatmulTypes, DecodeAndPrefillShapes) {
   check({t, 6, 48, 4 * kb}, {2, 3});
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, QMatmulTypes,
-                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0,
-                                           GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K),
+INSTANTIATE_TEST_SUITE_P(Types, QMatmulTypes, ::testing::ValuesIn(testing::qmatmul_block_types()),
                          [](const auto& info) { return ggml_type_name(info.param); });
 
 TEST(QMatmul, ReusesTheRepackedWeights) {
@@ -162,12 +160,14 @@ TEST(QMatmul, Errors) {
   QTensor w3(GgmlType::Q4_0, {2, 4, 64},
              Tensor::zeros({ggml_bytes(GgmlType::Q4_0, 512)}, DType::U8, Device::cpu()));
   EXPECT_THROW(qmatmul(testing::random_tensor({2, 64}, DType::F32), w3), ShapeMismatch);
-  QTensor q51(GgmlType::Q5_1, {2, 64},
-              Tensor::zeros({ggml_bytes(GgmlType::Q5_1, 128)}, DType::U8, Device::cpu()));
-  EXPECT_THROW(qmatmul(testing::random_tensor({2, 64}, DType::F32), q51), UnsupportedDType);
+  QTensor iq2(GgmlType::IQ2_XXS, {2, 256},
+              Tensor::zeros({ggml_bytes(GgmlType::IQ2_XXS, 512)}, DType::U8, Device::cpu()));
+  EXPECT_THROW(qmatmul(testing::random_tensor({2, 256}, DType::F32), iq2), UnsupportedDType);
   EXPECT_THROW(qmatmul(Tensor(), w), Error);
-  EXPECT_FALSE(qmatmul_supports(GgmlType::Q2_K));
+  EXPECT_FALSE(qmatmul_supports(GgmlType::IQ2_XXS));
+  EXPECT_FALSE(qmatmul_supports(GgmlType::Q8_1));
   EXPECT_TRUE(qmatmul_supports(GgmlType::Q6_K));
+  EXPECT_TRUE(qmatmul_supports(GgmlType::Q3_K));
 }
 
 // SmolLM2-135M-Instruct Q4_1 kept quantized against the same file dequantised to f32,

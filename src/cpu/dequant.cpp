@@ -99,6 +99,67 @@ void dq_q6_k(const uint8_t* b, float* y) {
   }
 }
 
+// Q5_1: f16 d, f16 m, uint32 qh, qs[16]: d * q + m.
+void dq_q5_1(const uint8_t* b, float* y) {
+  float d = half_at(b), m = half_at(b + 2);
+  const uint32_t qh = ops::q5_1_high_bits(b);
+  for (unsigned j = 0; j < 32; ++j) y[j] = static_cast<float>(ops::q5_1_int(b, qh, j)) * d + m;
+}
+
+// Q2_K: scales[16], qs[64], f16 d, f16 dmin; 16 sub-blocks of 16: (d * sc) * q - dmin * m.
+void dq_q2_k(const uint8_t* b, float* y) {
+  float d = half_at(b + 80), dmin = half_at(b + 82);
+  for (unsigned i = 0; i < 16; ++i) {
+    const uint8_t sc = b[i];
+    float dl = d * static_cast<float>(sc & 0x0f), ml = dmin * static_cast<float>(sc >> 4);
+    for (unsigned j = 16 * i; j < 16 * i + 16; ++j) {
+      y[j] = dl * static_cast<float>(ops::q2_k_int(b, j)) - ml;
+    }
+  }
+}
+
+// Q3_K: hmask[32], qs[64], scales[12], f16 d; 16 sub-blocks of 16: (d * sc) * q.
+void dq_q3_k(const uint8_t* b, float* y) {
+  float d = half_at(b + 108);
+  for (unsigned i = 0; i < 16; ++i) {
+    float dl = d * static_cast<float>(ops::q3_k_scale(b, i));
+    for (unsigned j = 16 * i; j < 16 * i + 16; ++j) {
+      y[j] = dl * static_cast<float>(ops::q3_k_int(b, j));
+    }
+  }
+}
+
+// Q5_K: f16 d, f16 dmin, scales[12], qh[32], qs[128]; 8 sub-blocks of 32:
+// (d * sc) * q - dmin * m.
+void dq_q5_k(const uint8_t* b, float* y) {
+  float d = half_at(b), dmin = half_at(b + 2);
+  for (unsigned i = 0; i < 8; ++i) {
+    uint8_t sc, m;
+    ops::q4_k_scale_min(i, b + 4, sc, m);
+    float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+    for (unsigned j = 32 * i; j < 32 * i + 32; ++j) {
+      y[j] = d1 * static_cast<float>(ops::q5_k_int(b, j)) - m1;
+    }
+  }
+}
+
+// IQ4_NL: f16 d, qs[16]: d * level.
+void dq_iq4_nl(const uint8_t* b, float* y) {
+  float d = half_at(b);
+  for (unsigned j = 0; j < 32; ++j) y[j] = d * static_cast<float>(ops::iq4_nl_int(b, j));
+}
+
+// IQ4_XS: f16 d, scales_h, scales_l[4], qs[128]; 8 sub-blocks of 32: (d * sc) * level.
+void dq_iq4_xs(const uint8_t* b, float* y) {
+  float d = half_at(b);
+  for (unsigned i = 0; i < 8; ++i) {
+    float dl = d * static_cast<float>(ops::iq4_xs_scale(b, i));
+    for (unsigned j = 32 * i; j < 32 * i + 32; ++j) {
+      y[j] = dl * static_cast<float>(ops::iq4_xs_int(b, j));
+    }
+  }
+}
+
 template <size_t kBlock, size_t kBytes, void (*Fn)(const uint8_t*, float*)>
 void run_blocks(const uint8_t* src, float* dst, size_t n) {
   size_t blocks = n / kBlock;
@@ -140,6 +201,18 @@ void dequantize(GgmlType type, const uint8_t* src, float* dst, size_t n) {
       return run_blocks<256, 144, dq_q4_k>(src, dst, n);
     case GgmlType::Q6_K:
       return run_blocks<256, 210, dq_q6_k>(src, dst, n);
+    case GgmlType::Q5_1:
+      return run_blocks<32, 24, dq_q5_1>(src, dst, n);
+    case GgmlType::Q2_K:
+      return run_blocks<256, 84, dq_q2_k>(src, dst, n);
+    case GgmlType::Q3_K:
+      return run_blocks<256, 110, dq_q3_k>(src, dst, n);
+    case GgmlType::Q5_K:
+      return run_blocks<256, 176, dq_q5_k>(src, dst, n);
+    case GgmlType::IQ4_NL:
+      return run_blocks<32, 18, dq_iq4_nl>(src, dst, n);
+    case GgmlType::IQ4_XS:
+      return run_blocks<256, 136, dq_iq4_xs>(src, dst, n);
     default:
       throw UnsupportedDType("dequantize: unsupported ggml type");
   }
