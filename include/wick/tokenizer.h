@@ -1,7 +1,8 @@
 #pragma once
 // wick::Tokenizer: text to token ids and back, with the same ids as Hugging Face `tokenizers`.
 // Reads tokenizer.json (WordPiece with BERT's normaliser, byte-level BPE as GPT-2, Llama 3,
-// Qwen2 and SmolLM2 use it) or plain vocabulary data such as a GGUF file's tokenizer.ggml.*.
+// Qwen2 and SmolLM2 use it, SentencePiece-style BPE with byte fallback as Llama 2, Mistral,
+// Gemma and Phi-3 use it) or plain vocabulary data such as a GGUF file's tokenizer.ggml.*.
 
 #include <cstddef>
 #include <cstdint>
@@ -127,7 +128,8 @@ class Tokenizer {
 
 /// Text of ids that arrive one at a time (generation), printable as it comes: a byte-level token
 /// may end inside a UTF-8 character, so those bytes wait for the next token. For byte-level BPE
-/// the concatenated output equals decode(all ids) for valid UTF-8. Holds the pending bytes: one
+/// the concatenated output equals decode(all ids) for valid UTF-8; for SentencePiece-style BPE
+/// it keeps the leading space of the first "▁" that decode() strips. Holds the pending bytes: one
 /// thread at a time (one stream per generation).
 class DecodeStream {
  public:
