@@ -8,6 +8,13 @@ IQ4_NL, IQ4_XS), made by the gguf package from PyPI (run once; the output is com
 Writes py_quant_more.gguf: per type a tensor "q.<type>" (2 x 512) of random blocks (every bit
 pattern, finite f16 scales) and "expected.<type>" = gguf.quants.dequantize of it (f32). The
 C++ tests check wick's dequantisation (CPU and CUDA) bit for bit and qmatmul against it.
+
+  python3 scripts/make_quant_refs.py --llamacpp SRC.gguf OUTDIR Q3_K_S Q5_K_M IQ4_XS ...
+
+requantizes a model with llama.cpp's own quantizer (llama_cpp_python's llama_model_quantize,
+allow_requantize) into OUTDIR/<name>-<TYPE>.gguf: real K-quant and IQ4 mixes for the whole-model
+checks (scripts/teacher_forced_llamacpp.py, test_qmatmul's QMatmulSmolLM2 through
+WICK_SMOLLM2_GGUF). Not committed (~100 MB each).
 """
 import os
 import sys
@@ -31,7 +38,29 @@ def random_blocks(rng, qtype, n_blocks):
     return raw
 
 
+def llamacpp_quantize(src, out_dir, types):
+    import ctypes
+
+    import llama_cpp
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.splitext(os.path.basename(src))[0].split(".")[0]
+    for name in types:
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + name)
+        params.allow_requantize = True
+        out = os.path.join(out_dir, f"{stem}-{name}.gguf")
+        rc = llama_cpp.llama_model_quantize(src.encode(), out.encode(), ctypes.byref(params))
+        if rc != 0:
+            raise SystemExit(f"llama_model_quantize {name}: {rc}")
+        kinds = {}
+        for t in gguf.GGUFReader(out).tensors:
+            kinds[t.tensor_type.name] = kinds.get(t.tensor_type.name, 0) + 1
+        print(out, kinds)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--llamacpp":
+        return llamacpp_quantize(sys.argv[2], sys.argv[3], sys.argv[4:])
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "data", "formats")
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(20261205)
