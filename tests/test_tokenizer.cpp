@@ -727,8 +727,9 @@ TEST(SentencePieceBpe, GgufLlamaEqualsLlamaCpp) {
 }
 
 // Score order, not vocabulary order, picks the merge: "ab" scores above "bc", so "abc" is
-// "ab" "c"; with the scores swapped it is "a" "bc". A piece that is no token splits back along
-// its merges, down to bytes.
+// "ab" "c"; with the scores swapped it is "a" "bc" (the ids llama.cpp gives for this vocabulary,
+// llama_cpp_python 0.3.36). A byte with neither a <0xNN> nor a 1-byte token is the unknown token
+// (llama.cpp aborts there).
 TEST(SentencePieceBpe, GgufMergesByScore) {
   wick::GgufVocab v;
   v.model = "llama";
