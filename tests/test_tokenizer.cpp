@@ -749,6 +749,17 @@ TEST(SentencePieceBpe, GgufMergesByScore) {
   EXPECT_EQ(spaced.encode("a bc", true), (Ids{1, 10, 4, 9}));
   EXPECT_EQ(spaced.decode({1, 10, 4, 9}), "a bc");
   EXPECT_EQ(spaced.encode("d", false), (Ids{4, 0}));  // no token and no <0x64>: unknown
+  // A user-defined token (type 4) is matched in text, not special; each piece after it or a
+  // control token gets its "▁" as at the start (llama.cpp: 10 11 4 9 and 10 1 4 9).
+  v.tokens.push_back("<|u|>");
+  v.token_types.push_back(4);
+  v.scores.push_back(0);
+  Tokenizer user = Tokenizer::from_gguf_vocab(v);
+  EXPECT_EQ(user.encode("a<|u|>bc", false), (Ids{10, 11, 4, 9}));
+  EXPECT_EQ(user.encode("a<s>bc", false), (Ids{10, 1, 4, 9}));
+  EXPECT_FALSE(user.is_special(11));
+  EXPECT_TRUE(user.is_special(1));
+  EXPECT_EQ(user.decode({10, 11, 4, 9}), "a<|u|> bc");
   v.scores.pop_back();
   EXPECT_THROW(Tokenizer::from_gguf_vocab(v), wick::TokenizerError);
 }
