@@ -17,6 +17,20 @@ Writes:
                             (tokenizer.json without vocab and merges: the test takes smollm2's)
   <name>.ids.gz             HF ids per corpus line: "plain ids | ids with special tokens"
   minilm.decoded.jsonl.gz   HF decode(ids with specials, skip_special_tokens=True) per line
+
+With --spm (no MiniLM or GGUF input needed), the SentencePiece-style files instead:
+  spm_llama2.json.gz        a BPE with byte fallback trained here on part of the corpus, laid out
+                            as Llama 2's tokenizer.json (Prepend + Replace normaliser, ByteFallback
+                            decoder chain), with <unk> <s> </s>, 256 <0xNN> tokens, two added
+                            specials
+  spm_<style>.overlay.json  the same without vocabulary and merges, as Mistral (Metaspace first),
+                            Gemma (Replace, no prefix) and a split Metaspace with ignore_merges lay
+                            it out
+  spm_<style>.ids.gz        HF ids per corpus line, as above
+  spm_<style>.decoded.jsonl.gz  HF decode(ids with specials, skip_special_tokens=False) per line
+  spm_llama.gguf            the llama2 vocabulary as GGUF tokenizer.ggml.model 'llama' (scores,
+                            token types), no tensors
+  spm_gguf.ids.gz           llama.cpp's ids for it (llama_cpp_python, vocab_only, special=True)
 """
 import argparse
 import gzip
@@ -281,15 +295,167 @@ def write_gz(path, text):
     with gzip.GzipFile(path, "wb", mtime=0) as f:
         f.write(text.encode("utf-8"))
 
+# ---------------------------------------------------------------------------------------------
+# SentencePiece-style BPE (Llama 2, Mistral, Gemma, Phi-3)
+# ---------------------------------------------------------------------------------------------
+SPM_SPECIALS = ["<unk>", "<s>", "</s>"]
+SPM_ADDED = ["<|im_start|>", "<|im_end|>"]
+
+
+def spm_base(corpus):
+    """A tiny BPE with byte fallback, trained on part of the corpus, in Llama 2's id layout:
+    <unk> <s> </s>, the 256 <0xNN> byte tokens, then the trained alphabet and merges."""
+    from tokenizers import trainers
+    trained = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    trained.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581",
+                                                     prepend_scheme="always", split=True)
+    # limit_alphabet leaves most scripts out of the vocabulary: they take the byte fallback.
+    trainer = trainers.BpeTrainer(vocab_size=700, limit_alphabet=120, special_tokens=SPM_SPECIALS,
+                                  show_progress=False)
+    trained.train_from_iterator(corpus[150:400], trainer)
+    j = json.loads(trained.to_str())
+    old = sorted(j["model"]["vocab"].items(), key=lambda kv: kv[1])
+    vocab = {t: i for i, t in enumerate(SPM_SPECIALS)}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    for t, _ in old:
+        if t not in vocab:
+            vocab[t] = len(vocab)
+    merges = [tuple(m) for m in j["model"]["merges"]]
+    return vocab, merges
+
+
+def spm_tokenizer(vocab, merges, style):
+    bpe = models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True,
+                     byte_fallback=True, ignore_merges=(style == "split"))
+    tok = Tokenizer(bpe)
+    if style == "llama2":  # Llama 2, TinyLlama, Phi-3: legacy normaliser, no pre-tokeniser
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                               normalizers.Replace(" ", "\u2581")])
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                         decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    elif style == "mistral":  # Metaspace with prepend_scheme "first", no split
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first",
+                                                     split=False)
+        tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    elif style == "gemma":  # spaces replaced, no prefix
+        tok.normalizer = normalizers.Replace(" ", "\u2581")
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                         decoders.Fuse()])
+    else:  # split Metaspace, always prefixed, ignore_merges, a stripping normaliser
+        assert style == "split"
+        tok.normalizer = normalizers.Sequence([normalizers.Strip(left=False, right=True),
+                                               normalizers.NFKC()])
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581",
+                                                     prepend_scheme="always", split=True)
+        tok.decoder = decoders.Sequence([decoders.ByteFallback(),
+                                         decoders.Metaspace(replacement="\u2581",
+                                                            prepend_scheme="always", split=True)])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in SPM_SPECIALS + SPM_ADDED])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B:1",
+                                                       special_tokens=[("<s>", 1)])
+    return tok
+
+
+def spm_gguf(path, vocab, merges, n_added):
+    """The llama2 vocabulary as a GGUF tokenizer.ggml.model 'llama': scores rank the merged
+    tokens as SentencePiece does (the earlier a merge, the higher its token's score)."""
+    import gguf
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])] + SPM_ADDED[:n_added]
+    rank = {a + b: i for i, (a, b) in enumerate(merges)}
+    scores, types = [], []
+    for t in tokens:
+        if t in SPM_SPECIALS or t in SPM_ADDED:
+            scores.append(0.0)
+            types.append(gguf.TokenType.UNKNOWN if t == "<unk>" else gguf.TokenType.CONTROL)
+        elif t.startswith("<0x") and len(t) == 6:
+            scores.append(0.0)
+            types.append(gguf.TokenType.BYTE)
+        else:
+            scores.append(-float(rank.get(t, len(merges) + vocab[t])))
+            types.append(gguf.TokenType.NORMAL)
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_block_count(1)
+    w.add_feed_forward_length(16)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(4)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make_spm(corpus, out):
+    vocab, merges = spm_base(corpus)
+    print(f"spm: {len(vocab)} tokens, {len(merges)} merges")
+    for style in ["llama2", "mistral", "gemma", "split"]:
+        tok = spm_tokenizer(vocab, merges, style)
+        name = f"spm_{style}"
+        if style == "llama2":
+            write_gz(os.path.join(out, name + ".json.gz"), tok.to_str())
+        else:
+            with open(os.path.join(out, name + ".overlay.json"), "w", encoding="utf-8") as f:
+                f.write(overlay(tok))
+        rows, decoded, fallback = [], [], 0
+        for line in corpus:
+            plain = tok.encode(line, add_special_tokens=False).ids
+            special = tok.encode(line, add_special_tokens=True).ids
+            fallback += sum(1 for i in plain if 3 <= i < 259)
+            rows.append(" ".join(map(str, plain)) + " | " + " ".join(map(str, special)))
+            decoded.append(tok.decode(special, skip_special_tokens=False))
+        write_gz(os.path.join(out, name + ".ids.gz"), "\n".join(rows) + "\n")
+        write_gz(os.path.join(out, name + ".decoded.jsonl.gz"),
+                 "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in decoded))
+        print(f"{name}: {sum(len(r.split()) for r in rows)} ids, {fallback} byte-fallback ids")
+
+    # llama.cpp's SPM tokenizer on the same vocabulary written as GGUF.
+    import llama_cpp
+    path = os.path.join(out, "spm_llama.gguf")
+    spm_gguf(path, vocab, merges, len(SPM_ADDED))
+    llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+    hf = spm_tokenizer(vocab, merges, "llama2")
+    rows, differ = [], 0
+    for line in corpus:
+        data = line.encode("utf-8")
+        plain = llm.tokenize(data, add_bos=False, special=True)
+        special = llm.tokenize(data, add_bos=True, special=True)
+        differ += plain != hf.encode(line, add_special_tokens=False).ids
+        rows.append(" ".join(map(str, plain)) + " | " + " ".join(map(str, special)))
+    write_gz(os.path.join(out, "spm_gguf.ids.gz"), "\n".join(rows) + "\n")
+    print(f"spm_gguf: llama.cpp's ids differ from HF's llama2 style on {differ} of {len(corpus)} "
+          "lines")
+
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--minilm", required=True, help="MiniLM's tokenizer.json")
-    ap.add_argument("--gguf", required=True, help="SmolLM2-135M-Instruct GGUF file")
+    ap.add_argument("--minilm", help="MiniLM's tokenizer.json")
+    ap.add_argument("--gguf", help="SmolLM2-135M-Instruct GGUF file")
+    ap.add_argument("--spm", action="store_true",
+                    help="write only the SentencePiece-style files (needs llama_cpp_python)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
                                                    "tokenizer"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.spm:
+        make_spm(make_corpus(), args.out)
+        return
+    if not args.minilm or not args.gguf:
+        ap.error("--minilm and --gguf are required (or --spm)")
 
     corpus = make_corpus()
     with open(os.path.join(args.out, "corpus.jsonl"), "w", encoding="utf-8") as f:

@@ -31,6 +31,12 @@ bool qmatmul_supports(GgmlType type) {
     case GgmlType::Q8_0:
     case GgmlType::Q4_K:
     case GgmlType::Q6_K:
+    case GgmlType::Q5_1:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q5_K:
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
       return true;
     default:
       return false;

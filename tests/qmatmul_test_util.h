@@ -39,6 +39,27 @@ inline QTensor random_qtensor(GgmlType type, size_t n, size_t k) {
       case GgmlType::Q6_K:
         put(off + 208, scale(gen) * 0.002f);
         break;
+      case GgmlType::Q5_1:
+        put(off, scale(gen) * 0.5f);
+        put(off + 2, shift(gen));
+        break;
+      case GgmlType::Q2_K:
+        put(off + 80, scale(gen) * 0.5f);
+        put(off + 82, scale(gen) * 0.5f);
+        break;
+      case GgmlType::Q3_K:
+        put(off + 108, scale(gen) * 0.2f);
+        break;
+      case GgmlType::Q5_K:
+        put(off, scale(gen) * 0.02f);
+        put(off + 2, scale(gen) * 0.02f);
+        break;
+      case GgmlType::IQ4_NL:
+        put(off, scale(gen) * 0.1f);
+        break;
+      case GgmlType::IQ4_XS:
+        put(off, scale(gen) * 0.005f);
+        break;
       default:
         break;
     }
@@ -48,8 +69,9 @@ inline QTensor random_qtensor(GgmlType type, size_t n, size_t k) {
 
 /// The weight types qmatmul takes as blocks.
 inline std::vector<GgmlType> qmatmul_block_types() {
-  return {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0,
-          GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K};
+  return {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0,   GgmlType::Q5_0,
+          GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_1,   GgmlType::Q2_K,
+          GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
 }
 
 }  // namespace wick::testing

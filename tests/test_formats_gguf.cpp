@@ -105,6 +105,27 @@ TEST(Gguf, DequantisationMatchesThePythonPackageBitForBit) {
   }
 }
 
+// The same for the types read since (scripts/make_quant_refs.py): Q5_1, Q2_K, Q3_K, Q5_K,
+// IQ4_NL, IQ4_XS.
+TEST(Gguf, MoreTypesMatchThePythonPackageBitForBit) {
+  auto f = gguf::File::open(data_dir() + "/py_quant_more.gguf");
+  for (const char* type : {"Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS"}) {
+    SCOPED_TRACE(type);
+    std::string q = std::string("q.") + type;
+    ASSERT_TRUE(f.contains(q));
+    auto w = f.get(std::string("expected.") + type).flatten_all().to_vec1<float>();
+    double norm = 0;
+    for (float x : w) norm += std::abs(x);
+    EXPECT_GT(norm, 0.0);  // the reference is not all zeros
+    Tensor got = f.get(q);
+    ASSERT_EQ(got.shape(), Shape({2, 512}));
+    EXPECT_EQ(bits_of(got.flatten_all().to_vec1<float>()), bits_of(w));
+    QTensor qt = f.get_quantized(q);
+    EXPECT_TRUE(ggml_can_dequantize(qt.type()));
+    EXPECT_EQ(bits_of(qt.dequantize().flatten_all().to_vec1<float>()), bits_of(w));
+  }
+}
+
 TEST(Gguf, HandMadeQ4_0Block) {
   // d = 0.5 (f16 0x3800); nibbles: byte j = (j << 4) | j for j < 16 -> values j - 8 twice.
   std::vector<uint8_t> block = {0x00, 0x38};
@@ -329,11 +350,12 @@ TEST(GgufMalformed, NestedTooDeep) {
 }
 
 TEST(GgufMalformed, UnsupportedTypeNamesTheTensor) {
-  // A q5_1 tensor: valid file, but wick does not dequantise q5_1.
+  // An iq2_xxs tensor (type 16, 66-byte blocks of 256): valid file, but wick does not
+  // dequantise iq2_xxs.
   auto f = gguf::File::from_bytes(
-      Builder().header(1, 0).tensor("w", {32}, 7, 0).pad_to(32).zeros(24).b, kName);
+      Builder().header(1, 0).tensor("w", {256}, 16, 0).pad_to(32).zeros(66).b, kName);
   EXPECT_THROWS_NAMING(f.get("w"), UnsupportedDType, kName, "'w'");
-  EXPECT_EQ(f.get_quantized("w").data().elem_count(), 24u);  // the raw blocks are still there
+  EXPECT_EQ(f.get_quantized("w").data().elem_count(), 66u);  // the raw blocks are still there
 }
 
 }  // namespace

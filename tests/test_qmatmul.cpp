@@ -1,7 +1,11 @@
 // qmatmul on the CPU against dequantise-then-matmul in float64, under the bound of
 // docs/NUMERICS.md (the activations' 8-bit rounding plus an f32 accumulation).
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -132,9 +136,7 @@ TEST_P(QMatmulTypes, DecodeAndPrefillShapes) {
   check({t, 6, 48, 4 * kb}, {2, 3});
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, QMatmulTypes,
-                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0,
-                                           GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K),
+INSTANTIATE_TEST_SUITE_P(Types, QMatmulTypes, ::testing::ValuesIn(testing::qmatmul_block_types()),
                          [](const auto& info) { return ggml_type_name(info.param); });
 
 TEST(QMatmul, ReusesTheRepackedWeights) {
@@ -162,12 +164,80 @@ TEST(QMatmul, Errors) {
   QTensor w3(GgmlType::Q4_0, {2, 4, 64},
              Tensor::zeros({ggml_bytes(GgmlType::Q4_0, 512)}, DType::U8, Device::cpu()));
   EXPECT_THROW(qmatmul(testing::random_tensor({2, 64}, DType::F32), w3), ShapeMismatch);
-  QTensor q51(GgmlType::Q5_1, {2, 64},
-              Tensor::zeros({ggml_bytes(GgmlType::Q5_1, 128)}, DType::U8, Device::cpu()));
-  EXPECT_THROW(qmatmul(testing::random_tensor({2, 64}, DType::F32), q51), UnsupportedDType);
+  QTensor iq2(GgmlType::IQ2_XXS, {2, 256},
+              Tensor::zeros({ggml_bytes(GgmlType::IQ2_XXS, 512)}, DType::U8, Device::cpu()));
+  EXPECT_THROW(qmatmul(testing::random_tensor({2, 256}, DType::F32), iq2), UnsupportedDType);
   EXPECT_THROW(qmatmul(Tensor(), w), Error);
-  EXPECT_FALSE(qmatmul_supports(GgmlType::Q2_K));
+  EXPECT_FALSE(qmatmul_supports(GgmlType::IQ2_XXS));
+  EXPECT_FALSE(qmatmul_supports(GgmlType::Q8_1));
   EXPECT_TRUE(qmatmul_supports(GgmlType::Q6_K));
+  EXPECT_TRUE(qmatmul_supports(GgmlType::Q3_K));
+}
+
+// A GGUF Llama whose matrices mix the types of llama.cpp's Q2_K, Q3_K_M, Q5_K_M and IQ4 files
+// (random blocks): load_gguf_quantized keeps them as blocks, and its logits equal those of the
+// same file dequantised at load (the f32 dots differ only in their summation order).
+TEST(QMatmul, KQuantMixLlamaLoadsKeptQuantized) {
+  using gguf::Value;
+  using gguf::ValueType;
+  const size_t hidden = 256, ff = 512, layers = 2, heads = 4, kv_heads = 2, vocab = 64;
+  auto u32 = [](size_t v) { return Value::u64(v, ValueType::U32); };
+  std::map<std::string, Value> md{
+      {"general.architecture", Value::string("llama")},
+      {"llama.embedding_length", u32(hidden)},
+      {"llama.feed_forward_length", u32(ff)},
+      {"llama.block_count", u32(layers)},
+      {"llama.attention.head_count", u32(heads)},
+      {"llama.attention.head_count_kv", u32(kv_heads)},
+      {"llama.rope.dimension_count", u32(hidden / heads)},
+      {"llama.context_length", u32(64)},
+      {"llama.attention.layer_norm_rms_epsilon", Value::f64(1e-5, ValueType::F32)},
+      {"llama.rope.freq_base", Value::f64(10000.0, ValueType::F32)}};
+  const GgmlType types[] = {GgmlType::Q2_K,   GgmlType::Q3_K, GgmlType::Q5_K,
+                            GgmlType::IQ4_XS, GgmlType::Q5_1, GgmlType::IQ4_NL};
+  size_t next = 0;
+  auto matrix = [&](size_t n, size_t k) { return random_qtensor(types[next++ % 6], n, k); };
+  std::map<std::string, Tensor> plain{
+      {"token_embd.weight", testing::random_tensor({vocab, hidden}, DType::F32)},
+      {"output_norm.weight", Tensor::ones({hidden}, DType::F32, Device::cpu())}};
+  std::map<std::string, QTensor> quantized{{"output.weight", matrix(vocab, hidden)}};
+  const size_t kv = hidden / heads * kv_heads;
+  for (size_t i = 0; i < layers; ++i) {
+    std::string g = "blk." + std::to_string(i) + ".";
+    // Small norm weights keep the random +-1 matrices' outputs moderate (a smooth softmax).
+    plain[g + "attn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
+    plain[g + "ffn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
+    quantized[g + "attn_q.weight"] = matrix(hidden, hidden);
+    quantized[g + "attn_k.weight"] = matrix(kv, hidden);
+    quantized[g + "attn_v.weight"] = matrix(kv, hidden);
+    quantized[g + "attn_output.weight"] = matrix(hidden, hidden);
+    quantized[g + "ffn_gate.weight"] = matrix(ff, hidden);
+    quantized[g + "ffn_up.weight"] = matrix(ff, hidden);
+    quantized[g + "ffn_down.weight"] = matrix(hidden, ff);
+  }
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("wick_kmix_" + std::to_string(::getpid()) + ".gguf"))
+                         .string();
+  gguf::save(plain, path, md, quantized);
+  models::Llama q = models::Llama::load(path, Device::cpu(), DType::F32, true);
+  models::Llama f = models::Llama::load(path, Device::cpu(), DType::F32, false);
+  std::remove(path.c_str());
+  EXPECT_LT(q.weight_bytes() * 4, f.weight_bytes());
+  std::vector<uint32_t> prompt{3, 17, 42, 5, 63, 0, 9};
+  Tensor ids = Tensor::from_vec(prompt, {1, prompt.size()}, Device::cpu());
+  models::KvCache qc = q.make_cache(1, prompt.size()), fc = f.make_cache(1, prompt.size());
+  std::vector<double> got = q.forward(ids, qc).to_vec_f64();
+  std::vector<double> want = f.forward(ids, fc).to_vec_f64();
+  double range = testing::range_of(want);
+  EXPECT_GT(range, 1.0);
+  // The dequantised load runs f32 matmuls; the kept-quantized one f32 dots over the same f32
+  // weights summed in another order (a few 2^-24 sqrt(k) per dot, ~1e-6 of the range here), and
+  // for Q3_K and IQ4_NL the integer kernels over activations rounded to 16 (or 8) bits: a half
+  // step of each block's maximum, relative 1/65024 (or 1/254), carried to the logits with a
+  // gain below 1 in this network. A block decoded wrongly differs by O(range).
+  const int bits = qmatmul_cpu_activation_bits(GgmlType::Q3_K);
+  const double half_step = bits == 8 ? 1.0 / 254 : bits == 16 ? 1.0 / 65024 : 0.0;
+  EXPECT_LE(testing::max_abs_diff(got, want), (1e-4 + half_step) * range);
 }
 
 // SmolLM2-135M-Instruct Q4_1 kept quantized against the same file dequantised to f32,

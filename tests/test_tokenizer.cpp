@@ -1,6 +1,7 @@
 // wick::Tokenizer against Hugging Face `tokenizers`: ids on a 2,331-line corpus for MiniLM's
-// WordPiece, SmolLM2's byte-level BPE and a Llama-3-style BPE (references made by
-// scripts/make_tokenizer_refs.py and committed in tests/data/tokenizer/).
+// WordPiece, SmolLM2's byte-level BPE, a Llama-3-style BPE and SentencePiece-style BPEs (and
+// llama.cpp for a GGUF "llama" vocabulary; references made by scripts/make_tokenizer_refs.py and
+// committed in tests/data/tokenizer/).
 
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "wick/llama.h"
 #include "wick/tokenizer.h"
 
 namespace {
@@ -438,7 +440,7 @@ TEST_F(SmolLM2, Errors) {
   wick::GgufVocab v = gguf_vocab(*json_, "no-such-pre");
   EXPECT_THROW(Tokenizer::from_gguf_vocab(v), wick::TokenizerError);
   v.pre = "smollm";
-  v.model = "llama";
+  v.model = "t5";  // Unigram
   EXPECT_THROW(Tokenizer::from_gguf_vocab(v), wick::TokenizerError);
   v.model = "gpt2";
   v.merges.push_back("nosuchtoken Ġt");
@@ -590,6 +592,200 @@ TEST(Tokenizer, SmallWordPieceAndSplitBehaviours) {
   EXPECT_EQ(t.encode("abc", false), (Ids{0}));     // one unknown piece makes the word [UNK]
   EXPECT_EQ(t.encode("ababab", false), (Ids{0}));  // longer than max_input_chars_per_word
   EXPECT_EQ(t.decode({8, 6, 1}), "ab ##b a");      // no decoder: tokens joined by spaces, as HF
+}
+
+// ---------------------------------------------------------------------------------------------
+// SentencePiece-style BPE (Llama 2, Mistral, Gemma, Phi-3): a BPE with byte fallback trained by
+// scripts/make_tokenizer_refs.py --spm, laid out as each family's tokenizer.json does, and the
+// same vocabulary as a GGUF tokenizer.ggml.model "llama" against llama.cpp's ids.
+
+std::string spm_json(const std::string& style) {
+  std::string base = read_gz(kData + "/spm_llama2.json.gz");
+  if (style == "llama2") return base;
+  Json j = Json::parse(read_text(kData + "/spm_" + style + ".overlay.json"));
+  Json b = Json::parse(base);
+  j["model"]["vocab"] = b["model"]["vocab"];
+  j["model"]["merges"] = b["model"]["merges"];
+  return j.dump();
+}
+
+std::vector<std::string> read_decoded(const std::string& name) {
+  std::vector<std::string> out;
+  std::istringstream in(read_gz(kData + "/" + name + ".decoded.jsonl.gz"));
+  for (std::string line; std::getline(in, line);) out.push_back(Json::parse(line));
+  return out;
+}
+
+bool has_added_token(const std::string& line) {
+  return line.find("<|im_start|>") != std::string::npos ||
+         line.find("<|im_end|>") != std::string::npos || line.find("<s>") != std::string::npos ||
+         line.find("</s>") != std::string::npos || line.find("<unk>") != std::string::npos;
+}
+
+// decode(ids with specials, skip_special_tokens = false) equals HF's for every corpus line.
+void expect_reference_decode(const Tokenizer& tok, const Reference& ref,
+                             const std::vector<std::string>& want) {
+  ASSERT_EQ(want.size(), ref.special.size());
+  size_t failures = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    std::string got = tok.decode(ref.special[i], false);
+    if (got != want[i] && ++failures <= 5) {
+      ADD_FAILURE() << "line " << i << ": wick " << Json(got).dump() << " HF "
+                    << Json(want[i]).dump();
+    }
+  }
+  EXPECT_EQ(failures, 0u);
+}
+
+// With a "▁" before the text (Llama 2's Prepend, GGUF's add_space_prefix): decode gives the text
+// back, and the streamed bytes of the ids are that space and the text.
+void expect_spm_round_trip(const Tokenizer& tok) {
+  size_t failures = 0, checked = 0;
+  for (const auto& line : corpus()) {
+    if (has_added_token(line)) continue;
+    Ids ids = tok.encode(line, false);
+    std::string streamed, printed;
+    wick::DecodeStream stream(tok);
+    for (uint32_t id : ids) {
+      streamed += tok.id_to_bytes(id);
+      printed += stream.step(id);
+    }
+    printed += stream.flush();
+    std::string spaced = line.empty() ? "" : " " + line;
+    ++checked;
+    if (tok.decode(ids) != line || streamed != spaced || printed != spaced) {
+      if (++failures <= 5) ADD_FAILURE() << "no round trip for " << Json(line).dump();
+    }
+  }
+  EXPECT_GT(checked, 2000u);
+  EXPECT_EQ(failures, 0u);
+}
+
+TEST(SentencePieceBpe, IdsAndDecodeEqualHuggingFace) {
+  for (const std::string style : {"llama2", "mistral", "gemma", "split"}) {
+    SCOPED_TRACE(style);
+    Tokenizer tok = Tokenizer::from_json(spm_json(style));
+    Reference ref = read_reference("spm_" + style);
+    expect_reference_ids(tok, ref);
+    expect_reference_decode(tok, ref, read_decoded("spm_" + style));
+  }
+}
+
+TEST(SentencePieceBpe, RoundTripAndStream) {
+  expect_spm_round_trip(Tokenizer::from_json(spm_json("llama2")));
+  // Gemma's layout has no prefix: the text comes back as it is, streamed too.
+  Tokenizer gemma = Tokenizer::from_json(spm_json("gemma"));
+  size_t failures = 0;
+  for (const auto& line : corpus()) {
+    if (has_added_token(line)) continue;
+    Ids ids = gemma.encode(line, false);
+    std::string streamed;
+    for (uint32_t id : ids) streamed += gemma.id_to_bytes(id);
+    if ((gemma.decode(ids) != line || streamed != line) && ++failures <= 5) {
+      ADD_FAILURE() << "no round trip for " << Json(line).dump();
+    }
+  }
+  EXPECT_EQ(failures, 0u);
+}
+
+TEST(SentencePieceBpe, ByteFallbackAndSpecialTokens) {
+  Tokenizer tok = Tokenizer::from_json(spm_json("llama2"));
+  EXPECT_EQ(tok.vocab_size(), 958u);  // 956 in the model, 2 added
+  EXPECT_EQ(tok.bos_id(), 1u);
+  EXPECT_EQ(tok.eos_id(), 2u);
+  EXPECT_EQ(tok.unk_id(), 0u);
+  EXPECT_TRUE(tok.is_special(1));
+  EXPECT_EQ(tok.num_special_tokens_to_add(), 1u);
+  // A character outside the vocabulary falls back to its UTF-8 bytes, <0xNN> ids 3 + byte.
+  std::string snowman = "\u2603";  // E2 98 83
+  ASSERT_FALSE(tok.token_to_id(snowman));
+  Ids ids = tok.encode(snowman, false);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(Ids(ids.end() - 3, ids.end()), (Ids{3 + 0xE2, 3 + 0x98, 3 + 0x83}));
+  EXPECT_EQ(tok.id_to_bytes(3 + 0xE2), "\xE2");
+  EXPECT_EQ(tok.decode(ids), snowman);
+  // A run of byte tokens that is not UTF-8 decodes to one U+FFFD per byte, as HF's ByteFallback
+  // (strings from HF tokenizers 0.23).
+  EXPECT_EQ(tok.decode({3 + 0xE2, 3 + 0x98, 3 + 'a'}), "\uFFFD\uFFFD\uFFFD");
+  EXPECT_EQ(tok.decode({3 + 0xE2, 3 + 0x98, *tok.token_to_id("a")}), "\uFFFD\uFFFDa");
+  // Added tokens split the text; each piece after one gets Llama 2's "▁" again.
+  Ids chat = tok.encode("<|im_start|>hi", true);
+  ASSERT_GE(chat.size(), 3u);
+  EXPECT_EQ(chat[0], 1u);
+  EXPECT_EQ(chat[1], *tok.token_to_id("<|im_start|>"));
+  EXPECT_EQ(tok.id_to_token(chat[2]).rfind("\u2581", 0), 0u);
+  EXPECT_EQ(tok.decode(chat, true), "hi");
+}
+
+TEST(SentencePieceBpe, GgufLlamaEqualsLlamaCpp) {
+  Tokenizer tok = wick::models::load_gguf_tokenizer(kData + "/spm_llama.gguf");
+  expect_reference_ids(tok, read_reference("spm_gguf"));
+  expect_spm_round_trip(tok);
+  // Decoding as HF's converted GGUF tokenizer does (Llama 2's decoder chain).
+  Reference hf = read_reference("spm_llama2");
+  expect_reference_decode(tok, hf, read_decoded("spm_llama2"));
+}
+
+// Score order, not vocabulary order, picks the merge: "ab" scores above "bc", so "abc" is
+// "ab" "c"; with the scores swapped it is "a" "bc" (the ids llama.cpp gives for this vocabulary,
+// llama_cpp_python 0.3.36). A byte with neither a <0xNN> nor a 1-byte token is the unknown token
+// (llama.cpp aborts there).
+TEST(SentencePieceBpe, GgufMergesByScore) {
+  wick::GgufVocab v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>", "<0x61>", "\u2581", "a", "b", "c", "ab", "bc", "\u2581a"};
+  v.token_types = {2, 3, 3, 6, 1, 1, 1, 1, 1, 1, 1};
+  v.scores = {0, 0, 0, 0, -1, -2, -3, -4, -5, -6, -7};
+  v.unk_id = 0;
+  v.bos_id = 1;
+  v.eos_id = 2;
+  v.add_space_prefix = false;
+  EXPECT_EQ(Tokenizer::from_gguf_vocab(v).encode("abc", false), (Ids{8, 7}));
+  v.scores[8] = -10;
+  EXPECT_EQ(Tokenizer::from_gguf_vocab(v).encode("abc", false), (Ids{5, 9}));
+  v.add_space_prefix = true;
+  v.add_bos = true;
+  Tokenizer spaced = Tokenizer::from_gguf_vocab(v);
+  EXPECT_EQ(spaced.encode("a bc", true), (Ids{1, 10, 4, 9}));
+  EXPECT_EQ(spaced.decode({1, 10, 4, 9}), "a bc");
+  EXPECT_EQ(spaced.encode("d", false), (Ids{4, 0}));  // no token and no <0x64>: unknown
+  // A user-defined token (type 4) is matched in text, not special; each piece after it or a
+  // control token gets its "▁" as at the start (llama.cpp: 10 11 4 9 and 10 1 4 9).
+  v.tokens.push_back("<|u|>");
+  v.token_types.push_back(4);
+  v.scores.push_back(0);
+  Tokenizer user = Tokenizer::from_gguf_vocab(v);
+  EXPECT_EQ(user.encode("a<|u|>bc", false), (Ids{10, 11, 4, 9}));
+  EXPECT_EQ(user.encode("a<s>bc", false), (Ids{10, 1, 4, 9}));
+  EXPECT_FALSE(user.is_special(11));
+  EXPECT_TRUE(user.is_special(1));
+  EXPECT_EQ(user.decode({10, 11, 4, 9}), "a<|u|> bc");
+  v.scores.pop_back();
+  EXPECT_THROW(Tokenizer::from_gguf_vocab(v), wick::TokenizerError);
+}
+
+TEST(SentencePieceBpe, Errors) {
+  Json j = Json::parse(spm_json("mistral"));
+  j["pre_tokenizer"]["prepend_scheme"] = "sometimes";
+  EXPECT_THROW(Tokenizer::from_json(j.dump()), wick::TokenizerError);
+  j["pre_tokenizer"]["prepend_scheme"] = "first";
+  j["pre_tokenizer"]["replacement"] = "ab";
+  EXPECT_THROW(Tokenizer::from_json(j.dump()), wick::TokenizerError);
+  j["pre_tokenizer"]["replacement"] = "\u2581";
+  j["pre_tokenizer"]["split"] = "yes";
+  EXPECT_THROW(Tokenizer::from_json(j.dump()), wick::TokenizerError);
+  // Metaspace must come first in a Sequence.
+  Json seq = Json::parse(spm_json("mistral"));
+  seq["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", {{{"type", "WhitespaceSplit"}}, seq["pre_tokenizer"]}}};
+  EXPECT_THROW(Tokenizer::from_json(seq.dump()), wick::TokenizerError);
+  Json strip = Json::parse(spm_json("llama2"));
+  strip["decoder"]["decoders"][3]["start"] = -1;
+  EXPECT_THROW(Tokenizer::from_json(strip.dump()), wick::TokenizerError);
+  Json replace = Json::parse(spm_json("llama2"));
+  replace["normalizer"]["normalizers"][1].erase("content");
+  EXPECT_THROW(Tokenizer::from_json(replace.dump()), wick::TokenizerError);
+  EXPECT_THROW(wick::models::load_gguf_tokenizer(kData + "/no-such.gguf"), wick::Error);
 }
 
 }  // namespace

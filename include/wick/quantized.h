@@ -64,7 +64,8 @@ std::string ggml_type_name(GgmlType type);
 size_t ggml_block_size(GgmlType type);
 /// Bytes per block.
 size_t ggml_type_size(GgmlType type);
-/// True when wick can dequantise the type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K.
+/// True when wick can dequantise the type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+/// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS.
 bool ggml_can_dequantize(GgmlType type);
 
 /// Quantized blocks of a tensor of logical `shape` (row-major, the last dim is GGML's ne[0] and a
@@ -100,13 +101,15 @@ class QTensor {
 /// Bytes of `n` values of `type` (n a multiple of the block size; ShapeMismatch otherwise).
 size_t ggml_bytes(GgmlType type, size_t n);
 
-/// True when qmatmul() takes weights of `type`: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K (and F32, F16,
-/// BF16 through dequantisation).
+/// True when qmatmul() takes weights of `type`: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K and Q3_K,
+/// IQ4_NL (the CPU's integer tile kernels; Q3_K's blocks rewritten exactly as Q6_K's, IQ4_NL's
+/// as Q8_0's), Q5_1, Q2_K, Q5_K, IQ4_XS (on the CPU each weight row dequantised into a small
+/// buffer as it is used, then f32 dots), and F32, F16, BF16 through dequantisation.
 bool qmatmul_supports(GgmlType type);
 
 /// How the CPU qmatmul takes the activations for weights of `type`: quantized to blocks of 32
-/// values of 16 bits (the default for the six block types) or 8 bits (ggml's Q8_0, as llama.cpp;
-/// WICK_QMATMUL_ACTIVATIONS=int8), or 0: f32 (F32, F16, BF16; all with
+/// values of 16 bits (the default for the types with tile kernels) or 8 bits (ggml's Q8_0, as
+/// llama.cpp; WICK_QMATMUL_ACTIVATIONS=int8), or 0: f32 (F32, F16, BF16; all with
 /// WICK_QMATMUL_ACTIVATIONS=f32).
 int qmatmul_cpu_activation_bits(GgmlType type);
 

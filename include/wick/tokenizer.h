@@ -1,7 +1,8 @@
 #pragma once
 // wick::Tokenizer: text to token ids and back, with the same ids as Hugging Face `tokenizers`.
 // Reads tokenizer.json (WordPiece with BERT's normaliser, byte-level BPE as GPT-2, Llama 3,
-// Qwen2 and SmolLM2 use it) or plain vocabulary data such as a GGUF file's tokenizer.ggml.*.
+// Qwen2 and SmolLM2 use it, SentencePiece-style BPE with byte fallback as Llama 2, Mistral,
+// Gemma and Phi-3 use it) or plain vocabulary data such as a GGUF file's tokenizer.ggml.*.
 
 #include <cstddef>
 #include <cstdint>
@@ -31,14 +32,17 @@ struct BatchEncoding {
   std::vector<size_t> lengths;           ///< real tokens per row
 };
 
-/// A byte-level BPE vocabulary as plain data (a GGUF file's tokenizer.ggml.* keys), so that a
-/// model loader can build a Tokenizer without wick reading GGUF here.
+/// A vocabulary as plain data (a GGUF file's tokenizer.ggml.* keys), so that a model loader can
+/// build a Tokenizer without wick reading GGUF here: byte-level BPE ("gpt2") or SentencePiece
+/// ("llama").
 struct GgufVocab {
-  std::string model = "gpt2";  ///< tokenizer.ggml.model; only "gpt2" (byte-level BPE) is supported
+  std::string model = "gpt2";  ///< tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SPM)
   std::string pre;             ///< tokenizer.ggml.pre: "gpt2", "llama-bpe", "smollm", "qwen2", ...
-  std::vector<std::string> tokens;   ///< tokenizer.ggml.tokens, in byte-level form ("Ġthe")
-  std::vector<std::string> merges;   ///< tokenizer.ggml.merges, "left right" by rank
+  std::vector<std::string> tokens;  ///< tokenizer.ggml.tokens ("Ġthe" for gpt2, "▁the" for llama)
+  std::vector<std::string> merges;  ///< tokenizer.ggml.merges, "left right" by rank (gpt2)
+  std::vector<float> scores;        ///< tokenizer.ggml.scores (llama: merge priority; may be empty)
   std::vector<int32_t> token_types;  ///< 1 normal, 2 unknown, 3 control, 4 user defined, 6 byte
+  bool add_space_prefix = true;      ///< tokenizer.ggml.add_space_prefix (llama)
   std::optional<uint32_t> bos_id, eos_id, unk_id, pad_id;
   bool add_bos = false;       ///< tokenizer.ggml.add_bos_token
   bool add_eos = false;       ///< tokenizer.ggml.add_eos_token
@@ -61,9 +65,12 @@ class Tokenizer {
   /// Same from the text of tokenizer.json (and optionally of tokenizer_config.json).
   static Tokenizer from_json(std::string_view tokenizer_json,
                              std::string_view tokenizer_config_json = {});
-  /// Builds a byte-level BPE tokenizer from GGUF-style vocabulary data. Control tokens (type 3)
-  /// and user-defined tokens (type 4) are matched in text before pre-tokenisation; control tokens
-  /// are special. Throws TokenizerError for an unknown `pre` or an unsupported `model`.
+  /// Builds a tokenizer from GGUF-style vocabulary data: byte-level BPE for model "gpt2", and for
+  /// "llama" SentencePiece's BPE with byte fallback, merged by score as llama.cpp does (spaces
+  /// become "▁", one "▁" starts each piece of text when add_space_prefix). Control tokens (type
+  /// 3), user-defined tokens (type 4) and, for llama, the unknown token (type 2) are matched in
+  /// text before pre-tokenisation; control and unknown tokens are special. Throws TokenizerError
+  /// for an unknown `pre` (gpt2) or an unsupported `model`.
   static Tokenizer from_gguf_vocab(const GgufVocab& vocab);
 
   /// Ids for `text`. Special tokens written in the text (e.g. "<|im_end|>") always map to their
@@ -77,8 +84,9 @@ class Tokenizer {
   /// Text for `ids`, as Hugging Face's decode. Throws IndexOutOfRange for an id outside the
   /// vocabulary.
   std::string decode(const std::vector<uint32_t>& ids, bool skip_special_tokens = true) const;
-  /// The raw bytes one token stands for (byte-level tokens may hold part of a UTF-8 character):
-  /// concatenate these when streaming and print complete characters.
+  /// The raw bytes one token stands for (byte-level and <0xNN> tokens may hold part of a UTF-8
+  /// character; "▁" stands for a space): concatenate these when streaming and print complete
+  /// characters. A SentencePiece tokenizer's first "▁", which decode() strips, is kept here.
   std::string id_to_bytes(uint32_t id) const;
 
   /// The id of a vocabulary entry written as in tokenizer.json ("Ġthe", "##ing", "[CLS]").
@@ -120,7 +128,8 @@ class Tokenizer {
 
 /// Text of ids that arrive one at a time (generation), printable as it comes: a byte-level token
 /// may end inside a UTF-8 character, so those bytes wait for the next token. For byte-level BPE
-/// the concatenated output equals decode(all ids) for valid UTF-8. Holds the pending bytes: one
+/// the concatenated output equals decode(all ids) for valid UTF-8; for SentencePiece-style BPE
+/// it keeps the leading space of the first "▁" that decode() strips. Holds the pending bytes: one
 /// thread at a time (one stream per generation).
 class DecodeStream {
  public:

@@ -104,6 +104,102 @@ void dq_q6_k(const uint8_t* b, float* y) {
   }
 }
 
+// The types below are also the qmatmul row path's (each weight row dequantised per call), so
+// their loops run over whole runs of values that share a scale, in forms the compiler vectorises;
+// each value's arithmetic is still ggml's.
+
+// Q5_1: f16 d, f16 m, uint32 qh, qs[16]: d * q + m.
+void dq_q5_1(const uint8_t* b, float* y) {
+  float d = half_at(b), m = half_at(b + 2);
+  const uint32_t qh = ops::q5_1_high_bits(b);
+  const uint8_t* qs = b + 8;
+  for (unsigned j = 0; j < 16; ++j) {
+    int lo = (qs[j] & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4);
+    int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    y[j] = static_cast<float>(lo) * d + m;
+    y[j + 16] = static_cast<float>(hi) * d + m;
+  }
+}
+
+// Q2_K: scales[16], qs[64], f16 d, f16 dmin; 16 sub-blocks of 16: (d * sc) * q - dmin * m.
+// Values 128 h + 32 s + l take bits 2s of qs[32 h + l] (ops::q2_k_int).
+void dq_q2_k(const uint8_t* b, float* y) {
+  float d = half_at(b + 80), dmin = half_at(b + 82);
+  for (unsigned h = 0; h < 2; ++h) {
+    const uint8_t* qs = b + 16 + 32 * h;
+    for (unsigned s = 0; s < 4; ++s) {
+      for (unsigned g = 0; g < 2; ++g) {  // the two sub-blocks of 16
+        const uint8_t sc = b[8 * h + 2 * s + g];
+        float dl = d * static_cast<float>(sc & 0x0f), ml = dmin * static_cast<float>(sc >> 4);
+        float* out = y + 128 * h + 32 * s + 16 * g;
+        for (unsigned l = 0; l < 16; ++l) {
+          out[l] = dl * static_cast<float>((qs[16 * g + l] >> (2 * s)) & 3) - ml;
+        }
+      }
+    }
+  }
+}
+
+// Q3_K: hmask[32], qs[64], scales[12], f16 d; 16 sub-blocks of 16: (d * sc) * q, q the 2 bits
+// as Q2_K's less 4 where bit 4h + s of hmask[l] is clear (ops::q3_k_int).
+void dq_q3_k(const uint8_t* b, float* y) {
+  float d = half_at(b + 108);
+  for (unsigned h = 0; h < 2; ++h) {
+    const uint8_t* qs = b + 32 + 32 * h;
+    for (unsigned s = 0; s < 4; ++s) {
+      for (unsigned g = 0; g < 2; ++g) {
+        float dl = d * static_cast<float>(ops::q3_k_scale(b, 8 * h + 2 * s + g));
+        float* out = y + 128 * h + 32 * s + 16 * g;
+        for (unsigned l = 0; l < 16; ++l) {
+          const unsigned at = 16 * g + l;
+          int q = ((qs[at] >> (2 * s)) & 3) - (((b[at] >> (4 * h + s)) & 1) ? 0 : 4);
+          out[l] = dl * static_cast<float>(q);
+        }
+      }
+    }
+  }
+}
+
+// Q5_K: f16 d, f16 dmin, scales[12], qh[32], qs[128]; 8 sub-blocks of 32:
+// (d * sc) * q - dmin * m (ops::q5_k_int).
+void dq_q5_k(const uint8_t* b, float* y) {
+  float d = half_at(b), dmin = half_at(b + 2);
+  const uint8_t* qh = b + 16;
+  for (unsigned i = 0; i < 8; ++i) {
+    uint8_t sc, m;
+    ops::q4_k_scale_min(i, b + 4, sc, m);
+    float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+    const uint8_t* qs = b + 48 + 32 * (i / 2);
+    const unsigned shift = 4 * (i % 2);
+    for (unsigned l = 0; l < 32; ++l) {
+      int q = ((qs[l] >> shift) & 0x0f) | (((qh[l] >> i) & 1) << 4);
+      y[32 * i + l] = d1 * static_cast<float>(q) - m1;
+    }
+  }
+}
+
+// IQ4_NL: f16 d, qs[16]: d * level.
+void dq_iq4_nl(const uint8_t* b, float* y) {
+  float d = half_at(b);
+  for (unsigned j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(ops::iq4_level(b[2 + j] & 0x0f));
+    y[j + 16] = d * static_cast<float>(ops::iq4_level(b[2 + j] >> 4));
+  }
+}
+
+// IQ4_XS: f16 d, scales_h, scales_l[4], qs[128]; 8 sub-blocks of 32: (d * sc) * level.
+void dq_iq4_xs(const uint8_t* b, float* y) {
+  float d = half_at(b);
+  for (unsigned i = 0; i < 8; ++i) {
+    float dl = d * static_cast<float>(ops::iq4_xs_scale(b, i));
+    const uint8_t* qs = b + 8 + 16 * i;
+    for (unsigned j = 0; j < 16; ++j) {
+      y[32 * i + j] = dl * static_cast<float>(ops::iq4_level(qs[j] & 0x0f));
+      y[32 * i + j + 16] = dl * static_cast<float>(ops::iq4_level(qs[j] >> 4));
+    }
+  }
+}
+
 template <size_t kBlock, size_t kBytes, void (*Fn)(const uint8_t*, float*)>
 void run_blocks(const uint8_t* src, float* dst, size_t n) {
   size_t blocks = n / kBlock;
@@ -145,6 +241,18 @@ void dequantize(GgmlType type, const uint8_t* src, float* dst, size_t n) {
       return run_blocks<256, 144, dq_q4_k>(src, dst, n);
     case GgmlType::Q6_K:
       return run_blocks<256, 210, dq_q6_k>(src, dst, n);
+    case GgmlType::Q5_1:
+      return run_blocks<32, 24, dq_q5_1>(src, dst, n);
+    case GgmlType::Q2_K:
+      return run_blocks<256, 84, dq_q2_k>(src, dst, n);
+    case GgmlType::Q3_K:
+      return run_blocks<256, 110, dq_q3_k>(src, dst, n);
+    case GgmlType::Q5_K:
+      return run_blocks<256, 176, dq_q5_k>(src, dst, n);
+    case GgmlType::IQ4_NL:
+      return run_blocks<32, 18, dq_iq4_nl>(src, dst, n);
+    case GgmlType::IQ4_XS:
+      return run_blocks<256, 136, dq_iq4_xs>(src, dst, n);
     default:
       throw UnsupportedDType("dequantize: unsupported ggml type");
   }

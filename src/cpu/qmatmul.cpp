@@ -13,12 +13,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cpu/cpu_storage.h"
 #include "cpu/dequant.h"
 #include "cpu/parallel.h"
 #include "fused/quantized.h"
 #include "fused_op.h"
+#include "ops/ggml_blocks.h"
 #include "settings.h"
 #include "tensor_internal.h"
 #include "util.h"
@@ -219,15 +221,47 @@ void qmatmul_rows(GgmlType type, const uint8_t* w, size_t n, size_t k, const flo
   });
 }
 
+// Q3_K's (d sc) q as Q6_K holds it: the same 16 sub-blocks of 16 in the same order, sc (-32..31)
+// as Q6_K's int8 scale and q (-4..3) as its q - 32, d as is; the values are equal bit for bit.
+void q3_k_as_q6_k(const uint8_t* b, uint8_t* out) {
+  std::memset(out, 0, 210);
+  for (unsigned v = 0; v < 256; ++v) {
+    const unsigned half = v / 128, quarter = (v % 128) / 32, l = v % 32;
+    const auto q = static_cast<uint8_t>(ops::q3_k_int(b, v) + 32);
+    uint8_t& low = out[64 * half + l + 32 * (quarter & 1)];
+    low |= static_cast<uint8_t>(quarter < 2 ? (q & 0x0f) : (q & 0x0f) << 4);
+    out[128 + 32 * half + l] |= static_cast<uint8_t>((q >> 4) << (2 * quarter));
+  }
+  for (unsigned i = 0; i < 16; ++i) out[192 + i] = static_cast<uint8_t>(ops::q3_k_scale(b, i));
+  out[208] = b[108];
+  out[209] = b[109];
+}
+
+// IQ4_NL's d level as Q8_0's d q: the levels are int8.
+void iq4_nl_as_q8_0(const uint8_t* b, uint8_t* out) {
+  out[0] = b[0];
+  out[1] = b[1];
+  for (unsigned j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(ops::iq4_nl_int(b, j));
+}
+
+// The tiled type whose blocks hold a type's values exactly (the type itself for the six with
+// kernels of their own).
+GgmlType tile_type(GgmlType type) {
+  if (type == GgmlType::Q3_K) return GgmlType::Q6_K;
+  if (type == GgmlType::IQ4_NL) return GgmlType::Q8_0;
+  return type;
+}
+
 }  // namespace
 
 bool q_tiled(GgmlType type) {
   return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
-         type == GgmlType::Q5_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+         type == GgmlType::Q5_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K ||
+         type == GgmlType::Q3_K || type == GgmlType::IQ4_NL;
 }
 
 size_t q_tile_block_bytes(GgmlType type) {
-  switch (type) {
+  switch (tile_type(type)) {
     case GgmlType::Q4_0:
       return 32 + 256;
     case GgmlType::Q4_1:
@@ -246,6 +280,23 @@ size_t q_tile_block_bytes(GgmlType type) {
 }
 
 std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t n, size_t k) {
+  if (tile_type(type) != type) {
+    // Rewritten block by block into the type that holds its values, then packed as that one.
+    const GgmlType as = tile_type(type);
+    const size_t blocks = n * k / ggml_block_size(type);
+    const size_t from = ggml_type_size(type), to = ggml_type_size(as);
+    std::vector<uint8_t> converted(blocks * to);
+    parallel_for(blocks, 256, [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) {
+        if (type == GgmlType::Q3_K) {
+          q3_k_as_q6_k(src + i * from, converted.data() + i * to);
+        } else {
+          iq4_nl_as_q8_0(src + i * from, converted.data() + i * to);
+        }
+      }
+    });
+    return q_pack(as, converted.data(), n, k);
+  }
   auto packed = std::make_shared<QPacked>();
   packed->type = type;
   packed->n = n;

@@ -19,7 +19,8 @@
 //     16..31), 4 chunks of 64 bytes of nibbles as Q4_0's (the low 4 bits, 0..15) and 2 chunks
 //     of 64 bytes of the high 2 bits: bits 2i, 2i + 1 of byte 4r + j of chunk h belong to row r's
 //     value 16h + 4i + j (the offset 32 not applied)
-// Rows past n are zero (scale 0).
+// Rows past n are zero (scale 0). Q3_K and IQ4_NL are first rewritten exactly as Q6_K and Q8_0
+// blocks and packed as those (QPacked::type is then Q6_K or Q8_0).
 
 #include <cstddef>
 #include <cstdint>

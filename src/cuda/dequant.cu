@@ -108,6 +108,62 @@ __global__ void dq_q6_k_kernel(const uint8_t* src, float* dst, uint64_t n) {
   }
 }
 
+__global__ void dq_q5_1_kernel(const uint8_t* src, float* dst, uint64_t n) {
+  for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
+    const uint8_t* b = src + (i / 32) * 24;
+    int q = ops::q5_1_int(b, ops::q5_1_high_bits(b), static_cast<unsigned>(i % 32));
+    dst[i] = __fadd_rn(mul(static_cast<float>(q), half_at(b)), half_at(b + 2));
+  }
+}
+
+__global__ void dq_q2_k_kernel(const uint8_t* src, float* dst, uint64_t n) {
+  for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
+    const uint8_t* b = src + (i / 256) * 84;
+    unsigned j = i % 256;
+    uint8_t sc = b[j / 16];
+    float dl = mul(half_at(b + 80), static_cast<float>(sc & 0x0f));
+    float ml = mul(half_at(b + 82), static_cast<float>(sc >> 4));
+    dst[i] = __fsub_rn(mul(dl, static_cast<float>(ops::q2_k_int(b, j))), ml);
+  }
+}
+
+__global__ void dq_q3_k_kernel(const uint8_t* src, float* dst, uint64_t n) {
+  for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
+    const uint8_t* b = src + (i / 256) * 110;
+    unsigned j = i % 256;
+    float dl = mul(half_at(b + 108), static_cast<float>(ops::q3_k_scale(b, j / 16)));
+    dst[i] = mul(dl, static_cast<float>(ops::q3_k_int(b, j)));
+  }
+}
+
+__global__ void dq_q5_k_kernel(const uint8_t* src, float* dst, uint64_t n) {
+  for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
+    const uint8_t* b = src + (i / 256) * 176;
+    unsigned j = i % 256;
+    unsigned sc, m;
+    ops::q4_k_scale_min(j / 32, b + 4, sc, m);
+    float d = mul(half_at(b), static_cast<float>(sc));
+    float dm = mul(half_at(b + 2), static_cast<float>(m));
+    dst[i] = __fsub_rn(mul(d, static_cast<float>(ops::q5_k_int(b, j))), dm);
+  }
+}
+
+__global__ void dq_iq4_nl_kernel(const uint8_t* src, float* dst, uint64_t n) {
+  for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
+    const uint8_t* b = src + (i / 32) * 18;
+    dst[i] = mul(half_at(b), static_cast<float>(ops::iq4_nl_int(b, static_cast<unsigned>(i % 32))));
+  }
+}
+
+__global__ void dq_iq4_xs_kernel(const uint8_t* src, float* dst, uint64_t n) {
+  for (uint64_t i = global_tid(); i < n; i += grid_stride()) {
+    const uint8_t* b = src + (i / 256) * 136;
+    unsigned j = i % 256;
+    float dl = mul(half_at(b), static_cast<float>(ops::iq4_xs_scale(b, j / 32)));
+    dst[i] = mul(dl, static_cast<float>(ops::iq4_xs_int(b, j)));
+  }
+}
+
 // Pinned staging for uploads from pageable memory: the host fills buffer i + 1 while the copy
 // engine drains buffer i. One per device, used by one upload at a time.
 constexpr size_t kStageChunk = size_t{16} << 20;
@@ -246,6 +302,24 @@ StoragePtr dequantize(GgmlType type, const BackendStorage& raw_storage, size_t n
       break;
     case GgmlType::Q6_K:
       launch("dequantize_q6_k", dq_q6_k_kernel);
+      break;
+    case GgmlType::Q5_1:
+      launch("dequantize_q5_1", dq_q5_1_kernel);
+      break;
+    case GgmlType::Q2_K:
+      launch("dequantize_q2_k", dq_q2_k_kernel);
+      break;
+    case GgmlType::Q3_K:
+      launch("dequantize_q3_k", dq_q3_k_kernel);
+      break;
+    case GgmlType::Q5_K:
+      launch("dequantize_q5_k", dq_q5_k_kernel);
+      break;
+    case GgmlType::IQ4_NL:
+      launch("dequantize_iq4_nl", dq_iq4_nl_kernel);
+      break;
+    case GgmlType::IQ4_XS:
+      launch("dequantize_iq4_xs", dq_iq4_xs_kernel);
       break;
     default:
       throw UnsupportedDType(

@@ -1,6 +1,7 @@
 // qmatmul on CUDA for a few activation rows (decode, m <= 8): one warp per output row; each lane
 // dequantises 32 weights at a time in registers (the GGML blocks as stored, read 2 bytes at a
-// time since blocks are only 2-byte aligned) and multiplies them with every activation row, in
+// time since blocks are only 2-byte aligned; the types added later byte by byte, through
+// ops/ggml_blocks.h) and multiplies them with every activation row, in
 // f32; the warp then sums its lanes. Larger m is dequantise-then-cuBLAS (src/qmatmul.cpp).
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "cuda/cuda_storage.h"
 #include "cuda/kernel_utils.cuh"
 #include "cuda/quantized.h"
+#include "ops/ggml_blocks.h"
 #include "util.h"
 
 namespace wick::cuda {
@@ -94,6 +96,56 @@ __device__ __forceinline__ void chunk_values(const uint8_t* row, int c, float (&
         v[16 * h + l] = d1 * static_cast<float>(nib) - m1;
       }
     }
+  } else if constexpr (T == GgmlType::Q5_1) {
+    const uint8_t* b = row + c * 24;
+    float d = f16_at(b), m = f16_at(b + 2);
+    const uint32_t qh = ops::q5_1_high_bits(b);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) v[j] = d * static_cast<float>(ops::q5_1_int(b, qh, j)) + m;
+  } else if constexpr (T == GgmlType::IQ4_NL) {
+    const uint8_t* b = row + c * 18;
+    float d = f16_at(b);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) v[j] = d * static_cast<float>(ops::iq4_nl_int(b, j));
+  } else if constexpr (T == GgmlType::Q2_K) {
+    const uint8_t* b = row + (c / 8) * 84;
+    const unsigned j0 = 32 * (c % 8);
+    float d = f16_at(b + 80), dmin = f16_at(b + 82);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t sc = b[(j0 + 16 * h) / 16];
+      float dl = d * static_cast<float>(sc & 0x0f), ml = dmin * static_cast<float>(sc >> 4);
+#pragma unroll
+      for (int l = 0; l < 16; ++l) {
+        v[16 * h + l] = dl * static_cast<float>(ops::q2_k_int(b, j0 + 16 * h + l)) - ml;
+      }
+    }
+  } else if constexpr (T == GgmlType::Q3_K) {
+    const uint8_t* b = row + (c / 8) * 110;
+    const unsigned j0 = 32 * (c % 8);
+    float d = f16_at(b + 108);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float dl = d * static_cast<float>(ops::q3_k_scale(b, (j0 + 16 * h) / 16));
+#pragma unroll
+      for (int l = 0; l < 16; ++l) {
+        v[16 * h + l] = dl * static_cast<float>(ops::q3_k_int(b, j0 + 16 * h + l));
+      }
+    }
+  } else if constexpr (T == GgmlType::Q5_K) {
+    const uint8_t* b = row + (c / 8) * 176;
+    const unsigned j0 = 32 * (c % 8);
+    unsigned sc, mn;
+    ops::q4_k_scale_min(c % 8, b + 4, sc, mn);
+    float d1 = f16_at(b) * static_cast<float>(sc), m1 = f16_at(b + 2) * static_cast<float>(mn);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) v[l] = d1 * static_cast<float>(ops::q5_k_int(b, j0 + l)) - m1;
+  } else if constexpr (T == GgmlType::IQ4_XS) {
+    const uint8_t* b = row + (c / 8) * 136;
+    const unsigned j0 = 32 * (c % 8);
+    float dl = f16_at(b) * static_cast<float>(ops::iq4_xs_scale(b, c % 8));
+#pragma unroll
+    for (int l = 0; l < 32; ++l) v[l] = dl * static_cast<float>(ops::iq4_xs_int(b, j0 + l));
   } else {  // Q6_K
     const uint8_t* b = row + (c / 8) * 210;
     int j = c % 8, half = j / 4, g = j % 4;
@@ -124,6 +176,12 @@ __host__ __device__ constexpr size_t row_bytes(size_t k) {
   if constexpr (T == GgmlType::Q5_0) return k / 32 * 22;
   if constexpr (T == GgmlType::Q8_0) return k / 32 * 34;
   if constexpr (T == GgmlType::Q4_K) return k / 256 * 144;
+  if constexpr (T == GgmlType::Q5_1) return k / 32 * 24;
+  if constexpr (T == GgmlType::IQ4_NL) return k / 32 * 18;
+  if constexpr (T == GgmlType::Q2_K) return k / 256 * 84;
+  if constexpr (T == GgmlType::Q3_K) return k / 256 * 110;
+  if constexpr (T == GgmlType::Q5_K) return k / 256 * 176;
+  if constexpr (T == GgmlType::IQ4_XS) return k / 256 * 136;
   return k / 256 * 210;
 }
 
@@ -194,6 +252,24 @@ void launch_typed(GgmlType type, const uint8_t* w, const X* x, X* y, int n, int 
       break;
     case GgmlType::Q6_K:
       qmatvec_kernel<GgmlType::Q6_K, X><<<grid, block, 0, s>>>(w, x, y, n, k, m);
+      break;
+    case GgmlType::Q5_1:
+      qmatvec_kernel<GgmlType::Q5_1, X><<<grid, block, 0, s>>>(w, x, y, n, k, m);
+      break;
+    case GgmlType::Q2_K:
+      qmatvec_kernel<GgmlType::Q2_K, X><<<grid, block, 0, s>>>(w, x, y, n, k, m);
+      break;
+    case GgmlType::Q3_K:
+      qmatvec_kernel<GgmlType::Q3_K, X><<<grid, block, 0, s>>>(w, x, y, n, k, m);
+      break;
+    case GgmlType::Q5_K:
+      qmatvec_kernel<GgmlType::Q5_K, X><<<grid, block, 0, s>>>(w, x, y, n, k, m);
+      break;
+    case GgmlType::IQ4_NL:
+      qmatvec_kernel<GgmlType::IQ4_NL, X><<<grid, block, 0, s>>>(w, x, y, n, k, m);
+      break;
+    case GgmlType::IQ4_XS:
+      qmatvec_kernel<GgmlType::IQ4_XS, X><<<grid, block, 0, s>>>(w, x, y, n, k, m);
       break;
     default:
       throw UnsupportedDType(

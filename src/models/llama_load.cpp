@@ -218,6 +218,14 @@ Tokenizer load_gguf_tokenizer(const std::string& gguf_path) {
   if (f.contains_key("tokenizer.ggml.merges")) {
     v.merges = f.get_string_array("tokenizer.ggml.merges");
   }
+  if (f.contains_key("tokenizer.ggml.scores")) {
+    for (double score : f.get_float_array("tokenizer.ggml.scores")) {
+      v.scores.push_back(static_cast<float>(score));
+    }
+  }
+  if (f.contains_key("tokenizer.ggml.add_space_prefix")) {
+    v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix");
+  }
   if (f.contains_key("tokenizer.ggml.token_type")) {
     for (int64_t t : f.get_int_array("tokenizer.ggml.token_type")) {
       v.token_types.push_back(static_cast<int32_t>(t));

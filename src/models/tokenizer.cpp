@@ -13,6 +13,7 @@
 #include "models/json_file.h"
 #include "models/tokenizer_models.h"
 #include "models/tokenizer_pipeline.h"
+#include "models/tokenizer_spm.h"
 #include "models/tokenizer_unicode.h"
 
 namespace wick {
@@ -159,11 +160,14 @@ struct Tokenizer::Impl {
   ChatFormat chat_format = ChatFormat::None;
   std::string default_system;
 
-  // Pre-tokenises and tokenises text that holds no added token.
-  void tokenize_text(std::string_view text, std::vector<uint32_t>& ids) const {
+  // Pre-tokenises and tokenises text that holds no added token; `first` when it starts the input.
+  void tokenize_text(std::string_view text, bool first, std::vector<uint32_t>& ids) const {
     if (text.empty()) return;
     std::string spaced;
-    if (prefix_space && text.front() != ' ') {
+    if (pre_tokenizer && pre_tokenizer->rewrites()) {
+      spaced = pre_tokenizer->rewrite(text, first);
+      text = spaced;
+    } else if (prefix_space && text.front() != ' ') {
       spaced.reserve(text.size() + 1);
       spaced.push_back(' ');
       spaced.append(text);
@@ -190,7 +194,7 @@ struct Tokenizer::Impl {
         piece = normalized;
       }
       if (!added.has_normalized()) {
-        tokenize_text(piece, ids);
+        tokenize_text(piece, seg.begin == 0, ids);
         continue;
       }
       std::vector<Segment> parts;
@@ -199,7 +203,8 @@ struct Tokenizer::Impl {
         if (part.id >= 0) {
           ids.push_back(static_cast<uint32_t>(part.id));
         } else {
-          tokenize_text(piece.substr(part.begin, part.end - part.begin), ids);
+          tokenize_text(piece.substr(part.begin, part.end - part.begin),
+                        seg.begin == 0 && part.begin == 0, ids);
         }
       }
     }
@@ -511,9 +516,10 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
 }
 
 Tokenizer Tokenizer::from_gguf_vocab(const GgufVocab& v) {
-  if (v.model != "gpt2") {
+  const bool spm = v.model == "llama";
+  if (v.model != "gpt2" && !spm) {
     throw TokenizerError("Tokenizer::from_gguf_vocab: tokenizer model '" + v.model +
-                         "' is not supported (only 'gpt2', byte-level BPE)");
+                         "' is not supported ('gpt2', byte-level BPE; 'llama', SentencePiece)");
   }
   if (v.tokens.empty()) throw TokenizerError("Tokenizer::from_gguf_vocab: no tokens");
   if (!v.token_types.empty() && v.token_types.size() != v.tokens.size()) {
@@ -521,35 +527,43 @@ Tokenizer Tokenizer::from_gguf_vocab(const GgufVocab& v) {
                          " token types for " + std::to_string(v.tokens.size()) + " tokens");
   }
   auto impl = std::make_shared<Impl>();
-  impl->pre_tokenizer = pre_tokenizer_for_gguf(v.pre);
-  impl->normalizer = normalizer_for_gguf(v.pre);
-  impl->byte_level = true;
-  impl->decoder = make_byte_level_decoder();
+  if (spm) {
+    SpmGgufStages stages = spm_gguf_stages(v);
+    impl->normalizer = std::move(stages.normalizer);
+    impl->model = std::move(stages.model);
+    impl->decoder = std::move(stages.decoder);
+  } else {
+    impl->pre_tokenizer = pre_tokenizer_for_gguf(v.pre);
+    impl->normalizer = normalizer_for_gguf(v.pre);
+    impl->byte_level = true;
+    impl->decoder = make_byte_level_decoder();
 
-  Vocab vocab;
-  for (size_t i = 0; i < v.tokens.size(); ++i) vocab.add(v.tokens[i], static_cast<uint32_t>(i));
-  std::vector<std::pair<std::string, std::string>> merges;
-  merges.reserve(v.merges.size());
-  for (const std::string& m : v.merges) {
-    size_t space = m.find(' ', 1);
-    if (space == std::string::npos) {
-      throw TokenizerError("Tokenizer::from_gguf_vocab: merge '" + m + "' is not two tokens");
+    Vocab vocab;
+    for (size_t i = 0; i < v.tokens.size(); ++i) vocab.add(v.tokens[i], static_cast<uint32_t>(i));
+    std::vector<std::pair<std::string, std::string>> merges;
+    merges.reserve(v.merges.size());
+    for (const std::string& m : v.merges) {
+      size_t space = m.find(' ', 1);
+      if (space == std::string::npos) {
+        throw TokenizerError("Tokenizer::from_gguf_vocab: merge '" + m + "' is not two tokens");
+      }
+      merges.emplace_back(m.substr(0, space), m.substr(space + 1));
     }
-    merges.emplace_back(m.substr(0, space), m.substr(space + 1));
+    BpeOptions options;
+    options.byte_level = true;
+    // Llama 3's tokenizer.json sets ignore_merges; llama.cpp does the same for these names.
+    options.ignore_merges = v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3";
+    impl->model = std::make_unique<Bpe>(std::move(vocab), merges, std::move(options));
   }
-  BpeOptions options;
-  options.byte_level = true;
-  // Llama 3's tokenizer.json sets ignore_merges; llama.cpp does the same for these names.
-  options.ignore_merges = v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3";
-  impl->model = std::make_unique<Bpe>(std::move(vocab), merges, std::move(options));
 
   for (size_t i = 0; i < v.token_types.size(); ++i) {
     int32_t type = v.token_types[i];
-    if (type != 3 && type != 4) continue;  // control and user-defined tokens
+    // Control and user-defined tokens, and SentencePiece's unknown token, as llama.cpp matches.
+    if (type != 3 && type != 4 && !(spm && type == 2)) continue;
     AddedToken a;
     a.id = static_cast<uint32_t>(i);
-    if (!byte_level_to_bytes(v.tokens[i], a.content)) a.content = v.tokens[i];
-    a.special = type == 3;
+    if (spm || !byte_level_to_bytes(v.tokens[i], a.content)) a.content = v.tokens[i];
+    a.special = type != 4;
     impl->added.add(std::move(a));
   }
   auto check_id = [&](std::optional<uint32_t> id, const char* what) {
@@ -630,11 +644,12 @@ std::string Tokenizer::decode(const std::vector<uint32_t>& ids, bool skip_specia
 
 std::string Tokenizer::id_to_bytes(uint32_t id) const {
   std::string text = impl().token_text(id, "Tokenizer::id_to_bytes");
-  if (impl().byte_level && !impl().added.find(id)) {
+  if (impl().added.find(id)) return text;
+  if (impl().byte_level) {
     std::string bytes;
     if (byte_level_to_bytes(text, bytes)) return bytes;
   }
-  return text;
+  return impl().decoder ? impl().decoder->token_bytes(std::move(text)) : text;
 }
 
 std::optional<uint32_t> Tokenizer::token_to_id(std::string_view token) const {

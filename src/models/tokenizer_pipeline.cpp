@@ -6,6 +6,7 @@
 
 #include "formats/json_util.h"
 #include "models/tokenizer_regex.h"
+#include "models/tokenizer_spm.h"
 #include "models/tokenizer_unicode.h"
 #include "wick/tokenizer.h"
 
@@ -366,6 +367,13 @@ class SequencePreTokenizer final : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts)
       : parts_(std::move(parts)) {
+    for (size_t i = 1; i < parts_.size(); ++i) {
+      if (parts_[i]->rewrites()) {
+        throw TokenizerError(
+            "tokenizer.json: a Metaspace pre-tokenizer after others in a Sequence is not "
+            "supported");
+      }
+    }
     for (size_t i = 0; i < parts_.size(); ++i) {
       // The byte-level mapping is done by the model on raw bytes, so it must come last; a
       // prefix space is added to the whole text, so only a first ByteLevel may ask for one.
@@ -387,6 +395,10 @@ class SequencePreTokenizer final : public PreTokenizer {
   bool byte_level() const override { return !parts_.empty() && parts_.back()->byte_level(); }
   bool adds_prefix_space() const override {
     return !parts_.empty() && parts_.front()->adds_prefix_space();
+  }
+  bool rewrites() const override { return !parts_.empty() && parts_.front()->rewrites(); }
+  std::string rewrite(std::string_view text, bool first) const override {
+    return parts_.front()->rewrite(text, first);
   }
 
  private:
@@ -549,6 +561,10 @@ class SequenceDecoder final : public Decoder {
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& p : parts_) p->decode_chain(tokens);
   }
+  std::string token_bytes(std::string token) const override {
+    for (const auto& p : parts_) token = p->token_bytes(std::move(token));
+    return token;
+  }
 
  private:
   std::vector<std::unique_ptr<Decoder>> parts_;
@@ -619,6 +635,7 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& j) {
     for (const Json& p : j.at("normalizers")) parts.push_back(make_normalizer(p));
     return std::make_unique<SequenceNormalizer>(std::move(parts));
   }
+  if (auto spm = make_spm_normalizer(j)) return spm;
   unsupported("normalizer", j);
 }
 
@@ -657,6 +674,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& j) {
     for (const Json& p : j.at("pretokenizers")) parts.push_back(make_pre_tokenizer(p));
     return std::make_unique<SequencePreTokenizer>(std::move(parts));
   }
+  if (auto spm = make_spm_pre_tokenizer(j)) return spm;
   unsupported("pre_tokenizer", j);
 }
 
@@ -691,6 +709,7 @@ std::unique_ptr<Decoder> make_decoder(const Json& j) {
     for (const Json& p : j.at("decoders")) parts.push_back(make_decoder(p));
     return std::make_unique<SequenceDecoder>(std::move(parts));
   }
+  if (auto spm = make_spm_decoder(j)) return spm;
   unsupported("decoder", j);
 }
 

@@ -36,6 +36,15 @@ class PreTokenizer {
   virtual bool byte_level() const { return false; }
   /// True when each text gets a leading space first (ByteLevel's add_prefix_space).
   virtual bool adds_prefix_space() const { return false; }
+  /// True when the text is rewritten before split() cuts it (Metaspace replaces spaces and may
+  /// prepend its replacement).
+  virtual bool rewrites() const { return false; }
+  /// The rewritten text, for a pre-tokeniser that rewrites(); `first` says whether the text
+  /// starts the input.
+  virtual std::string rewrite(std::string_view text, bool first) const {
+    (void)first;
+    return std::string(text);
+  }
 };
 
 class PostProcessor {
@@ -52,6 +61,10 @@ class Decoder {
   virtual ~Decoder() = default;
   /// Hugging Face's decode_chain: rewrites the token strings, the result is their concatenation.
   virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+  /// What one token contributes inside a decoded text, as raw bytes: the decoder's per-token
+  /// rewriting (Replace, ByteFallback, Metaspace) without the steps that depend on the token's
+  /// place (Strip, the first token's Metaspace prefix).
+  virtual std::string token_bytes(std::string token) const { return token; }
 };
 
 /// Builders from tokenizer.json objects; a null JSON value gives nullptr. Unsupported types

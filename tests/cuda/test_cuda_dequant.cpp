@@ -43,6 +43,22 @@ TEST(CudaDequant, EveryTypeMatchesTheCpuBitForBit) {
   }
 }
 
+// The types of scripts/make_quant_refs.py: Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS.
+TEST(CudaDequant, MoreTypesMatchThePythonPackageBitForBit) {
+  WICK_REQUIRE_GPU();
+  auto f = gguf::File::open(std::string(WICK_FORMAT_DATA_DIR) + "/py_quant_more.gguf");
+  for (const char* type : {"Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS"}) {
+    SCOPED_TRACE(type);
+    std::string name = std::string("q.") + type;
+    Tensor gpu = f.get(name, Device::cuda(0));
+    ASSERT_TRUE(gpu.device().is_cuda());
+    ASSERT_EQ(gpu.shape(), Shape({2, 512}));
+    EXPECT_EQ(bits_of(gpu), bits_of(f.get(std::string("expected.") + type)));
+    QTensor q = f.get_quantized(name, Device::cuda(0));
+    EXPECT_EQ(bits_of(q.dequantize()), bits_of(f.get(std::string("expected.") + type)));
+  }
+}
+
 TEST(CudaDequant, LargeTensorUsesEveryBlock) {
   WICK_REQUIRE_GPU();
   // 4096 Q6_K blocks (1M values, > one grid-stride pass at small grids): CPU and GPU agree.
