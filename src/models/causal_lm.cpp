@@ -46,6 +46,7 @@ const std::vector<Family>& families() {
       {"llama", "llama", load_llama_family},
       {"mistral", nullptr, load_llama_family},
       {"qwen2", nullptr, load_qwen2},
+      {"qwen3", "qwen3", load_qwen3},
   };
   return table;
 }

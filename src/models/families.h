@@ -15,6 +15,8 @@ std::unique_ptr<CausalLM> load_llama_family(const std::string& path, const Devic
                                             DType dtype);
 /// qwen2.cpp: Qwen2 folders.
 std::unique_ptr<CausalLM> load_qwen2(const std::string& path, const Device& device, DType dtype);
+/// qwen3.cpp: Qwen3 folders and qwen3 GGUF files.
+std::unique_ptr<CausalLM> load_qwen3(const std::string& path, const Device& device, DType dtype);
 
 /// A Llama-family model from a folder's safetensors under `config` (llama_load.cpp).
 Llama load_llama_weights(const std::string& dir, const LlamaConfig& config, const Device& device,
