@@ -110,7 +110,9 @@ TEST_P(Family, BatchLogitsChunksAndGreedyTokensEqualTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, Family,
                          ::testing::Values(Case{"qwen3", "qwen3", false},
-                                           Case{"qwen3", "qwen3", true}),
+                                           Case{"qwen3", "qwen3", true},
+                                           Case{"mistral", "mistral", false},
+                                           Case{"phi3", "phi3", false}, Case{"phi3", "phi3", true}),
                          [](const auto& info) { return case_name(info.param); });
 
 TEST(Families, UnknownModelTypeIsAFormatErrorListingTheKnownOnes) {
@@ -127,7 +129,7 @@ TEST(Families, UnknownModelTypeIsAFormatErrorListingTheKnownOnes) {
       EXPECT_NE(m.find(known), std::string::npos) << known << " not listed in: " << m;
     }
   }
-  for (const char* family : {"qwen3"}) {
+  for (const char* family : {"qwen3", "mistral", "phi3"}) {
     auto known = models::causal_lm_architectures();
     EXPECT_NE(std::find(known.begin(), known.end(), family), known.end()) << family;
   }

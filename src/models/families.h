@@ -18,6 +18,11 @@ std::unique_ptr<CausalLM> load_qwen2(const std::string& path, const Device& devi
 /// qwen3.cpp: Qwen3 folders and qwen3 GGUF files.
 std::unique_ptr<CausalLM> load_qwen3(const std::string& path, const Device& device, DType dtype);
 
+/// mistral.cpp: Mistral folders (sliding-window attention; without a window, Llama's loader).
+std::unique_ptr<CausalLM> load_mistral(const std::string& path, const Device& device, DType dtype);
+/// phi3.cpp: Phi-3 folders and phi3 GGUF files.
+std::unique_ptr<CausalLM> load_phi3(const std::string& path, const Device& device, DType dtype);
+
 /// A Llama-family model from a folder's safetensors under `config` (llama_load.cpp).
 Llama load_llama_weights(const std::string& dir, const LlamaConfig& config, const Device& device,
                          DType dtype);
