@@ -123,6 +123,7 @@ def write_gguf(model, family, path):
     rope = cfg.rope_parameters
     if arch == "gemma3":
         w.add_rope_freq_base(rope["full_attention"]["rope_theta"])
+        w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope["full_attention"]["factor"])
         w.add_sliding_window(cfg.sliding_window)
@@ -130,6 +131,9 @@ def write_gguf(model, family, path):
     else:
         w.add_rope_freq_base(rope["rope_theta"])
     if arch == "gemma2":
+        # llama.cpp derives the score scale from head_dim; the tiny model's
+        # query_pre_attn_scalar differs, so the file states it (llama.cpp's attention.scale key).
+        w.add_attention_scale(cfg.query_pre_attn_scalar ** -0.5)
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
         w.add_sliding_window(cfg.sliding_window)

@@ -108,12 +108,14 @@ TEST_P(Family, BatchLogitsChunksAndGreedyTokensEqualTransformers) {
   EXPECT_EQ(Generator(model, opt).generate(first), greedy);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, Family,
-                         ::testing::Values(Case{"qwen3", "qwen3", false},
-                                           Case{"qwen3", "qwen3", true},
-                                           Case{"mistral", "mistral", false},
-                                           Case{"phi3", "phi3", false}, Case{"phi3", "phi3", true}),
-                         [](const auto& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    Tiny, Family,
+    ::testing::Values(Case{"qwen3", "qwen3", false}, Case{"qwen3", "qwen3", true},
+                      Case{"mistral", "mistral", false}, Case{"phi3", "phi3", false},
+                      Case{"phi3", "phi3", true}, Case{"gemma2", "gemma2", false},
+                      Case{"gemma2", "gemma2", true}, Case{"gemma3_text", "gemma3_text", false},
+                      Case{"gemma3_text", "gemma3", true}),
+    [](const auto& info) { return case_name(info.param); });
 
 TEST(Families, UnknownModelTypeIsAFormatErrorListingTheKnownOnes) {
   auto dir = std::filesystem::temp_directory_path() / "wick_families_unknown";
@@ -129,7 +131,7 @@ TEST(Families, UnknownModelTypeIsAFormatErrorListingTheKnownOnes) {
       EXPECT_NE(m.find(known), std::string::npos) << known << " not listed in: " << m;
     }
   }
-  for (const char* family : {"qwen3", "mistral", "phi3"}) {
+  for (const char* family : {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text"}) {
     auto known = models::causal_lm_architectures();
     EXPECT_NE(std::find(known.begin(), known.end(), family), known.end()) << family;
   }

@@ -23,6 +23,11 @@ std::unique_ptr<CausalLM> load_mistral(const std::string& path, const Device& de
 /// phi3.cpp: Phi-3 folders and phi3 GGUF files.
 std::unique_ptr<CausalLM> load_phi3(const std::string& path, const Device& device, DType dtype);
 
+/// gemma2.cpp: Gemma 2 folders and gemma2 GGUF files.
+std::unique_ptr<CausalLM> load_gemma2(const std::string& path, const Device& device, DType dtype);
+/// gemma3.cpp: Gemma 3 text folders (gemma3_text) and gemma3 GGUF files.
+std::unique_ptr<CausalLM> load_gemma3(const std::string& path, const Device& device, DType dtype);
+
 /// A Llama-family model from a folder's safetensors under `config` (llama_load.cpp).
 Llama load_llama_weights(const std::string& dir, const LlamaConfig& config, const Device& device,
                          DType dtype);
