@@ -48,10 +48,11 @@ SHAPES = {
     "gemma3-1b": Shape("gemma3", 262144, 1152, 6912, 26, 4, 1, 1000000.0, 1e-6, head_dim=256,
                        qk_norm=True, extra={"sliding_window": 512, "rope_local": 10000.0,
                                             "pattern": 6}),
-    # Tiny shapes of the same architectures, for checking the scripts.
-    "qwen3-tiny": Shape("qwen3", 512, 64, 128, 2, 4, 2, 1000000.0, 1e-6, head_dim=32,
+    # Tiny shapes of the same architectures, for checking the scripts (the benchmarks' prompt
+    # ids go up to 999).
+    "qwen3-tiny": Shape("qwen3", 1024, 64, 128, 2, 4, 2, 1000000.0, 1e-6, head_dim=32,
                         qk_norm=True),
-    "gemma3-tiny": Shape("gemma3", 512, 64, 128, 3, 2, 1, 1000000.0, 1e-6, head_dim=32,
+    "gemma3-tiny": Shape("gemma3", 1024, 64, 128, 3, 2, 1, 1000000.0, 1e-6, head_dim=32,
                          qk_norm=True, extra={"sliding_window": 8, "rope_local": 10000.0,
                                               "pattern": 3}),
 }
@@ -66,7 +67,8 @@ TYPES = {
 
 
 def byte_vocab(n):
-    """n tokens: GPT-2's 256 byte characters, then filler words, the last two <|bos|> <|eos|>."""
+    """n tokens: GPT-2's 256 byte characters, "ab" (the one merge), filler words, and last
+    <|bos|> <|eos|>."""
     chars = []
     for b in range(256):
         if b < 33 or 126 < b < 161 or b == 173:
@@ -74,8 +76,8 @@ def byte_vocab(n):
             chars.append(chr(256 + k))
         else:
             chars.append(chr(b))
-    tokens = chars + [f"w{i}" for i in range(256, n - 2)] + ["<|bos|>", "<|eos|>"]
-    types = [6] * 256 + [1] * (n - 258) + [3, 3]
+    tokens = chars + ["ab"] + [f"w{i}" for i in range(257, n - 2)] + ["<|bos|>", "<|eos|>"]
+    types = [1] * (n - 2) + [3, 3]  # byte-level BPE files mark the byte tokens normal
     return tokens[:n], types[:n]
 
 
@@ -110,7 +112,7 @@ def write(shape, qtype, embed_type, output, seed=0):
     w.add_tokenizer_pre("qwen2" if s.arch == "qwen3" else "default")
     w.add_token_list(tokens)
     w.add_token_types(types)
-    w.add_token_merges([])
+    w.add_token_merges(["a b"])
     w.add_bos_token_id(s.vocab - 2)
     w.add_eos_token_id(s.vocab - 1)
 
