@@ -5,7 +5,9 @@ hidden 1024, 28 layers, 16 heads, 8 kv heads, head_dim 128, intermediate 3072, v
 embeddings) written as a Q4_0 GGUF by scripts/make_random_gguf.py. Rounds alternate the two
 engines (and which goes first) for each thread count; the figures are the medians of the rounds.
 wick runs through bench_generate --model (kept quantized, WICK_NUM_THREADS=t), llama.cpp through
-scripts/bench_llamacpp.py's loop (the same prompt and decode length).
+scripts/bench_llamacpp.py's loop (the same prompt and decode length). On a loaded machine
+llama.cpp's OpenMP threads spin-wait and its 2-thread figures collapse: run with
+OMP_WAIT_POLICY=PASSIVE in the environment to have them sleep instead (wick ignores it).
 
     python3 bench/family_peer.py --bench build/bench/bench_generate
     python3 bench/family_peer.py --shape gemma3-1b --threads 1,2 --rounds 5
