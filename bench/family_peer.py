@@ -94,7 +94,8 @@ def main():
         print(f"{'threads':>7} {'engine':>10} {'prefill tok/s':>14} {'decode tok/s':>13}")
         med = {k: (statistics.median(p for p, _ in v), statistics.median(d for _, d in v))
                for k, v in runs.items()}
-        tag = (a.shape if not a.model else "model").replace("-", "_").replace(".", "_")
+        tag = a.shape if not a.model else os.path.splitext(os.path.basename(a.model))[0]
+        tag = re.sub(r"[^0-9A-Za-z]+", "_", tag)
         for t in threads:
             for engine in ("llama.cpp", "wick"):
                 p, d = med[(engine, t)]
