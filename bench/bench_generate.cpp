@@ -1,4 +1,5 @@
-// Decode speed of wick's Llama (batch 1): prefill tok/s and decode tok/s, op by op and (CUDA)
+// Decode speed of a wick causal LM (batch 1; Llama and Qwen2 as --shape or --model, the other
+// families of load_causal_lm as --model): prefill tok/s and decode tok/s, op by op and (CUDA)
 // with the decode step replayed as one CUDA graph, beside the peer's figures measured in the same
 // run (bench/cuda/generate_peer.py writes them to a JSON file given with --peer).
 //
@@ -11,12 +12,15 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cuda/tuning_env.h"
+#include "wick/causal_lm.h"
 #include "wick/generator.h"
+#include "wick/gguf.h"
 #include "wick/llama.h"
 #include "wick/wick.h"
 
@@ -83,7 +87,7 @@ struct Figures {
 };
 
 // Best of `repeats` (after one warm-up run that also captures the graph).
-Figures measure(const wick::models::Llama& m, const std::vector<uint32_t>& prompt, size_t n,
+Figures measure(const wick::models::CausalLM& m, const std::vector<uint32_t>& prompt, size_t n,
                 bool graph, int repeats) {
   wick::GenerateOptions opt;
   opt.max_new_tokens = n;
@@ -100,6 +104,20 @@ Figures measure(const wick::models::Llama& m, const std::vector<uint32_t>& promp
     f.graph_nodes = gen.stats().graph_nodes;
   }
   return f;
+}
+
+// Whether Llama::load reads `path` (a GGUF architecture or config.json model_type of Llama or
+// Qwen2), so that --keep-quantized applies; the other families load through load_causal_lm.
+bool llama_family(const std::string& path) {
+  std::string arch;
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
+    arch = wick::gguf::File::open(path).architecture();
+  } else {
+    std::ifstream in(path + "/config.json");
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_object()) arch = j.value("model_type", "");
+  }
+  return arch == "llama" || arch == "qwen2";
 }
 
 }  // namespace
@@ -127,9 +145,16 @@ int main(int argc, char** argv) {
                      : dtype_name == "f16" ? wick::DType::F16
                                            : wick::DType::F32;
     if (model_path.empty() && shape.empty()) throw wick::Error("give --model or --shape");
-    wick::models::Llama m = model_path.empty()
-                                ? random_model(shape_config(shape), dev, dt)
-                                : wick::models::Llama::load(model_path, dev, dt, keep_quantized);
+    std::unique_ptr<wick::models::CausalLM> model;
+    if (model_path.empty()) {
+      model = std::make_unique<wick::models::Llama>(random_model(shape_config(shape), dev, dt));
+    } else if (llama_family(model_path)) {
+      model = std::make_unique<wick::models::Llama>(
+          wick::models::Llama::load(model_path, dev, dt, keep_quantized));
+    } else {
+      model = wick::models::load_causal_lm(model_path, dev, dt);
+    }
+    const wick::models::CausalLM& m = *model;
     std::vector<uint32_t> prompt(prompt_len);
     for (size_t i = 0; i < prompt_len; ++i)
       prompt[i] = static_cast<uint32_t>((i * 7919 + 11) % 1000);
@@ -139,7 +164,10 @@ int main(int argc, char** argv) {
     std::printf("bench_generate: %s, %s, %s, prompt %zu, %zu new tokens, best of %d\n",
                 what.c_str(), device_name.c_str(), dtype_name.c_str(), prompt_len, new_tokens,
                 repeats);
-    std::printf("weights: %.1f MiB\n", m.weight_bytes() / 1048576.0);
+    std::printf("architecture: %s\n", m.config().architecture.c_str());
+    if (const auto* llama = dynamic_cast<const wick::models::Llama*>(&m)) {
+      std::printf("weights: %.1f MiB\n", llama->weight_bytes() / 1048576.0);
+    }
     std::printf("%-34s %14s %14s %14s\n", "engine", "prefill tok/s", "decode tok/s", "kv MiB");
     Figures plain = measure(m, prompt, new_tokens, false, repeats);
     std::printf("%-34s %14.1f %14.1f %14.2f\n", "wick (op by op)", plain.prompt_tps,
@@ -148,8 +176,7 @@ int main(int argc, char** argv) {
       Figures g = measure(m, prompt, new_tokens, true, repeats);
       std::printf("%-34s %14.1f %14.1f %14.2f\n", "wick (decode step as a CUDA graph)",
                   g.prompt_tps, g.decode_tps, g.kv_bytes / 1048576.0);
-      std::printf("decode graph: %zu nodes (%zu layers)\n", g.graph_nodes,
-                  m.config().num_hidden_layers);
+      std::printf("decode graph: %zu nodes (%zu layers)\n", g.graph_nodes, m.config().num_layers);
       std::printf("RESULT wick_graph_decode_tps %.1f\n", g.decode_tps);
     }
     std::printf("RESULT wick_decode_tps %.1f\n", plain.decode_tps);

@@ -44,6 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     wick::Tokenizer tok = wick::models::load_gguf_tokenizer(path);
     std::vector<uint32_t> ids = tok.encode("Hello, world! <|im_end|> caf\xc3\xa9", true);
     (void)tok.decode(ids, false);
+    (void)tok.end_of_turn_ids();
     (void)tok.apply_chat_template({{"user", "hi"}});
   } catch (const wick::Error&) {
   }

@@ -31,6 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     (void)tok.pad_id();
     try {
+      (void)tok.end_of_turn_ids();
       (void)tok.apply_chat_template({{"user", "hi"}});
     } catch (const wick::Error&) {
     }

@@ -441,6 +441,86 @@ TEST_F(CliText, PenaltiesChangeGreedyOutput) {
   EXPECT_GT(distinct_b.size(), distinct_a.size());
 }
 
+// The chat template of a tokenizer_config.json beside the tiny model's tokenizer: "<|end|>" ends
+// an assistant turn and only follows assistant turns, so a one-turn prompt holds no <|end|>.
+const char* kTinyTemplate =
+    "{% for m in messages %}{{ m.role }} {{ m.content }} {% if m.role == 'assistant' %}<|end|> "
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}assistant {% endif %}";
+
+// Makes the tiny tokenizer's id `id` the special token `content`.
+void make_special(const fs::path& tokenizer_json, uint32_t id, const std::string& content) {
+  json tok = json::parse(read_file(tokenizer_json));
+  json& vocab = tok["model"]["vocab"];
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (it.value() == id) {
+      vocab.erase(it);
+      break;
+    }
+  }
+  vocab[content] = id;
+  tok["added_tokens"].push_back(
+      {{"id", id}, {"content", content}, {"special", true}, {"normalized", false}});
+  write_file(tokenizer_json, tok.dump());
+}
+
+TEST_F(CliText, ChatWithoutTemplateNamesTheTokenizer) {
+  Result r = generate(m() + " --chat --prompt 'the cat' --max-new 4");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("no chat template"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((model_ / "tokenizer.json").string()), std::string::npos) << r.err;
+  Result sys = generate(m() + " --system 'be brief' --prompt 'the cat' --max-new 4");
+  EXPECT_EQ(sys.rc, 1);
+  EXPECT_NE(sys.err.find("no chat template"), std::string::npos) << sys.err;
+}
+
+TEST_F(CliText, ChatStopsAtTheTemplatesTurnEnd) {
+  write_file(model_ / "tokenizer_config.json", json{{"chat_template", kTinyTemplate}}.dump());
+  const std::string args = m() + " --chat --prompt 'the cat sat on' --max-new 40 --json -q";
+  Result free = generate(args + " --ignore-eos");
+  ASSERT_EQ(free.rc, 0) << free.err;
+  auto ids = json::parse(free.out)["ids"].get<std::vector<uint32_t>>();
+  // A generated id from the fourth on that neither the prompt nor the answer before it uses, and
+  // not the model's eos (2), becomes <|end|>: the answer must stop there.
+  wick::Tokenizer tok = wick::Tokenizer::from_file(model_.string());
+  std::vector<uint32_t> prompt = tok.encode("user the cat sat on assistant ", false);
+  auto used = [&](size_t k) {
+    return ids[k] == 2 || std::find(prompt.begin(), prompt.end(), ids[k]) != prompt.end() ||
+           std::find(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), ids[k]) !=
+               ids.begin() + static_cast<ptrdiff_t>(k);
+  };
+  size_t k = 3;
+  while (k < ids.size() && used(k)) ++k;
+  ASSERT_LT(k, 16u) << "no new id among the first 16 generated";
+  ASSERT_EQ(std::find(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), 2u),
+            ids.begin() + static_cast<ptrdiff_t>(k))
+      << "the tiny model says eos first";
+  make_special(model_ / "tokenizer.json", ids[k], "<|end|>");
+  Result stopped = generate(args);
+  ASSERT_EQ(stopped.rc, 0) << stopped.err;
+  json j = json::parse(stopped.out);
+  EXPECT_EQ(j["ids"].get<std::vector<uint32_t>>(),
+            std::vector<uint32_t>(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k) + 1));
+  EXPECT_EQ(j["finish_reason"], "stop");
+  std::string text = j["text"];
+  EXPECT_EQ(json::parse(free.out)["text"].get<std::string>().rfind(text, 0), 0u) << text;
+
+  // -i: each answer ends at <|end|> too, and the next turn follows it.
+  Result chat = generate(m() + " -i -q --max-new 20", "the cat sat on\nthe dog\n");
+  ASSERT_EQ(chat.rc, 0) << chat.err;
+  EXPECT_EQ(chat.out.rfind(text + "\n", 0), 0u) << chat.out;
+  EXPECT_EQ(std::count(chat.out.begin(), chat.out.end(), '\n'), 2) << chat.out;
+
+  // --stop strings cut a chat answer too.
+  if (text.size() > 3) {
+    std::string stop = text.substr(text.size() / 2, 2);
+    Result cut = generate(args + " --stop " + q(stop));
+    ASSERT_EQ(cut.rc, 0) << cut.err;
+    EXPECT_EQ(json::parse(cut.out)["text"], text.substr(0, text.find(stop)));
+    EXPECT_EQ(json::parse(cut.out)["finish_reason"], "stop");
+  }
+}
+
 // ---- wick-embed ----
 
 TEST_F(Cli, EmbedRefusesWrongInputsBeforeLoading) {

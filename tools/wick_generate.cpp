@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -104,7 +105,8 @@ int main(int argc, char** argv) {
   o_prompt->excludes(o_file)->excludes(o_ids);
   o_file->excludes(o_ids);
   app.add_flag("--chat", chat,
-               "wrap the prompt in the model's chat template as a user turn; defaults become "
+               "wrap the prompt in the model's own chat template as a user turn, stopping at its "
+               "end-of-turn token; defaults become "
                "--repeat-penalty 1.1 and, when sampling, --top-k 40 --top-p 0.95 --min-p 0.05");
   app.add_flag("-i,--interactive", interactive,
                "chat: each line of stdin is a user turn, answered in turn (implies --chat; "
@@ -263,10 +265,15 @@ int main(int argc, char** argv) {
     }
     if (tok) {
       if (chat) {
-        // ChatML ends a turn with <|im_end|>: stop there as well as at eos.
-        if (auto end = tok->token_to_id("<|im_end|>")) opt.stop_tokens.push_back(*end);
-        if (auto eos = tok->eos_id()) opt.stop_tokens.push_back(*eos);
-        for (uint32_t e : config.eos_token_ids) opt.stop_tokens.push_back(e);
+        // An answer ends at the model's eos ids, the tokenizer's eos and the special token its
+        // chat template ends an assistant turn with.
+        opt.stop_tokens = tok->end_of_turn_ids();
+        for (uint32_t e : config.eos_token_ids) {
+          if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), e) ==
+              opt.stop_tokens.end()) {
+            opt.stop_tokens.push_back(e);
+          }
+        }
       }
       opt.token_text = [&tok](uint32_t id) {
         return tok->is_special(id) ? std::string() : tok->id_to_bytes(id);

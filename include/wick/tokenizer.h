@@ -46,7 +46,8 @@ struct GgufVocab {
   std::optional<uint32_t> bos_id, eos_id, unk_id, pad_id;
   bool add_bos = false;       ///< tokenizer.ggml.add_bos_token
   bool add_eos = false;       ///< tokenizer.ggml.add_eos_token
-  std::string chat_template;  ///< tokenizer.chat_template (used to pick the chat format)
+  std::string chat_template;  ///< tokenizer.chat_template (apply_chat_template renders it)
+  std::string source;         ///< the file the vocabulary comes from, named in errors
 };
 
 /// Text <-> ids. Immutable after loading; copies share the loaded data and every method may be
@@ -57,7 +58,9 @@ class Tokenizer {
   Tokenizer() = default;
 
   /// Loads a Hugging Face tokenizer.json (or a model folder's). A tokenizer_config.json next to
-  /// it, when present, supplies bos/eos/pad tokens and the chat template. Throws TokenizerError
+  /// it, when present, supplies bos/eos/pad tokens and the chat template; a chat_template.jinja
+  /// (with additional_chat_templates/<name>.jinja), else a chat_template.json, beside it replaces
+  /// that template, as transformers reads them. Throws TokenizerError
   /// naming the file: for a path that is not a regular file, a file over 512 MB, JSON nested
   /// deeper than 128 levels, ids that are not integers below the number of tokens, and any
   /// layout or feature wick does not read.
@@ -109,19 +112,37 @@ class Tokenizer {
   /// tokenizer.json's truncation max_length (0 when it sets none).
   size_t truncation_max_length() const;
 
-  /// Renders a conversation in the model's chat format: ChatML (SmolLM2, Qwen2; with the
-  /// template's default system prompt when the first message is not a system one) or Llama 3.
-  /// Encode the result with add_special_tokens = false. Throws TokenizerError when the tokenizer
-  /// knows no chat format.
+  /// Renders a conversation with the model's own Jinja chat template through wick::ChatTemplate,
+  /// as transformers' apply_chat_template(tokenize=False): the template sees the special tokens
+  /// of tokenizer_config.json (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token,
+  /// mask_token and the model-specific extra_special_tokens; a GGUF vocabulary's bos, eos, unk
+  /// and pad), then each key of `extra` (tools, documents, enable_thinking, ...; they replace
+  /// the special tokens). Of named templates, "tool_use" is used when `extra` has tools, else
+  /// "default". Encode the result with add_special_tokens = false. Throws TokenizerError naming
+  /// the file when the tokenizer has no chat template, ChatTemplateError when the template
+  /// cannot be read, fails or raises.
   std::string apply_chat_template(const std::vector<ChatMessage>& messages,
-                                  bool add_generation_prompt = true) const;
-  /// The Jinja chat template text from tokenizer_config.json or GGUF ("" when none).
+                                  bool add_generation_prompt = true,
+                                  const nlohmann::json& extra = {}) const;
+  /// Same with the messages and `extra` as JSON, keeping the key order of objects (tool calls,
+  /// tools), which `tojson` shows.
+  std::string apply_chat_template_json(const nlohmann::ordered_json& messages,
+                                       bool add_generation_prompt,
+                                       const nlohmann::ordered_json& extra = {}) const;
+  /// The Jinja chat template text used without tools ("" when none).
   const std::string& chat_template() const;
+  /// The ids that end an assistant turn: eos, and the special token the chat template writes
+  /// right after an assistant message's content (<|im_end|>, <|eot_id|>, <end_of_turn>,
+  /// <|end|>, ...), found by rendering a short conversation. Stop generation at any of them.
+  std::vector<uint32_t> end_of_turn_ids() const;
 
   struct Impl;
 
  private:
   explicit Tokenizer(std::shared_ptr<const Impl> impl);
+  // from_json reading the chat templates beside `path` too (from_file; "" for none).
+  static Tokenizer from_json_at(std::string_view tokenizer_json,
+                                std::string_view tokenizer_config_json, const std::string& path);
   const Impl& impl() const;
   std::shared_ptr<const Impl> impl_;
 };
@@ -144,11 +165,5 @@ class DecodeStream {
   bool skip_special_;
   std::string pending_;
 };
-
-/// ChatML: "<|im_start|>role\ncontent<|im_end|>\n" per message, then "<|im_start|>assistant\n"
-/// when add_generation_prompt. A non-empty default_system is put first when the first message is
-/// not a system message (as SmolLM2's template does).
-std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                          std::string_view default_system = {});
 
 }  // namespace wick

@@ -44,8 +44,12 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
       {"llama", "llama", load_llama_family},
-      {"mistral", nullptr, load_llama_family},
+      {"mistral", nullptr, load_mistral},
       {"qwen2", nullptr, load_qwen2},
+      {"qwen3", "qwen3", load_qwen3},
+      {"phi3", "phi3", load_phi3},
+      {"gemma2", "gemma2", load_gemma2},
+      {"gemma3_text", "gemma3", load_gemma3},
   };
   return table;
 }

@@ -15,6 +15,18 @@ std::unique_ptr<CausalLM> load_llama_family(const std::string& path, const Devic
                                             DType dtype);
 /// qwen2.cpp: Qwen2 folders.
 std::unique_ptr<CausalLM> load_qwen2(const std::string& path, const Device& device, DType dtype);
+/// qwen3.cpp: Qwen3 folders and qwen3 GGUF files.
+std::unique_ptr<CausalLM> load_qwen3(const std::string& path, const Device& device, DType dtype);
+
+/// mistral.cpp: Mistral folders (sliding-window attention; without a window, Llama's loader).
+std::unique_ptr<CausalLM> load_mistral(const std::string& path, const Device& device, DType dtype);
+/// phi3.cpp: Phi-3 folders and phi3 GGUF files.
+std::unique_ptr<CausalLM> load_phi3(const std::string& path, const Device& device, DType dtype);
+
+/// gemma2.cpp: Gemma 2 folders and gemma2 GGUF files.
+std::unique_ptr<CausalLM> load_gemma2(const std::string& path, const Device& device, DType dtype);
+/// gemma3.cpp: Gemma 3 text folders (gemma3_text) and gemma3 GGUF files.
+std::unique_ptr<CausalLM> load_gemma3(const std::string& path, const Device& device, DType dtype);
 
 /// A Llama-family model from a folder's safetensors under `config` (llama_load.cpp).
 Llama load_llama_weights(const std::string& dir, const LlamaConfig& config, const Device& device,

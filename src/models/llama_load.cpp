@@ -212,6 +212,7 @@ Llama Llama::load(const std::string& path, const Device& device, DType dtype, bo
 Tokenizer load_gguf_tokenizer(const std::string& gguf_path) {
   gguf::File f = gguf::File::open(gguf_path);
   GgufVocab v;
+  v.source = gguf_path;
   if (f.contains_key("tokenizer.ggml.model")) v.model = f.get_string("tokenizer.ggml.model");
   if (f.contains_key("tokenizer.ggml.pre")) v.pre = f.get_string("tokenizer.ggml.pre");
   v.tokens = f.get_string_array("tokenizer.ggml.tokens");

@@ -11,6 +11,7 @@
 #include "formats/format_util.h"
 #include "formats/json_util.h"
 #include "models/json_file.h"
+#include "models/tokenizer_chat.h"
 #include "models/tokenizer_models.h"
 #include "models/tokenizer_pipeline.h"
 #include "models/tokenizer_spm.h"
@@ -137,8 +138,6 @@ class AddedVocab {
   bool has_normalized_ = false;
 };
 
-enum class ChatFormat { None, ChatML, Llama3 };
-
 }  // namespace tok
 
 using namespace tok;
@@ -156,9 +155,7 @@ struct Tokenizer::Impl {
   uint32_t pad = 0;
   size_t truncation = 0;
   size_t vocab_size = 0;
-  std::string chat_template;
-  ChatFormat chat_format = ChatFormat::None;
-  std::string default_system;
+  TokenizerChat chat;
 
   // Pre-tokenises and tokenises text that holds no added token; `first` when it starts the input.
   void tokenize_text(std::string_view text, bool first, std::vector<uint32_t>& ids) const {
@@ -281,45 +278,6 @@ std::optional<std::string> config_token(const Json& config, const char* key) {
   return std::nullopt;
 }
 
-// The literal default system prompt of a ChatML template, if it writes one for conversations
-// that start without a system message (SmolLM2, Qwen2).
-std::string chatml_default_system(const std::string& tmpl) {
-  if (tmpl.find("!= 'system'") == std::string::npos &&
-      tmpl.find("!= \"system\"") == std::string::npos) {
-    return {};
-  }
-  const std::string open = "<|im_start|>system";
-  for (size_t at = tmpl.find(open); at != std::string::npos; at = tmpl.find(open, at + 1)) {
-    size_t begin = at + open.size();
-    if (tmpl.compare(begin, 1, "\n") == 0) {
-      begin += 1;
-    } else if (tmpl.compare(begin, 2, "\\n") == 0) {
-      begin += 2;
-    } else {
-      continue;
-    }
-    size_t end = tmpl.find("<|im_end|>", begin);
-    if (end == std::string::npos) break;
-    std::string text = tmpl.substr(begin, end - begin);
-    if (!text.empty() && text.find_first_of("{}'\"+") == std::string::npos) return text;
-  }
-  return {};
-}
-
-void set_chat_format(Tokenizer::Impl& impl) {
-  const std::string& t = impl.chat_template;
-  bool has_chatml = t.empty() ? lookup(impl, "<|im_start|>") && lookup(impl, "<|im_end|>")
-                              : t.find("<|im_start|>") != std::string::npos;
-  bool has_llama3 = t.empty() ? lookup(impl, "<|start_header_id|>").has_value()
-                              : t.find("<|start_header_id|>") != std::string::npos;
-  if (has_chatml) {
-    impl.chat_format = ChatFormat::ChatML;
-    impl.default_system = chatml_default_system(t);
-  } else if (has_llama3) {
-    impl.chat_format = ChatFormat::Llama3;
-  }
-}
-
 std::vector<std::pair<std::string, std::string>> parse_merges(const Json& merges) {
   std::vector<std::pair<std::string, std::string>> out;
   out.reserve(merges.size());
@@ -386,7 +344,7 @@ Tokenizer Tokenizer::from_file(const std::string& file_or_dir) {
   auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   if (std::filesystem::exists(config_path, ec)) config = read_file(config_path.string());
   try {
-    return from_json(json, config);
+    return from_json_at(json, config, path);
   } catch (const TokenizerError& e) {
     throw TokenizerError(std::string(e.what()) + " (in '" + path + "')");
   }
@@ -394,6 +352,11 @@ Tokenizer Tokenizer::from_file(const std::string& file_or_dir) {
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
                                std::string_view tokenizer_config_json) {
+  return from_json_at(tokenizer_json, tokenizer_config_json, {});
+}
+
+Tokenizer Tokenizer::from_json_at(std::string_view tokenizer_json,
+                                  std::string_view tokenizer_config_json, const std::string& path) {
   Json j = parse_json(tokenizer_json, "tokenizer.json");
   Json config;
   if (!tokenizer_config_json.empty()) {
@@ -480,16 +443,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
     if (j.contains("truncation") && j["truncation"].is_object()) {
       impl->truncation = j["truncation"].value("max_length", size_t{0});
     }
-    impl->chat_template = config.is_object() ? config.value("chat_template", Json()).is_string()
-                                                   ? config["chat_template"].get<std::string>()
-                                                   : std::string()
-                                             : std::string();
-    if (config.is_object() && config.contains("chat_template") &&
-        config["chat_template"].is_array()) {
-      for (const Json& t : config["chat_template"]) {
-        if (t.value("name", "") == "default") impl->chat_template = t.value("template", "");
-      }
-    }
+    impl->chat = load_chat(config, path);
     auto named = [&](const char* key) -> std::optional<uint32_t> {
       if (!config.is_object()) return std::nullopt;
       auto name = config_token(config, key);
@@ -507,7 +461,6 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
     if (!pad) pad = named("pad_token");
     if (!pad) pad = first_known(*impl, {"[PAD]", "<pad>", "<|pad|>"});
     impl->pad = pad ? *pad : impl->eos.value_or(0);
-    set_chat_format(*impl);
   } catch (const Json::exception& e) {
     throw TokenizerError(std::string("Tokenizer::from_json: unexpected tokenizer.json layout: ") +
                          e.what());
@@ -587,8 +540,14 @@ Tokenizer Tokenizer::from_gguf_vocab(const GgufVocab& v) {
   impl->post = make_bos_eos_processor(std::move(prefix), std::move(suffix));
   finish(*impl);
   impl->pad = pad ? *pad : impl->eos.value_or(0);
-  impl->chat_template = v.chat_template;
-  set_chat_format(*impl);
+  // The template sees the vocabulary's named tokens, as llama.cpp passes them.
+  nlohmann::ordered_json special = nlohmann::ordered_json::object();
+  for (auto [key, id] : {std::pair{"bos_token", impl->bos}, std::pair{"eos_token", impl->eos},
+                         std::pair{"unk_token", impl->unk}, std::pair{"pad_token", pad}}) {
+    if (id) special[key] = impl->token_text(*id, "Tokenizer::from_gguf_vocab");
+  }
+  impl->chat = load_gguf_chat(v.chat_template, std::move(special),
+                              v.source.empty() ? "the GGUF vocabulary" : "'" + v.source + "'");
   return Tokenizer(std::move(impl));
 }
 
@@ -689,34 +648,43 @@ size_t Tokenizer::truncation_max_length() const {
   return impl().truncation;
 }
 const std::string& Tokenizer::chat_template() const {
-  return impl().chat_template;
+  return impl().chat.default_source();
 }
 
 std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
-                                           bool add_generation_prompt) const {
-  switch (impl().chat_format) {
-    case ChatFormat::ChatML:
-      return render_chatml(messages, add_generation_prompt, impl().default_system);
-    case ChatFormat::Llama3: {
-      // Llama 3's template: the bos text, then a header per message and trimmed content.
-      auto trim = [](const std::string& s) {
-        size_t b = s.find_first_not_of(" \t\n\r"), e = s.find_last_not_of(" \t\n\r");
-        return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-      };
-      std::string out = "<|begin_of_text|>";
-      for (const auto& m : messages) {
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) +
-               "<|eot_id|>";
-      }
-      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-      return out;
+                                           bool add_generation_prompt,
+                                           const nlohmann::json& extra) const {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) {
+    nlohmann::ordered_json msg = {{"role", m.role}, {"content", m.content}};
+    if (!m.fields.is_object()) {
+      throw ChatTemplateError(
+          "Tokenizer::apply_chat_template: a message's fields must be a JSON "
+          "object");
     }
-    case ChatFormat::None:
-      break;
+    for (const auto& [k, v] : m.fields.items()) msg[k] = v;
+    list.push_back(std::move(msg));
   }
-  throw TokenizerError(
-      "Tokenizer::apply_chat_template: this tokenizer has no known chat format "
-      "(ChatML or Llama 3)");
+  return impl().chat.render(list, add_generation_prompt, nlohmann::ordered_json(extra));
+}
+
+std::string Tokenizer::apply_chat_template_json(const nlohmann::ordered_json& messages,
+                                                bool add_generation_prompt,
+                                                const nlohmann::ordered_json& extra) const {
+  return impl().chat.render(messages, add_generation_prompt, extra);
+}
+
+std::vector<uint32_t> Tokenizer::end_of_turn_ids() const {
+  std::vector<uint32_t> ids;
+  if (impl().eos) ids.push_back(*impl().eos);
+  TurnEndProbe probe{[&](std::string_view text) { return encode(text, false); },
+                     [&](uint32_t id) { return is_special(id); },
+                     [&](uint32_t id) { return id_to_bytes(id); }};
+  // A special unknown token ([UNK]) stands for text the vocabulary lacks, not for a turn end.
+  if (auto end = template_turn_end(impl().chat, probe); end && end != impl().unk) {
+    if (std::find(ids.begin(), ids.end(), *end) == ids.end()) ids.push_back(*end);
+  }
+  return ids;
 }
 
 DecodeStream::DecodeStream(Tokenizer tokenizer, bool skip_special_tokens)
@@ -734,19 +702,6 @@ std::string DecodeStream::step(uint32_t id) {
 std::string DecodeStream::flush() {
   std::string out = to_valid_utf8(pending_);
   pending_.clear();
-  return out;
-}
-
-std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                          std::string_view default_system) {
-  std::string out;
-  if (!default_system.empty() && !messages.empty() && messages.front().role != "system") {
-    out += "<|im_start|>system\n";
-    out += default_system;
-    out += "<|im_end|>\n";
-  }
-  for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
   return out;
 }
 

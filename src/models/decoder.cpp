@@ -1,0 +1,602 @@
+// The shared pieces of the composed decoder families (decoder.h): configuration, rope tables,
+// weight sources, one layer's attention and the CausalLM plumbing around a family's layers.
+
+#include "models/decoder.h"
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "util.h"
+#include "wick/error.h"
+#include "wick/gguf.h"
+#include "wick/nn/attention.h"
+#include "wick/quantized.h"
+#include "wick/safetensors.h"
+
+namespace wick::models::decoder {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json_file::Json;
+
+double number_or(const Json& j, const char* key, double fallback, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) json_file::bad_field(origin, key, "a number", *it);
+  return it->get<double>();
+}
+
+size_t size_or(const Json& j, const char* key, size_t fallback, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  return json_file::as_uint(*it, key, origin);
+}
+
+std::vector<double> numbers(const Json& j, const char* key, const std::string& origin) {
+  std::vector<double> out;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return out;
+  if (!it->is_array()) json_file::bad_field(origin, key, "a list of numbers", *it);
+  for (const Json& v : *it) {
+    if (!v.is_number()) json_file::bad_field(origin, key, "a list of numbers", *it);
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+std::vector<uint32_t> token_ids(const Json& j, const char* key, const std::string& origin) {
+  std::vector<uint32_t> out;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return out;
+  auto one = [&](const Json& v) {
+    out.push_back(static_cast<uint32_t>(json_file::as_uint(v, key, origin, UINT32_MAX)));
+  };
+  if (it->is_array()) {
+    for (const Json& v : *it) one(v);
+  } else {
+    one(*it);
+  }
+  return out;
+}
+
+void check_positive(double v, const char* what, const std::string& origin) {
+  if (!(std::isfinite(v) && v > 0)) {
+    throw FormatError(str(origin, ": ", what, " ", v, " must be a positive finite number"));
+  }
+}
+
+}  // namespace
+
+// ---- rope ----
+
+std::vector<double> Rope::inverse_frequencies(size_t head_dim, size_t context) const {
+  size_t half = head_dim / 2;
+  std::vector<double> inv(half);
+  for (size_t i = 0; i < half; ++i) {
+    inv[i] = 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(head_dim));
+  }
+  if (type == "linear") {
+    for (double& f : inv) f /= factor;
+  } else if (type == "llama3") {
+    double low_wavelen = original_max_position / low_freq_factor;
+    double high_wavelen = original_max_position / high_freq_factor;
+    for (double& f : inv) {
+      double wavelen = 2 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f /= factor;
+      } else if (wavelen >= high_wavelen) {
+        double smooth = (original_max_position / wavelen - low_freq_factor) /
+                        (high_freq_factor - low_freq_factor);
+        f = (1 - smooth) * f / factor + smooth * f;
+      }
+    }
+  } else if (type == "longrope") {
+    const auto& ext =
+        static_cast<double>(context) > original_max_position ? long_factor : short_factor;
+    for (size_t i = 0; i < half; ++i) inv[i] /= ext[i];
+  }
+  return inv;
+}
+
+std::pair<Tensor, Tensor> Rope::tables(size_t head_dim, size_t context, size_t start, size_t n,
+                                       DType dtype, const Device& device) const {
+  std::vector<double> inv = inverse_frequencies(head_dim, context);
+  size_t half = inv.size();
+  std::vector<float> cos_v(n * half), sin_v(n * half);
+  const float scale = static_cast<float>(attention_factor);
+  for (size_t p = 0; p < n; ++p) {
+    for (size_t i = 0; i < half; ++i) {
+      // transformers: (f32 position) * (f32 inverse frequency) in f32, cos and sin times the
+      // attention factor in f32.
+      float angle = static_cast<float>(start + p) * static_cast<float>(inv[i]);
+      cos_v[p * half + i] = std::cos(angle) * scale;
+      sin_v[p * half + i] = std::sin(angle) * scale;
+    }
+  }
+  return {Tensor::from_vec(cos_v, {n, half}, device).to_dtype(dtype),
+          Tensor::from_vec(sin_v, {n, half}, device).to_dtype(dtype)};
+}
+
+void Rope::validate(size_t head_dim, const std::string& origin) const {
+  check_positive(theta, "rope_theta", origin);
+  check_positive(factor, "rope factor", origin);
+  check_positive(attention_factor, "rope attention_factor", origin);
+  if (type == "llama3") {
+    check_positive(original_max_position, "rope original_max_position_embeddings", origin);
+    check_positive(low_freq_factor, "rope low_freq_factor", origin);
+    if (!(high_freq_factor > low_freq_factor)) {
+      throw FormatError(str(origin, ": rope high_freq_factor ", high_freq_factor,
+                            " must be above low_freq_factor ", low_freq_factor));
+    }
+  } else if (type == "longrope") {
+    check_positive(original_max_position, "rope original_max_position_embeddings", origin);
+    for (const auto* f : {&short_factor, &long_factor}) {
+      if (f->size() != head_dim / 2) {
+        throw FormatError(str(origin, ": longrope ", f == &short_factor ? "short" : "long",
+                              "_factor has ", f->size(), " entries, head_dim / 2 is ",
+                              head_dim / 2));
+      }
+      for (double v : *f) check_positive(v, "longrope factor", origin);
+    }
+  } else if (type != "default" && type != "linear") {
+    throw FormatError(str(origin, ": rope type \"", type,
+                          "\" is not supported (default, linear, llama3, longrope)"));
+  }
+}
+
+Rope parse_rope(const Json& p, Rope r, const std::string& origin) {
+  if (!p.is_object()) json_file::bad_field(origin, "rope_parameters", "an object", p);
+  std::string type = json_file::get_string(p, "type", origin, "");
+  type = json_file::get_string(p, "rope_type", origin, type);
+  if (type == "su") type = "longrope";  // Phi-3's first name for it
+  if (!type.empty()) r.type = type;
+  r.theta = number_or(p, "rope_theta", r.theta, origin);
+  r.factor = number_or(p, "factor", r.factor, origin);
+  r.low_freq_factor = number_or(p, "low_freq_factor", r.low_freq_factor, origin);
+  r.high_freq_factor = number_or(p, "high_freq_factor", r.high_freq_factor, origin);
+  r.original_max_position =
+      number_or(p, "original_max_position_embeddings", r.original_max_position, origin);
+  if (r.type == "longrope") {
+    r.short_factor = numbers(p, "short_factor", origin);
+    r.long_factor = numbers(p, "long_factor", origin);
+    if (number_or(p, "partial_rotary_factor", 1.0, origin) != 1.0) {
+      throw FormatError(str(origin, ": partial_rotary_factor other than 1 is not supported"));
+    }
+  }
+  auto af = p.find("attention_factor");
+  if (af != p.end() && !af->is_null())
+    r.attention_factor = number_or(p, "attention_factor", 1, origin);
+  return r;
+}
+
+Rope parse_config_rope(const Json& j, double default_theta, size_t max_position,
+                       const std::string& origin) {
+  Rope r;
+  r.theta = number_or(j, "rope_theta", default_theta, origin);
+  r.original_max_position = number_or(j, "original_max_position_embeddings", 0, origin);
+  auto rp = j.find("rope_parameters");
+  auto rs = j.find("rope_scaling");
+  bool explicit_attention_factor = false;
+  if (rp != j.end() && !rp->is_null()) {
+    r = parse_rope(*rp, r, origin);
+    explicit_attention_factor =
+        rp->contains("attention_factor") && !(*rp)["attention_factor"].is_null();
+  } else if (rs != j.end() && !rs->is_null()) {
+    r = parse_rope(*rs, r, origin);
+    explicit_attention_factor =
+        rs->contains("attention_factor") && !(*rs)["attention_factor"].is_null();
+  }
+  if (r.type == "longrope" && !explicit_attention_factor && r.original_max_position > 0) {
+    // transformers: factor max / original, attention factor sqrt(1 + ln(factor) / ln(original)).
+    double factor = static_cast<double>(max_position) / r.original_max_position;
+    r.attention_factor =
+        factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(r.original_max_position));
+  }
+  return r;
+}
+
+// ---- configuration ----
+
+DecoderConfig DecoderConfig::from_json(const Json& j, const std::string& origin) {
+  if (!j.is_object()) throw FormatError(str(origin, ": not a JSON object"));
+  DecoderConfig c;
+  c.architecture = json_file::get_string(j, "model_type", origin, "");
+  c.vocab_size = json_file::get_size(j, "vocab_size", origin);
+  c.hidden_size = json_file::get_size(j, "hidden_size", origin);
+  c.intermediate_size = json_file::get_size(j, "intermediate_size", origin);
+  c.num_layers = json_file::get_size(j, "num_hidden_layers", origin);
+  c.num_heads = json_file::get_size(j, "num_attention_heads", origin);
+  c.num_kv_heads = size_or(j, "num_key_value_heads", c.num_heads, origin);
+  c.head_dim = size_or(j, "head_dim", 0, origin);
+  if (c.head_dim == 0 && c.num_heads > 0) {
+    if (c.hidden_size % c.num_heads != 0) {
+      throw FormatError(str(origin, ": hidden_size ", c.hidden_size,
+                            " is not a multiple of num_attention_heads ", c.num_heads,
+                            " (and no head_dim is given)"));
+    }
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  c.max_position = size_or(j, "max_position_embeddings", 2048, origin);
+  c.rms_norm_eps = number_or(j, "rms_norm_eps", 1e-6, origin);
+  c.tie_word_embeddings = json_file::get_bool(j, "tie_word_embeddings", origin, false);
+  c.final_softcap = number_or(j, "final_logit_softcapping", 0, origin);
+  auto bos = token_ids(j, "bos_token_id", origin);
+  if (!bos.empty()) c.bos_token_id = bos[0];
+  c.eos_token_ids = token_ids(j, "eos_token_id", origin);
+  return c;
+}
+
+DecoderConfig DecoderConfig::from_gguf(const gguf::File& f, const std::string& arch) {
+  auto key = [&](const char* k) { return arch + "." + k; };
+  DecoderConfig c;
+  c.architecture = arch;
+  c.hidden_size = f.get_uint(key("embedding_length"));
+  c.intermediate_size = f.get_uint(key("feed_forward_length"));
+  c.num_layers = f.get_uint(key("block_count"));
+  c.num_heads = f.get_uint(key("attention.head_count"));
+  c.num_kv_heads = f.contains_key(key("attention.head_count_kv"))
+                       ? f.get_uint(key("attention.head_count_kv"))
+                       : c.num_heads;
+  if (f.contains_key(key("attention.key_length"))) {
+    c.head_dim = f.get_uint(key("attention.key_length"));
+  } else if (f.contains_key(key("rope.dimension_count"))) {
+    c.head_dim = f.get_uint(key("rope.dimension_count"));
+  } else if (c.num_heads > 0) {
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  c.max_position = f.contains_key(key("context_length")) ? f.get_uint(key("context_length")) : 2048;
+  c.rms_norm_eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
+  if (f.contains_key(key("final_logit_softcapping"))) {
+    c.final_softcap = f.get_float(key("final_logit_softcapping"));
+  }
+  if (!f.contains("token_embd.weight")) {
+    throw FormatError(str("gguf ", f.path(), ": no tensor 'token_embd.weight'"));
+  }
+  const Shape& embd = f.info("token_embd.weight").shape;
+  c.vocab_size = f.contains_key(key("vocab_size")) ? f.get_uint(key("vocab_size"))
+                 : embd.rank() == 2                ? embd[0]
+                                                   : 0;
+  c.tie_word_embeddings = !f.contains("output.weight");
+  auto id = [&](const char* k) -> std::optional<uint32_t> {
+    if (!f.contains_key(k)) return std::nullopt;
+    uint64_t v = f.get_uint(k);
+    if (v > UINT32_MAX) throw FormatError(str("gguf ", f.path(), ": ", k, " ", v, " too large"));
+    return static_cast<uint32_t>(v);
+  };
+  c.bos_token_id = id("tokenizer.ggml.bos_token_id");
+  if (auto eos = id("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {*eos};
+  return c;
+}
+
+void DecoderConfig::validate(const std::string& origin) const {
+  if (vocab_size == 0 || hidden_size == 0 || intermediate_size == 0 || num_layers == 0 ||
+      num_heads == 0 || num_kv_heads == 0 || head_dim == 0 || max_position == 0) {
+    throw FormatError(str(origin, ": sizes must be positive (vocab ", vocab_size, ", hidden ",
+                          hidden_size, ", intermediate ", intermediate_size, ", layers ",
+                          num_layers, ", heads ", num_heads, "/", num_kv_heads, ", head_dim ",
+                          head_dim, ", max positions ", max_position, ")"));
+  }
+  if (num_heads % num_kv_heads != 0) {
+    throw FormatError(str(origin, ": num_attention_heads ", num_heads,
+                          " is not a multiple of num_key_value_heads ", num_kv_heads));
+  }
+  if (head_dim % 2 != 0) throw FormatError(str(origin, ": head_dim ", head_dim, " is odd"));
+  size_t q_rows = 0, embed = 0;
+  if (__builtin_mul_overflow(num_heads, head_dim, &q_rows) ||
+      __builtin_mul_overflow(vocab_size, hidden_size, &embed)) {
+    throw FormatError(str(origin, ": sizes overflow"));
+  }
+  check_positive(rms_norm_eps, "rms_norm_eps", origin);
+  if (final_softcap < 0 || !std::isfinite(final_softcap)) {
+    throw FormatError(str(origin, ": final_logit_softcapping ", final_softcap, " is negative"));
+  }
+  if (bos_token_id && *bos_token_id >= vocab_size) {
+    throw FormatError(str(origin, ": bos_token_id ", *bos_token_id, " is outside the vocabulary (",
+                          vocab_size, " tokens)"));
+  }
+  for (uint32_t id : eos_token_ids) {
+    if (id >= vocab_size) {
+      throw FormatError(str(origin, ": eos_token_id ", id, " is outside the vocabulary (",
+                            vocab_size, " tokens)"));
+    }
+  }
+}
+
+std::optional<std::vector<bool>> sliding_layers(const Json& j, size_t layers,
+                                                const std::string& origin) {
+  auto it = j.find("layer_types");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array() || it->size() != layers) {
+    json_file::bad_field(origin, "layer_types", str("a list of ", layers, " strings").c_str(), *it);
+  }
+  std::vector<bool> out;
+  for (const Json& t : *it) {
+    if (t == "sliding_attention") {
+      out.push_back(true);
+    } else if (t == "full_attention") {
+      out.push_back(false);
+    } else {
+      json_file::bad_field(origin, "layer_types",
+                           "a list of \"sliding_attention\" or \"full_attention\"", *it);
+    }
+  }
+  return out;
+}
+
+// ---- weights ----
+
+namespace {
+
+void check_dtype(DType dtype) {
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) {
+    throw UnsupportedDType(str("load_causal_lm: weights must be f32, f16 or bf16, got ", dtype));
+  }
+}
+
+class FolderWeights : public WeightSource {
+ public:
+  FolderWeights(const std::string& dir, const Device& device, DType dtype)
+      : device_(device), dtype_(dtype) {
+    check_dtype(dtype);
+    fs::path index = fs::path(dir) / "model.safetensors.index.json";
+    fs::path single = fs::path(dir) / "model.safetensors";
+    std::error_code ec;
+    std::string path = fs::exists(index, ec) ? index.string() : single.string();
+    if (!fs::exists(path, ec)) {
+      throw FormatError(str(dir, ": neither model.safetensors nor model.safetensors.index.json"));
+    }
+    file_ = std::make_unique<safetensors::ShardedFile>(safetensors::ShardedFile::open(path));
+  }
+  bool is_gguf() const override { return false; }
+  bool contains(const std::string& name) const override { return file_->contains(name); }
+  Tensor dense(const std::string& name, const Shape& shape) const override {
+    if (!file_->contains(name)) throw FormatError(str("load_causal_lm: missing weight ", name));
+    Tensor t = file_->get(name, device_);
+    if (t.shape() != shape) {
+      throw ShapeMismatch(
+          str("load_causal_lm: weight ", name, " has shape ", t.shape(), ", expected ", shape));
+    }
+    DType d = t.dtype();
+    if (d != DType::F32 && d != DType::F16 && d != DType::BF16 && d != DType::F64) {
+      throw FormatError(str("load_causal_lm: weight ", name, " is ", d, ", not a float dtype"));
+    }
+    return t.to_dtype(dtype_);
+  }
+  QLinear linear(const std::vector<std::pair<std::string, Shape>>& parts) const override {
+    std::vector<Tensor> rows;
+    for (const auto& [name, shape] : parts) rows.push_back(dense(name, shape));
+    return QLinear(rows.size() == 1 ? rows[0] : Tensor::cat(rows, 0));
+  }
+  const Device& device() const override { return device_; }
+  DType dtype() const override { return dtype_; }
+
+ private:
+  Device device_;
+  DType dtype_;
+  std::unique_ptr<safetensors::ShardedFile> file_;
+};
+
+class GgufWeights : public WeightSource {
+ public:
+  GgufWeights(const std::string& path, const Device& device, DType dtype,
+              std::map<std::string, std::string> names)
+      : device_(device), dtype_(dtype), names_(std::move(names)) {
+    check_dtype(dtype);
+    file_ = std::make_unique<gguf::File>(gguf::File::open(path));
+  }
+  bool is_gguf() const override { return true; }
+  bool contains(const std::string& name) const override { return file_->contains(gguf_name(name)); }
+  Tensor dense(const std::string& name, const Shape& shape) const override {
+    std::string g = checked(name, shape);
+    return file_->get(g, Device::cpu()).to_device(device_).to_dtype(dtype_);
+  }
+  QLinear linear(const std::vector<std::pair<std::string, Shape>>& parts) const override {
+    std::vector<QTensor> q;
+    bool keep = true;
+    for (const auto& [name, shape] : parts) {
+      q.push_back(file_->get_quantized(checked(name, shape), Device::cpu()));
+      GgmlType t = q.back().type();
+      keep = keep && qmatmul_supports(t) && t != GgmlType::F32 && t != GgmlType::F16 &&
+             t != GgmlType::BF16;
+    }
+    if (keep) {
+      for (QTensor& p : q) p = p.to_device(device_);
+      return QLinear(q);
+    }
+    std::vector<Tensor> rows;
+    for (const QTensor& p : q) rows.push_back(p.dequantize());
+    Tensor w = rows.size() == 1 ? rows[0] : Tensor::cat(rows, 0);
+    return QLinear(w.to_device(device_).to_dtype(dtype_));
+  }
+  const Device& device() const override { return device_; }
+  DType dtype() const override { return dtype_; }
+
+ private:
+  std::string gguf_name(const std::string& hf) const {
+    if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+    if (hf == "model.norm.weight") return "output_norm.weight";
+    if (hf == "lm_head.weight") return "output.weight";
+    const std::string prefix = "model.layers.", suffix = ".weight";
+    if (hf.rfind(prefix, 0) == 0 && hf.size() > prefix.size() + suffix.size()) {
+      size_t dot = hf.find('.', prefix.size());
+      if (dot != std::string::npos) {
+        std::string index = hf.substr(prefix.size(), dot - prefix.size());
+        std::string part = hf.substr(dot + 1, hf.size() - suffix.size() - dot - 1);
+        auto it = names_.find(part);
+        if (it != names_.end()) return str("blk.", index, ".", it->second, suffix);
+      }
+    }
+    return hf;
+  }
+  std::string checked(const std::string& hf, const Shape& shape) const {
+    std::string g = gguf_name(hf);
+    if (!file_->contains(g))
+      throw FormatError(str("gguf ", file_->path(), ": no tensor '", g, "'"));
+    const Shape& got = file_->info(g).shape;
+    if (got != shape) {
+      throw FormatError(str("gguf ", file_->path(), ": tensor '", g, "' has shape ", got,
+                            ", the metadata gives ", shape));
+    }
+    return g;
+  }
+
+  Device device_;
+  DType dtype_;
+  std::map<std::string, std::string> names_;
+  std::unique_ptr<gguf::File> file_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> folder_weights(const std::string& dir, const Device& device,
+                                             DType dtype) {
+  return std::make_unique<FolderWeights>(dir, device, dtype);
+}
+
+std::unique_ptr<WeightSource> gguf_weights(const std::string& path, const Device& device,
+                                           DType dtype,
+                                           std::map<std::string, std::string> layer_names) {
+  return std::make_unique<GgufWeights>(path, device, dtype, std::move(layer_names));
+}
+
+void read_projections(const WeightSource& src, const DecoderConfig& c, size_t i, Layer& l) {
+  std::string p = str("model.layers.", i, ".");
+  size_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  size_t ff = c.intermediate_size;
+  l.wqkv = src.linear({{p + "self_attn.q_proj.weight", {q, d}},
+                       {p + "self_attn.k_proj.weight", {kv, d}},
+                       {p + "self_attn.v_proj.weight", {kv, d}}});
+  l.wo = src.linear({{p + "self_attn.o_proj.weight", {d, q}}});
+  l.wgate_up =
+      src.linear({{p + "mlp.gate_proj.weight", {ff, d}}, {p + "mlp.up_proj.weight", {ff, d}}});
+  l.wdown = src.linear({{p + "mlp.down_proj.weight", {d, ff}}});
+}
+
+void read_embedding_and_head(const WeightSource& src, DecoderConfig& c, Weights& w) {
+  w.embed = src.dense("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  if (c.tie_word_embeddings || !src.contains("lm_head.weight")) {
+    c.tie_word_embeddings = true;
+    w.lm_head = src.is_gguf()
+                    ? src.linear({{"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}}})
+                    : QLinear(w.embed);
+  } else {
+    w.lm_head = src.linear({{"lm_head.weight", {c.vocab_size, c.hidden_size}}});
+  }
+}
+
+// ---- the model ----
+
+Decoder::Decoder(DecoderConfig config, Weights weights, const Device& device, DType dtype)
+    : config_(std::move(config)), w_(std::move(weights)), device_(device), dtype_(dtype) {}
+
+KvCache Decoder::make_cache(size_t batch, size_t max_len) const {
+  if (batch == 0 || max_len == 0) {
+    throw Error(str(config_.architecture, " make_cache: batch ", batch, " and max_len ", max_len,
+                    " must be positive"));
+  }
+  // The cache's tables are those of the first rope; the layers take theirs from Weights::ropes.
+  auto [cos, sin] = w_.ropes.at(0).tables(config_.head_dim, max_len, 0, max_len, dtype_, device_);
+  return KvCache::allocate(config_.num_layers, batch, config_.num_kv_heads, max_len,
+                           config_.head_dim, dtype_, device_, cos, sin);
+}
+
+Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, size_t start) const {
+  const Layer& l = w_.layers[li];
+  const DecoderConfig& c = config_;
+  const size_t b = in.dims()[0], s = in.dims()[1];
+  const size_t h = c.num_heads, h_kv = c.num_kv_heads, hd = c.head_dim;
+  const size_t len = start + s;
+  Tensor qkv = l.wqkv.forward(in);  // (b, s, (h + 2 h_kv) hd)
+  auto heads = [&](size_t at, size_t n) {
+    return qkv.narrow(2, at * hd, n * hd).contiguous().reshape({b, s, n, hd});
+  };
+  Tensor q = heads(0, h), k = heads(h, h_kv), v = heads(h + h_kv, h_kv);
+  if (l.q_norm.defined()) q = q.rms_norm(l.q_norm, c.rms_norm_eps);
+  if (l.k_norm.defined()) k = k.rms_norm(l.k_norm, c.rms_norm_eps);
+  auto [cos, sin] =
+      w_.ropes.at(l.attention.rope).tables(hd, cache.max_len(), start, s, dtype_, device_);
+  q = q.transpose(1, 2).contiguous().rope(cos, sin);  // (b, h, s, hd)
+  k = k.transpose(1, 2).contiguous().rope(cos, sin);
+  v = v.transpose(1, 2).contiguous();
+  cache.k(li).narrow(2, start, s).assign(k);
+  cache.v(li).narrow(2, start, s).assign(v);
+  Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
+
+  const AttentionSpec& a = l.attention;
+  const bool windowed = a.window > 0 && a.window < len;
+  Tensor mask;
+  if (windowed || a.softcap > 0) {
+    // 0 where query start + i sees key j (causal, within the window), -inf elsewhere.
+    std::vector<float> m(s * len, -std::numeric_limits<float>::infinity());
+    for (size_t i = 0; i < s; ++i) {
+      size_t pos = start + i;
+      size_t first = a.window > 0 && pos + 1 > a.window ? pos + 1 - a.window : 0;
+      for (size_t j = first; j <= pos; ++j) m[i * len + j] = 0;
+    }
+    mask = Tensor::from_vec(m, {s, len}, device_).to_dtype(dtype_);
+  }
+  Tensor att;
+  if (a.softcap > 0) {
+    // scores = cap tanh(q k^T scale / cap) + mask, softmax, times v; the query heads of one
+    // key/value head are rows of one matmul.
+    const size_t g = h / h_kv;
+    Tensor scores = q.reshape({b, h_kv, g * s, hd}).matmul(keys.transpose(2, 3).contiguous());
+    scores = scores.affine(a.scale / a.softcap, 0).tanh().affine(a.softcap, 0);
+    Tensor probs = scores.reshape({b, h_kv, g, s, len}).broadcast_add(mask).softmax_last_dim();
+    att = probs.reshape({b, h_kv, g * s, len}).matmul(values.contiguous()).reshape({b, h, s, hd});
+  } else {
+    nn::AttentionOptions opt;
+    opt.scale = a.scale;
+    if (windowed) {
+      opt.mask = mask;
+    } else {
+      opt.causal = s > 1;
+    }
+    att = nn::scaled_dot_product_attention(q, keys, values, opt);
+  }
+  return att.transpose(1, 2).reshape({b, s, h * hd});
+}
+
+Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const {
+  const std::string name = str(config_.architecture, " ", op);
+  if (ids.rank() != 2 || ids.dims()[1] == 0) {
+    throw ShapeMismatch(str(name, ": ids must be (batch, seq) with seq > 0, got ", ids.shape()));
+  }
+  if (ids.dtype() != DType::U32 && ids.dtype() != DType::I64) {
+    throw DTypeMismatch(str(name, ": ids must be u32 or i64, got ", ids.dtype()));
+  }
+  if (cache.layers() != w_.layers.size() || cache.batch() != ids.dims()[0]) {
+    throw ShapeMismatch(str(name, ": cache for batch ", cache.batch(), " and ", cache.layers(),
+                            " layers, ids ", ids.shape(), " for a model of ", w_.layers.size(),
+                            " layers"));
+  }
+  if (ids.device() != device_) {
+    throw DeviceMismatch(str(name, ": ids on ", ids.device(), ", model on ", device_));
+  }
+  const size_t s = ids.dims()[1], start = cache.length();
+  if (start + s > cache.max_len()) {
+    throw IndexOutOfRange(str(name, ": ", start, " cached + ", s,
+                              " new positions exceed the cache's max_len ", cache.max_len()));
+  }
+  Tensor normed = hidden(ids, cache, start);
+  cache.set_length(start + s);
+  if (last_only) normed = normed.narrow(1, s - 1, 1).squeeze(1);
+  Tensor logits = w_.lm_head.forward(normed);
+  if (config_.final_softcap > 0) {
+    const double cap = config_.final_softcap;
+    logits = logits.affine(1 / cap, 0).tanh().affine(cap, 0);
+  }
+  return logits;
+}
+
+Tensor Decoder::forward(const Tensor& ids, KvCache& cache) const {
+  return run(ids, cache, false, "forward");
+}
+
+Tensor Decoder::forward_last(const Tensor& ids, KvCache& cache) const {
+  return run(ids, cache, true, "forward_last");
+}
+
+}  // namespace wick::models::decoder

@@ -1,0 +1,169 @@
+#pragma once
+// The shared pieces of the composed decoder families (qwen3.cpp, mistral.cpp, phi3.cpp,
+// gemma2.cpp, gemma3.cpp): the configuration every family reads, rotary tables (default, linear,
+// Llama 3 and long-rope frequencies), weights read by name from a model folder or a GGUF file,
+// the attention of one layer (optional per-head q/k RMS norms, rope, the KV-cache write, grouped-
+// query attention with an optional sliding window and score soft-cap), and a CausalLM base that
+// runs the layers a family states and its output head. Each family file states its layer math.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/json_file.h"
+#include "nn/qlinear.h"
+#include "wick/causal_lm.h"
+
+namespace wick::gguf {
+class File;
+}
+
+namespace wick::models::decoder {
+
+using nn::QLinear;
+
+/// Rotary position embedding of one kind of layer (rotate-half form).
+struct Rope {
+  std::string type = "default";  // default, linear, llama3, longrope
+  double theta = 10000.0;
+  double factor = 1.0;               // linear: frequencies / factor; llama3 and longrope too
+  double low_freq_factor = 1.0;      // llama3
+  double high_freq_factor = 4.0;     // llama3
+  double original_max_position = 0;  // llama3 and longrope
+  double attention_factor = 1.0;     // multiplies cos and sin (longrope)
+  std::vector<double> short_factor;  // longrope: per frequency, divides it
+  std::vector<double> long_factor;   // longrope: when the cache exceeds original_max_position
+
+  /// 1 / theta^(2i / head_dim) with the type's scaling; longrope picks the long factors when
+  /// `context` (the cache's max_len) exceeds original_max_position, as llama.cpp does for its
+  /// context size (transformers does the same per forward call from the sequence length).
+  std::vector<double> inverse_frequencies(size_t head_dim, size_t context) const;
+  /// (cos, sin) of positions [start, start + n): each (n, head_dim / 2), `dtype` on `device`;
+  /// angles formed in f32 as transformers forms them, times attention_factor.
+  std::pair<Tensor, Tensor> tables(size_t head_dim, size_t context, size_t start, size_t n,
+                                   DType dtype, const Device& device) const;
+  /// FormatError naming `origin` for a non-positive or non-finite parameter.
+  void validate(size_t head_dim, const std::string& origin) const;
+};
+
+/// A config.json rope object (transformers 5 `rope_parameters`, or 4's `rope_scaling`) over the
+/// defaults in `base`: rope_type/type, rope_theta, factor, the llama3 and longrope fields.
+Rope parse_rope(const json_file::Json& params, Rope base, const std::string& origin);
+/// The rope of a config without per-layer-type parameters: `rope_parameters`, else `rope_theta`
+/// and `rope_scaling` at the top level (longrope's original_max_position_embeddings may be there).
+Rope parse_config_rope(const json_file::Json& j, double default_theta, size_t max_position,
+                       const std::string& origin);
+
+/// What the families share, from config.json or GGUF metadata.
+struct DecoderConfig : CausalLMConfig {
+  size_t intermediate_size = 0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  double final_softcap = 0;  // logits = cap tanh(logits / cap) when > 0
+
+  /// The common config.json fields (FormatError naming the key when missing or mistyped);
+  /// head_dim defaults to hidden / heads.
+  static DecoderConfig from_json(const json_file::Json& j, const std::string& origin);
+  /// The common GGUF metadata of `arch` (<arch>.embedding_length, ...).
+  static DecoderConfig from_gguf(const gguf::File& f, const std::string& arch);
+  /// FormatError when sizes are zero or inconsistent (heads, head_dim even, token ids in range).
+  void validate(const std::string& origin) const;
+};
+
+/// `layer_types` of config.json ("sliding_attention" / "full_attention" per layer): true where
+/// the layer attends through the sliding window. nullopt when the key is absent.
+std::optional<std::vector<bool>> sliding_layers(const json_file::Json& j, size_t layers,
+                                                const std::string& origin);
+
+/// Weights by their Hugging Face names, from a model folder or (translated by the family's
+/// names) a GGUF file; converted to `dtype` on `device`, checked against the expected shapes.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool is_gguf() const = 0;
+  virtual bool contains(const std::string& hf_name) const = 0;
+  /// A vector or a table, dense in the model's dtype.
+  virtual Tensor dense(const std::string& hf_name, const Shape& shape) const = 0;
+  /// Matrices (out_i, in) stacked by rows: kept as GGML blocks where a GGUF file's types allow
+  /// qmatmul, otherwise dense.
+  virtual QLinear linear(const std::vector<std::pair<std::string, Shape>>& parts) const = 0;
+  virtual const Device& device() const = 0;
+  virtual DType dtype() const = 0;
+};
+
+/// The safetensors of a model folder (model.safetensors or its sharded index).
+std::unique_ptr<WeightSource> folder_weights(const std::string& dir, const Device& device,
+                                             DType dtype);
+/// A GGUF file: "model.embed_tokens.weight" is token_embd.weight, "model.norm.weight"
+/// output_norm.weight, "lm_head.weight" output.weight, and "model.layers.<i>.<x>.weight"
+/// blk.<i>.<layer_names[x]>.weight; other names are looked up as they are.
+std::unique_ptr<WeightSource> gguf_weights(const std::string& path, const Device& device,
+                                           DType dtype,
+                                           std::map<std::string, std::string> layer_names);
+
+/// How one layer attends.
+struct AttentionSpec {
+  double scale = 0;    // multiplies q k^T
+  double softcap = 0;  // scores = cap tanh(scores / cap) when > 0
+  size_t window = 0;   // > 0: query i sees keys j with i - window < j <= i
+  size_t rope = 0;     // index into the model's ropes
+};
+
+/// One decoder layer's weights; a family leaves the norms it does not have undefined.
+struct Layer {
+  Tensor attn_norm, post_attn_norm, ffn_norm, post_ffn_norm;
+  Tensor q_norm, k_norm;  // (head_dim), per head
+  QLinear wqkv;           // q, k and v rows
+  QLinear wo;
+  QLinear wgate_up;  // gate rows, then up rows
+  QLinear wdown;
+  AttentionSpec attention;
+};
+
+struct Weights {
+  Tensor embed, norm;
+  QLinear lm_head;
+  std::vector<Layer> layers;
+  std::vector<Rope> ropes;
+};
+
+/// The q/k/v, o, gate/up and down matrices of layer `i` under the usual Hugging Face names
+/// (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj), fused as Layer holds them.
+void read_projections(const WeightSource& src, const DecoderConfig& c, size_t i, Layer& l);
+/// The embedding, final norm and output head (the embedding when tied or absent).
+void read_embedding_and_head(const WeightSource& src, DecoderConfig& c, Weights& w);
+
+/// A decoder whose layers a family states in hidden(); the embedding, KV cache, checks and output
+/// head are common. No device-side decode step: the CUDA decode plans cover the standard Llama
+/// layout only, and these families compose every step from their ops.
+class Decoder : public CausalLM {
+ public:
+  Decoder(DecoderConfig config, Weights weights, const Device& device, DType dtype);
+  const CausalLMConfig& config() const override { return config_; }
+  Device device() const override { return device_; }
+  DType dtype() const override { return dtype_; }
+  KvCache make_cache(size_t batch, size_t max_len) const override;
+  Tensor forward(const Tensor& ids, KvCache& cache) const override;
+  Tensor forward_last(const Tensor& ids, KvCache& cache) const override;
+
+ protected:
+  /// The last norm's output (b, s, d) for ids at positions [start, start + s), writing their keys
+  /// and values into the cache.
+  virtual Tensor hidden(const Tensor& ids, KvCache& cache, size_t start) const = 0;
+  /// Layer li's attention of `in` (b, s, d): q/k/v projection, the q/k norms when defined, rope,
+  /// the cache write and attention; returns (b, s, heads * head_dim) before the output projection.
+  Tensor attend(const Tensor& in, size_t li, KvCache& cache, size_t start) const;
+
+  DecoderConfig config_;
+  Weights w_;
+  Device device_;
+  DType dtype_;
+
+ private:
+  Tensor run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const;
+};
+
+}  // namespace wick::models::decoder
