@@ -26,6 +26,7 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
+#include "settings.h"
 #include "util.h"
 
 namespace wick::cpu {
@@ -325,11 +326,11 @@ void gemv(bool trans, size_t rows, size_t cols, const C* a, size_t lda, const C*
 
 // One (m x k) * (k x n) product into the row-major c (leading dimension ldc), single-threaded.
 // m == 1 or n == 1 is a gemv, which OpenBLAS runs faster than the same shape through
-// its sgemm.
+// its sgemm (unless allow_gemv is false: the batch-invariant path keeps one kernel for all shapes).
 template <class C>
 void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b,
-                  MatrixView bv, C* c, size_t ldc) {
-  if (m == 1) {
+                  MatrixView bv, C* c, size_t ldc, bool allow_gemv = true) {
+  if (m == 1 && allow_gemv) {
     // c = B^T a: a's elements are ld apart when it is stored column-major.
     size_t inca = av.trans ? av.ld : 1;
     if (bv.trans) {
@@ -339,7 +340,7 @@ void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const
     }
     return;
   }
-  if (n == 1) {
+  if (n == 1 && allow_gemv) {
     // c is a column: ldc apart, which gemv cannot write: only dense columns (ldc == 1) come here.
     size_t incb = bv.trans ? 1 : bv.ld;
     if (av.trans) {
@@ -360,33 +361,82 @@ void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const
 
 // Below this many multiply-adds, waking the workers costs more than the product.
 constexpr size_t kParallelMinFlops = size_t{1} << 18;
+// A large product is split into at most kMaxParts parts of at least kMinSpan rows (or columns).
+constexpr size_t kMaxParts = 32;
+constexpr size_t kMinSpan = 128;
+// Rows of one BLAS call on the batch-invariant path.
+constexpr size_t kPanel = 16;
 
-// The first row (or column) of part p of d split into `parts`, on a multiple of 16 (the BLAS
-// kernels' tile) when the parts are large enough.
-size_t part_start(size_t d, size_t parts, size_t p) {
-  size_t start = d * p / parts;
-  return d >= 16 * parts ? start / 16 * 16 : start;
+// The rows (or columns) of each part when d of them are split: a multiple of 16 (the BLAS
+// kernels' tile) that depends on the product's size only, never on the thread count, so that
+// each part's BLAS call (whose kernel OpenBLAS may choose by its shape) is the same whatever
+// the pool's size, and so are the bits.
+size_t part_span(size_t d) {
+  size_t span = ((d + kMaxParts - 1) / kMaxParts + 15) / 16 * 16;
+  return std::max(kMinSpan, span);
 }
 
-// One (m x k) * (k x n) product into the dense row-major c: large ones split across the pool
-// along the longer of m and n (each part packs its share of that operand and all of the other),
-// one part per thread.
+// The batch-invariant product: rows in panels of exactly kPanel (the last one padded with zero
+// rows) and columns in spans from n and k only, so that every BLAS call a row takes part in has
+// the shape (kPanel, span, k) whatever m is, and OpenBLAS (whose kernels depend on the call's
+// shape: gemv, small-matrix and direct kernels) computes each row the same way in every batch.
+template <class C>
+void invariant_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b,
+                       MatrixView bv, C* c) {
+  const size_t span = kPanel * n * k < kParallelMinFlops ? n : part_span(n);
+  const size_t col_parts = (n + span - 1) / span;
+  const size_t panels = (m + kPanel - 1) / kPanel;
+  const size_t grain = std::max<size_t>(1, kParallelMinFlops / (kPanel * span * k + 1));
+  parallel_for(panels * col_parts, grain, [&](size_t begin, size_t end) {
+    for (size_t item = begin; item < end; ++item) {
+      const size_t r0 = item / col_parts * kPanel, rows = std::min(kPanel, m - r0);
+      const size_t j0 = item % col_parts * span, w = std::min(span, n - j0);
+      const C* b_part = b + (bv.trans ? j0 * bv.ld : j0);
+      if (rows == kPanel) {
+        const C* a_part = a + (av.trans ? r0 : r0 * av.ld);
+        blas_product<C>(kPanel, w, k, a_part, av, b_part, bv, c + r0 * n + j0, n, false);
+        continue;
+      }
+      // The last rows, padded to a whole panel in a's own orientation.
+      Scratch<C> pa(kPanel * k), pc(kPanel * w);
+      C* pad = pa.get();
+      std::fill(pad, pad + kPanel * k, C(0));
+      for (size_t i = 0; i < rows; ++i) {
+        for (size_t t = 0; t < k; ++t) {
+          C v = av.trans ? a[t * av.ld + r0 + i] : a[(r0 + i) * av.ld + t];
+          (av.trans ? pad[t * kPanel + i] : pad[i * k + t]) = v;
+        }
+      }
+      MatrixView pv{av.trans, av.trans ? kPanel : k};
+      blas_product<C>(kPanel, w, k, pad, pv, b_part, bv, pc.get(), w, false);
+      for (size_t i = 0; i < rows; ++i) {
+        std::memcpy(c + (r0 + i) * n + j0, pc.get() + i * w, w * sizeof(C));
+      }
+    }
+  });
+}
+
+// One (m x k) * (k x n) product into the dense row-major c: large ones split along the longer
+// of m and n into parts of part_span (each part packs its share of that operand and all of the
+// other), shared by the pool's threads.
 template <class C>
 void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b, MatrixView bv,
              C* c) {
-  const size_t threads = num_threads();
+  if (settings::batch_invariant()) {
+    invariant_product<C>(m, n, k, a, av, b, bv, c);
+    return;
+  }
   const size_t d = std::max(m, n);
-  if (threads == 1 || m * n * k < kParallelMinFlops || d < 2) {
+  if (m * n * k < kParallelMinFlops || d < 2) {
     blas_product<C>(m, n, k, a, av, b, bv, c, n);
     return;
   }
-  const size_t parts = std::min(threads, d);
+  const size_t span = part_span(d);
+  const size_t parts = (d + span - 1) / span;
   const bool by_rows = m >= n;
   parallel_for(parts, 1, [&](size_t begin, size_t end) {
     for (size_t p = begin; p < end; ++p) {
-      size_t lo = part_start(d, parts, p), hi = part_start(d, parts, p + 1);
-      if (p + 1 == parts) hi = d;
-      if (lo == hi) continue;
+      size_t lo = p * span, hi = std::min(d, lo + span);
       if (by_rows) {
         // Rows lo..hi of a: a row-major a starts ld * lo further on, a column-major one lo.
         const C* a_part = a + (av.trans ? lo : lo * av.ld);
@@ -466,7 +516,7 @@ bool narrow_product_fits(MatmulDims d, const Layout& rhs_layout) {
   if constexpr (std::is_same_v<T, compute_t<T>>) {
     return false;
   } else {
-    if (d.m * d.b > kNarrowRows || d.k == 0) return false;
+    if (d.m * d.b > kNarrowRows || d.k == 0 || settings::batch_invariant()) return false;
     size_t r = rhs_layout.rank();
     auto bstride = batch_stride(rhs_layout);
     bool shared = d.b == 1 || (bstride && *bstride == 0);
