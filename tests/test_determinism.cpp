@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../tools/conform_determinism.h"
+#include "bert_test_util.h"
 #include "test_util.h"
 #include "wick/cpu.h"
 #include "wick/wick.h"
@@ -167,6 +168,27 @@ TEST(BatchInvariance, MatmulRowsWithTheSwitch) {
   std::string out;
   int rc = run_child("WICK_DETERMINISM_CHILD=1 WICK_BATCH_INVARIANT=1",
                      "DeterminismChild.MatmulRows", &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+}
+
+// A sentence embedded alone equals it inside batches of every size 1..128 (MiniLM, short
+// sentences of different lengths: padding, batch lengths and the products' row counts all
+// differ), with WICK_BATCH_INVARIANT=1 (in a child process).
+TEST(DeterminismChild, Sentences) {
+  if (child_request() == nullptr) GTEST_SKIP() << "runs in the child process of BatchInvariance";
+  WICK_REQUIRE_MINILM(dir);
+  for (const Diff& d : determinism::embedding_suite(dir.string(), Device::cpu(), 128)) {
+    ADD_FAILURE() << describe(d);
+  }
+}
+
+TEST(BatchInvariance, SentenceAloneEqualsItInBatchesOf1To128) {
+  WICK_REQUIRE_MINILM(dir);
+  std::string out;
+  int rc = run_child(
+      "WICK_DETERMINISM_CHILD=1 WICK_BATCH_INVARIANT=1 WICK_MINILM_DIR='" + dir.string() + "'",
+      "DeterminismChild.Sentences", &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
 }

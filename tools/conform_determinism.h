@@ -552,4 +552,48 @@ inline std::vector<Diff> batch_suite(size_t max_rows = 64, uint64_t seed = 53) {
   return diffs;
 }
 
+/// Sentences of varied lengths for the embedding check (sentence i of `count`).
+inline std::vector<std::string> sentences(size_t count) {
+  static const char* words[] = {"the",    "quick", "model",  "embeds", "every",   "sentence",
+                                "alone",  "or",    "inside", "a",      "batch",   "with",
+                                "others", "of",    "any",    "length", "numbers", "42"};
+  std::vector<std::string> out;
+  std::mt19937_64 gen(55);
+  for (size_t i = 0; i < count; ++i) {
+    std::string s;
+    size_t n = 1 + gen() % 6;
+    for (size_t w = 0; w < n; ++w) {
+      if (w > 0) s.push_back(' ');
+      s.append(words[gen() % 18]);
+    }
+    s.push_back('.');
+    out.push_back(s);
+  }
+  return out;
+}
+
+/// A sentence embedded alone against the same sentence inside batches of 1..max_batch sentences
+/// (whose padding, lengths and row counts differ), for the model folder `model_dir`.
+inline std::vector<Diff> embedding_suite(const std::string& model_dir, const Device& device,
+                                         size_t max_batch = 128) {
+  auto embedder = SentenceEmbedder::load(model_dir, device);
+  std::vector<std::string> texts = sentences(max_batch);
+  std::vector<Diff> diffs;
+  std::vector<std::vector<uint8_t>> alone(max_batch);
+  for (size_t i = 0; i < max_batch; ++i) alone[i] = bytes_of(embedder.embed({texts[i]}));
+  for (size_t m = 1; m <= max_batch; ++m) {
+    Tensor y = embedder.embed(std::vector<std::string>(texts.begin(), texts.begin() + m));
+    std::vector<uint8_t> all = bytes_of(y);
+    const size_t row = all.size() / m, dim = row / size_in_bytes(y.dtype());
+    for (size_t i = 0; i < m; ++i) {
+      if (auto d = compare("embedding [sentence " + std::to_string(i) + " alone vs batch of " +
+                               std::to_string(m) + "]",
+                           y.dtype(), {1, dim}, alone[i].data(), all.data() + i * row, dim)) {
+        diffs.push_back(*d);
+      }
+    }
+  }
+  return diffs;
+}
+
 }  // namespace wick::determinism

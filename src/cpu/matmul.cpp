@@ -364,8 +364,13 @@ constexpr size_t kParallelMinFlops = size_t{1} << 18;
 // A large product is split into at most kMaxParts parts of at least kMinSpan rows (or columns).
 constexpr size_t kMaxParts = 32;
 constexpr size_t kMinSpan = 128;
-// Rows of one BLAS call on the batch-invariant path.
-constexpr size_t kPanel = 16;
+// The batch-invariant path: rows of one part, and OpenBLAS's small-matrix kernels (its AVX-512
+// builds), which take calls of at most kSmallKernelMax multiply-adds and compute a row
+// differently by the call's row count (its other kernels do not).
+constexpr size_t kInvariantRows = 256;
+constexpr double kSmallKernelMax = 1e6;
+// Above this many padding rows a call is left to plain loops instead.
+constexpr size_t kMaxPadRows = 64;
 
 // The rows (or columns) of each part when d of them are split: a multiple of 16 (the BLAS
 // kernels' tile) that depends on the product's size only, never on the thread count, so that
@@ -376,42 +381,65 @@ size_t part_span(size_t d) {
   return std::max(kMinSpan, span);
 }
 
-// The batch-invariant product: rows in panels of exactly kPanel (the last one padded with zero
-// rows) and columns in spans from n and k only, so that every BLAS call a row takes part in has
-// the shape (kPanel, span, k) whatever m is, and OpenBLAS (whose kernels depend on the call's
-// shape: gemv, small-matrix and direct kernels) computes each row the same way in every batch.
+// One part of the batch-invariant product: (rows x k) * (k x w) into c (leading dimension ldc),
+// computed the same way for a row whatever `rows` is: an sgemm/dgemm call of enough rows to stay
+// above the small-matrix kernels (the rows padded with zero rows when there are fewer), never a
+// gemv; products too thin for that (w * k small) in plain loops, each element a sum in k order.
+template <class C>
+void invariant_part(size_t rows, size_t w, size_t k, const C* a, MatrixView av, const C* b,
+                    MatrixView bv, C* c, size_t ldc) {
+  const size_t need =
+      static_cast<size_t>(kSmallKernelMax / (static_cast<double>(w) * static_cast<double>(k))) + 1;
+  if (need > kMaxPadRows) {
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t j = 0; j < w; ++j) {
+        C acc = 0;
+        for (size_t t = 0; t < k; ++t) {
+          C x = av.trans ? a[t * av.ld + i] : a[i * av.ld + t];
+          C y = bv.trans ? b[j * bv.ld + t] : b[t * bv.ld + j];
+          acc += x * y;
+        }
+        c[i * ldc + j] = acc;
+      }
+    }
+    return;
+  }
+  if (rows >= need) {
+    blas_product<C>(rows, w, k, a, av, b, bv, c, ldc, false);
+    return;
+  }
+  // Padded to `need` rows in a's own orientation.
+  Scratch<C> pa(need * k), pc(need * w);
+  C* pad = pa.get();
+  std::fill(pad, pad + need * k, C(0));
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t t = 0; t < k; ++t) {
+      C v = av.trans ? a[t * av.ld + i] : a[i * av.ld + t];
+      (av.trans ? pad[t * need + i] : pad[i * k + t]) = v;
+    }
+  }
+  MatrixView pv{av.trans, av.trans ? need : k};
+  blas_product<C>(need, w, k, pad, pv, b, bv, pc.get(), w, false);
+  for (size_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, pc.get() + i * w, w * sizeof(C));
+}
+
+// The batch-invariant product: rows in parts of kInvariantRows, columns in parts of
+// part_span(n), each part an invariant_part, so that a row's bits do not depend on m.
 template <class C>
 void invariant_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b,
                        MatrixView bv, C* c) {
-  const size_t span = kPanel * n * k < kParallelMinFlops ? n : part_span(n);
+  const size_t span = part_span(n);
   const size_t col_parts = (n + span - 1) / span;
-  const size_t panels = (m + kPanel - 1) / kPanel;
-  const size_t grain = std::max<size_t>(1, kParallelMinFlops / (kPanel * span * k + 1));
-  parallel_for(panels * col_parts, grain, [&](size_t begin, size_t end) {
+  const size_t row_parts = (m + kInvariantRows - 1) / kInvariantRows;
+  const size_t items = row_parts * col_parts;
+  const size_t grain = m * n * k < kParallelMinFlops ? items : 1;
+  parallel_for(items, grain, [&](size_t begin, size_t end) {
     for (size_t item = begin; item < end; ++item) {
-      const size_t r0 = item / col_parts * kPanel, rows = std::min(kPanel, m - r0);
+      const size_t r0 = item / col_parts * kInvariantRows, rows = std::min(kInvariantRows, m - r0);
       const size_t j0 = item % col_parts * span, w = std::min(span, n - j0);
+      const C* a_part = a + (av.trans ? r0 : r0 * av.ld);
       const C* b_part = b + (bv.trans ? j0 * bv.ld : j0);
-      if (rows == kPanel) {
-        const C* a_part = a + (av.trans ? r0 : r0 * av.ld);
-        blas_product<C>(kPanel, w, k, a_part, av, b_part, bv, c + r0 * n + j0, n, false);
-        continue;
-      }
-      // The last rows, padded to a whole panel in a's own orientation.
-      Scratch<C> pa(kPanel * k), pc(kPanel * w);
-      C* pad = pa.get();
-      std::fill(pad, pad + kPanel * k, C(0));
-      for (size_t i = 0; i < rows; ++i) {
-        for (size_t t = 0; t < k; ++t) {
-          C v = av.trans ? a[t * av.ld + r0 + i] : a[(r0 + i) * av.ld + t];
-          (av.trans ? pad[t * kPanel + i] : pad[i * k + t]) = v;
-        }
-      }
-      MatrixView pv{av.trans, av.trans ? kPanel : k};
-      blas_product<C>(kPanel, w, k, pad, pv, b_part, bv, pc.get(), w, false);
-      for (size_t i = 0; i < rows; ++i) {
-        std::memcpy(c + (r0 + i) * n + j0, pc.get() + i * w, w * sizeof(C));
-      }
+      invariant_part<C>(rows, w, k, a_part, av, b_part, bv, c + r0 * n + j0, n);
     }
   });
 }
