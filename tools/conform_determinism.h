@@ -184,20 +184,21 @@ inline std::optional<Diff> compare(const Result& a, const Result& b) {
 
 class Inputs {
  public:
-  explicit Inputs(uint64_t seed) : gen_(seed) {}
+  explicit Inputs(uint64_t seed, Device device = Device::cpu()) : gen_(seed), device_(device) {}
+  const Device& device() const { return device_; }
   /// Uniform values in [lo, hi) of `dtype`.
   Tensor uniform(const Shape& shape, DType dtype = DType::F32, double lo = -2, double hi = 2) {
     std::uniform_real_distribution<double> dist(lo, hi);
     std::vector<double> v(shape.elem_count());
     for (auto& x : v) x = dist(gen_);
-    return Tensor::from_vec(v, shape, Device::cpu()).to_dtype(dtype);
+    return Tensor::from_vec(v, shape, Device::cpu()).to_dtype(dtype).to_device(device_);
   }
   /// Integers in [0, n) as u32.
   Tensor ids(size_t count, uint32_t n) {
     std::uniform_int_distribution<uint32_t> dist(0, n - 1);
     std::vector<uint32_t> v(count);
     for (auto& x : v) x = dist(gen_);
-    return Tensor::from_vec(v, {count}, Device::cpu());
+    return Tensor::from_vec(v, {count}, Device::cpu()).to_device(device_);
   }
   /// Random blocks of `type` for an (n, k) weight, with scales keeping the values about +-1.
   QTensor qweight(GgmlType type, size_t n, size_t k) {
@@ -234,11 +235,13 @@ class Inputs {
           break;
       }
     }
-    return QTensor(type, Shape({n, k}), Tensor::from_vec(raw, {bytes}, Device::cpu()));
+    return QTensor(type, Shape({n, k}), Tensor::from_vec(raw, {bytes}, Device::cpu()))
+        .to_device(device_);
   }
 
  private:
   std::mt19937_64 gen_;
+  Device device_;
 };
 
 constexpr GgmlType kQTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
@@ -249,8 +252,8 @@ constexpr GgmlType kQTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
 /// Every op family forward and backward, on inputs from `seed`, sized so that the CPU splits
 /// them across threads (long rows, few rows, tall column sums, products above the parallel
 /// threshold).
-inline std::vector<Result> thread_suite(uint64_t seed = 52) {
-  Inputs in(seed);
+inline std::vector<Result> thread_suite(uint64_t seed = 52, const Device& device = Device::cpu()) {
+  Inputs in(seed, device);
   std::vector<Result> out;
   auto add = [&](const std::string& op, const Tensor& t) {
     out.push_back({op, t.dtype(), t.dims(), bytes_of(t)});
@@ -332,11 +335,10 @@ inline std::vector<Result> thread_suite(uint64_t seed = 52) {
     Tensor ids = in.ids(20000, 5000);
     add("embedding", table.embedding(ids));
     Tensor src = in.uniform({20000, 64});
-    add("index_add", Tensor::zeros({5000, 64}, DType::F32, Device::cpu()).index_add(ids, src, 0));
+    add("index_add", Tensor::zeros({5000, 64}, DType::F32, device).index_add(ids, src, 0));
     Tensor sids = in.ids(64 * 3000, 64).reshape({64, 3000});
     Tensor ssrc = in.uniform({64, 3000});
-    add("scatter_add",
-        Tensor::zeros({64, 64}, DType::F32, Device::cpu()).scatter_add(sids, ssrc, 1));
+    add("scatter_add", Tensor::zeros({64, 64}, DType::F32, device).scatter_add(sids, ssrc, 1));
   }
   // Backward: a small network's gradients (matmul, softmax, norms, reductions, indexing).
   for (DType dt : {DType::F32, DType::F64}) {
@@ -480,8 +482,9 @@ inline void check_rows(const std::string& op, const Tensor& x, const RowOp& f,
 /// Matmul rows alone against rows in batches of 1..max_rows (f32, f64, bf16, f16; k below and
 /// above OpenBLAS's k-block; a linear layer's transposed weight). On the CPU this holds with
 /// WICK_BATCH_INVARIANT=1 (the default path takes OpenBLAS's gemv for one row).
-inline std::vector<Diff> batch_suite_matmul(size_t max_rows = 64, uint64_t seed = 54) {
-  Inputs in(seed);
+inline std::vector<Diff> batch_suite_matmul(size_t max_rows = 64, uint64_t seed = 54,
+                                            const Device& device = Device::cpu()) {
+  Inputs in(seed, device);
   std::vector<Diff> diffs;
   for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
     for (auto [k, n] : {std::pair<size_t, size_t>{256, 320}, {1100, 96}, {64, 1}}) {
@@ -502,8 +505,9 @@ inline std::vector<Diff> batch_suite_matmul(size_t max_rows = 64, uint64_t seed 
 /// quantized matmul (every tiled type), norms, softmax, row sums and maxima (short rows, and
 /// long ones that a lone row splits across threads), attention (sequences alone against
 /// batches of sequences).
-inline std::vector<Diff> batch_suite(size_t max_rows = 64, uint64_t seed = 53) {
-  Inputs in(seed);
+inline std::vector<Diff> batch_suite(size_t max_rows = 64, uint64_t seed = 53,
+                                     const Device& device = Device::cpu()) {
+  Inputs in(seed, device);
   std::vector<Diff> diffs;
   for (GgmlType type : kQTypes) {
     QTensor w = in.qweight(type, 96, 512);
