@@ -83,10 +83,10 @@ TEST(DeterminismChild, Suite) {
   determinism::write_results(r.substr(colon + 1), determinism::thread_suite());
 }
 
-TEST(DeterminismChild, MatmulRows) {
+TEST(DeterminismChild, SwitchedRows) {
   if (child_request() == nullptr) GTEST_SKIP() << "runs in the child process of BatchInvariance";
   set_cpu_threads(3);
-  for (const Diff& d : determinism::batch_suite_matmul(64)) ADD_FAILURE() << describe(d);
+  for (const Diff& d : determinism::batch_suite_switched(64)) ADD_FAILURE() << describe(d);
 }
 
 TEST(Determinism, CompareSeesOneUlp) {
@@ -162,12 +162,12 @@ TEST(BatchInvariance, RowsAloneEqualRowsInBatches) {
   for (const Diff& d : determinism::batch_suite(64)) ADD_FAILURE() << describe(d);
 }
 
-// Matmul rows alone and inside batches of 1..64 rows, with WICK_BATCH_INVARIANT=1 (read once per
-// process: a child process).
-TEST(BatchInvariance, MatmulRowsWithTheSwitch) {
+// Matmul rows alone and inside batches of 1..64 rows, and attention queries alone and inside
+// their prefill, with WICK_BATCH_INVARIANT=1 (read once per process: a child process).
+TEST(BatchInvariance, MatmulAndAttentionRowsWithTheSwitch) {
   std::string out;
   int rc = run_child("WICK_DETERMINISM_CHILD=1 WICK_BATCH_INVARIANT=1",
-                     "DeterminismChild.MatmulRows", &out);
+                     "DeterminismChild.SwitchedRows", &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
 }

@@ -480,10 +480,12 @@ inline void check_rows(const std::string& op, const Tensor& x, const RowOp& f,
 }
 
 /// Matmul rows alone against rows in batches of 1..max_rows (f32, f64, bf16, f16; k below and
-/// above OpenBLAS's k-block; a linear layer's transposed weight). On the CPU this holds with
-/// WICK_BATCH_INVARIANT=1 (the default path takes OpenBLAS's gemv for one row).
-inline std::vector<Diff> batch_suite_matmul(size_t max_rows = 64, uint64_t seed = 54,
-                                            const Device& device = Device::cpu()) {
+/// above OpenBLAS's k-block; a linear layer's transposed weight), and attention's last queries
+/// alone against the same queries inside their prefill. On the CPU these hold with
+/// WICK_BATCH_INVARIANT=1 (the default path takes OpenBLAS's gemv for one row, and another
+/// attention kernel for a few queries).
+inline std::vector<Diff> batch_suite_switched(size_t max_rows = 64, uint64_t seed = 54,
+                                              const Device& device = Device::cpu()) {
   Inputs in(seed, device);
   std::vector<Diff> diffs;
   for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
@@ -497,6 +499,28 @@ inline std::vector<Diff> batch_suite_matmul(size_t max_rows = 64, uint64_t seed 
     check_rows(
         std::string("matmul/linear ") + dtype_name(dt), x,
         [&](const Tensor& r, size_t) { return r.matmul(w.t()); }, diffs);
+  }
+  // Attention's queries: the last s_q queries of a causal prefill computed alone (decode is
+  // s_q = 1) against the same queries inside the whole prefill.
+  for (auto [dt, s] : {std::pair<DType, size_t>{DType::F32, 33},
+                       {DType::F32, 40},
+                       {DType::F32, 64},
+                       {DType::BF16, 33}}) {
+    s = std::min(s, max_rows);
+    Tensor q = in.uniform({1, 4, s, 64}, dt), k = in.uniform({1, 2, s, 64}, dt),
+           v = in.uniform({1, 2, s, 64}, dt);
+    Tensor full = nn::scaled_dot_product_attention(q, k, v, {true, 0, {}});
+    for (size_t s_q = 1; s_q < s; ++s_q) {
+      Tensor part =
+          nn::scaled_dot_product_attention(q.narrow(2, s - s_q, s_q), k, v, {true, 0, {}});
+      std::vector<uint8_t> a = bytes_of(full.narrow(2, s - s_q, s_q)), b = bytes_of(part);
+      if (auto d = compare(std::string("attention/queries ") + dtype_name(dt) + " [last " +
+                               std::to_string(s_q) + " queries alone vs prefill of " +
+                               std::to_string(s) + "]",
+                           dt, part.dims(), a.data(), b.data(), part.elem_count())) {
+        diffs.push_back(*d);
+      }
+    }
   }
   return diffs;
 }

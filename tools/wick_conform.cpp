@@ -659,7 +659,8 @@ size_t run_child(const std::string& env, const std::string& args, bool* failed) 
 }
 
 // The child processes' work: "threads:N:PATH" (the thread suite with N threads, its results
-// written to PATH), "matmul" (matmul rows alone vs batches), "embed:DIR" (MiniLM sentences).
+// written to PATH), "matmul" (matmul rows alone vs batches, attention queries alone vs in their
+// prefill), "embed:DIR" (MiniLM sentences).
 int determinism_child(const std::string& spec) {
   try {
     if (spec.rfind("threads:", 0) == 0) {
@@ -670,7 +671,7 @@ int determinism_child(const std::string& spec) {
     }
     std::vector<determinism::Diff> diffs;
     if (spec == "matmul") {
-      diffs = determinism::batch_suite_matmul(64);
+      diffs = determinism::batch_suite_switched(64);
     } else if (spec.rfind("embed:", 0) == 0) {
       diffs = determinism::embedding_suite(spec.substr(6), Device::cpu(), 128);
     } else {
@@ -702,8 +703,8 @@ int run_determinism(const Device& device, const std::string& minilm) {
       report(determinism::compare_runs(a, b, "run to run"),
              str("every op, forward and backward, twice (", a.size(), " results)"));
       report(determinism::batch_suite(64, 53, device), "rows alone vs batches of 1..64");
-      report(determinism::batch_suite_matmul(64, 54, device),
-             "matmul rows alone vs batches of 1..64");
+      report(determinism::batch_suite_switched(64, 54, device),
+             "matmul rows alone vs batches of 1..64, attention queries");
     } else {
       std::string dir = std::filesystem::temp_directory_path().string() + "/wick_conform_" +
                         std::to_string(getpid());
@@ -723,7 +724,7 @@ int run_determinism(const Device& device, const std::string& minilm) {
              "every op, forward and backward, run to run");
       report(determinism::batch_suite(64), "rows alone vs batches of 1..64");
       size_t n = run_child("WICK_BATCH_INVARIANT=1", "--determinism-child matmul", &failed);
-      std::printf("%-58s %s\n", "matmul rows alone vs batches of 1..64 (WICK_BATCH_INVARIANT=1)",
+      std::printf("%-58s %s\n", "matmul rows, attention queries (WICK_BATCH_INVARIANT=1)",
                   n == 0 && !failed ? "ok" : str(n, " differ").c_str());
       diffs += n;
       if (!minilm.empty()) {
