@@ -363,7 +363,7 @@ void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const
 constexpr size_t kParallelMinFlops = size_t{1} << 18;
 // A large product is split into at most kMaxParts parts of at least kMinSpan rows (or columns).
 constexpr size_t kMaxParts = 32;
-constexpr size_t kMinSpan = 128;
+constexpr size_t kMinSpan = 256;
 // The batch-invariant path: rows of one part, and OpenBLAS's small-matrix kernels (its AVX-512
 // builds), which take calls of at most kSmallKernelMax multiply-adds and compute a row
 // differently by the call's row count (its other kernels do not).
