@@ -4,9 +4,12 @@
 // reduced dims of order-free ops are sorted by stride so that e.g. the sum of a transposed tensor
 // walks memory in order. Then one of two loops runs:
 // - inner: each output reduces a run of the input (rows when the innermost reduced dim is
-//   unit-stride); threads split the outputs, or split the run when there are few outputs;
+//   unit-stride) in pieces of kReducePiece merged in order; threads split the outputs, or share
+//   a run's pieces when there are few outputs;
 // - outer: the innermost kept dim is the one that moves fastest in memory, so whole rows of
 //   outputs are accumulated together (column sums of a row-major matrix).
+// Either way the pieces depend on the problem's shape only, never on the thread count or on how
+// many outputs there are: the bits do not change with WICK_NUM_THREADS or the batch.
 
 #include <algorithm>
 #include <bit>
@@ -288,8 +291,9 @@ void inner_reduce(const T* x, typename Acc::Out* out, const Plan& plan) {
 // ---- the outer loop: columns j of the innermost kept dim, rows r of the reduced dims ----
 //
 // A task owns a chunk of columns and a range of rows; rows are read whole (as wide as the chunk),
-// so memory streams in order. When there are fewer column tasks than threads the rows are split
-// too, and the partial states are merged in row order.
+// so memory streams in order. Tall reductions go in row parts of a fixed height whose partial
+// states are merged in row order; when there are fewer column tasks than threads, the threads
+// share the row parts.
 
 // Branch-free a-or-b for the column loops (see pick).
 template <class C>
