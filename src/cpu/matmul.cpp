@@ -1,7 +1,9 @@
 // CpuStorage::matmul: OpenBLAS gemm/gemv reading the operands through their own strides whenever
 // BLAS can (transposes, padded rows, collapsible or broadcast batches), one packed copy when it
 // cannot. f16/bf16 are widened to f32, multiplied by sgemm and rounded once at the end. OpenBLAS
-// runs single-threaded; large products and batches are split across wick's thread pool.
+// runs single-threaded; large products are split across wick's thread pool in parts from the
+// product's size (never the thread count), batches handed out whole. WICK_BATCH_INVARIANT=1
+// takes invariant_product, whose calls compute a row the same way for every row count.
 
 #include <cblas.h>
 
