@@ -111,6 +111,23 @@ TEST(Determinism, CompareSeesOneUlp) {
   EXPECT_FALSE(determinism::compare("h", DType::BF16, {3}, h.data(), hb.data(), 3).has_value());
 }
 
+// WICK_BATCH_INVARIANT takes 0 or 1; anything else is an Error naming it at the first matmul.
+TEST(DeterminismDeathTest, SwitchRejectsOtherValues) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("WICK_BATCH_INVARIANT", "yes", 1);
+        auto a = Tensor::ones({2, 2}, DType::F32, Device::cpu());
+        try {
+          (void)a.matmul(a).to_vec2<float>();
+        } catch (const Error& e) {
+          std::exit(std::string(e.what()) == "WICK_BATCH_INVARIANT=yes: expected 0 or 1" ? 0 : 1);
+        }
+        std::exit(2);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 TEST(Determinism, ResultsRoundTripThroughTheirFile) {
   std::vector<determinism::Result> rs = {{"a b", DType::F32, {2, 1}, {1, 2, 3, 4, 5, 6, 7, 8}},
                                          {"c", DType::U8, {}, {9}}};
