@@ -15,6 +15,8 @@
 #include "bert_test_util.h"
 #include "test_util.h"
 #include "wick/cpu.h"
+#include "wick/generator.h"
+#include "wick/llama.h"
 #include "wick/wick.h"
 
 namespace {
@@ -208,6 +210,42 @@ TEST(BatchInvariance, SentenceAloneEqualsItInBatchesOf1To128) {
       "DeterminismChild.Sentences", &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+}
+
+// Sampling is per stream: a Generator's draws depend on its seed and its own calls only, so a
+// request's tokens at temperature 0.8 are the same alone or beside other streams sampling in
+// between (the serving engine keeps one Generator per request).
+TEST(BatchInvariance, SeededSamplingPerStream) {
+  const auto model =
+      models::Llama::load(std::string(WICK_TEST_DATA_DIR) + "/llama/tiny_llama", Device::cpu());
+  GenerateOptions o;
+  o.temperature = 0.8;
+  o.top_p = 0.95;
+  o.seed = 1234;
+  std::vector<std::vector<float>> logits(64);
+  std::mt19937_64 gen(9);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  for (auto& l : logits) {
+    l.resize(50);
+    for (float& x : l) x = dist(gen);
+  }
+  Generator alone(model, o);
+  std::vector<uint32_t> want;
+  for (const auto& l : logits) want.push_back(alone.sample(l));
+  GenerateOptions other = o;
+  other.seed = 99;
+  Generator a(model, o), b(model, other), c(model, o);
+  std::vector<uint32_t> got, got_c, got_b;
+  for (const auto& l : logits) {
+    got_b.push_back(b.sample(l));
+    got.push_back(a.sample(l));
+    got_b.push_back(b.sample(l));
+  }
+  for (const auto& l : logits) got_c.push_back(c.sample(l));
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_c, want);
+  // The draws are random: another seed gives other tokens.
+  EXPECT_NE(std::vector<uint32_t>(got_b.begin(), got_b.begin() + 64), want);
 }
 
 }  // namespace
