@@ -258,38 +258,54 @@ inline std::vector<Result> thread_suite(uint64_t seed = 52, const Device& device
   auto add = [&](const std::string& op, const Tensor& t) {
     out.push_back({op, t.dtype(), t.dims(), bytes_of(t)});
   };
+  // On CUDA an op in a dtype the device does not take (UnsupportedDType) is recorded as such and
+  // skipped, alike in every run.
+  auto section = [&](const std::string& what, const std::function<void()>& body) {
+    try {
+      body();
+    } catch (const UnsupportedDType& e) {
+      if (!device.is_cuda()) throw;
+      out.push_back({what + " (unsupported here: " + e.what() + ")", DType::U8, {}, {}});
+    }
+  };
   // Reductions: few long rows (split within a row), many rows, column sums (split along rows).
   for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
     std::string s = dtype_name(dt);
-    Tensor few = in.uniform({3, 100003}, dt);
-    add("sum/rows " + s, few.sum(1));
-    add("sum_all " + s, few.sum_all());
-    add("mean/rows " + s, few.mean(1));
-    Tensor tall = in.uniform({70001, 3}, dt);
-    add("sum/cols " + s, tall.sum(0));
-    add("mean/cols " + s, tall.mean(0));
-    Tensor wide = in.uniform({9000, 40}, dt);
-    add("sum/cols-wide " + s, wide.sum(0));
-    add("sum/transposed " + s, wide.t().sum(1));
-    add("max/rows " + s, few.max(1));
-    add("min/cols " + s, tall.min(0));
-    add("argmax/rows " + s, few.argmax(1));
-    add("argmin/cols " + s, tall.argmin(0));
+    section("reductions " + s, [&] {
+      Tensor few = in.uniform({3, 100003}, dt);
+      add("sum/rows " + s, few.sum(1));
+      add("sum_all " + s, few.sum_all());
+      add("mean/rows " + s, few.mean(1));
+      Tensor tall = in.uniform({70001, 3}, dt);
+      add("sum/cols " + s, tall.sum(0));
+      add("mean/cols " + s, tall.mean(0));
+      Tensor wide = in.uniform({9000, 40}, dt);
+      add("sum/cols-wide " + s, wide.sum(0));
+      add("sum/transposed " + s, wide.t().sum(1));
+      add("max/rows " + s, few.max(1));
+      add("min/cols " + s, tall.min(0));
+      add("argmax/rows " + s, few.argmax(1));
+      add("argmin/cols " + s, tall.argmin(0));
+    });
   }
-  Tensor ints = in.uniform({2, 90001}, DType::F32, 0, 100).to_dtype(DType::I64);
-  add("sum/rows i64", ints.sum(1));
+  section("sum/rows i64", [&] {
+    Tensor ints = in.uniform({2, 90001}, DType::F32, 0, 100).to_dtype(DType::I64);
+    add("sum/rows i64", ints.sum(1));
+  });
   // Softmax and norms.
   for (DType dt : {DType::F32, DType::BF16, DType::F64}) {
     std::string s = dtype_name(dt);
-    Tensor x = in.uniform({64, 3000}, dt);
-    add("softmax " + s, x.softmax_last_dim());
-    add("log_softmax " + s, x.log_softmax(1));
-    add("softmax/dim0 " + s, x.softmax(0));
-    Tensor one = in.uniform({1, 200003}, dt);
-    add("softmax/long-row " + s, one.softmax_last_dim());
-    Tensor w = in.uniform({3000}, dt), b = in.uniform({3000}, dt);
-    add("rms_norm " + s, x.rms_norm(w, 1e-5));
-    add("layer_norm " + s, x.layer_norm(w, b, 1e-5));
+    section("softmax and norms " + s, [&] {
+      Tensor x = in.uniform({64, 3000}, dt);
+      add("softmax " + s, x.softmax_last_dim());
+      add("log_softmax " + s, x.log_softmax(1));
+      add("softmax/dim0 " + s, x.softmax(0));
+      Tensor one = in.uniform({1, 200003}, dt);
+      add("softmax/long-row " + s, one.softmax_last_dim());
+      Tensor w = in.uniform({3000}, dt), b = in.uniform({3000}, dt);
+      add("rms_norm " + s, x.rms_norm(w, 1e-5));
+      add("layer_norm " + s, x.layer_norm(w, b, 1e-5));
+    });
   }
   // Products: gemv, thin, square-ish, batched, f64, the narrow bf16/f16 path and the wide one.
   struct Mm {
@@ -299,38 +315,44 @@ inline std::vector<Result> thread_suite(uint64_t seed = 52, const Device& device
                Mm{1, 500, 700, 1}, Mm{1, 600, 300, 200}, Mm{4, 33, 64, 50}, Mm{1, 64, 1100, 96}}) {
     for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
       std::string name = "matmul " + shape_str({p.b, p.m, p.k, p.n}) + " " + dtype_name(dt);
-      Tensor a = in.uniform({p.b, p.m, p.k}, dt), w = in.uniform({p.b, p.k, p.n}, dt);
-      add(name, a.matmul(w));
+      section(name, [&] {
+        Tensor a = in.uniform({p.b, p.m, p.k}, dt), w = in.uniform({p.b, p.k, p.n}, dt);
+        add(name, a.matmul(w));
+      });
     }
   }
-  {
+  section("matmul/narrow", [&] {
     Tensor a = in.uniform({6, 768}, DType::F16), w = in.uniform({1000, 768}, DType::F16);
     add("matmul/narrow f16", a.matmul(w.t()));
     Tensor a2 = in.uniform({5, 768}, DType::BF16), w2 = in.uniform({1000, 768}, DType::BF16);
     add("matmul/narrow bf16", a2.matmul(w2.t()));
-  }
+  });
   // Quantized products.
   for (GgmlType type : kQTypes) {
-    QTensor w = in.qweight(type, 300, 512);
-    for (size_t m : {1, 5, 33}) {
-      add("qmatmul " + ggml_type_name(type) + " m=" + std::to_string(m),
-          qmatmul(in.uniform({m, 512}), w));
-    }
+    section("qmatmul " + ggml_type_name(type), [&] {
+      QTensor w = in.qweight(type, 300, 512);
+      for (size_t m : {1, 5, 33}) {
+        add("qmatmul " + ggml_type_name(type) + " m=" + std::to_string(m),
+            qmatmul(in.uniform({m, 512}), w));
+      }
+    });
   }
   // Attention: prefill (causal), decode against a long cache, grouped heads, a mask.
   for (DType dt : {DType::F32, DType::BF16}) {
     std::string s = dtype_name(dt);
-    Tensor q = in.uniform({2, 4, 37, 64}, dt), k = in.uniform({2, 2, 37, 64}, dt),
-           v = in.uniform({2, 2, 37, 64}, dt);
-    add("attention/causal " + s, nn::scaled_dot_product_attention(q, k, v, {true, 0, {}}));
-    Tensor q1 = in.uniform({1, 8, 1, 64}, dt), k1 = in.uniform({1, 2, 3000, 64}, dt),
-           v1 = in.uniform({1, 2, 3000, 64}, dt);
-    add("attention/decode " + s, nn::scaled_dot_product_attention(q1, k1, v1, {true, 0, {}}));
-    Tensor mask = in.uniform({2, 1, 37, 37}, dt, -3, 0);
-    add("attention/mask " + s, nn::scaled_dot_product_attention(q, k, v, {false, 0.1, mask}));
+    section("attention " + s, [&] {
+      Tensor q = in.uniform({2, 4, 37, 64}, dt), k = in.uniform({2, 2, 37, 64}, dt),
+             v = in.uniform({2, 2, 37, 64}, dt);
+      add("attention/causal " + s, nn::scaled_dot_product_attention(q, k, v, {true, 0, {}}));
+      Tensor q1 = in.uniform({1, 8, 1, 64}, dt), k1 = in.uniform({1, 2, 3000, 64}, dt),
+             v1 = in.uniform({1, 2, 3000, 64}, dt);
+      add("attention/decode " + s, nn::scaled_dot_product_attention(q1, k1, v1, {true, 0, {}}));
+      Tensor mask = in.uniform({2, 1, 37, 37}, dt, -3, 0);
+      add("attention/mask " + s, nn::scaled_dot_product_attention(q, k, v, {false, 0.1, mask}));
+    });
   }
   // Indexing that accumulates.
-  {
+  section("indexing", [&] {
     Tensor table = in.uniform({5000, 64});
     Tensor ids = in.ids(20000, 5000);
     add("embedding", table.embedding(ids));
@@ -339,38 +361,42 @@ inline std::vector<Result> thread_suite(uint64_t seed = 52, const Device& device
     Tensor sids = in.ids(64 * 3000, 64).reshape({64, 3000});
     Tensor ssrc = in.uniform({64, 3000});
     add("scatter_add", Tensor::zeros({64, 64}, DType::F32, device).scatter_add(sids, ssrc, 1));
-  }
+  });
   // Backward: a small network's gradients (matmul, softmax, norms, reductions, indexing).
   for (DType dt : {DType::F32, DType::F64}) {
     std::string s = dtype_name(dt);
-    Tensor x = in.uniform({96, 300}, dt).requires_grad();
-    Tensor w1 = in.uniform({300, 500}, dt, -0.1, 0.1).requires_grad();
-    Tensor g = in.uniform({500}, dt).requires_grad();
-    Tensor bias = in.uniform({500}, dt).requires_grad();
-    Tensor w2 = in.uniform({500, 40}, dt, -0.1, 0.1).requires_grad();
-    Tensor table = in.uniform({300, 500}, dt).requires_grad();
-    Tensor ids = in.ids(96, 300);
-    Tensor h = x.matmul(w1).add(table.embedding(ids)).layer_norm(g, bias, 1e-5).tanh();
-    Tensor h2 = h.rms_norm(g, 1e-6).matmul(w2).log_softmax(1);
-    Tensor loss = h2.mul(h2.exp()).sum_all().add(h.sum(0).sqr().mean_all());
-    GradStore grads = loss.backward();
-    add("backward/loss " + s, loss);
-    for (auto [name, t] : {std::pair<const char*, Tensor>{"x", x},
-                           {"w1", w1},
-                           {"gamma", g},
-                           {"beta", bias},
-                           {"w2", w2},
-                           {"table", table}}) {
-      add(std::string("backward/grad ") + name + " " + s, *grads.get(t));
-    }
-    Tensor q = in.uniform({1, 4, 40, 32}, dt).requires_grad();
-    Tensor k = in.uniform({1, 4, 40, 32}, dt).requires_grad();
-    Tensor v = in.uniform({1, 4, 40, 32}, dt).requires_grad();
-    Tensor o = nn::scaled_dot_product_attention(q, k, v, {true, 0, {}});
-    GradStore ga = o.sqr().sum_all().backward();
-    add("backward/attention dq " + s, *ga.get(q));
-    add("backward/attention dk " + s, *ga.get(k));
-    add("backward/attention dv " + s, *ga.get(v));
+    section("backward " + s, [&] {
+      Tensor x = in.uniform({96, 300}, dt).requires_grad();
+      Tensor w1 = in.uniform({300, 500}, dt, -0.1, 0.1).requires_grad();
+      Tensor g = in.uniform({500}, dt).requires_grad();
+      Tensor bias = in.uniform({500}, dt).requires_grad();
+      Tensor w2 = in.uniform({500, 40}, dt, -0.1, 0.1).requires_grad();
+      Tensor table = in.uniform({300, 500}, dt).requires_grad();
+      Tensor ids = in.ids(96, 300);
+      Tensor h = x.matmul(w1).add(table.embedding(ids)).layer_norm(g, bias, 1e-5).tanh();
+      Tensor h2 = h.rms_norm(g, 1e-6).matmul(w2).log_softmax(1);
+      Tensor loss = h2.mul(h2.exp()).sum_all().add(h.sum(0).sqr().mean_all());
+      GradStore grads = loss.backward();
+      add("backward/loss " + s, loss);
+      for (auto [name, t] : {std::pair<const char*, Tensor>{"x", x},
+                             {"w1", w1},
+                             {"gamma", g},
+                             {"beta", bias},
+                             {"w2", w2},
+                             {"table", table}}) {
+        add(std::string("backward/grad ") + name + " " + s, *grads.get(t));
+      }
+    });
+    section("backward/attention " + s, [&] {
+      Tensor q = in.uniform({1, 4, 40, 32}, dt).requires_grad();
+      Tensor k = in.uniform({1, 4, 40, 32}, dt).requires_grad();
+      Tensor v = in.uniform({1, 4, 40, 32}, dt).requires_grad();
+      Tensor o = nn::scaled_dot_product_attention(q, k, v, {true, 0, {}});
+      GradStore ga = o.sqr().sum_all().backward();
+      add("backward/attention dq " + s, *ga.get(q));
+      add("backward/attention dk " + s, *ga.get(k));
+      add("backward/attention dv " + s, *ga.get(v));
+    });
   }
   return out;
 }
