@@ -136,6 +136,12 @@ const std::string& qmatmul_activations() {
   return acts;
 }
 
+bool batch_invariant() {
+  static const bool on =
+      detail::parse_flag("WICK_BATCH_INVARIANT", env("WICK_BATCH_INVARIANT"), false);
+  return on;
+}
+
 const Cuda& cuda() {
   static const Cuda c = read_cuda();
   return c;

@@ -3,24 +3,37 @@
 // contract (wick/numerics.h, docs/NUMERICS.md). Exits 1 when any result breaches its bound, so a
 // user can check their own GPU: `wick-conform cuda`.
 //
+// `wick-conform --determinism` checks bitwise reproducibility instead (tools/conform_determinism.h,
+// docs/NUMERICS.md "Determinism"): on the CPU every op family forward and backward in child
+// processes of 1 and 2 threads (and 2 again: run to run), each row alone against the same row
+// inside batches of 1..64 rows, matmul rows and MiniLM sentences (WICK_MINILM_DIR or --minilm)
+// with WICK_BATCH_INVARIANT=1; on CUDA the suite twice and the same batch checks. Every
+// difference is printed (op, dtype, shape, elements, max difference, ulps); exits 1 on any.
+//
 // Every reference is computed here, in long double loops over the inputs' values (the same,
 // already rounded inputs), from the op's definition: no wick op computes a reference, so an op
 // that is wrong on the CPU is wrong against its reference on the CPU too. Float results are held
 // to the bounds of wick/numerics.h; integer results (which wrap in their dtype by definition),
 // comparisons, selections and copies must equal their reference exactly. Public API only.
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "conform_determinism.h"
 #include "wick/wick.h"
 
 namespace {
@@ -599,6 +612,139 @@ std::string fmt(double v) {
   return buf;
 }
 
+// ---- --determinism ----
+
+template <class... A>
+std::string str(const A&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+std::string self_exe() {
+  std::vector<char> buf(4096);
+  ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  return n > 0 ? std::string(buf.data(), static_cast<size_t>(n)) : std::string("wick-conform");
+}
+
+std::string diff_line(const determinism::Diff& d) {
+  return str("DIFF ", d.op, " ", dtype_name(d.dtype), " ", determinism::shape_str(d.shape), ": ",
+             d.count, " elements differ, max ", fmt(d.max_abs), " (", d.max_ulps, " ulps)");
+}
+
+// Runs this program with `args` and `env` ("NAME=value ..."), passing its DIFF lines through;
+// how many there were, and whether it exited 0 or 1 (1 when it found differences).
+size_t run_child(const std::string& env, const std::string& args, bool* failed) {
+  std::string cmd = env + " '" + self_exe() + "' " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  size_t diffs = 0;
+  *failed = p == nullptr;
+  if (p == nullptr) return 0;
+  char line[4096];
+  std::string others;
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+    if (std::string(line).rfind("DIFF ", 0) == 0) {
+      ++diffs;
+      std::fputs(line, stdout);
+    } else {
+      others += line;
+    }
+  }
+  int rc = pclose(p);
+  if (rc != 0 && diffs == 0) {
+    std::printf("FAILED %s: %s\n", cmd.c_str(), others.c_str());
+    *failed = true;
+  }
+  return diffs;
+}
+
+// The child processes' work: "threads:N:PATH" (the thread suite with N threads, its results
+// written to PATH), "matmul" (matmul rows alone vs batches, attention queries alone vs in their
+// prefill), "embed:DIR" (MiniLM sentences).
+int determinism_child(const std::string& spec) {
+  try {
+    if (spec.rfind("threads:", 0) == 0) {
+      size_t colon = spec.find(':', 8);
+      wick::set_cpu_threads(std::stoul(spec.substr(8, colon - 8)));
+      determinism::write_results(spec.substr(colon + 1), determinism::thread_suite());
+      return 0;
+    }
+    std::vector<determinism::Diff> diffs;
+    if (spec == "matmul") {
+      diffs = determinism::batch_suite_switched(64);
+    } else if (spec.rfind("embed:", 0) == 0) {
+      diffs = determinism::embedding_suite(spec.substr(6), Device::cpu(), 128);
+    } else {
+      std::fprintf(stderr, "wick-conform: unknown --determinism-child '%s'\n", spec.c_str());
+      return 2;
+    }
+    for (const auto& d : diffs) std::printf("%s\n", diff_line(d).c_str());
+    return diffs.empty() ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wick-conform: %s\n", e.what());
+    return 2;
+  }
+}
+
+int run_determinism(const Device& device, const std::string& minilm) {
+  size_t diffs = 0;
+  bool failed = false;
+  auto report = [&](const std::vector<determinism::Diff>& found, const std::string& what) {
+    for (const auto& d : found) std::printf("%s\n", diff_line(d).c_str());
+    std::printf("%-58s %s\n", what.c_str(),
+                found.empty() ? "ok" : str(found.size(), " differ").c_str());
+    diffs += found.size();
+  };
+  std::printf("wick-conform --determinism on %s\n", device.is_cuda() ? "cuda" : "cpu");
+  try {
+    if (device.is_cuda()) {
+      auto a = determinism::thread_suite(52, device);
+      auto b = determinism::thread_suite(52, device);
+      report(determinism::compare_runs(a, b, "run to run"),
+             str("every op, forward and backward, twice (", a.size(), " results)"));
+      report(determinism::batch_suite(64, 53, device), "rows alone vs batches of 1..64");
+      report(determinism::batch_suite_switched(64, 54, device),
+             "matmul rows alone vs batches of 1..64, attention queries");
+    } else {
+      std::string dir = std::filesystem::temp_directory_path().string() + "/wick_conform_" +
+                        std::to_string(getpid());
+      std::vector<std::vector<determinism::Result>> runs;
+      for (auto [threads, tag] : {std::pair<int, const char*>{1, "1"}, {2, "2"}, {2, "2b"}}) {
+        std::string path = dir + "_" + tag + ".bin";
+        bool f = false;
+        run_child("", str("--determinism-child threads:", threads, ":", path), &f);
+        failed |= f;
+        if (f) return 1;
+        runs.push_back(determinism::read_results(path));
+        std::remove(path.c_str());
+      }
+      report(determinism::compare_runs(runs[0], runs[1], "1 vs 2 threads"),
+             str("every op, forward and backward, 1 vs 2 threads (", runs[0].size(), " results)"));
+      report(determinism::compare_runs(runs[1], runs[2], "run to run"),
+             "every op, forward and backward, run to run");
+      report(determinism::batch_suite(64), "rows alone vs batches of 1..64");
+      size_t n = run_child("WICK_BATCH_INVARIANT=1", "--determinism-child matmul", &failed);
+      std::printf("%-58s %s\n", "matmul rows, attention queries (WICK_BATCH_INVARIANT=1)",
+                  n == 0 && !failed ? "ok" : str(n, " differ").c_str());
+      diffs += n;
+      if (!minilm.empty()) {
+        n = run_child("WICK_BATCH_INVARIANT=1", "--determinism-child 'embed:" + minilm + "'",
+                      &failed);
+        std::printf("%-58s %s\n", "MiniLM sentence alone vs batches of 1..128 (switch on)",
+                    n == 0 && !failed ? "ok" : str(n, " differ").c_str());
+        diffs += n;
+      } else {
+        std::printf("%-58s %s\n", "MiniLM sentences", "skipped (no --minilm, WICK_MINILM_DIR)");
+      }
+    }
+  } catch (const std::exception& e) {
+    std::printf("FAILED: %s\n", e.what());
+    return 1;
+  }
+  std::printf("%zu differences\n", diffs);
+  return diffs == 0 && !failed ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -614,7 +760,20 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random inputs")->capture_default_str();
   app.add_option("--ops", filter, "only ops whose name matches this regular expression");
   app.add_flag("--breaches", breaches_only, "print only the rows that breach");
+  bool determinism = false;
+  std::string determinism_child_spec, minilm;
+  app.add_flag("--determinism", determinism,
+               "check bitwise reproducibility instead (thread counts, run to run, rows alone vs "
+               "in batches); exits 1 on any difference");
+  app.add_option("--minilm", minilm,
+                 "--determinism: all-MiniLM-L6-v2 folder for the sentence check (default: "
+                 "WICK_MINILM_DIR)");
+  app.add_option("--determinism-child", determinism_child_spec)->group("");
   CLI11_PARSE(app, argc, argv);
+  if (!determinism_child_spec.empty()) return determinism_child(determinism_child_spec);
+  if (minilm.empty()) {
+    if (const char* env = std::getenv("WICK_MINILM_DIR")) minilm = env;
+  }
 
   wick::Device device = wick::Device::cpu();
   try {
@@ -632,6 +791,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "wick-conform: %s\n", e.what());
     return 2;
   }
+
+  if (determinism) return run_determinism(device, minilm);
 
   Conform c(device, seed, filter);
   unary_ops(c);

@@ -18,6 +18,7 @@
 #include "cpu/attention.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
+#include "settings.h"
 
 #if defined(WICK_ISA_AVX512)
 #include <immintrin.h>
@@ -464,7 +465,9 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
     min_limit = std::min(min_limit, lim);
     max_limit = std::max(max_limit, lim);
   }
-  if (nq <= kLanes) {
+  // WICK_BATCH_INVARIANT=1: every item takes the tiled path below, so that a query's bits do not
+  // depend on how many rows share its item (decode against prefill).
+  if (nq <= kLanes && !settings::batch_invariant()) {
     few_rows_item(pb, scale, bi, hk, nq, row_head, row_query, q_row, limit, buf, out);
     return;
   }

@@ -1,7 +1,9 @@
 // CpuStorage::matmul: OpenBLAS gemm/gemv reading the operands through their own strides whenever
 // BLAS can (transposes, padded rows, collapsible or broadcast batches), one packed copy when it
 // cannot. f16/bf16 are widened to f32, multiplied by sgemm and rounded once at the end. OpenBLAS
-// runs single-threaded; large products and batches are split across wick's thread pool.
+// runs single-threaded; large products are split across wick's thread pool in parts from the
+// product's size (never the thread count), batches handed out whole. WICK_BATCH_INVARIANT=1
+// takes invariant_product, whose calls compute a row the same way for every row count.
 
 #include <cblas.h>
 
@@ -26,6 +28,7 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
+#include "settings.h"
 #include "util.h"
 
 namespace wick::cpu {
@@ -325,11 +328,11 @@ void gemv(bool trans, size_t rows, size_t cols, const C* a, size_t lda, const C*
 
 // One (m x k) * (k x n) product into the row-major c (leading dimension ldc), single-threaded.
 // m == 1 or n == 1 is a gemv, which OpenBLAS runs faster than the same shape through
-// its sgemm.
+// its sgemm (unless allow_gemv is false: the batch-invariant path keeps one kernel for all shapes).
 template <class C>
 void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b,
-                  MatrixView bv, C* c, size_t ldc) {
-  if (m == 1) {
+                  MatrixView bv, C* c, size_t ldc, bool allow_gemv = true) {
+  if (m == 1 && allow_gemv) {
     // c = B^T a: a's elements are ld apart when it is stored column-major.
     size_t inca = av.trans ? av.ld : 1;
     if (bv.trans) {
@@ -339,7 +342,7 @@ void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const
     }
     return;
   }
-  if (n == 1) {
+  if (n == 1 && allow_gemv) {
     // c is a column: ldc apart, which gemv cannot write: only dense columns (ldc == 1) come here.
     size_t incb = bv.trans ? 1 : bv.ld;
     if (av.trans) {
@@ -360,33 +363,110 @@ void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const
 
 // Below this many multiply-adds, waking the workers costs more than the product.
 constexpr size_t kParallelMinFlops = size_t{1} << 18;
+// A large product is split into at most kMaxParts parts of at least kMinSpan rows (or columns).
+constexpr size_t kMaxParts = 32;
+constexpr size_t kMinSpan = 256;
+// The batch-invariant path: rows of one part, and OpenBLAS's small-matrix kernels (its AVX-512
+// builds), which take calls of at most kSmallKernelMax multiply-adds and compute a row
+// differently by the call's row count (its other kernels do not).
+constexpr size_t kInvariantRows = 256;
+constexpr double kSmallKernelMax = 1e6;
+// Above this many padding rows a call is left to plain loops instead.
+constexpr size_t kMaxPadRows = 64;
 
-// The first row (or column) of part p of d split into `parts`, on a multiple of 16 (the BLAS
-// kernels' tile) when the parts are large enough.
-size_t part_start(size_t d, size_t parts, size_t p) {
-  size_t start = d * p / parts;
-  return d >= 16 * parts ? start / 16 * 16 : start;
+// The rows (or columns) of each part when d of them are split: a multiple of 16 (the BLAS
+// kernels' tile) that depends on the product's size only, never on the thread count, so that
+// each part's BLAS call (whose kernel OpenBLAS may choose by its shape) is the same whatever
+// the pool's size, and so are the bits.
+size_t part_span(size_t d) {
+  size_t span = ((d + kMaxParts - 1) / kMaxParts + 15) / 16 * 16;
+  return std::max(kMinSpan, span);
 }
 
-// One (m x k) * (k x n) product into the dense row-major c: large ones split across the pool
-// along the longer of m and n (each part packs its share of that operand and all of the other),
-// one part per thread.
+// One part of the batch-invariant product: (rows x k) * (k x w) into c (leading dimension ldc),
+// computed the same way for a row whatever `rows` is: an sgemm/dgemm call of enough rows to stay
+// above the small-matrix kernels (the rows padded with zero rows when there are fewer), never a
+// gemv; products too thin for that (w * k small) in plain loops, each element a sum in k order.
+template <class C>
+void invariant_part(size_t rows, size_t w, size_t k, const C* a, MatrixView av, const C* b,
+                    MatrixView bv, C* c, size_t ldc) {
+  const size_t need =
+      static_cast<size_t>(kSmallKernelMax / (static_cast<double>(w) * static_cast<double>(k))) + 1;
+  if (need > kMaxPadRows) {
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t j = 0; j < w; ++j) {
+        C acc = 0;
+        for (size_t t = 0; t < k; ++t) {
+          C x = av.trans ? a[t * av.ld + i] : a[i * av.ld + t];
+          C y = bv.trans ? b[j * bv.ld + t] : b[t * bv.ld + j];
+          acc += x * y;
+        }
+        c[i * ldc + j] = acc;
+      }
+    }
+    return;
+  }
+  if (rows >= need) {
+    blas_product<C>(rows, w, k, a, av, b, bv, c, ldc, false);
+    return;
+  }
+  // Padded to `need` rows in a's own orientation.
+  Scratch<C> pa(need * k), pc(need * w);
+  C* pad = pa.get();
+  std::fill(pad, pad + need * k, C(0));
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t t = 0; t < k; ++t) {
+      C v = av.trans ? a[t * av.ld + i] : a[i * av.ld + t];
+      (av.trans ? pad[t * need + i] : pad[i * k + t]) = v;
+    }
+  }
+  MatrixView pv{av.trans, av.trans ? need : k};
+  blas_product<C>(need, w, k, pad, pv, b, bv, pc.get(), w, false);
+  for (size_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, pc.get() + i * w, w * sizeof(C));
+}
+
+// The batch-invariant product: rows in parts of kInvariantRows, columns in parts of
+// part_span(n), each part an invariant_part, so that a row's bits do not depend on m.
+template <class C>
+void invariant_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b,
+                       MatrixView bv, C* c) {
+  const size_t span = part_span(n);
+  const size_t col_parts = (n + span - 1) / span;
+  const size_t row_parts = (m + kInvariantRows - 1) / kInvariantRows;
+  const size_t items = row_parts * col_parts;
+  const size_t grain = m * n * k < kParallelMinFlops ? items : 1;
+  parallel_for(items, grain, [&](size_t begin, size_t end) {
+    for (size_t item = begin; item < end; ++item) {
+      const size_t r0 = item / col_parts * kInvariantRows, rows = std::min(kInvariantRows, m - r0);
+      const size_t j0 = item % col_parts * span, w = std::min(span, n - j0);
+      const C* a_part = a + (av.trans ? r0 : r0 * av.ld);
+      const C* b_part = b + (bv.trans ? j0 * bv.ld : j0);
+      invariant_part<C>(rows, w, k, a_part, av, b_part, bv, c + r0 * n + j0, n);
+    }
+  });
+}
+
+// One (m x k) * (k x n) product into the dense row-major c: large ones split along the longer
+// of m and n into parts of part_span (each part packs its share of that operand and all of the
+// other), shared by the pool's threads.
 template <class C>
 void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b, MatrixView bv,
              C* c) {
-  const size_t threads = num_threads();
+  if (settings::batch_invariant()) {
+    invariant_product<C>(m, n, k, a, av, b, bv, c);
+    return;
+  }
   const size_t d = std::max(m, n);
-  if (threads == 1 || m * n * k < kParallelMinFlops || d < 2) {
+  if (m * n * k < kParallelMinFlops || d < 2) {
     blas_product<C>(m, n, k, a, av, b, bv, c, n);
     return;
   }
-  const size_t parts = std::min(threads, d);
+  const size_t span = part_span(d);
+  const size_t parts = (d + span - 1) / span;
   const bool by_rows = m >= n;
   parallel_for(parts, 1, [&](size_t begin, size_t end) {
     for (size_t p = begin; p < end; ++p) {
-      size_t lo = part_start(d, parts, p), hi = part_start(d, parts, p + 1);
-      if (p + 1 == parts) hi = d;
-      if (lo == hi) continue;
+      size_t lo = p * span, hi = std::min(d, lo + span);
       if (by_rows) {
         // Rows lo..hi of a: a row-major a starts ld * lo further on, a column-major one lo.
         const C* a_part = a + (av.trans ? lo : lo * av.ld);
@@ -466,7 +546,7 @@ bool narrow_product_fits(MatmulDims d, const Layout& rhs_layout) {
   if constexpr (std::is_same_v<T, compute_t<T>>) {
     return false;
   } else {
-    if (d.m * d.b > kNarrowRows || d.k == 0) return false;
+    if (d.m * d.b > kNarrowRows || d.k == 0 || settings::batch_invariant()) return false;
     size_t r = rhs_layout.rank();
     auto bstride = batch_stride(rhs_layout);
     bool shared = d.b == 1 || (bstride && *bstride == 0);

@@ -4,9 +4,12 @@
 // reduced dims of order-free ops are sorted by stride so that e.g. the sum of a transposed tensor
 // walks memory in order. Then one of two loops runs:
 // - inner: each output reduces a run of the input (rows when the innermost reduced dim is
-//   unit-stride); threads split the outputs, or split the run when there are few outputs;
+//   unit-stride) in pieces of kReducePiece merged in order; threads split the outputs, or share
+//   a run's pieces when there are few outputs;
 // - outer: the innermost kept dim is the one that moves fastest in memory, so whole rows of
 //   outputs are accumulated together (column sums of a row-major matrix).
+// Either way the pieces depend on the problem's shape only, never on the thread count or on how
+// many outputs there are: the bits do not change with WICK_NUM_THREADS or the batch.
 
 #include <algorithm>
 #include <bit>
@@ -247,31 +250,40 @@ void inner_reduce(const T* x, typename Acc::Out* out, const Plan& plan) {
   };
   Layout kept(Shape(plan.kept.sizes), plan.kept.strides, plan.start);
   size_t n_out = kept.elem_count();
+  // A run is reduced in pieces of kReducePiece elements merged in order: the same tree whether
+  // one thread walks an output's pieces or the threads share them, so the bits depend on the
+  // problem only (not on the thread count, nor on how many outputs there are).
+  const size_t pieces = std::max<size_t>(1, (seq + kReducePiece - 1) / kReducePiece);
+  auto piece = [&](size_t base, size_t c, Acc& acc) {
+    reduce_range(base, c * kReducePiece, std::min(seq, (c + 1) * kReducePiece), acc);
+  };
   size_t threads = num_threads();
-  if (n_out >= threads || seq < 2 * kParallelWork || threads == 1) {
+  if (n_out >= threads || pieces == 1 || threads == 1) {
     size_t grain = std::max<size_t>(1, kParallelWork / std::max<size_t>(seq, 1));
     parallel_for(n_out, grain, [&](size_t b, size_t e) {
       StridedIndex it(kept, b);
       for (size_t o = b; o < e; ++o, it.next()) {
         Acc acc;
-        reduce_range(it.offset(), 0, seq, acc);
+        piece(it.offset(), 0, acc);
+        for (size_t c = 1; c < pieces; ++c) {
+          Acc part;
+          piece(it.offset(), c, part);
+          acc.merge(part);
+        }
         out[o] = acc.result();
       }
     });
     return;
   }
-  // Few long runs: split each run between the threads and merge the partials in order.
-  size_t chunks = std::min(threads, seq / kParallelWork);
+  // Few long runs: the threads share each run's pieces.
   StridedIndex it(kept);
   for (size_t o = 0; o < n_out; ++o, it.next()) {
-    std::vector<Acc> parts(chunks);
+    std::vector<Acc> parts(pieces);
     size_t base = it.offset();
-    parallel_for(chunks, 1, [&](size_t cb, size_t ce) {
-      for (size_t c = cb; c < ce; ++c) {
-        reduce_range(base, c * seq / chunks, (c + 1) * seq / chunks, parts[c]);
-      }
+    parallel_for(pieces, 1, [&](size_t cb, size_t ce) {
+      for (size_t c = cb; c < ce; ++c) piece(base, c, parts[c]);
     });
-    for (size_t c = 1; c < chunks; ++c) parts[0].merge(parts[c]);
+    for (size_t c = 1; c < pieces; ++c) parts[0].merge(parts[c]);
     out[o] = parts[0].result();
   }
 }
@@ -279,8 +291,9 @@ void inner_reduce(const T* x, typename Acc::Out* out, const Plan& plan) {
 // ---- the outer loop: columns j of the innermost kept dim, rows r of the reduced dims ----
 //
 // A task owns a chunk of columns and a range of rows; rows are read whole (as wide as the chunk),
-// so memory streams in order. When there are fewer column tasks than threads the rows are split
-// too, and the partial states are merged in row order.
+// so memory streams in order. Tall reductions go in row parts of a fixed height whose partial
+// states are merged in row order; when there are fewer column tasks than threads, the threads
+// share the row parts.
 
 // Branch-free a-or-b for the column loops (see pick).
 template <class C>
@@ -421,16 +434,15 @@ void outer_reduce(const T* x, typename Cols::Out* out, const Plan& plan) {
   size_t nr = red_off.size();
   size_t col_chunks = (m + kColumnChunk - 1) / kColumnChunk;
   size_t col_tasks = kept_off.size() * col_chunks;
-  size_t threads = num_threads();
-  size_t row_parts = 1;
-  if (col_tasks < threads && nr * m >= 2 * kParallelWork) {
-    row_parts = std::min(threads, std::max<size_t>(1, nr / kSumBlock));
-  }
-  size_t work = std::max<size_t>(1, nr / row_parts * std::min(m, kColumnChunk));
+  // Rows in parts of a fixed count (from the width only), each part's state merged in order:
+  // the same tree whether the threads split the columns or the rows.
+  const size_t part_rows =
+      std::max(kSumBlock, kReducePiece / std::min(m, kColumnChunk) / kSumBlock * kSumBlock);
+  const size_t row_parts = (nr + part_rows - 1) / part_rows;
   auto run_task = [&](size_t t, Cols& state, size_t part) {
     size_t o = t / col_chunks, j0 = (t % col_chunks) * kColumnChunk;
     const T* base = x + plan.start + kept_off[o] + j0 * sk;
-    size_t r0 = part * nr / row_parts, r1 = (part + 1) * nr / row_parts;
+    size_t r0 = part * part_rows, r1 = std::min(nr, (part + 1) * part_rows);
     if (sk == 1) {
       state.template run<true>(base, sk, red_off.data(), r0, r1);
     } else {
@@ -442,16 +454,24 @@ void outer_reduce(const T* x, typename Cols::Out* out, const Plan& plan) {
     return std::min(kColumnChunk, m - j0);
   };
   auto dst = [&](size_t t) { return out + (t / col_chunks) * m + (t % col_chunks) * kColumnChunk; };
-  if (row_parts == 1) {
+  size_t threads = num_threads();
+  if (row_parts == 1 || col_tasks >= threads || nr * m < 2 * kParallelWork) {
+    size_t work = std::max<size_t>(1, nr * std::min(m, kColumnChunk));
     parallel_for(col_tasks, std::max<size_t>(1, kParallelWork / work), [&](size_t b, size_t e) {
       for (size_t t = b; t < e; ++t) {
         Cols state(chunk_width(t));
         run_task(t, state, 0);
+        for (size_t part = 1; part < row_parts; ++part) {
+          Cols later(chunk_width(t));
+          run_task(t, later, part);
+          state.merge(later);
+        }
         state.write(dst(t));
       }
     });
     return;
   }
+  // Few column tasks: the threads share each one's row parts.
   for (size_t t = 0; t < col_tasks; ++t) {
     std::vector<Cols> parts(row_parts, Cols(chunk_width(t)));
     parallel_for(row_parts, 1, [&](size_t b, size_t e) {

@@ -25,6 +25,9 @@ constexpr size_t kParallelWork = size_t{1} << 15;
 constexpr size_t kColumnChunk = 4096;
 // Rows summed plainly before being folded into the compensated total (outer loop).
 constexpr size_t kSumBlock = 64;
+// Elements of one piece of a reduction: long runs (inner loop) and tall column blocks (outer
+// loop) are reduced piece by piece and the pieces merged in order, whatever the thread count.
+constexpr size_t kReducePiece = size_t{1} << 15;
 
 // ---- element types ----
 
