@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "nn_reference.h"
+#include "serve/page_pool.h"
 #include "test_util.h"
 #include "wick/formats.h"
 #include "wick/generator.h"
@@ -430,6 +431,287 @@ TEST(ServeEngine, DestructorCancelsWhatIsLeft) {
   size_t cancelled = 0;
   for (auto& c : cs) cancelled += c->wait().last.finish == serve::FinishReason::Cancelled;
   EXPECT_GE(cancelled, 1u);
+}
+
+}  // namespace
+
+namespace {
+
+// Runs `requests` through `engine`, all submitted at once, and returns each one's result.
+std::vector<Result> run_all(serve::Engine& engine,
+                            const std::vector<serve::CompletionRequest>& requests) {
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (const auto& r : requests) {
+    cs.push_back(std::make_unique<Collector>());
+    engine.submit(r, cs.back()->callback());
+  }
+  std::vector<Result> out;
+  for (auto& c : cs) out.push_back(c->wait());
+  return out;
+}
+
+// Each request alone: submitted after the one before has ended.
+std::vector<Result> run_each_alone(serve::Engine& engine,
+                                   const std::vector<serve::CompletionRequest>& requests) {
+  std::vector<Result> out;
+  for (const auto& r : requests) out.push_back(run_all(engine, {r})[0]);
+  return out;
+}
+
+// SmolLM2-135M-Instruct Q4_1 (quantized matmuls): 12 concurrent chat requests sharing a system
+// prompt, greedy and sampled with fixed seeds, each the same tokens as when it runs alone.
+TEST(ServeEngineSmolLM2, TwelveConcurrentRequestsEachGiveWhatTheyGiveAlone) {
+  WICK_REQUIRE_SMOLLM2(path);
+  std::shared_ptr<const CausalLM> model = wick::models::load_causal_lm(path, Device::cpu());
+  auto tok = std::make_shared<const wick::Tokenizer>(wick::models::load_gguf_tokenizer(path));
+  const std::vector<std::string> questions = {"What is the capital of France?",
+                                              "Write a haiku about the sea.",
+                                              "What is 17 times 3?",
+                                              "Name three primary colors.",
+                                              "Who wrote Hamlet?",
+                                              "Explain gravity in one sentence.",
+                                              "What is the boiling point of water?",
+                                              "Give me a synonym for happy.",
+                                              "Translate 'good morning' into Spanish.",
+                                              "What is the largest planet?",
+                                              "Describe a cat in five words.",
+                                              "What day comes after Monday?"};
+  std::vector<serve::CompletionRequest> requests;
+  for (size_t i = 0; i < questions.size(); ++i) {
+    std::string text = tok->apply_chat_template(
+        {{"system", "You are a helpful assistant who answers briefly and accurately."},
+         {"user", questions[i]}});
+    serve::CompletionRequest r;
+    r.prompt = tok->encode(text, false);
+    r.sampling.max_tokens = 20;
+    r.sampling.temperature = i % 3 == 2 ? 0.8 : 0.0;
+    r.sampling.seed = 1000 + i;
+    requests.push_back(r);
+  }
+  serve::EngineOptions o;
+  o.page_size = 16;
+  o.prefill_chunk = 32;
+  serve::Engine engine(model, tok, o);
+  std::vector<Result> alone = run_each_alone(engine, requests);
+  std::vector<Result> together = run_all(engine, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_FALSE(alone[i].tokens.empty());
+    EXPECT_EQ(together[i].tokens, alone[i].tokens) << "request " << i << ": " << questions[i];
+    EXPECT_EQ(together[i].text, alone[i].text);
+  }
+  // The system prompt's full pages were prefilled once: every later request found them cached.
+  serve::EngineStats s = engine.stats();
+  EXPECT_GT(s.cached_prompt_tokens, 0u);
+  EXPECT_GT(together[5].last.cached_tokens, 0u);
+  EXPECT_EQ(s.kv_pages_used, 0u);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- the page pool and the engine's use of it ----
+
+TEST(PagePool, ReferenceCountsPrefixCacheAndEviction) {
+  wick::serve::PagePool pool(3, true);
+  auto a = pool.allocate(), b = pool.allocate(), c = pool.allocate();
+  ASSERT_TRUE(a && b && c);
+  EXPECT_FALSE(pool.allocate());
+  EXPECT_EQ(pool.used(), 3u);
+  const uint32_t t1[2] = {5, 6}, t2[2] = {7, 8};
+  const uint64_t h1 = wick::serve::PagePool::chain_hash(0, t1, 2);
+  const uint64_t h2 = wick::serve::PagePool::chain_hash(h1, t2, 2);
+  EXPECT_NE(h2, wick::serve::PagePool::chain_hash(0, t2, 2));  // the chain, not the page alone
+  pool.publish(*a, h1);
+  pool.publish(*b, h2);
+  pool.publish(*c, h1);  // h1 is held by a already: c stays private
+  EXPECT_EQ(pool.cached(), 2u);
+  // A second holder shares a; released by both, a stays cached (evictable, not in use).
+  EXPECT_EQ(pool.lookup(h1), a);
+  EXPECT_EQ(pool.holders(*a), 2u);
+  pool.release(*a);
+  pool.release(*a);
+  EXPECT_EQ(pool.used(), 2u);
+  EXPECT_EQ(pool.lookup(h1), a);
+  EXPECT_EQ(pool.used(), 3u);
+  pool.release(*a);
+  pool.release(*b);
+  pool.release(*c);
+  EXPECT_EQ(pool.used(), 0u);
+  EXPECT_EQ(pool.available(), 3u);
+  // c (never cached) is free and goes first; then the least recently released cached page (a).
+  EXPECT_EQ(pool.allocate(), c);
+  EXPECT_EQ(pool.allocate(), a);
+  EXPECT_FALSE(pool.lookup(h1));
+  EXPECT_EQ(pool.lookup(h2), b);
+  pool.release(*c);  // held once: the second release throws
+  EXPECT_THROW(pool.release(*c), Error);
+}
+
+TEST(PagePool, ReleasingAPageNobodyHoldsThrows) {
+  wick::serve::PagePool pool(1, false);
+  auto a = pool.allocate();
+  pool.release(*a);
+  EXPECT_THROW(pool.release(*a), Error);
+  const uint32_t t[1] = {1};
+  pool.publish(*pool.allocate(), wick::serve::PagePool::chain_hash(0, t, 1));
+  EXPECT_EQ(pool.cached(), 0u);  // caching off
+}
+
+// A request whose prompt repeats an earlier one's takes its full pages from the prefix cache: its
+// cached positions are not prefilled, and it gives the same tokens.
+TEST(ServeEngine, PrefixCacheSharesFullPagesOfARepeatedPrompt) {
+  serve::EngineOptions o;
+  o.page_size = 4;
+  serve::Engine engine(tiny_llama(), nullptr, o);
+  std::vector<uint32_t> prompt = prompt_of(3);
+  while (prompt.size() < 30) prompt.push_back(static_cast<uint32_t>(prompt.size() * 11 % 96));
+  Result first = run_all(engine, {greedy_request(prompt, 10)})[0];
+  EXPECT_EQ(first.last.cached_tokens, 0u);
+  // While the first request runs again, a third one joins: pages in use are fewer than the two
+  // sequences' positions need, because the prompt's 7 full pages are held by both.
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  std::atomic<int> events{0};
+  Collector a, b;
+  auto cb = a.callback();
+  size_t shared_seen = 0;
+  engine.submit(greedy_request(prompt, 10), [&, cb](const serve::TokenEvent& e) {
+    if (events++ == 0) gate.wait();
+    cb(e);
+  });
+  while (events == 0) std::this_thread::yield();
+  auto bcb = b.callback();
+  serve::Engine* ep = &engine;
+  engine.submit(greedy_request(prompt, 10), [&, bcb, ep](const serve::TokenEvent& e) {
+    if (e.finish == serve::FinishReason::None && shared_seen == 0) {
+      shared_seen = ep->stats().kv_pages_used;
+    }
+    bcb(e);
+  });
+  go.set_value();
+  Result ra = a.wait(), rb = b.wait();
+  EXPECT_EQ(ra.tokens, first.tokens);
+  EXPECT_EQ(rb.tokens, first.tokens);
+  EXPECT_EQ(ra.last.cached_tokens, 28u);  // (30 - 1) / 4 full pages of the first run
+  EXPECT_EQ(rb.last.cached_tokens, 28u);
+  // Unshared, the two would hold at least 2 x 8 pages (31 positions and more each).
+  EXPECT_GT(shared_seen, 0u);
+  EXPECT_LT(shared_seen, 16u);
+  engine.drain();
+  serve::EngineStats s = engine.stats();
+  EXPECT_EQ(s.cached_prompt_tokens, 56u);
+  EXPECT_EQ(s.prompt_tokens, 90u);
+  EXPECT_EQ(s.kv_pages_used, 0u);
+}
+
+TEST(ServeEngine, ARequestWaitsWhileThePoolIsFull) {
+  auto model = tiny_llama();
+  serve::EngineOptions o;
+  o.page_size = 4;
+  o.prefix_caching = false;
+  // 10 pages: one request of 20 + 19 positions needs all 10 of them.
+  o.kv_memory = 10 * wick::models::paged_page_bytes(2, 4, 2, 8, DType::F32);
+  serve::Engine engine(model, nullptr, o);
+  EXPECT_EQ(engine.stats().kv_pages_total, 10u);
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  std::atomic<int> events{0};
+  Collector a, b;
+  auto cb = a.callback();
+  std::vector<uint32_t> pa = prompt_of(1), pb = prompt_of(2);
+  while (pa.size() < 20) pa.push_back(static_cast<uint32_t>(pa.size()));
+  while (pb.size() < 20) pb.push_back(static_cast<uint32_t>(pb.size() + 40));
+  engine.submit(greedy_request(pa, 20), [&, cb](const serve::TokenEvent& e) {
+    if (events++ == 0) gate.wait();
+    cb(e);
+  });
+  while (events == 0) std::this_thread::yield();
+  engine.submit(greedy_request(pb, 20), b.callback());
+  // The second request waits: the first holds 5 pages and grows into the rest.
+  EXPECT_EQ(engine.stats().waiting, 1u);
+  go.set_value();
+  Result ra = a.wait(), rb = b.wait();
+  EXPECT_EQ(ra.tokens, generate_alone(model, pa, 20));
+  EXPECT_EQ(rb.tokens, generate_alone(model, pb, 20));
+  // A request that can never fit is refused at once, naming the pages.
+  EXPECT_THROW(engine.submit(greedy_request(pa, 40), [](const serve::TokenEvent&) {}), Error);
+}
+
+// A pool too small for every running sequence's growth: the newest are preempted and prefilled
+// again later, and every request still gives what it gives alone.
+TEST(ServeEngine, PreemptedRequestsGiveWhatTheyGiveAlone) {
+  auto model = tiny_llama();
+  serve::EngineOptions o;
+  o.page_size = 4;
+  o.prefill_chunk = 5;
+  o.kv_memory = 12 * wick::models::paged_page_bytes(2, 4, 2, 8, DType::F32);
+  serve::Engine engine(model, nullptr, o);
+  std::vector<serve::CompletionRequest> requests;
+  for (size_t i = 0; i < 4; ++i) requests.push_back(greedy_request(prompt_of(i + 4), 26));
+  std::vector<Result> got = run_all(engine, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, generate_alone(model, requests[i].prompt, 26)) << "request " << i;
+    EXPECT_EQ(got[i].last.finish, serve::FinishReason::Length);
+  }
+  EXPECT_GT(engine.stats().preemptions, 0u);
+  EXPECT_EQ(engine.stats().kv_pages_used, 0u);
+}
+
+// A byte-level vocabulary of the tiny model's 96 ids: id i is the character 33 + i (94 of them),
+// then "ab" and "cd".
+std::shared_ptr<const wick::Tokenizer> tiny_tokenizer() {
+  wick::GgufVocab v;
+  v.pre = "gpt2";
+  for (int i = 0; i < 94; ++i) v.tokens.push_back(std::string(1, static_cast<char>(33 + i)));
+  v.tokens.push_back("ab");
+  v.tokens.push_back("cd");
+  v.merges = {"a b", "c d"};
+  return std::make_shared<const wick::Tokenizer>(wick::Tokenizer::from_gguf_vocab(v));
+}
+
+TEST(ServeEngine, StopStringsEndTheTextBeforeThemAcrossTokens) {
+  auto model = tiny_llama();
+  auto tok = tiny_tokenizer();
+  serve::Engine engine(model, tok);
+  serve::CompletionRequest r = greedy_request(prompt_of(7), 24);
+  Result whole = run_all(engine, {r})[0];
+  ASSERT_EQ(whole.tokens.size(), 24u);
+  EXPECT_EQ(whole.text, tok->decode(whole.tokens));
+  // A stop string of the 6th and 7th tokens' text: two tokens, so it spans a boundary.
+  const std::string stop = tok->decode({whole.tokens[5], whole.tokens[6]});
+  const size_t at = whole.text.find(stop);
+  ASSERT_NE(at, std::string::npos);
+  r.sampling.stop = {"never-there", stop};
+  Result stopped = run_all(engine, {r})[0];
+  EXPECT_EQ(stopped.last.finish, serve::FinishReason::Stop);
+  EXPECT_EQ(stopped.text, whole.text.substr(0, at));
+  EXPECT_EQ(stopped.text.find(stop), std::string::npos);
+  EXPECT_LE(stopped.tokens.size(), 7u);
+  // A stop token ends the request too, without its text.
+  r.sampling.stop.clear();
+  r.sampling.stop_tokens = {whole.tokens[3]};
+  Result by_token = run_all(engine, {r})[0];
+  size_t first =
+      std::find(whole.tokens.begin(), whole.tokens.end(), whole.tokens[3]) - whole.tokens.begin();
+  EXPECT_EQ(by_token.last.finish, serve::FinishReason::Stop);
+  EXPECT_EQ(by_token.text,
+            tok->decode(std::vector<uint32_t>(whole.tokens.begin(), whole.tokens.begin() + first)));
+  EXPECT_EQ(by_token.last.completion_tokens, first + 1);
+}
+
+TEST(ServeEngine, MaxTokensAndTheContextEndARequestWithLength) {
+  serve::Engine engine(tiny_llama(), nullptr);
+  Result none = run_all(engine, {greedy_request({1, 2, 3}, 0)})[0];
+  EXPECT_EQ(none.last.finish, serve::FinishReason::Length);
+  EXPECT_TRUE(none.tokens.empty());
+  Result three = run_all(engine, {greedy_request({1, 2, 3}, 3)})[0];
+  EXPECT_EQ(three.tokens.size(), 3u);
+  EXPECT_EQ(three.last.completion_tokens, 3u);
+  // A prompt of 60 in a context of 64: tokens at positions 60..63 are fed, so 5 new tokens.
+  Result full = run_all(engine, {greedy_request(std::vector<uint32_t>(60, 5), 100)})[0];
+  EXPECT_EQ(full.last.finish, serve::FinishReason::Length);
+  EXPECT_EQ(full.tokens.size(), 5u);
 }
 
 }  // namespace

@@ -233,8 +233,16 @@ void Engine::Impl::loop() {
 
 void Engine::Impl::finish_events(std::vector<std::unique_ptr<Sequence>>& ended) {
   const Clock::time_point now = Clock::now();
+  // The counters first: a caller that sees a final event sees the pages freed and the request
+  // counted.
+  for (auto& s : ended) release_pages(*s);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    totals.requests_done += ended.size();
+    running_count = running.size();
+    pages_used = pool->used();
+  }
   for (auto& s : ended) {
-    release_pages(*s);
     TokenEvent e;
     e.finish = s->finish;
     e.error = s->error;
@@ -248,10 +256,6 @@ void Engine::Impl::finish_events(std::vector<std::unique_ptr<Sequence>>& ended) 
     e.queue_seconds = seconds_between(s->submitted, s->was_admitted ? s->admitted : now);
     e.first_token_seconds = s->has_first_token ? seconds_between(s->submitted, s->first_token) : 0;
     e.total_seconds = seconds_between(s->submitted, now);
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      ++totals.requests_done;
-    }
     try {
       s->on_event(e);
     } catch (...) {
@@ -259,11 +263,6 @@ void Engine::Impl::finish_events(std::vector<std::unique_ptr<Sequence>>& ended) 
     }
     std::lock_guard<std::mutex> lock(mutex);
     --live;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    running_count = running.size();
-    pages_used = pool->used();
   }
   drained.notify_all();
 }

@@ -98,6 +98,7 @@ void Engine::Impl::preempt(size_t index) {
   running.erase(running.begin() + static_cast<ptrdiff_t>(index));
   release_pages(*s);
   std::lock_guard<std::mutex> lock(mutex);
+  ++totals.preemptions;
   waiting.push_front(std::move(s));
   running_count = running.size();
 }
