@@ -822,3 +822,23 @@ TEST(RowMatmul, Errors) {
 }
 
 }  // namespace
+
+namespace {
+
+// A step budget smaller than the prompts: prefill chunks wait for the decode tokens and share
+// what is left; every request still gives what it gives alone.
+TEST(ServeEngine, AStepTokenBudgetSplitsPrefillsAndKeepsEveryResult) {
+  auto model = tiny_llama();
+  serve::EngineOptions o;
+  o.max_step_tokens = 4;
+  o.prefill_chunk = 3;
+  serve::Engine engine(model, nullptr, o);
+  std::vector<serve::CompletionRequest> requests;
+  for (size_t i = 0; i < 6; ++i) requests.push_back(greedy_request(prompt_of(i + 9), 7));
+  std::vector<Result> got = run_all(engine, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, generate_alone(model, requests[i].prompt, 7)) << "request " << i;
+  }
+}
+
+}  // namespace
