@@ -756,10 +756,16 @@ TEST(ServeEngineSmolLM2, QuantizedLogitsOfASequenceAreTheSameBitsInAnyBatch) {
   EXPECT_EQ(alone, batched);
 }
 
-TEST(PagedForward, DenseLogitsOfASequenceInABatch) {
-  auto model = tiny_llama();
-  auto [alone, batched] = alone_and_batched(*model, 96);
-  EXPECT_EQ(alone, batched);
+// Dense weights (BLAS would change a row's bits with the number of rows): f32, f16 and bf16, the
+// Llama and the Qwen2 (q/k/v bias) families.
+TEST(PagedForward, DenseLogitsOfASequenceAreTheSameBitsInAnyBatch) {
+  for (const char* family : {"tiny_llama", "tiny_qwen2"}) {
+    for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+      auto model = wick::models::load_causal_lm(llama_data(family), Device::cpu(), dt);
+      auto [alone, batched] = alone_and_batched(*model, 96);
+      EXPECT_EQ(alone, batched) << family << " " << dt;
+    }
+  }
 }
 
 }  // namespace
