@@ -4,7 +4,7 @@
 // WICK_BATCH_INVARIANT=0 in the environment measures the non-invariant dense projections.
 //
 //   bench_serve_engine --model PATH [--device cpu|cuda] [--dtype f32] [--streams 1,4,16,64]
-//                      [--prompt-len 32] [--new 64]
+//                      [--prompt-len 32] [--new 64] [--dequantize]
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "wick/generator.h"
+#include "wick/llama.h"
 #include "wick/serve.h"
 #include "wick/wick.h"
 
@@ -106,6 +107,8 @@ int main(int argc, char** argv) {
   app.add_option("--streams", streams, "concurrent streams")->delimiter(',');
   app.add_option("--prompt-len", prompt_len)->capture_default_str();
   app.add_option("--new", new_tokens, "tokens generated per stream")->capture_default_str();
+  bool dequantize = false;
+  app.add_flag("--dequantize", dequantize, "a GGUF's matrices dequantised to --dtype at load");
   CLI11_PARSE(app, argc, argv);
   try {
     const wick::Device dev = wick::Device::parse(device_name);
@@ -113,7 +116,10 @@ int main(int argc, char** argv) {
                            : dtype_name == "f16" ? wick::DType::F16
                                                  : wick::DType::F32;
     std::shared_ptr<const wick::models::CausalLM> model =
-        wick::models::load_causal_lm(model_path, dev, dt);
+        dequantize ? std::make_shared<const wick::models::Llama>(
+                         wick::models::Llama::load(model_path, dev, dt))
+                   : std::shared_ptr<const wick::models::CausalLM>(
+                         wick::models::load_causal_lm(model_path, dev, dt));
     // The peer: one stream through a Generator (its decode rate after the first token), and the
     // engine's single stream, interleaved three times each: the medians.
     wick::GenerateOptions g;
