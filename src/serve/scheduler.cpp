@@ -213,16 +213,32 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
       }
     }
     if (logits.defined()) {
+      // On the CPU every row goes to sample() (which also checks the logits are finite). On a GPU
+      // the greedy rows' argmax is taken there and only the sampled rows are copied back (as the
+      // Generator does).
       const size_t vocab = logits.dims()[1];
-      const std::vector<float> all = logits.flatten_all().to_vec1<float>();
+      const bool on_host = logits.device().is_cpu();
+      std::vector<float> all;
+      std::vector<uint32_t> greedy;
+      if (on_host) {
+        all = logits.flatten_all().to_vec1<float>();
+      } else {
+        greedy = logits.argmax(1).to_vec1<uint32_t>();
+      }
       for (size_t i = 0; i < members.size(); ++i) {
         Sequence& s = *members[i];
         s.kv_len += batch[i].tokens.size();
         publish_full_pages(s);
         if (s.kv_len < s.tokens.size()) continue;  // a prefill chunk short of the prompt's end
         try {
-          std::vector<float> row(all.begin() + static_cast<ptrdiff_t>(i * vocab),
-                                 all.begin() + static_cast<ptrdiff_t>((i + 1) * vocab));
+          if (!on_host && s.request.sampling.temperature == 0) {
+            take_token(s, greedy[i]);
+            continue;
+          }
+          std::vector<float> row =
+              on_host ? std::vector<float>(all.begin() + static_cast<ptrdiff_t>(i * vocab),
+                                           all.begin() + static_cast<ptrdiff_t>((i + 1) * vocab))
+                      : logits.get(i).to_vec1<float>();
           take_token(s, s.sampler->sample(row));
         } catch (const std::exception& e) {
           s.finish = FinishReason::Error;
