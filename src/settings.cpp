@@ -136,10 +136,17 @@ const std::string& qmatmul_activations() {
   return acts;
 }
 
-bool batch_invariant() {
-  static const bool on =
-      detail::parse_flag("WICK_BATCH_INVARIANT", env("WICK_BATCH_INVARIANT"), false);
+std::optional<bool> batch_invariant_setting() {
+  static const std::optional<bool> on = []() -> std::optional<bool> {
+    const char* v = env("WICK_BATCH_INVARIANT");
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return detail::parse_flag("WICK_BATCH_INVARIANT", v, false);
+  }();
   return on;
+}
+
+bool batch_invariant() {
+  return batch_invariant_setting().value_or(false);
 }
 
 const Cuda& cuda() {

@@ -7,6 +7,7 @@
 #include "fused/decoder.h"
 #include "fused/kv_write.h"
 #include "fused/norm.h"
+#include "fused/paged_attention.h"
 #include "fused/quantized.h"
 #include "fused/rope.h"
 
@@ -32,6 +33,8 @@ void register_custom_kernels() {
   set_kernel<fused::AttendToPositionOp>();
   set_kernel<fused::QMatmulOp>();
   set_kernel<fused::DequantizeOp>();
+  set_kernel<fused::PagedAttentionOp>();
+  set_kernel<fused::PagedKvWriteOp>();
 }
 
 }  // namespace wick::cuda

@@ -1,0 +1,42 @@
+#pragma once
+// Attention over paged KV caches and the paged cache write, as CustomOps (front ends, checks and
+// fallbacks: src/nn/paged_attention.cpp; kernels: src/cpu/paged_attention.cpp and
+// src/cuda/paged_attention.cpp over paged_attention.cu). Inference only: no gradients.
+
+#include "wick/custom_op.h"
+
+namespace wick::fused {
+
+/// Inputs: q (T, h, d), k_pages and v_pages (pages, h_kv, page_size, d), page_table (n_seqs,
+/// width), token_seq and token_pos (T) U32, all contiguous and checked by nn::paged_attention.
+/// Output: (T, h, d), token t attending to positions 0..token_pos[t] of sequence token_seq[t].
+class PagedAttentionOp final : public CustomOp {
+ public:
+  explicit PagedAttentionOp(double scale) : scale(scale) {}
+  const char* name() const override { return "paged_attention"; }
+  TensorList fallback(const TensorList& inputs) const override;
+  std::optional<TensorList> cpu(const TensorList& inputs) const override;
+  std::optional<TensorList> cuda(const TensorList& inputs) const override {
+    return registered_cuda_kernel(*this, inputs);
+  }
+  static std::optional<TensorList> cuda_kernel(const PagedAttentionOp& op,
+                                               const TensorList& inputs);
+
+  double scale;  // resolved: never 0
+};
+
+/// Inputs: k_pages, v_pages, k and v (T, h_kv, d) contiguous, slots (T) U32 (page * page_size +
+/// row). No output: the pools are written.
+class PagedKvWriteOp final : public CustomOp {
+ public:
+  const char* name() const override { return "paged_kv_write"; }
+  TensorList fallback(const TensorList& inputs) const override;
+  std::optional<TensorList> cpu(const TensorList& inputs) const override;
+  std::optional<TensorList> cuda(const TensorList& inputs) const override {
+    return registered_cuda_kernel(*this, inputs);
+  }
+  std::vector<size_t> written_inputs() const override { return {0, 1}; }
+  static std::optional<TensorList> cuda_kernel(const PagedKvWriteOp& op, const TensorList& inputs);
+};
+
+}  // namespace wick::fused
