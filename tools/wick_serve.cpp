@@ -288,7 +288,9 @@ class Server {
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       std::vector<std::pair<std::string, wick::serve::EngineStats>> stats;
       for (auto& [id, d] : decoders_) stats.emplace_back(id, d->engine->stats());
-      res.set_content(metrics_.render(stats), "text/plain; version=0.0.4");
+      std::vector<std::pair<std::string, uint64_t>> batches;
+      for (auto& [id, e] : embedders_) batches.emplace_back(id, e->batcher->batches());
+      res.set_content(metrics_.render(stats, batches), "text/plain; version=0.0.4");
     });
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json data = json::array();

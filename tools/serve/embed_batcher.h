@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <future>
@@ -46,10 +47,10 @@ class EmbedBatcher {
     return result.get();
   }
 
-  /// Texts embedded in the largest single call so far (how much batching happened).
-  size_t largest_batch() const {
+  /// Embedder calls made so far (fewer than the requests when batching happened).
+  uint64_t batches() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return largest_;
+    return batches_;
   }
 
  private:
@@ -83,7 +84,7 @@ class EmbedBatcher {
         batch.push_back(std::move(jobs_.front()));
         jobs_.pop_front();
       }
-      largest_ = std::max(largest_, n);
+      ++batches_;
       lock.unlock();
       std::vector<std::string> texts;
       for (const Job& j : batch) texts.insert(texts.end(), j.texts.begin(), j.texts.end());
@@ -117,7 +118,7 @@ class EmbedBatcher {
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   bool stop_ = false;
-  size_t largest_ = 0;
+  uint64_t batches_ = 0;
   std::thread thread_;
 };
 

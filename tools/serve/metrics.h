@@ -29,8 +29,10 @@ class Metrics {
     e.second += tokens;
   }
 
-  /// The whole exposition: the counters, then each decoder's engine stats.
-  std::string render(const std::vector<std::pair<std::string, serve::EngineStats>>& engines) const {
+  /// The whole exposition: the counters, each embedder's batches, then each decoder's engine
+  /// stats.
+  std::string render(const std::vector<std::pair<std::string, serve::EngineStats>>& engines,
+                     const std::vector<std::pair<std::string, uint64_t>>& embed_batches) const {
     std::ostringstream out;
     out.precision(9);
     {
@@ -52,6 +54,11 @@ class Metrics {
         out << "wick_embedding_tokens_total{model=\"" << escape(model) << "\"} " << e.second
             << "\n";
       }
+    }
+    out << "# HELP wick_embedding_batches_total Embedder calls (each serves one or more "
+           "requests).\n# TYPE wick_embedding_batches_total counter\n";
+    for (const auto& [model, n] : embed_batches) {
+      out << "wick_embedding_batches_total{model=\"" << escape(model) << "\"} " << n << "\n";
     }
     auto gauge = [&](const char* name, const char* type, const char* help, auto get) {
       out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
