@@ -39,7 +39,8 @@ SKIP = 77
 
 def reexec_with_serve_python():
     py = os.environ.get("WICK_SERVE_PYTHON")
-    if py and os.path.realpath(py) != os.path.realpath(sys.executable) and os.path.exists(py):
+    if py and os.path.exists(py) and not os.environ.get("WICK_SERVE_REEXECUTED"):
+        os.environ["WICK_SERVE_REEXECUTED"] = "1"
         os.execv(py, [py] + sys.argv)
 
 
