@@ -31,6 +31,23 @@ PROMPTS = ["Once upon a time, in a land far away,", "The history of the Roman Em
            "The recipe for bread is simple:", "Dear diary, today I", "The ocean is deep and"]
 
 
+# Runs llama_cpp.server, optionally without llama.cpp's extra buffer types (AMX, weight
+# repacking): where the OS does not let the process use AMX, llama.cpp's AMX matmul dies of SIGILL.
+LLAMA_SERVER = """
+import runpy, sys
+if sys.argv.pop(1) == "no-extra-bufts":
+    import llama_cpp.llama_cpp as llama_cpp
+    default_params = llama_cpp.llama_model_default_params
+    def params():
+        p = default_params()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_model_default_params = params
+sys.argv[0] = "llama_cpp.server"
+runpy.run_module("llama_cpp.server", run_name="__main__")
+"""
+
+
 def ensure_llamacpp(venv, version):
     py = os.path.join(venv, "bin", "python")
     check = [py, "-c", "import llama_cpp.server, fastapi, uvicorn, sse_starlette"]
@@ -134,6 +151,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of each")
     ap.add_argument("--venv", default="/tmp/wick-serve-peer-venv")
     ap.add_argument("--llamacpp-version", default="0.3.36")
+    ap.add_argument("--llama-extra-bufts", action="store_true",
+                    help="let llama.cpp use its extra buffer types (AMX; SIGILL where the OS "
+                         "forbids AMX)")
     ap.add_argument("--wick-port", type=int, default=18480)
     ap.add_argument("--llama-port", type=int, default=18481)
     args = ap.parse_args()
@@ -149,7 +169,9 @@ def main():
              "--max-batch", str(max(levels)), args.model],
             stderr=subprocess.DEVNULL, env=env),
         "llama.cpp": subprocess.Popen(
-            [py, "-m", "llama_cpp.server", "--model", args.model, "--model_alias", model_id,
+            [py, "-c", LLAMA_SERVER,
+             "extra-bufts" if args.llama_extra_bufts else "no-extra-bufts",
+             "--model", args.model, "--model_alias", model_id,
              "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
              "--n_ctx", str(n_ctx), "--host", "127.0.0.1", "--port", str(args.llama_port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env),
@@ -165,7 +187,8 @@ def main():
                 r = run_level(ports[name], model_id, streams, args.requests, args.tokens)
                 results[(name, streams)] = r
                 print(f"  {name:10s} {streams:3d} streams: {r['tokens']} tokens in "
-                      f"{r['wall']:.1f} s, {len(r['errors'])} errors", file=sys.stderr)
+                      f"{r['wall']:.1f} s, {len(r['errors'])} errors "
+                      f"{r['errors'][:1] if r['errors'] else ''}", file=sys.stderr)
     finally:
         for proc in servers.values():
             proc.terminate()
@@ -187,7 +210,8 @@ def main():
                   f" | {pct(r['ttft'], 99) * 1e3:7.0f}ms | {pct(r['itl'], 50) * 1e3:6.1f}ms | "
                   f"{pct(r['itl'], 99) * 1e3:6.1f}ms | {len(r['errors'])}")
         w, l = results[("wick-serve", streams)], results[("llama.cpp", streams)]
-        print(f"{'':7} | {'ratio':10} | {w['tok_s'] / l['tok_s']:6.2f}x |")
+        if l["tok_s"] > 0:
+            print(f"{'':7} | {'ratio':10} | {w['tok_s'] / l['tok_s']:6.2f}x |")
 
     # wick-serve at 1 stream beside wick-generate's own decode rate (same model, same threads).
     gen = subprocess.run([args.generate, args.model, "--prompt", PROMPTS[0], "--max-new",
