@@ -11,6 +11,7 @@
 #include "wick/device.h"
 #include "wick/dtype.h"
 #include "wick/kv_cache.h"
+#include "wick/paged_kv_cache.h"
 #include "wick/tensor.h"
 
 namespace wick::models {
@@ -54,7 +55,26 @@ class CausalLM {
   /// change cache.length(). Error when has_decode_step() is false.
   virtual Tensor decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
                              Tensor* logits = nullptr, size_t key_window = 0) const;
+
+  /// A paged cache of `pages` pages of `page_size` positions for forward_paged (the serving
+  /// engine's pool), zero-filled.
+  virtual PagedKvCache make_paged_cache(size_t pages, size_t page_size) const;
+  /// One step of a ragged batch over a paged cache: each sequence's new tokens placed after its
+  /// cached positions; writes their keys and values into the pages its table names. Returns the
+  /// logits (batch.size(), vocab) of each sequence's last new token, as forward_last would give
+  /// them (a sequence's row does not depend on the other sequences of the batch where the
+  /// family implements it itself). This default runs each sequence alone through a KvCache
+  /// gathered from its pages (every family has it); Llama and Qwen2 run the batch as one.
+  /// IndexOutOfRange for a page table that does not cover a sequence or names a page outside
+  /// the pool; Error for a sequence without new tokens.
+  virtual Tensor forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const;
 };
+
+/// The checks every forward_paged makes: each sequence has new tokens below `vocab_size`, its
+/// table covers its positions (within `max_position` when it is not 0) and names pages of the
+/// pool. `op` names the caller in the messages.
+void check_paged_batch(const std::vector<PagedSequence>& batch, const PagedKvCache& cache,
+                       size_t vocab_size, size_t max_position, const char* op);
 
 /// A folder with config.json (`model_type` among those listed by causal_lm_architectures()) and
 /// safetensors, or a `.gguf` file (quantized weights kept quantized). Weights in `dtype` (F32,

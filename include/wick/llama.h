@@ -101,6 +101,11 @@ class Llama : public CausalLM {
   Tensor decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
                      Tensor* logits = nullptr, size_t key_window = 0) const override;
   bool has_decode_step() const override { return true; }
+  /// The pool with this model's rope tables (every position of its context).
+  PagedKvCache make_paged_cache(size_t pages, size_t page_size) const override;
+  /// The whole batch as one: projections over all new tokens at once, nn::paged_attention for
+  /// each token over its own sequence's pages.
+  Tensor forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const override;
 
   struct Impl;
 

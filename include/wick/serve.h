@@ -84,6 +84,7 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;
   uint64_t cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache
   uint64_t generated_tokens = 0;
+  uint64_t preemptions = 0;       // running sequences whose pages were taken back (prefilled again)
   Histogram time_to_first_token;  // submit to first token, per request
   Histogram inter_token_latency;  // between consecutive tokens of a request
 };

@@ -1,5 +1,6 @@
 #include "wick/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "wick/error.h"
 #include "wick/nn/attention.h"
 #include "wick/nn/decoder_ops.h"
+#include "wick/nn/paged_attention.h"
 
 namespace wick::models {
 
@@ -336,17 +338,15 @@ Llama Llama::from_weights(const LlamaConfig& config, const std::map<std::string,
   return Llama(std::move(impl));
 }
 
-KvCache Llama::make_cache(size_t batch, size_t max_len) const {
-  const LlamaConfig& c = impl_->config;
-  if (batch == 0 || max_len == 0) {
-    throw Error(
-        str("Llama::make_cache: batch ", batch, " and max_len ", max_len, " must be positive"));
-  }
-  // Angles in double, rounded once: transformers computes them in f32 (differences ~1e-7).
-  std::vector<double> inv = inverse_frequencies(c);
+namespace {
+
+// Rope tables (positions, head_dim / 2) in the model's dtype. Angles in double, rounded once:
+// transformers computes them in f32 (differences ~1e-7).
+std::pair<Tensor, Tensor> rope_tables_of(const Llama::Impl& m, size_t positions) {
+  std::vector<double> inv = inverse_frequencies(m.config);
   size_t half = inv.size();
-  std::vector<float> cos_v(max_len * half), sin_v(max_len * half);
-  for (size_t p = 0; p < max_len; ++p) {
+  std::vector<float> cos_v(positions * half), sin_v(positions * half);
+  for (size_t p = 0; p < positions; ++p) {
     for (size_t i = 0; i < half; ++i) {
       // transformers: (f32 position) * (f32 inverse frequency), in f32.
       float angle = static_cast<float>(p) * static_cast<float>(inv[i]);
@@ -354,11 +354,30 @@ KvCache Llama::make_cache(size_t batch, size_t max_len) const {
       sin_v[p * half + i] = std::sin(angle);
     }
   }
-  const Device& dev = impl_->device;
+  const Device& dev = m.device;
+  return {Tensor::from_vec(cos_v, {positions, half}, dev).to_dtype(m.dtype),
+          Tensor::from_vec(sin_v, {positions, half}, dev).to_dtype(m.dtype)};
+}
+
+}  // namespace
+
+KvCache Llama::make_cache(size_t batch, size_t max_len) const {
+  const LlamaConfig& c = impl_->config;
+  if (batch == 0 || max_len == 0) {
+    throw Error(
+        str("Llama::make_cache: batch ", batch, " and max_len ", max_len, " must be positive"));
+  }
+  auto [cos, sin] = rope_tables_of(*impl_, max_len);
   return KvCache::allocate(c.num_hidden_layers, batch, c.num_key_value_heads, max_len, c.head_dim,
-                           impl_->dtype, dev,
-                           Tensor::from_vec(cos_v, {max_len, half}, dev).to_dtype(impl_->dtype),
-                           Tensor::from_vec(sin_v, {max_len, half}, dev).to_dtype(impl_->dtype));
+                           impl_->dtype, impl_->device, std::move(cos), std::move(sin));
+}
+
+PagedKvCache Llama::make_paged_cache(size_t pages, size_t page_size) const {
+  const LlamaConfig& c = impl_->config;
+  auto [cos, sin] = rope_tables_of(*impl_, c.max_position_embeddings);
+  return PagedKvCache::allocate(c.num_hidden_layers, pages, page_size, c.num_key_value_heads,
+                                c.head_dim, impl_->dtype, impl_->device, std::move(cos),
+                                std::move(sin));
 }
 
 namespace {
@@ -460,6 +479,76 @@ Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
   // f32 logits whatever the compute dtype (f16/bf16 rounding ties the top logits).
   if (impl_->lm_head.quantized() && normed.device().is_cpu()) normed = normed.to_dtype(DType::F32);
   return impl_->lm_head.forward(normed);
+}
+
+// A ragged batch as one sequence of all new tokens: the projections, norms and FFN see rows
+// only; rope takes each token's own position, and attention each token's own sequence's pages.
+Tensor Llama::forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const {
+  const Impl& m = *impl_;
+  const LlamaConfig& c = m.config;
+  constexpr const char* kOp = "Llama::forward_paged";
+  check_paged_batch(batch, cache, c.vocab_size, c.max_position_embeddings, kOp);
+  if (cache.layers() != m.layers.size() || !cache.cos().defined() ||
+      cache.cos().dims()[0] < c.max_position_embeddings) {
+    throw ShapeMismatch(str(kOp, ": a paged cache of ", cache.layers(),
+                            " layers (with rope tables) for a model of ", m.layers.size(),
+                            " layers: make it with make_paged_cache"));
+  }
+  const size_t h = c.num_attention_heads, h_kv = c.num_key_value_heads, hd = c.head_dim;
+  const size_t ps = cache.page_size();
+  size_t width = 0;
+  for (const PagedSequence& s : batch) width = std::max(width, s.pages.size());
+  std::vector<uint32_t> ids, positions, token_seq, slots, last, table(batch.size() * width, 0);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const PagedSequence& s = batch[i];
+    std::copy(s.pages.begin(), s.pages.end(), table.begin() + static_cast<ptrdiff_t>(i * width));
+    for (size_t j = 0; j < s.tokens.size(); ++j) {
+      const size_t p = s.cached + j;
+      ids.push_back(s.tokens[j]);
+      positions.push_back(static_cast<uint32_t>(p));
+      token_seq.push_back(static_cast<uint32_t>(i));
+      slots.push_back(static_cast<uint32_t>(s.pages[p / ps] * ps + p % ps));
+    }
+    last.push_back(static_cast<uint32_t>(ids.size() - 1));
+  }
+  const size_t t = ids.size();
+  const Device& dev = m.device;
+  Tensor pos_t = Tensor::from_vec(positions, {t}, dev);
+  Tensor seq_t = Tensor::from_vec(token_seq, {t}, dev);
+  Tensor slot_t = Tensor::from_vec(slots, {t}, dev);
+  Tensor table_t = Tensor::from_vec(table, {batch.size(), width}, dev);
+  Tensor cos = cache.cos().index_select(pos_t, 0), sin = cache.sin().index_select(pos_t, 0);
+  const double eps = c.rms_norm_eps;
+  Tensor x = m.embed.embedding(Tensor::from_vec(ids, {1, t}, dev));  // (1, t, d)
+  Tensor normed = x.rms_norm(m.layers.at(0).ln1, eps);
+  for (size_t li = 0; li < m.layers.size(); ++li) {
+    const Layer& l = m.layers[li];
+    Tensor bias;
+    Tensor qkv = nn::detail::project_qkv(normed, l.wqkv, l.bqkv, &bias);
+    if (bias.defined()) qkv = qkv.broadcast_add(bias);
+    Tensor qk = qkv.narrow(2, 0, (h + h_kv) * hd)
+                    .reshape({1, t, h + h_kv, hd})
+                    .transpose(1, 2)
+                    .rope(cos, sin)
+                    .transpose(1, 2)
+                    .reshape({t, h + h_kv, hd});
+    Tensor v = qkv.narrow(2, (h + h_kv) * hd, h_kv * hd).reshape({t, h_kv, hd});
+    nn::paged_kv_write(cache.k(li), cache.v(li), qk.narrow(1, h, h_kv), v, slot_t);
+    Tensor att =
+        nn::paged_attention(qk.narrow(1, 0, h), cache.k(li), cache.v(li), table_t, seq_t, pos_t)
+            .reshape({1, t, h * hd});
+    nn::ResidualNorm r = nn::add_rms_norm(x, l.wo.forward(att), l.ln2, eps);
+    Tensor act = nn::silu_mul(l.wgate_up.forward(r.normed));
+    const Tensor& next_norm = li + 1 == m.layers.size() ? m.norm : m.layers[li + 1].ln1;
+    r = nn::add_rms_norm(r.residual, l.wdown.forward(act), next_norm, eps);
+    x = r.residual;
+    normed = r.normed;
+  }
+  Tensor rows = normed.reshape({t, c.hidden_size})
+                    .index_select(Tensor::from_vec(last, {batch.size()}, dev), 0);
+  // As forward_last: a quantized head on the CPU computes in f32.
+  if (m.lm_head.quantized() && rows.device().is_cpu()) rows = rows.to_dtype(DType::F32);
+  return m.lm_head.forward(rows);
 }
 
 Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,

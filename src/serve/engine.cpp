@@ -2,16 +2,10 @@
 // chunk or a decode token each), samples per request and sends the events.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
 
-#include "serve/text_stream.h"
+#include "serve/engine_impl.h"
 #include "util.h"
-#include "wick/generator.h"
 #include "wick/serve.h"
 
 namespace wick::serve {
@@ -34,26 +28,12 @@ const char* finish_reason_name(FinishReason reason) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // Bucket bounds (seconds) of the latency histograms.
 Histogram make_histogram(std::vector<double> bounds) {
   Histogram h;
   h.cumulative.assign(bounds.size(), 0);
   h.bounds = std::move(bounds);
   return h;
-}
-
-void observe(Histogram& h, double seconds) {
-  for (size_t i = 0; i < h.bounds.size(); ++i) {
-    if (seconds <= h.bounds[i]) ++h.cumulative[i];
-  }
-  ++h.count;
-  h.sum += seconds;
 }
 
 // splitmix64 over the engine's counter: the seed of a request that names none.
@@ -66,57 +46,13 @@ uint64_t mix(uint64_t z) {
 
 }  // namespace
 
-// One request from submit to its final event.
-struct Sequence {
-  uint64_t id = 0;
-  CompletionRequest request;
-  std::function<void(const TokenEvent&)> on_event;
-  Clock::time_point submitted, admitted, first_token, last_token;
-  bool has_first_token = false;
-  std::optional<Generator> sampler;  // sample() with the request's temperature, top_p and seed
-  std::optional<TextStream> text;
-  std::vector<uint32_t> stop_tokens;
-  models::KvCache cache;
-  size_t pages = 0;      // pages held
-  size_t prefilled = 0;  // prompt tokens whose keys and values are in the cache
-  std::vector<uint32_t> out;
-  bool cancelled = false;
-  FinishReason finish = FinishReason::None;
-  std::string error;
-  std::string final_text;
-};
-
-struct Engine::Impl {
-  std::shared_ptr<const models::CausalLM> model;
-  std::shared_ptr<const Tokenizer> tokenizer;
-  EngineOptions options;
-  size_t page_bytes = 0;
-  size_t pages_total = 0;
-
-  mutable std::mutex mutex;
-  std::condition_variable wake;     // the engine thread: work arrived or stop
-  std::condition_variable drained;  // drain(): a request ended
-  std::deque<std::unique_ptr<Sequence>> waiting;
-  std::vector<uint64_t> cancels;
-  size_t running_count = 0;
-  size_t live = 0;  // submitted, final event not yet sent
-  size_t pages_used = 0;
-  bool stopping = false;
-  bool draining = false;
-  uint64_t next_id = 1;
-  uint64_t seed_counter = 0x5eed;
-  EngineStats totals;
-
-  std::vector<std::unique_ptr<Sequence>> running;  // the engine thread's own
-  std::thread thread;
-
-  void loop();
-  void step();
-  void admit_and_cancel(std::vector<std::unique_ptr<Sequence>>& ended);
-  void run_sequence(Sequence& s);
-  void finish_events(std::vector<std::unique_ptr<Sequence>>& ended);
-  size_t pages_for(const Sequence& s) const;
-};
+void observe(Histogram& h, double seconds) {
+  for (size_t i = 0; i < h.bounds.size(); ++i) {
+    if (seconds <= h.bounds[i]) ++h.cumulative[i];
+  }
+  ++h.count;
+  h.sum += seconds;
+}
 
 Engine::Engine(std::shared_ptr<const models::CausalLM> model,
                std::shared_ptr<const Tokenizer> tokenizer, EngineOptions options)
@@ -132,8 +68,8 @@ Engine::Engine(std::shared_ptr<const models::CausalLM> model,
   m.tokenizer = std::move(tokenizer);
   m.options = options;
   const models::CausalLMConfig& c = m.model->config();
-  m.page_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * size_in_bytes(m.model->dtype()) *
-                 options.page_size;
+  m.page_bytes = models::paged_page_bytes(c.num_layers, options.page_size, c.num_kv_heads,
+                                          c.head_dim, m.model->dtype());
   if (m.options.kv_memory == 0) {
     // Room for max_batch sequences of 256 positions or one of the whole context, whichever is more.
     const size_t context = c.max_position > 0 ? c.max_position : 4096;
@@ -145,6 +81,8 @@ Engine::Engine(std::shared_ptr<const models::CausalLM> model,
     throw Error(str("serve::Engine: kv_memory ", m.options.kv_memory, " bytes hold no page of ",
                     m.page_bytes, " bytes"));
   }
+  m.cache = m.model->make_paged_cache(m.pages_total, options.page_size);
+  m.pool = std::make_unique<PagePool>(m.pages_total, options.prefix_caching);
   m.totals.time_to_first_token =
       make_histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
   m.totals.inter_token_latency =
@@ -224,6 +162,7 @@ uint64_t Engine::submit(CompletionRequest request,
   g.seed = s->request.sampling.seed ? *s->request.sampling.seed : mix(m.seed_counter++);
   s->sampler.emplace(m.model, g);
   s->text.emplace(m.tokenizer.get(), s->request.sampling.stop);
+  s->tokens = s->request.prompt;
   const uint64_t id = s->id;
   m.waiting.push_back(std::move(s));
   ++m.live;
@@ -275,7 +214,9 @@ void Engine::Impl::loop() {
       });
       if (stopping) break;
     }
-    step();
+    std::vector<std::unique_ptr<Sequence>> ended;
+    step(ended);
+    finish_events(ended);
   }
   // Stopping: every request not ended gets its final Cancelled event.
   std::vector<std::unique_ptr<Sequence>> ended;
@@ -290,117 +231,17 @@ void Engine::Impl::loop() {
   finish_events(ended);
 }
 
-void Engine::Impl::admit_and_cancel(std::vector<std::unique_ptr<Sequence>>& ended) {
-  std::lock_guard<std::mutex> lock(mutex);
-  for (uint64_t id : cancels) {
-    for (auto& s : running) {
-      if (s->id == id) s->cancelled = true;
-    }
-    auto it = std::find_if(waiting.begin(), waiting.end(), [&](auto& s) { return s->id == id; });
-    if (it != waiting.end()) {
-      (*it)->finish = FinishReason::Cancelled;
-      ended.push_back(std::move(*it));
-      waiting.erase(it);
-    }
-  }
-  cancels.clear();
-  while (!waiting.empty() && running.size() < options.max_batch) {
-    Sequence& s = *waiting.front();
-    const size_t need = pages_for(s);
-    if (pages_used + need > pages_total) break;
-    pages_used += need;
-    s.pages = need;
-    s.admitted = Clock::now();
-    s.cache = model->make_cache(1, need * options.page_size);
-    running.push_back(std::move(waiting.front()));
-    waiting.pop_front();
-  }
-  running_count = running.size();
-}
-
-void Engine::Impl::step() {
-  std::vector<std::unique_ptr<Sequence>> ended;
-  admit_and_cancel(ended);
-  for (auto& s : running) {
-    if (s->cancelled) {
-      s->finish = FinishReason::Cancelled;
-      continue;
-    }
-    try {
-      run_sequence(*s);
-    } catch (const std::exception& e) {
-      s->finish = FinishReason::Error;
-      s->error = e.what();
-    }
-  }
-  for (auto& s : running) {
-    if (s->finish != FinishReason::None) ended.push_back(std::move(s));
-  }
-  std::erase_if(running, [](const auto& s) { return !s; });
-  finish_events(ended);
-}
-
-// One step of one sequence: a prefill chunk, or one new token (prefill's last chunk gives one too).
-void Engine::Impl::run_sequence(Sequence& s) {
-  const std::vector<uint32_t>& prompt = s.request.prompt;
-  const SamplingParams& p = s.request.sampling;
-  if (p.max_tokens == 0) {
-    s.finish = FinishReason::Length;
-    return;
-  }
-  const Device dev = model->device();
-  Tensor logits;
-  if (s.prefilled < prompt.size()) {
-    const size_t len = std::min(options.prefill_chunk, prompt.size() - s.prefilled);
-    std::vector<uint32_t> chunk(prompt.begin() + static_cast<ptrdiff_t>(s.prefilled),
-                                prompt.begin() + static_cast<ptrdiff_t>(s.prefilled + len));
-    logits = model->forward_last(Tensor::from_vec(chunk, {1, len}, dev), s.cache);
-    s.prefilled += len;
-    if (s.prefilled < prompt.size()) return;
-  } else {
-    logits = model->forward_last(Tensor::from_vec(std::vector<uint32_t>{s.out.back()}, {1, 1}, dev),
-                                 s.cache);
-  }
-  const uint32_t token =
-      s.sampler->sample(logits.to_dtype(DType::F32).flatten_all().to_vec1<float>());
+void Engine::Impl::finish_events(std::vector<std::unique_ptr<Sequence>>& ended) {
   const Clock::time_point now = Clock::now();
-  s.out.push_back(token);
-  std::string text;
-  if (std::find(s.stop_tokens.begin(), s.stop_tokens.end(), token) != s.stop_tokens.end()) {
-    s.finish = FinishReason::Stop;
-  } else {
-    text = s.text->push(token);
-    if (s.text->stopped()) s.finish = FinishReason::Stop;
-  }
+  // The counters first: a caller that sees a final event sees the pages freed and the request
+  // counted.
+  for (auto& s : ended) release_pages(*s);
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (!s.has_first_token) {
-      observe(totals.time_to_first_token, seconds_between(s.submitted, now));
-    } else {
-      observe(totals.inter_token_latency, seconds_between(s.last_token, now));
-    }
-    ++totals.generated_tokens;
+    totals.requests_done += ended.size();
+    running_count = running.size();
+    pages_used = pool->used();
   }
-  if (!s.has_first_token) s.first_token = now;
-  s.has_first_token = true;
-  s.last_token = now;
-  if (s.finish == FinishReason::None) {
-    const size_t context = model->config().max_position;
-    const size_t written = prompt.size() + s.out.size() - 1;
-    if (s.out.size() >= p.max_tokens || (context > 0 && written >= context)) {
-      s.finish = FinishReason::Length;
-    }
-  }
-  if (s.finish == FinishReason::Stop && !s.text->stopped()) return;  // a stop token: no event
-  TokenEvent e;
-  e.token = token;
-  e.text = std::move(text);
-  s.on_event(e);
-}
-
-void Engine::Impl::finish_events(std::vector<std::unique_ptr<Sequence>>& ended) {
-  if (ended.empty()) return;
-  const Clock::time_point now = Clock::now();
   for (auto& s : ended) {
     TokenEvent e;
     e.finish = s->finish;
@@ -410,20 +251,11 @@ void Engine::Impl::finish_events(std::vector<std::unique_ptr<Sequence>>& ended) 
       e.text = s->text->finish();
     }
     e.prompt_tokens = s->request.prompt.size();
-    e.cached_tokens = 0;
-    e.completion_tokens = s->out.size();
-    const bool was_admitted = s->admitted != Clock::time_point{};
-    e.queue_seconds = seconds_between(s->submitted, was_admitted ? s->admitted : now);
+    e.cached_tokens = s->cached_tokens;
+    e.completion_tokens = s->generated;
+    e.queue_seconds = seconds_between(s->submitted, s->was_admitted ? s->admitted : now);
     e.first_token_seconds = s->has_first_token ? seconds_between(s->submitted, s->first_token) : 0;
     e.total_seconds = seconds_between(s->submitted, now);
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      pages_used -= s->pages;
-      ++totals.requests_done;
-      if (s->prefilled > 0) totals.prompt_tokens += s->request.prompt.size();
-    }
-    s->pages = 0;
-    s->cache = models::KvCache();
     try {
       s->on_event(e);
     } catch (...) {
@@ -431,10 +263,6 @@ void Engine::Impl::finish_events(std::vector<std::unique_ptr<Sequence>>& ended) 
     }
     std::lock_guard<std::mutex> lock(mutex);
     --live;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    running_count = running.size();
   }
   drained.notify_all();
 }

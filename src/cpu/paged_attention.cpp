@@ -1,0 +1,193 @@
+// CPU halves of nn::paged_attention and nn::paged_kv_write.
+// A work item is one (query token, kv head): the group's query heads walk the token's pages in
+// position order, scores in f32 (f64 for f64) from 8-lane dot products whose lanes are summed in
+// one fixed order, then softmax and the weighted sum of the values. Every token's result comes
+// from its own sequence's keys in that order alone, so it is the same bits whichever tokens share
+// the batch and however the items are split across the workers. Pools: (pages, h_kv, P, d).
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define WICK_PAGED_AVX2 1
+#endif
+
+#include "cpu/cpu_storage.h"
+#include "cpu/parallel.h"
+#include "dispatch.h"
+#include "nn/paged_attention_backend.h"
+#include "tensor_internal.h"
+#include "util.h"
+#include "wick/error.h"
+
+namespace wick::detail {
+
+namespace {
+
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <class T>
+T* data_of(const Tensor& t) {
+  return cpu::as_cpu(backend_of(t)).as<T>() + t.impl()->layout.start_offset();
+}
+
+#if defined(WICK_PAGED_AVX2)
+template <class T>
+__m256 load8(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm256_loadu_ps(p);
+  } else if constexpr (std::is_same_v<T, f16>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+}
+#endif
+
+// q . k over d elements with q already in f32 (f64 for f64): 8 lane sums, added pairwise.
+template <class T>
+acc_t<T> dot(const acc_t<T>* q, const T* k, size_t d) {
+  size_t e = 0;
+  acc_t<T> lanes[8] = {};
+#if defined(WICK_PAGED_AVX2)
+  if constexpr (!std::is_same_v<T, double>) {
+    __m256 acc = _mm256_setzero_ps();
+    for (; e + 8 <= d; e += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), load8(k + e), acc);
+    _mm256_storeu_ps(lanes, acc);
+  }
+#endif
+  for (; e + 8 <= d; e += 8) {
+    for (size_t l = 0; l < 8; ++l) lanes[l] += q[e + l] * static_cast<acc_t<T>>(k[e + l]);
+  }
+  for (; e < d; ++e) lanes[e % 8] += q[e] * static_cast<acc_t<T>>(k[e]);
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+// out += p * v over d elements.
+template <class T>
+void axpy(acc_t<T>* out, acc_t<T> p, const T* v, size_t d) {
+  size_t e = 0;
+#if defined(WICK_PAGED_AVX2)
+  if constexpr (!std::is_same_v<T, double>) {
+    const __m256 pv = _mm256_set1_ps(p);
+    for (; e + 8 <= d; e += 8) {
+      _mm256_storeu_ps(out + e, _mm256_fmadd_ps(pv, load8(v + e), _mm256_loadu_ps(out + e)));
+    }
+  }
+#endif
+  for (; e < d; ++e) out[e] = std::fma(p, static_cast<acc_t<T>>(v[e]), out[e]);
+}
+
+}  // namespace
+
+Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                           const Tensor& page_table, const Tensor& token_seq,
+                           const Tensor& token_pos, double scale) {
+  const size_t tokens = q.dims()[0], h = q.dims()[1], d = q.dims()[2];
+  const size_t pages = k_pages.dims()[0], h_kv = k_pages.dims()[1], ps = k_pages.dims()[2];
+  const size_t group = h / h_kv;
+  const size_t n_seqs = page_table.dims()[0], width = page_table.dims()[1];
+  auto out = std::make_unique<cpu::CpuStorage>(tokens * h * d, q.dtype());
+  auto locks = read_locks({&q, &k_pages, &v_pages, &page_table, &token_seq, &token_pos});
+  const uint32_t* table = data_of<uint32_t>(page_table);
+  const uint32_t* seq = data_of<uint32_t>(token_seq);
+  const uint32_t* pos = data_of<uint32_t>(token_pos);
+  for (size_t t = 0; t < tokens; ++t) {
+    if (seq[t] >= n_seqs || pos[t] / ps >= width) {
+      throw IndexOutOfRange(str("paged_attention: token ", t, " of sequence ", seq[t],
+                                " at position ", pos[t], " is outside the page table (", n_seqs,
+                                " sequences of ", width, " pages of ", ps, ")"));
+    }
+    for (size_t i = 0; i <= pos[t] / ps; ++i) {
+      if (table[seq[t] * width + i] >= pages) {
+        throw IndexOutOfRange(str("paged_attention: page ", table[seq[t] * width + i],
+                                  " of sequence ", seq[t], " is outside the pool of ", pages));
+      }
+    }
+  }
+  dispatch_float(q.dtype(), "paged_attention", [&]<class T>() {
+    using A = acc_t<T>;
+    const T* qp = data_of<T>(q);
+    const T* kp = data_of<T>(k_pages);
+    const T* vp = data_of<T>(v_pages);
+    T* op = out->template as<T>();
+    const A sc = static_cast<A>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(d)));
+    const size_t grain = std::max<size_t>(1, 4096 / (d * (pos[0] + 1) * group + 1));
+    cpu::parallel_for(tokens * h_kv, grain, [&](size_t begin, size_t end) {
+      std::vector<A> qf(group * d), acc(d), scores;
+      for (size_t item = begin; item < end; ++item) {
+        const size_t t = item / h_kv, g = item % h_kv;
+        const size_t n = pos[t] + 1;
+        const uint32_t* pt = table + seq[t] * width;
+        scores.resize(group * n);
+        for (size_t r = 0; r < group * d; ++r) {
+          qf[r] = static_cast<A>(qp[(t * h + g * group) * d + r]);
+        }
+        for (size_t j = 0; j < n; ++j) {
+          const T* kr = kp + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d;
+          for (size_t r = 0; r < group; ++r)
+            scores[r * n + j] = dot<T>(qf.data() + r * d, kr, d) * sc;
+        }
+        for (size_t r = 0; r < group; ++r) {
+          A* s = scores.data() + r * n;
+          A mx = -std::numeric_limits<A>::infinity();
+          for (size_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+          A sum = 0;
+          for (size_t j = 0; j < n; ++j) {
+            s[j] = std::exp(s[j] - mx);
+            sum += s[j];
+          }
+          std::fill(acc.begin(), acc.end(), A(0));
+          for (size_t j = 0; j < n; ++j) {
+            axpy<T>(acc.data(), s[j], vp + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d, d);
+          }
+          const A inv = A(1) / sum;
+          T* o = op + (t * h + g * group + r) * d;
+          for (size_t e = 0; e < d; ++e) o[e] = T(acc[e] * inv);
+        }
+      }
+    });
+  });
+  return from_storage(std::move(out), q.shape());
+}
+
+void cpu_paged_kv_write(const Tensor& k_pages, const Tensor& v_pages, const Tensor& k,
+                        const Tensor& v, const Tensor& slots) {
+  const size_t tokens = k.dims()[0], h_kv = k.dims()[1], d = k.dims()[2];
+  const size_t pages = k_pages.dims()[0], ps = k_pages.dims()[2];
+  std::vector<uint32_t> slot = slots.to_vec1<uint32_t>();
+  for (size_t t = 0; t < tokens; ++t) {
+    if (slot[t] / ps >= pages) {
+      throw IndexOutOfRange(str("paged_kv_write: slot ", slot[t], " of token ", t,
+                                " is outside the pool of ", pages, " pages of ", ps));
+    }
+  }
+  StorageLocks locks({k.impl()->storage.get(), v.impl()->storage.get()},
+                     {k_pages.impl()->storage.get(), v_pages.impl()->storage.get()});
+  const size_t elem = size_in_bytes(k.dtype());
+  dispatch_float(k.dtype(), "paged_kv_write", [&]<class T>() {
+    const T* kp = data_of<T>(k);
+    const T* vp = data_of<T>(v);
+    T* kc = data_of<T>(k_pages);
+    T* vc = data_of<T>(v_pages);
+    for (size_t t = 0; t < tokens; ++t) {
+      const size_t page = slot[t] / ps, row = slot[t] % ps;
+      for (size_t g = 0; g < h_kv; ++g) {
+        const size_t dst = ((page * h_kv + g) * ps + row) * d;
+        std::memcpy(kc + dst, kp + (t * h_kv + g) * d, d * elem);
+        std::memcpy(vc + dst, vp + (t * h_kv + g) * d, d * elem);
+      }
+    }
+  });
+  k_pages.impl()->storage->bump_version();
+  v_pages.impl()->storage->bump_version();
+}
+
+}  // namespace wick::detail

@@ -1,0 +1,34 @@
+#pragma once
+// Launchers of the paged attention and paged KV-write kernels (src/cuda/paged_attention.cu), for
+// nn::paged_attention and nn::paged_kv_write (src/cuda/paged_attention.cpp).
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "wick/dtype.h"
+
+namespace wick::cuda {
+
+struct PagedAttentionArgs {
+  const void* q;  // (tokens, h, d)
+  const void* k;  // (pages, h_kv, page_size, d)
+  const void* v;
+  void* out;              // (tokens, h, d)
+  const uint32_t* table;  // (n_seqs, width)
+  const uint32_t* seq;    // (tokens)
+  const uint32_t* pos;    // (tokens)
+  int64_t tokens, h, h_kv, d, pages, page_size, n_seqs, width;
+  float scale;
+};
+
+/// One block per (token, query head). d at most 256.
+void launch_paged_attention(DType dtype, const PagedAttentionArgs& a, cudaStream_t s);
+
+/// k, v (tokens, h_kv, d) row-major into the pools at slots[t]; slots outside the pool skipped.
+void launch_paged_kv_write(size_t elem_bytes, void* k_pages, void* v_pages, const void* k,
+                           const void* v, const uint32_t* slots, int64_t tokens, int64_t h_kv,
+                           int64_t d, int64_t pages, int64_t page_size, cudaStream_t s);
+
+}  // namespace wick::cuda

@@ -1,0 +1,96 @@
+// CausalLM's paged forward for every family: each sequence of the batch runs alone through
+// forward_last over a KvCache gathered from its pages, and its new keys and values go back into
+// its pages. Families that state their own batched forward (Llama, Qwen2) override it.
+
+#include <string>
+
+#include "util.h"
+#include "wick/causal_lm.h"
+#include "wick/error.h"
+#include "wick/nn/paged_attention.h"
+
+namespace wick::models {
+
+void check_paged_batch(const std::vector<PagedSequence>& batch, const PagedKvCache& cache,
+                       size_t vocab_size, size_t max_position, const char* op) {
+  if (batch.empty()) throw Error(str(op, ": an empty batch"));
+  const size_t ps = cache.page_size();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const PagedSequence& s = batch[i];
+    if (s.tokens.empty()) throw Error(str(op, ": sequence ", i, " has no new tokens"));
+    const size_t end = s.cached + s.tokens.size();
+    if (max_position > 0 && end > max_position) {
+      throw IndexOutOfRange(str(op, ": sequence ", i, " reaches position ", end,
+                                " past the model's context of ", max_position));
+    }
+    if (s.pages.size() * ps < end) {
+      throw IndexOutOfRange(str(op, ": sequence ", i, " has ", s.pages.size(), " pages of ", ps,
+                                " positions for ", end, " positions"));
+    }
+    for (uint32_t p : s.pages) {
+      if (p >= cache.pages()) {
+        throw IndexOutOfRange(
+            str(op, ": sequence ", i, " names page ", p, " of a pool of ", cache.pages()));
+      }
+    }
+    for (uint32_t t : s.tokens) {
+      if (t >= vocab_size) {
+        throw IndexOutOfRange(str(op, ": token ", t, " of sequence ", i,
+                                  " is outside the vocabulary of ", vocab_size));
+      }
+    }
+  }
+}
+
+PagedKvCache CausalLM::make_paged_cache(size_t pages, size_t page_size) const {
+  const CausalLMConfig& c = config();
+  return PagedKvCache::allocate(c.num_layers, pages, page_size, c.num_kv_heads, c.head_dim, dtype(),
+                                device());
+}
+
+Tensor CausalLM::forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const {
+  const CausalLMConfig& c = config();
+  check_paged_batch(batch, cache, c.vocab_size, c.max_position, "CausalLM::forward_paged");
+  const Device dev = device();
+  const size_t ps = cache.page_size(), h_kv = c.num_kv_heads, hd = c.head_dim;
+  std::vector<Tensor> rows;
+  for (const PagedSequence& s : batch) {
+    const size_t n = s.tokens.size(), total = s.cached + n;
+    KvCache kv = make_cache(1, total);
+    if (s.cached > 0) {
+      const size_t used = (s.cached + ps - 1) / ps;
+      std::vector<uint32_t> ids(s.pages.begin(), s.pages.begin() + static_cast<ptrdiff_t>(used));
+      Tensor pages = Tensor::from_vec(ids, {used}, dev);
+      for (size_t l = 0; l < kv.layers(); ++l) {
+        // (used, h_kv, P, d) -> (1, h_kv, used * P, d): the sequence's rows in position order.
+        auto gather = [&](const Tensor& pool) {
+          return pool.index_select(pages, 0)
+              .transpose(0, 1)
+              .contiguous()
+              .reshape({1, h_kv, used * ps, hd})
+              .narrow(2, 0, s.cached);
+        };
+        kv.k(l).narrow(2, 0, s.cached).assign(gather(cache.k(l)));
+        kv.v(l).narrow(2, 0, s.cached).assign(gather(cache.v(l)));
+      }
+      kv.set_length(s.cached);
+    }
+    rows.push_back(forward_last(Tensor::from_vec(s.tokens, {1, n}, dev), kv));
+    std::vector<uint32_t> slots(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t p = s.cached + i;
+      slots[i] = static_cast<uint32_t>(s.pages[p / ps] * ps + p % ps);
+    }
+    Tensor slot_t = Tensor::from_vec(slots, {n}, dev);
+    for (size_t l = 0; l < kv.layers(); ++l) {
+      // (1, h_kv, n, d) -> (n, h_kv, d).
+      auto fresh = [&](const Tensor& t) {
+        return t.narrow(2, s.cached, n).squeeze(0).transpose(0, 1);
+      };
+      nn::paged_kv_write(cache.k(l), cache.v(l), fresh(kv.k(l)), fresh(kv.v(l)), slot_t);
+    }
+  }
+  return Tensor::cat(rows, 0);
+}
+
+}  // namespace wick::models

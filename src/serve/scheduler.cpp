@@ -1,0 +1,230 @@
+// One engine step: cancellations, admission of waiting requests whose pages fit (their prompt's
+// full pages found in the prefix cache shared, not prefilled again), pages for each running
+// sequence's next tokens (the newest sequences preempted when the pool runs out: their pages
+// freed and their tokens prefilled again later), one batched forward over every running
+// sequence (a prefill chunk or one decode token each), then sampling and the token events.
+
+#include <algorithm>
+
+#include "serve/engine_impl.h"
+#include "util.h"
+
+namespace wick::serve {
+
+void Engine::Impl::release_pages(Sequence& s) {
+  for (uint32_t p : s.pages) pool->release(p);
+  s.pages.clear();
+  s.page_hashes.clear();
+  s.kv_len = 0;
+}
+
+// Takes the prompt's (and, after a preemption, the generated tokens') full pages from the prefix
+// cache, then admits the sequence when the pages of the rest of its tokens are free besides one
+// page for each running sequence's next token. The last token is always computed (its logits
+// pick the next one), so the cache gives at most tokens.size() - 1 positions.
+bool Engine::Impl::admit(Sequence& s) {
+  const size_t ps = options.page_size;
+  const size_t shareable = (s.tokens.size() - 1) / ps;
+  uint64_t hash = 0;
+  for (size_t i = 0; i < shareable; ++i) {
+    hash = PagePool::chain_hash(hash, s.tokens.data() + i * ps, ps);
+    std::optional<uint32_t> page = pool->lookup(hash);
+    if (!page) break;
+    s.pages.push_back(*page);
+    s.page_hashes.push_back(hash);
+  }
+  s.kv_len = s.pages.size() * ps;
+  const size_t need = (s.tokens.size() + ps - 1) / ps - s.pages.size();
+  if (pool->available() < need + running.size()) {
+    release_pages(s);
+    return false;
+  }
+  if (!s.was_admitted) {
+    s.was_admitted = true;
+    s.admitted = Clock::now();
+    s.cached_tokens = s.kv_len;
+    std::lock_guard<std::mutex> lock(mutex);
+    totals.prompt_tokens += s.request.prompt.size();
+    totals.cached_prompt_tokens += s.kv_len;
+  }
+  s.order = admissions++;
+  return true;
+}
+
+void Engine::Impl::admit_and_cancel(std::vector<std::unique_ptr<Sequence>>& ended) {
+  std::lock_guard<std::mutex> lock(mutex);
+  for (uint64_t id : cancels) {
+    for (auto& s : running) {
+      if (s->id == id) s->cancelled = true;
+    }
+    auto it = std::find_if(waiting.begin(), waiting.end(), [&](auto& s) { return s->id == id; });
+    if (it != waiting.end()) {
+      (*it)->finish = FinishReason::Cancelled;
+      ended.push_back(std::move(*it));
+      waiting.erase(it);
+    }
+  }
+  cancels.clear();
+  for (auto& s : running) {
+    if (s->cancelled) {
+      s->finish = FinishReason::Cancelled;
+      ended.push_back(std::move(s));
+    }
+  }
+  std::erase_if(running, [](const auto& s) { return !s; });
+  while (!waiting.empty() && running.size() < options.max_batch) {
+    Sequence& s = *waiting.front();
+    if (s.request.sampling.max_tokens == 0) {
+      s.finish = FinishReason::Length;
+      ended.push_back(std::move(waiting.front()));
+      waiting.pop_front();
+      continue;
+    }
+    // admit() takes the mutex for its counters: step out of it for the call.
+    mutex.unlock();
+    const bool ok = admit(s);
+    mutex.lock();
+    if (!ok) break;
+    running.push_back(std::move(waiting.front()));
+    waiting.pop_front();
+  }
+  running_count = running.size();
+}
+
+// Frees running[index]'s pages and puts it first in the queue: its tokens are prefilled again
+// when it is admitted again (its full pages probably still in the prefix cache).
+void Engine::Impl::preempt(size_t index) {
+  std::unique_ptr<Sequence> s = std::move(running[index]);
+  running.erase(running.begin() + static_cast<ptrdiff_t>(index));
+  release_pages(*s);
+  std::lock_guard<std::mutex> lock(mutex);
+  ++totals.preemptions;
+  waiting.push_front(std::move(s));
+  running_count = running.size();
+}
+
+// Pages for the first `positions` positions of running[index], preempting the newest other
+// sequences when the pool runs out. False when running[index] itself had to be preempted.
+bool Engine::Impl::grow(size_t index, size_t positions) {
+  const size_t ps = options.page_size;
+  while (running[index]->pages.size() * ps < positions) {
+    if (std::optional<uint32_t> page = pool->allocate()) {
+      running[index]->pages.push_back(*page);
+      continue;
+    }
+    size_t victim = index;
+    for (size_t i = index + 1; i < running.size(); ++i) {
+      if (running[i]->order > running[victim]->order) victim = i;
+    }
+    preempt(victim);
+    if (victim == index) return false;
+  }
+  return true;
+}
+
+// Publishes the pages the last step filled to the prefix cache.
+void Engine::Impl::publish_full_pages(Sequence& s) {
+  const size_t ps = options.page_size;
+  while (s.page_hashes.size() < s.kv_len / ps) {
+    const size_t i = s.page_hashes.size();
+    const uint64_t prev = i == 0 ? 0 : s.page_hashes.back();
+    const uint64_t hash = PagePool::chain_hash(prev, s.tokens.data() + i * ps, ps);
+    pool->publish(s.pages[i], hash);
+    s.page_hashes.push_back(hash);
+  }
+}
+
+// A new token of `s`: the stop checks, its event (none for a stop token), the latencies.
+void Engine::Impl::take_token(Sequence& s, uint32_t token) {
+  const Clock::time_point now = Clock::now();
+  const SamplingParams& p = s.request.sampling;
+  s.tokens.push_back(token);
+  ++s.generated;
+  std::string text;
+  if (std::find(s.stop_tokens.begin(), s.stop_tokens.end(), token) != s.stop_tokens.end()) {
+    s.finish = FinishReason::Stop;
+  } else {
+    text = s.text->push(token);
+    if (s.text->stopped()) s.finish = FinishReason::Stop;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!s.has_first_token) {
+      observe(totals.time_to_first_token, seconds_between(s.submitted, now));
+    } else {
+      observe(totals.inter_token_latency, seconds_between(s.last_token, now));
+    }
+    ++totals.generated_tokens;
+  }
+  if (!s.has_first_token) s.first_token = now;
+  s.has_first_token = true;
+  s.last_token = now;
+  if (s.finish == FinishReason::None) {
+    // The next step would write the keys of position tokens.size() - 1.
+    const size_t context = model->config().max_position;
+    if (s.generated >= p.max_tokens || (context > 0 && s.tokens.size() > context)) {
+      s.finish = FinishReason::Length;
+    }
+  }
+  if (s.finish == FinishReason::Stop && !s.text->stopped()) return;  // a stop token: no event
+  TokenEvent e;
+  e.token = token;
+  e.text = std::move(text);
+  s.on_event(e);
+}
+
+void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
+  admit_and_cancel(ended);
+  // Each running sequence's tokens of this step: a prefill chunk, or its last token. grow()
+  // preempts only sequences after the one it serves, so the pages of those before stay.
+  auto step_tokens = [&](const Sequence& s) {
+    return std::min(options.prefill_chunk, s.tokens.size() - s.kv_len);
+  };
+  for (size_t i = 0; i < running.size();) {
+    if (grow(i, running[i]->kv_len + step_tokens(*running[i]))) ++i;
+  }
+  std::vector<models::PagedSequence> batch;
+  std::vector<Sequence*> members;
+  for (auto& sp : running) {
+    Sequence& s = *sp;
+    const auto from = s.tokens.begin() + static_cast<ptrdiff_t>(s.kv_len);
+    batch.push_back({std::vector<uint32_t>(from, from + static_cast<ptrdiff_t>(step_tokens(s))),
+                     s.kv_len, s.pages});
+    members.push_back(&s);
+  }
+  if (!batch.empty()) {
+    Tensor logits;
+    try {
+      logits = model->forward_paged(batch, cache).to_dtype(DType::F32);
+    } catch (const std::exception& e) {
+      for (Sequence* s : members) {
+        s->finish = FinishReason::Error;
+        s->error = e.what();
+      }
+    }
+    if (logits.defined()) {
+      const size_t vocab = logits.dims()[1];
+      const std::vector<float> all = logits.flatten_all().to_vec1<float>();
+      for (size_t i = 0; i < members.size(); ++i) {
+        Sequence& s = *members[i];
+        s.kv_len += batch[i].tokens.size();
+        publish_full_pages(s);
+        if (s.kv_len < s.tokens.size()) continue;  // a prefill chunk short of the prompt's end
+        try {
+          std::vector<float> row(all.begin() + static_cast<ptrdiff_t>(i * vocab),
+                                 all.begin() + static_cast<ptrdiff_t>((i + 1) * vocab));
+          take_token(s, s.sampler->sample(row));
+        } catch (const std::exception& e) {
+          s.finish = FinishReason::Error;
+          s.error = e.what();
+        }
+      }
+    }
+  }
+  for (auto& s : running) {
+    if (s->finish != FinishReason::None) ended.push_back(std::move(s));
+  }
+  std::erase_if(running, [](const auto& s) { return !s; });
+}
+
+}  // namespace wick::serve
