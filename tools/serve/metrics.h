@@ -75,6 +75,9 @@ class Metrics {
           [](const S& s) { return s.generated_tokens; });
     gauge("wick_engine_requests_done_total", "counter", "Completion requests ended.",
           [](const S& s) { return s.requests_done; });
+    gauge("wick_preemptions_total", "counter",
+          "Running requests whose KV pages were taken back (prefilled again).",
+          [](const S& s) { return s.preemptions; });
     gauge("wick_queue_depth", "gauge", "Requests waiting for admission.",
           [](const S& s) { return s.waiting; });
     gauge("wick_running_batch_size", "gauge", "Requests admitted (prefilling or decoding).",
