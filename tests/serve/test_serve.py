@@ -481,6 +481,28 @@ class Strict(unittest.TestCase):
                 self.assertEqual(error_of(body)["type"], "rate_limit_error")
 
 
+class Cli(unittest.TestCase):
+    """The command line (tools/cli.h's exit codes): nothing is served."""
+
+    def run_serve(self, *args):
+        return subprocess.run([ARGS.server, *args], capture_output=True, text=True, timeout=120)
+
+    def test_help_and_usage_errors(self):
+        r = self.run_serve("--help")
+        self.assertEqual(r.returncode, 0)
+        for option in ("--host", "--port", "--api-key", "--device", "--dtype", "--max-batch",
+                       "--kv-memory", "--max-queue"):
+            self.assertIn(option, r.stdout)
+        self.assertEqual(self.run_serve().returncode, 2)  # no PATH
+        self.assertEqual(self.run_serve("--port", "70000", "x.gguf").returncode, 2)
+        r = self.run_serve("/nonexistent/model.gguf")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("/nonexistent/model.gguf", r.stderr)
+        gguf = os.environ["WICK_SMOLLM2_GGUF"]
+        self.assertEqual(self.run_serve("--device", "gpu", gguf).returncode, 2)
+        self.assertEqual(self.run_serve(gguf, gguf).returncode, 2)  # the same id twice
+
+
 class Sigterm(unittest.TestCase):
     def test_sigterm_finishes_in_flight(self):
         server = WickServer()
