@@ -9,7 +9,8 @@ on llama.cpp, so that a noisy machine disturbs both alike. Each stream sends `--
 completions of `--tokens` tokens one after another; tokens are counted as the streamed pieces that
 carry text (each server sends one per token). llama-cpp-python is installed by this script into
 its own venv (`--venv`, kept for later runs; pip builds it from source the first time unless its
-wheel cache has it).
+wheel cache has it). llama.cpp's server runs with --interrupt_requests False: by default a new
+request cuts the one it is streaming short, which no client of a shared server wants.
 
     python3 bench/serve_peer.py --model SmolLM2-135M-Instruct.Q4_1.gguf \
         --server build/tools/wick-serve --generate build/tools/wick-generate
@@ -149,6 +150,9 @@ def main():
     ap.add_argument("--tokens", type=int, default=32, help="max_tokens of each request")
     ap.add_argument("--requests", type=int, default=1, help="requests per stream and level")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of each")
+    ap.add_argument("--decode-rounds", type=int, default=3,
+                    help="rounds of wick-serve (1 stream) beside wick-generate; 0 skips them")
+    ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--venv", default="/tmp/wick-serve-peer-venv")
     ap.add_argument("--llamacpp-version", default="0.3.36")
     ap.add_argument("--llama-extra-bufts", action="store_true",
@@ -173,7 +177,8 @@ def main():
              "extra-bufts" if args.llama_extra_bufts else "no-extra-bufts",
              "--model", args.model, "--model_alias", model_id,
              "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
-             "--n_ctx", str(n_ctx), "--host", "127.0.0.1", "--port", str(args.llama_port)],
+             "--n_ctx", str(n_ctx), "--interrupt_requests", "False", "--host", "127.0.0.1",
+             "--port", str(args.llama_port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env),
     }
     ports = {"wick-serve": args.wick_port, "llama.cpp": args.llama_port}
@@ -213,17 +218,30 @@ def main():
         if l["tok_s"] > 0:
             print(f"{'':7} | {'ratio':10} | {w['tok_s'] / l['tok_s']:6.2f}x |")
 
-    # wick-serve at 1 stream beside wick-generate's own decode rate (same model, same threads).
-    gen = subprocess.run([args.generate, args.model, "--prompt", PROMPTS[0], "--max-new",
-                          str(args.tokens), "--temperature", "0", "--json", "-q", "--threads",
-                          str(args.threads)], capture_output=True, text=True, check=True)
-    gen_rate = json.loads(gen.stdout)["timings"]["decode_tokens_per_second"]
-    one = results.get(("wick-serve", 1))
-    if one:
-        serve_rate = 1 / statistics.median(one["itl"]) if one["itl"] else float("nan")
-        print(f"\n1 stream: wick-serve decodes {serve_rate:.1f} tok/s (1 / median ITL), "
-              f"wick-generate {gen_rate:.1f} tok/s: {serve_rate / gen_rate:.2f}x")
-
+    # wick-serve at 1 stream beside wick-generate's own decode rate (same model, prompt, threads
+    # and token count), alternating, median of the rounds.
+    if args.decode_rounds > 0:
+        server = subprocess.Popen([args.server, "--port", str(args.wick_port), "--threads",
+                                   str(args.threads), args.model], stderr=subprocess.DEVNULL)
+        serve_rates, gen_rates = [], []
+        try:
+            wait_ready(args.wick_port, server)
+            stream_once(args.wick_port, model_id, PROMPTS[0], 4)
+            for _ in range(args.decode_rounds):
+                gen = subprocess.run([args.generate, args.model, "--prompt", PROMPTS[0],
+                                      "--max-new", str(args.decode_tokens), "--temperature", "0",
+                                      "--json", "-q", "--threads", str(args.threads)],
+                                     capture_output=True, text=True, check=True)
+                gen_rates.append(json.loads(gen.stdout)["timings"]["decode_tokens_per_second"])
+                _, gaps, _ = stream_once(args.wick_port, model_id, PROMPTS[0], args.decode_tokens)
+                serve_rates.append(len(gaps) / sum(gaps) if gaps else float("nan"))
+        finally:
+            server.terminate()
+            server.wait(60)
+        s, g = statistics.median(serve_rates), statistics.median(gen_rates)
+        print(f"\n1 stream, {args.decode_tokens} tokens, median of {args.decode_rounds} alternating "
+              f"rounds: wick-serve decodes {s:.1f} tok/s (tokens after the first / their time), "
+              f"wick-generate {g:.1f} tok/s (its decode timing): {s / g:.2f}x")
 
 if __name__ == "__main__":
     main()
