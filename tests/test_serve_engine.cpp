@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/row_matmul.h"
 #include "nn_reference.h"
 #include "serve/page_pool.h"
 #include "test_util.h"
@@ -19,6 +20,7 @@
 #include "wick/generator.h"
 #include "wick/models.h"
 #include "wick/nn/paged_attention.h"
+#include "wick/numerics.h"
 #include "wick/serve.h"
 #include "wick/wick.h"
 
@@ -712,6 +714,131 @@ TEST(ServeEngine, MaxTokensAndTheContextEndARequestWithLength) {
   Result full = run_all(engine, {greedy_request(std::vector<uint32_t>(60, 5), 100)})[0];
   EXPECT_EQ(full.last.finish, serve::FinishReason::Length);
   EXPECT_EQ(full.tokens.size(), 5u);
+}
+
+}  // namespace
+
+namespace {
+
+// forward_paged's logits of sequence x alone, and inside a batch with two other sequences (more
+// rows for every projection), for a prefill step and a decode step: (alone, in the batch).
+std::pair<std::vector<double>, std::vector<double>> alone_and_batched(const CausalLM& model,
+                                                                      size_t vocab) {
+  const size_t ps = 8;
+  std::vector<uint32_t> x, y, z;
+  for (uint32_t i = 0; i < 10; ++i) x.push_back((i * 13 + 1) % static_cast<uint32_t>(vocab));
+  for (uint32_t i = 0; i < 21; ++i) y.push_back((i * 7 + 2) % static_cast<uint32_t>(vocab));
+  for (uint32_t i = 0; i < 7; ++i) z.push_back((i * 5 + 3) % static_cast<uint32_t>(vocab));
+  std::vector<double> alone, batched;
+  {
+    wick::models::PagedKvCache cache = model.make_paged_cache(16, ps);
+    auto l1 = model.forward_paged({{x, 0, {3, 4}}}, cache).to_vec_f64();
+    auto l2 = model.forward_paged({{{5}, 10, {3, 4}}}, cache).to_vec_f64();
+    alone.insert(alone.end(), l1.begin(), l1.end());
+    alone.insert(alone.end(), l2.begin(), l2.end());
+  }
+  {
+    wick::models::PagedKvCache cache = model.make_paged_cache(16, ps);
+    Tensor l1 = model.forward_paged({{y, 0, {0, 1, 2}}, {x, 0, {9, 7}}, {z, 0, {12}}}, cache);
+    Tensor l2 =
+        model.forward_paged({{{6}, 21, {0, 1, 2}}, {{5}, 10, {9, 7}}, {{8}, 7, {12}}}, cache);
+    auto r1 = l1.get(1).to_vec_f64(), r2 = l2.get(1).to_vec_f64();
+    batched.insert(batched.end(), r1.begin(), r1.end());
+    batched.insert(batched.end(), r2.begin(), r2.end());
+  }
+  return {alone, batched};
+}
+
+TEST(ServeEngineSmolLM2, QuantizedLogitsOfASequenceAreTheSameBitsInAnyBatch) {
+  WICK_REQUIRE_SMOLLM2(path);
+  auto model = wick::models::load_causal_lm(path, Device::cpu());
+  auto [alone, batched] = alone_and_batched(*model, model->config().vocab_size);
+  EXPECT_EQ(alone, batched);
+}
+
+TEST(PagedForward, DenseLogitsOfASequenceInABatch) {
+  auto model = tiny_llama();
+  auto [alone, batched] = alone_and_batched(*model, 96);
+  EXPECT_EQ(alone, batched);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- the batch-invariant projection kernel ----
+
+class RowMatmulDType : public ::testing::TestWithParam<DType> {};
+
+// Against a float64 product within matmul_bound, and each row the same bits alone as among
+// m = 1..70 rows (tiles of 4 rows and 3 weight rows, blocks of 64 rows, k with a tail).
+TEST_P(RowMatmulDType, WithinItsBoundAndTheSameBitsForEveryM) {
+  const DType wt = GetParam();
+  const size_t n = 37, k = 83, m = 70;
+  Tensor x = wick::testing::random_tensor({m, k}, DType::F32);
+  Tensor w = wick::testing::random_tensor({n, k}, wt);
+  Tensor y = wick::cpu::row_matmul(x, w);
+  ASSERT_EQ(y.shape(), (Shape{m, n}));
+  std::vector<double> xv = x.to_vec_f64(), wv = w.to_vec_f64(), yv = y.to_vec_f64();
+  std::vector<double> want(m * n), abs_sum(m * n);
+  for (size_t i = 0; i < m; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      long double s = 0, a = 0;
+      for (size_t e = 0; e < k; ++e) {
+        s += static_cast<long double>(xv[i * k + e]) * wv[j * k + e];
+        a += std::fabs(static_cast<long double>(xv[i * k + e]) * wv[j * k + e]);
+      }
+      want[i * n + j] = static_cast<double>(s);
+      abs_sum[i * n + j] = static_cast<double>(a);
+    }
+  }
+  EXPECT_TRUE(wick::testing::within_bounds(yv, want, [&](size_t i, double e) {
+    return wick::numerics::matmul_bound(DType::F32, k, e, abs_sum[i]);
+  }));
+  for (size_t rows : {1, 2, 3, 4, 5, 17, 64, 65}) {
+    for (size_t start : {size_t{0}, m - rows}) {
+      auto part = wick::cpu::row_matmul(x.narrow(0, start, rows).contiguous(), w).to_vec_f64();
+      std::vector<double> ref(yv.begin() + static_cast<ptrdiff_t>(start * n),
+                              yv.begin() + static_cast<ptrdiff_t>((start + rows) * n));
+      EXPECT_EQ(part, ref) << rows << " rows from " << start;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, RowMatmulDType,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16));
+
+TEST(RowMatmul, Errors) {
+  const Device cpu = Device::cpu();
+  EXPECT_THROW(wick::cpu::row_matmul(Tensor::ones({2, 3}, DType::F32, cpu),
+                                     Tensor::ones({4, 5}, DType::F32, cpu)),
+               wick::ShapeMismatch);
+  EXPECT_THROW(wick::cpu::row_matmul(Tensor::ones({2, 3}, DType::F64, cpu),
+                                     Tensor::ones({4, 3}, DType::F32, cpu)),
+               wick::ShapeMismatch);
+  EXPECT_THROW(wick::cpu::row_matmul(Tensor::ones({2, 3}, DType::F32, cpu),
+                                     Tensor::ones({4, 3}, DType::F64, cpu)),
+               wick::UnsupportedDType);
+}
+
+}  // namespace
+
+namespace {
+
+// A step budget smaller than the prompts: prefill chunks wait for the decode tokens and share
+// what is left; every request still gives what it gives alone.
+TEST(ServeEngine, AStepTokenBudgetSplitsPrefillsAndKeepsEveryResult) {
+  auto model = tiny_llama();
+  serve::EngineOptions o;
+  o.max_step_tokens = 4;
+  o.prefill_chunk = 3;
+  serve::Engine engine(model, nullptr, o);
+  std::vector<serve::CompletionRequest> requests;
+  for (size_t i = 0; i < 6; ++i) requests.push_back(greedy_request(prompt_of(i + 9), 7));
+  std::vector<Result> got = run_all(engine, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, generate_alone(model, requests[i].prompt, 7)) << "request " << i;
+  }
 }
 
 }  // namespace

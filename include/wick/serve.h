@@ -62,6 +62,9 @@ struct EngineOptions {
   size_t max_batch = 64;       // sequences decoded per step
   size_t max_queue = 256;      // waiting requests beyond which submit throws QueueFull
   size_t prefill_chunk = 256;  // prompt tokens per step and sequence
+  /// Tokens per step over all sequences (decode tokens first, then prefill chunks; 0: no limit):
+  /// bounds a step's time, so that long prompts arriving do not stall running streams.
+  size_t max_step_tokens = 2048;
   bool prefix_caching = true;
 };
 

@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "models/json_file.h"
 #include "models/llama_impl.h"
+#include "nn/batch_linear.h"
 #include "nn/kv_write.h"
 #include "util.h"
 #include "wick/error.h"
@@ -524,7 +525,7 @@ Tensor Llama::forward_paged(const std::vector<PagedSequence>& batch, PagedKvCach
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const Layer& l = m.layers[li];
     Tensor bias;
-    Tensor qkv = nn::detail::project_qkv(normed, l.wqkv, l.bqkv, &bias);
+    Tensor qkv = nn::detail::batch_project_qkv(normed, l.wqkv, l.bqkv, &bias);
     if (bias.defined()) qkv = qkv.broadcast_add(bias);
     Tensor qk = qkv.narrow(2, 0, (h + h_kv) * hd)
                     .reshape({1, t, h + h_kv, hd})
@@ -537,10 +538,10 @@ Tensor Llama::forward_paged(const std::vector<PagedSequence>& batch, PagedKvCach
     Tensor att =
         nn::paged_attention(qk.narrow(1, 0, h), cache.k(li), cache.v(li), table_t, seq_t, pos_t)
             .reshape({1, t, h * hd});
-    nn::ResidualNorm r = nn::add_rms_norm(x, l.wo.forward(att), l.ln2, eps);
-    Tensor act = nn::silu_mul(l.wgate_up.forward(r.normed));
+    nn::ResidualNorm r = nn::add_rms_norm(x, nn::detail::batch_linear(l.wo, att), l.ln2, eps);
+    Tensor act = nn::silu_mul(nn::detail::batch_linear(l.wgate_up, r.normed));
     const Tensor& next_norm = li + 1 == m.layers.size() ? m.norm : m.layers[li + 1].ln1;
-    r = nn::add_rms_norm(r.residual, l.wdown.forward(act), next_norm, eps);
+    r = nn::add_rms_norm(r.residual, nn::detail::batch_linear(l.wdown, act), next_norm, eps);
     x = r.residual;
     normed = r.normed;
   }
@@ -548,7 +549,7 @@ Tensor Llama::forward_paged(const std::vector<PagedSequence>& batch, PagedKvCach
                     .index_select(Tensor::from_vec(last, {batch.size()}, dev), 0);
   // As forward_last: a quantized head on the CPU computes in f32.
   if (m.lm_head.quantized() && rows.device().is_cpu()) rows = rows.to_dtype(DType::F32);
-  return m.lm_head.forward(rows);
+  return nn::detail::batch_linear(m.lm_head, rows);
 }
 
 Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,

@@ -41,6 +41,7 @@ struct Sequence {
   bool was_admitted = false;
   uint64_t order = 0;  // admission order: the newest is preempted first
   size_t generated = 0;
+  size_t step_tokens = 0;  // tokens this step feeds
   bool cancelled = false;
   FinishReason finish = FinishReason::None;
   std::string error;

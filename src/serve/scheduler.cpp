@@ -175,20 +175,30 @@ void Engine::Impl::take_token(Sequence& s, uint32_t token) {
 
 void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
   admit_and_cancel(ended);
-  // Each running sequence's tokens of this step: a prefill chunk, or its last token. grow()
-  // preempts only sequences after the one it serves, so the pages of those before stay.
-  auto step_tokens = [&](const Sequence& s) {
-    return std::min(options.prefill_chunk, s.tokens.size() - s.kv_len);
-  };
+  // Each running sequence's tokens of this step: its last token (decoding), or a prefill chunk
+  // of up to prefill_chunk tokens while the step's budget of max_step_tokens lasts (decode
+  // tokens first). grow() preempts only sequences after the one it serves, so the pages of those
+  // before stay.
+  size_t decoders = 0;
+  for (auto& s : running) decoders += s->tokens.size() - s->kv_len == 1;
+  size_t budget = options.max_step_tokens == 0         ? SIZE_MAX
+                  : options.max_step_tokens > decoders ? options.max_step_tokens - decoders
+                                                       : 0;
+  for (auto& s : running) {
+    const size_t left = s->tokens.size() - s->kv_len;
+    s->step_tokens = left == 1 ? 1 : std::min({options.prefill_chunk, left, budget});
+    if (left > 1) budget -= s->step_tokens;
+  }
   for (size_t i = 0; i < running.size();) {
-    if (grow(i, running[i]->kv_len + step_tokens(*running[i]))) ++i;
+    if (grow(i, running[i]->kv_len + running[i]->step_tokens)) ++i;
   }
   std::vector<models::PagedSequence> batch;
   std::vector<Sequence*> members;
   for (auto& sp : running) {
     Sequence& s = *sp;
+    if (s.step_tokens == 0) continue;
     const auto from = s.tokens.begin() + static_cast<ptrdiff_t>(s.kv_len);
-    batch.push_back({std::vector<uint32_t>(from, from + static_cast<ptrdiff_t>(step_tokens(s))),
+    batch.push_back({std::vector<uint32_t>(from, from + static_cast<ptrdiff_t>(s.step_tokens)),
                      s.kv_len, s.pages});
     members.push_back(&s);
   }
