@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -187,6 +188,14 @@ class Server {
   // Binds, then serves until stop(); returns false when the address cannot be bound.
   bool serve() {
     configure();
+    // httplib's library listens with a backlog of 5: a burst of connections overflows it and
+    // loopback clients see resets. The listening socket is kept here and listened on again with
+    // the system's largest backlog (Linux takes a new backlog for a listening socket).
+    http_.set_socket_options([this](int sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+      listen_fd_ = sock;
+    });
     int port = opt_.port;
     if (port == 0) {
       port = http_.bind_to_any_port(opt_.host);
@@ -194,6 +203,7 @@ class Server {
     } else if (!http_.bind_to_port(opt_.host, port)) {
       return false;
     }
+    if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
     std::fprintf(stderr, "wick-serve: listening on http://%s:%d\n", opt_.host.c_str(), port);
     std::fflush(stderr);
     return http_.listen_after_bind();
@@ -620,6 +630,7 @@ class Server {
   std::atomic<uint64_t> next_id_{0};
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> draining_{false};
+  int listen_fd_ = -1;
   int64_t created_ = static_cast<int64_t>(std::time(nullptr));
 };
 

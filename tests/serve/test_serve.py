@@ -354,6 +354,37 @@ class Serve(unittest.TestCase):
             s.close()
         self.assertEqual(http(self.server, "GET", "/health")[0], 200)
 
+    def test_connection_burst(self):
+        # 64 clients connecting at once, three times: none is refused or reset (the listen
+        # backlog holds them).
+        n = 64
+        start = threading.Barrier(n)
+        results = [None] * n
+
+        def one(i):
+            start.wait()
+            try:
+                status, _, body = http(self.server, "POST", "/v1/completions",
+                                       {"model": SMOL, "prompt": f"Hello {i}", "max_tokens": 8,
+                                        "stream": True}, timeout=300)
+                results[i] = (status, body.decode().rstrip().endswith("data: [DONE]"))
+            except OSError as e:
+                results[i] = repr(e)
+        for _ in range(4):
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(results, [(200, True)] * n)
+
+    def test_port_in_use(self):
+        r = subprocess.run([ARGS.server, "--port", str(self.server.port),
+                            os.environ["WICK_SMOLLM2_GGUF"]], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("cannot listen", r.stderr)
+
     # --- cancellation, batch invariance, load --------------------------------------------------
     def test_cancelled_stream_frees_pages(self):
         key = f'{{model="{SMOL}"}}'
