@@ -6,7 +6,8 @@ wick-serve at 1 stream beside wick-generate's decode rate. A benchmark, not a te
 
 Both servers run at once (the idle one sleeps) and each concurrency level runs on wick-serve, then
 on llama.cpp, so that a noisy machine disturbs both alike. Each stream sends `--requests` streamed
-completions of `--tokens` tokens one after another; tokens are counted as the streamed pieces that
+completions of `--tokens` tokens one after another (at low concurrency more, so that each level
+has `--min-requests`); tokens are counted as the streamed pieces that
 carry text (each server sends one per token). llama-cpp-python is installed by this script into
 its own venv (`--venv`, kept for later runs; pip builds it from source the first time unless its
 wheel cache has it). llama.cpp's server runs with --interrupt_requests False: by default a new
@@ -149,6 +150,8 @@ def main():
     ap.add_argument("--streams", default="1,4,16,64")
     ap.add_argument("--tokens", type=int, default=32, help="max_tokens of each request")
     ap.add_argument("--requests", type=int, default=1, help="requests per stream and level")
+    ap.add_argument("--min-requests", type=int, default=8,
+                    help="requests per level at least (more per stream at low concurrency)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of each")
     ap.add_argument("--decode-rounds", type=int, default=3,
                     help="rounds of wick-serve (1 stream) beside wick-generate; 0 skips them")
@@ -189,7 +192,8 @@ def main():
             stream_once(ports[name], model_id, PROMPTS[0], 4)  # warm-up
         for streams in levels:
             for name in servers:
-                r = run_level(ports[name], model_id, streams, args.requests, args.tokens)
+                per_stream = max(args.requests, -(-args.min_requests // streams))
+                r = run_level(ports[name], model_id, streams, per_stream, args.tokens)
                 results[(name, streams)] = r
                 print(f"  {name:10s} {streams:3d} streams: {r['tokens']} tokens in "
                       f"{r['wall']:.1f} s, {len(r['errors'])} errors "
@@ -202,7 +206,7 @@ def main():
 
     load = os.getloadavg()[0]
     print(f"\nserve_peer: {model_id}, {args.threads} threads each, {args.tokens} tokens per "
-          f"request, {args.requests} request(s) per stream; load average {load:.1f} "
+          f"request, {args.requests} request(s) per stream ({args.min_requests} at least per level); load average {load:.1f} "
           "(other work on this machine skews both)")
     head = f"{'streams':>7} | {'server':10} | {'tok/s':>7} | {'TTFT p50':>9} | {'TTFT p99':>9} | " \
            f"{'ITL p50':>8} | {'ITL p99':>8} | errors"
