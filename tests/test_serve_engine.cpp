@@ -756,10 +756,16 @@ TEST(ServeEngineSmolLM2, QuantizedLogitsOfASequenceAreTheSameBitsInAnyBatch) {
   EXPECT_EQ(alone, batched);
 }
 
-TEST(PagedForward, DenseLogitsOfASequenceInABatch) {
-  auto model = tiny_llama();
-  auto [alone, batched] = alone_and_batched(*model, 96);
-  EXPECT_EQ(alone, batched);
+// Dense weights (BLAS would change a row's bits with the number of rows): f32, f16 and bf16, the
+// Llama and the Qwen2 (q/k/v bias) families.
+TEST(PagedForward, DenseLogitsOfASequenceAreTheSameBitsInAnyBatch) {
+  for (const char* family : {"tiny_llama", "tiny_qwen2"}) {
+    for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+      auto model = wick::models::load_causal_lm(llama_data(family), Device::cpu(), dt);
+      auto [alone, batched] = alone_and_batched(*model, 96);
+      EXPECT_EQ(alone, batched) << family << " " << dt;
+    }
+  }
 }
 
 }  // namespace
@@ -839,6 +845,46 @@ TEST(ServeEngine, AStepTokenBudgetSplitsPrefillsAndKeepsEveryResult) {
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(got[i].tokens, generate_alone(model, requests[i].prompt, 7)) << "request " << i;
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(ServeEngine, CancellingAWaitingRequestEndsItBeforeItStarts) {
+  serve::EngineOptions o;
+  o.max_batch = 1;
+  serve::Engine engine(tiny_llama(), nullptr, o);
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  std::atomic<int> events{0};
+  Collector first, second;
+  auto cb = first.callback();
+  engine.submit(greedy_request({1, 2, 3}, 5), [&, cb](const serve::TokenEvent& e) {
+    if (events++ == 0) gate.wait();
+    cb(e);
+  });
+  while (events == 0) std::this_thread::yield();
+  const uint64_t id = engine.submit(greedy_request({4, 5, 6}, 5), second.callback());
+  engine.cancel(id);
+  engine.cancel(id + 100);  // unknown: ignored
+  go.set_value();
+  Result r = second.wait();
+  EXPECT_EQ(r.last.finish, serve::FinishReason::Cancelled);
+  EXPECT_TRUE(r.tokens.empty());
+  EXPECT_EQ(r.last.completion_tokens, 0u);
+  EXPECT_EQ(r.last.first_token_seconds, 0.0);
+  EXPECT_EQ(first.wait().tokens.size(), 5u);
+  engine.drain();
+  serve::EngineStats s = engine.stats();
+  EXPECT_EQ(s.requests_done, 2u);
+  EXPECT_EQ(s.generated_tokens, 5u);
+  // One first token and four gaps between tokens, each counted once in its histogram.
+  EXPECT_EQ(s.time_to_first_token.count, 1u);
+  EXPECT_EQ(s.inter_token_latency.count, 4u);
+  EXPECT_LE(s.inter_token_latency.cumulative.front(), s.inter_token_latency.cumulative.back());
+  EXPECT_GT(s.time_to_first_token.sum, 0.0);
+  EXPECT_EQ(std::string(serve::finish_reason_name(serve::FinishReason::Length)), "length");
 }
 
 }  // namespace

@@ -57,7 +57,8 @@ struct TokenEvent {
 };
 
 struct EngineOptions {
-  size_t kv_memory = 0;        // bytes for the paged KV pool (0: a default from the model's size)
+  // Bytes for the paged KV pool (0: room for max(256 x max_batch, min(context, 4096)) positions).
+  size_t kv_memory = 0;
   size_t page_size = 16;       // positions per page
   size_t max_batch = 64;       // sequences decoded per step
   size_t max_queue = 256;      // waiting requests beyond which submit throws QueueFull
@@ -100,8 +101,8 @@ class QueueFull : public Error {
 
 class Engine {
  public:
-  /// Starts the engine thread. Error when the model's dtype or device has no paged cache, or
-  /// when kv_memory holds fewer pages than one sequence of a prefill chunk needs.
+  /// Allocates the page pool and starts the engine thread. Error for a null model, a zero
+  /// page_size, max_batch or prefill_chunk, or a kv_memory that holds no page.
   Engine(std::shared_ptr<const models::CausalLM> model, std::shared_ptr<const Tokenizer> tokenizer,
          EngineOptions options = {});
   /// Finishes nothing: every request not ended gets its final Cancelled event; joins the thread.
@@ -112,8 +113,9 @@ class Engine {
   /// Queues a request; `on_event` is called from the engine's thread, in order, ending with an
   /// event whose finish != None (it must not block for long: it holds up every request). Returns
   /// the request id. Throws QueueFull; Error for an empty prompt, a prompt longer than the model's
-  /// context (the message naming both lengths), an id outside the vocabulary, bad sampling
-  /// parameters, or after drain().
+  /// context (the message naming both lengths), a prompt + max_tokens needing more pages than the
+  /// pool holds, bad sampling parameters, stop strings without a tokenizer, or after drain();
+  /// IndexOutOfRange for an id outside the vocabulary.
   uint64_t submit(CompletionRequest request, std::function<void(const TokenEvent&)> on_event);
   /// Ends a request (waiting or running) at the next step: its pages are freed and its final
   /// event is Cancelled. Unknown or ended ids are ignored.

@@ -119,7 +119,11 @@ Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor&
     const T* vp = data_of<T>(v_pages);
     T* op = out->template as<T>();
     const A sc = static_cast<A>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(d)));
-    const size_t grain = std::max<size_t>(1, 4096 / (d * (pos[0] + 1) * group + 1));
+    // Items of about 16k multiply-adds a chunk, from the batch's average key count.
+    size_t keys = 0;
+    for (size_t t = 0; t < tokens; ++t) keys += pos[t] + 1;
+    const size_t per_item = std::max<size_t>(1, keys * group * d / tokens);
+    const size_t grain = std::max<size_t>(1, 16384 / per_item);
     cpu::parallel_for(tokens * h_kv, grain, [&](size_t begin, size_t end) {
       std::vector<A> qf(group * d), acc(d), scores;
       for (size_t item = begin; item < end; ++item) {

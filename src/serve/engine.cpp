@@ -71,9 +71,10 @@ Engine::Engine(std::shared_ptr<const models::CausalLM> model,
   m.page_bytes = models::paged_page_bytes(c.num_layers, options.page_size, c.num_kv_heads,
                                           c.head_dim, m.model->dtype());
   if (m.options.kv_memory == 0) {
-    // Room for max_batch sequences of 256 positions or one of the whole context, whichever is more.
-    const size_t context = c.max_position > 0 ? c.max_position : 4096;
-    const size_t positions = std::max(context, options.max_batch * 256);
+    // Room for max_batch sequences of 256 positions, or one of 4096 (the context when shorter),
+    // whichever is more: a long-context model does not reserve its whole context by default.
+    const size_t one = c.max_position > 0 ? std::min<size_t>(c.max_position, 4096) : 4096;
+    const size_t positions = std::max(one, options.max_batch * 256);
     m.options.kv_memory = (positions + options.page_size - 1) / options.page_size * m.page_bytes;
   }
   m.pages_total = m.options.kv_memory / m.page_bytes;
