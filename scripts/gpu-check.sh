@@ -27,7 +27,7 @@ if [[ "${1:-}" == "--fetch-deps" ]]; then
     libgmock-dev libbenchmark-dev libbenchmark1debian libgfortran5 libquadmath0 libcli11-dev \
     libzip-dev libzip4 nlohmann-json3-dev libicu-dev libicu72 libpcre2-dev libpcre2-8-0 \
     libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 zlib1g-dev zlib1g pkgconf pkgconf-bin libpkgconf3 \
-    pkg-config
+    pkg-config libcpp-httplib-dev libcpp-httplib0.11
   exit $?
 fi
 
