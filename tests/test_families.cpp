@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -136,6 +138,89 @@ TEST(Families, UnknownModelTypeIsAFormatErrorListingTheKnownOnes) {
     EXPECT_NE(std::find(known.begin(), known.end(), family), known.end()) << family;
   }
   std::filesystem::remove_all(dir);
+}
+
+// A copy of a family's folder with its config.json edited by `edit`.
+std::string edited_copy(const std::string& family,
+                        const std::function<void(nlohmann::json&)>& edit) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("wick_families_" + family + "_edited");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(family_dir(family) + "/model.safetensors", dir / "model.safetensors");
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(family_dir(family) + "/config.json"));
+  edit(j);
+  std::ofstream(dir / "config.json") << j.dump(2);
+  return dir.string();
+}
+
+// The FormatError's message, or a failure when `load` succeeds or throws something else.
+template <typename E = FormatError>
+std::string error_of(const std::function<void()>& load) {
+  try {
+    load();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+std::string load_error(const std::string& path) {
+  return error_of([&] { models::load_causal_lm(path, Device::cpu()); });
+}
+
+TEST(Families, ConfigsTheyCannotRunAreFormatErrorsNamingTheKey) {
+  std::string m = load_error(edited_copy("qwen3", [](nlohmann::json& j) {
+    j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
+  }));
+  EXPECT_NE(m.find("yarn"), std::string::npos) << m;
+  m = load_error(edited_copy("phi3", [](nlohmann::json& j) {
+    j["rope_parameters"]["short_factor"] = {1.0, 2.0};
+  }));
+  EXPECT_NE(m.find("short_factor"), std::string::npos) << m;
+  m = load_error(edited_copy("gemma2", [](nlohmann::json& j) { j["hidden_activation"] = "relu"; }));
+  EXPECT_NE(m.find("relu"), std::string::npos) << m;
+  m = load_error(edited_copy("gemma3_text", [](nlohmann::json& j) {
+    j["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention"};
+  }));
+  EXPECT_NE(m.find("layer_types"), std::string::npos) << m;
+  m = load_error(edited_copy("gemma2", [](nlohmann::json& j) { j["eos_token_id"] = 96; }));
+  EXPECT_NE(m.find("eos_token_id"), std::string::npos) << m;
+  // A weight of another shape than the config gives is named.
+  m = error_of<ShapeMismatch>([&] {
+    models::load_causal_lm(
+        edited_copy("mistral", [](nlohmann::json& j) { j["intermediate_size"] = 40; }),
+        Device::cpu());
+  });
+  EXPECT_NE(m.find("mlp.gate_proj"), std::string::npos) << m;
+}
+
+// Llama's own loader has no sliding window: it refuses a Mistral whose window is below the
+// context instead of running full attention.
+TEST(Families, LlamaRefusesAMistralWithASlidingWindow) {
+  std::string dir = family_dir("mistral");
+  std::string m = error_of([&] { models::Llama::load(dir, Device::cpu()); });
+  EXPECT_NE(m.find("sliding_window"), std::string::npos) << m;
+  // Without the window it is Llama's decoder, loaded as one.
+  auto model = models::load_causal_lm(
+      edited_copy("mistral", [](nlohmann::json& j) { j["sliding_window"] = nullptr; }),
+      Device::cpu());
+  EXPECT_NE(dynamic_cast<const models::Llama*>(model.get()), nullptr);
+  EXPECT_EQ(model->config().architecture, "mistral");
+}
+
+// The composed families have no device-side decode step (no decode plan covers their layers):
+// they say so, and decode_step refuses rather than running another family's math.
+TEST(Families, ComposedFamiliesDeclineTheDecodeStep) {
+  for (const char* family : {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text"}) {
+    auto model = models::load_causal_lm(family_dir(family), Device::cpu());
+    EXPECT_FALSE(model->has_decode_step()) << family;
+    models::KvCache cache = model->make_cache(1, 4);
+    Tensor token = Tensor::from_vec(std::vector<uint32_t>{3}, {1, 1}, Device::cpu());
+    Tensor pos = Tensor::from_vec(std::vector<uint32_t>{0}, {1}, Device::cpu());
+    EXPECT_THROW(model->decode_step(token, pos, cache), Error) << family;
+  }
 }
 
 }  // namespace
