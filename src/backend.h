@@ -26,12 +26,13 @@ struct MatmulDims {
   size_t b, m, n, k;
 };
 
-/// The fused transformer ops (one kernel each per backend: src/cpu/fused.cpp, attention.cpp and
-/// src/cuda/fused.cu, attention.cu).
-enum class FusedKind : uint8_t { LayerNorm, RmsNorm, Rope, RopeInterleaved, Attention };
+/// The fused transformer ops (one kernel each per backend: src/cpu/fused.cpp and
+/// src/cuda/fused.cu).
+enum class FusedKind : uint8_t { LayerNorm, RmsNorm, Rope, RopeInterleaved };
 
-/// One operand of a fused op; `storage` is null for an absent optional operand.
-struct FusedOperand {
+/// One operand of a kernel: a storage and the layout of its elements; `storage` is null for an
+/// absent optional operand.
+struct KernelOperand {
   const BackendStorage* storage = nullptr;
   Layout layout;
 };
@@ -41,16 +42,10 @@ struct FusedOperand {
 /// - RmsNorm: x (rows, d) row-major, weight (d); eps.
 /// - Rope / RopeInterleaved: x (b, h, s, d) with the last dim contiguous (other strides free),
 ///   cos and sin (s, d / 2) row-major.
-/// - Attention: q (b, h, s, d), k and v (b, h_kv, s_kv, d), each with the last dim contiguous
-///   (other strides free), h a multiple of h_kv; mask (b, h, s, s_kv) with any strides (stride
-///   0 for broadcast dims) or absent; scale (already resolved, never 0); causal aligns the last
-///   query with the last key.
 /// The result is row-major in x's (or q's) shape and dtype; f16/bf16 accumulate in f32.
 struct FusedParams {
   FusedKind kind;
   double eps = 0;
-  double scale = 0;
-  bool causal = false;
 };
 
 const char* fused_name(FusedKind kind);
@@ -105,7 +100,7 @@ class BackendStorage {
                                  const Layout& src_layout, size_t dim) const = 0;
   /// A fused op; operands[0] describes this storage (see FusedParams).
   virtual StoragePtr fused(const FusedParams& params,
-                           const std::vector<FusedOperand>& operands) const = 0;
+                           const std::vector<KernelOperand>& operands) const = 0;
   /// dims.b batches; layouts are (batch..., m, k) and (batch..., k, n) with any strides, the batch
   /// dims already broadcast to equal sizes. Result: b * m * n row-major.
   virtual StoragePtr matmul(const BackendStorage& rhs, MatmulDims dims, const Layout& lhs_layout,

@@ -1,11 +1,12 @@
 #pragma once
-// The call path of the fused ops (tensor_fused.cpp, nn/attention.cpp): run_op (tensor_internal.h)
-// over the present operands, calling the backend's fused family and recording its gradient.
+// Helpers of the fused ops (CustomOps, include/wick/custom_op.h) shared by their front ends and
+// their kernels: operands as storages and layouts, and the layouts the kernels take.
 
 #include <vector>
 
 #include "backend.h"
 #include "backprop.h"
+#include "tensor_impl.h"
 #include "wick/tensor.h"
 
 namespace wick::detail {
@@ -18,5 +19,11 @@ Tensor run_fused(const FusedParams& params, const std::vector<Tensor>& operands,
 
 /// The tensor itself when its last dim has stride 1 (or size <= 1), else a contiguous copy.
 Tensor last_dim_contiguous(const Tensor& t);
+
+/// A tensor's storage and layout for a kernel (a null storage for an empty handle).
+inline KernelOperand kernel_operand(const Tensor& t) {
+  if (!t.defined()) return {};
+  return {&t.impl()->storage->backend(), t.impl()->layout};
+}
 
 }  // namespace wick::detail

@@ -21,8 +21,6 @@ const char* fused_name(FusedKind kind) {
       return "rope";
     case FusedKind::RopeInterleaved:
       return "rope_interleaved";
-    case FusedKind::Attention:
-      return "scaled_dot_product_attention";
   }
   return "fused";
 }
@@ -32,7 +30,7 @@ namespace detail {
 Tensor run_fused(const FusedParams& params, const std::vector<Tensor>& operands,
                  const Shape& out_shape, FusedGrad grad) {
   // The present operands go through run_op; the backend sees every slot (absent ones empty).
-  std::vector<FusedOperand> slots(operands.size());
+  std::vector<KernelOperand> slots(operands.size());
   std::vector<const Tensor*> present;
   present.reserve(operands.size());
   for (size_t i = 0; i < operands.size(); ++i) {

@@ -20,6 +20,9 @@
 #include "cpu/parallel.h"
 #include "cpu/vec_exp.h"
 #include "dispatch.h"
+#include "fused/attention.h"
+#include "fused_op.h"
+#include "tensor_internal.h"
 
 namespace wick::cpu {
 namespace {
@@ -111,7 +114,7 @@ void tile_pv(const C* p, const C* v, C* o, size_t nq, size_t nk, size_t d) {
 }
 
 template <class T>
-void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops, T* out) {
+void attention_typed(const AttentionParams& p, const std::vector<KernelOperand>& ops, T* out) {
   using C = compute_t<T>;
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
   const Problem<T> pb(ops, kQueryTile);
@@ -224,7 +227,7 @@ void attention_typed(const FusedParams& p, const std::vector<FusedOperand>& ops,
 // final max and sum before any probability is rounded, so the scores of the item's rows are
 // kept whole (nq x visible keys floats) instead of streamed: two passes over the keys.
 template <class T>
-void attention_rounded(const FusedParams& p, const std::vector<FusedOperand>& ops, T* out) {
+void attention_rounded(const AttentionParams& p, const std::vector<KernelOperand>& ops, T* out) {
   using C = float;
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
   const Problem<T> pb(ops, kQueryTile);
@@ -320,9 +323,7 @@ void attention_rounded(const FusedParams& p, const std::vector<FusedOperand>& op
   });
 }
 
-}  // namespace
-
-StoragePtr attention(const FusedParams& params, const std::vector<FusedOperand>& operands) {
+StoragePtr attention(const AttentionParams& params, const std::vector<KernelOperand>& operands) {
   const Layout& ql = operands[0].layout;
   DType dtype = operands[0].storage->dtype();
   auto out = std::make_unique<CpuStorage>(ql.elem_count(), dtype);
@@ -339,4 +340,16 @@ StoragePtr attention(const FusedParams& params, const std::vector<FusedOperand>&
   return out;
 }
 
+}  // namespace
+
 }  // namespace wick::cpu
+
+namespace wick::fused {
+
+std::optional<TensorList> AttentionOp::cpu(const TensorList& in) const {
+  std::vector<KernelOperand> operands;
+  for (const Tensor& t : in) operands.push_back(detail::kernel_operand(t));
+  return TensorList{detail::from_storage(cpu::attention({scale, causal}, operands), in[0].shape())};
+}
+
+}  // namespace wick::fused

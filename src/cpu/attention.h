@@ -10,6 +10,13 @@
 
 namespace wick::cpu {
 
+/// The attention op's settings (fused::AttentionOp): scale already resolved; causal aligns the
+/// last query with the last key.
+struct AttentionParams {
+  double scale;
+  bool causal;
+};
+
 struct View4 {
   size_t dims[4];
   size_t strides[4];
@@ -37,7 +44,7 @@ struct Problem {
   long shift;  // causal: query i sees keys j <= i + shift (the last query sees the last key)
   size_t group_rows, q_tiles, items;
 
-  Problem(const std::vector<FusedOperand>& ops, size_t tile_rows)
+  Problem(const std::vector<KernelOperand>& ops, size_t tile_rows)
       : qv(view4(ops[0].layout)),
         kv(view4(ops[1].layout)),
         vv(view4(ops[2].layout)),
@@ -62,7 +69,7 @@ struct Problem {
     items = nb * nh_kv * q_tiles;
   }
 
-  static const T* data(const FusedOperand& op) {
+  static const T* data(const KernelOperand& op) {
     return as_cpu(*op.storage).as<T>() + op.layout.start_offset();
   }
 };

@@ -597,7 +597,7 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
 
 }  // namespace
 
-void attention_f32(const FusedParams& params, const std::vector<FusedOperand>& operands,
+void attention_f32(const AttentionParams& params, const std::vector<KernelOperand>& operands,
                    float* out) {
   const Problem<float> pb(operands, kItemRows);
   // Scores in log2 units: exp(x - m) = 2^(x log2(e) - m log2(e)).

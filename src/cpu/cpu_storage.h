@@ -62,7 +62,7 @@ class CpuStorage final : public BackendStorage {
                     const Layout& rhs_layout) const override;
   /// In fused.cpp (attention in attention.cpp).
   StoragePtr fused(const FusedParams& params,
-                   const std::vector<FusedOperand>& operands) const override;
+                   const std::vector<KernelOperand>& operands) const override;
 
  private:
   struct FreeDeleter {

@@ -25,7 +25,7 @@ namespace {
 constexpr size_t kParallelWork = size_t{1} << 14;
 
 template <class T>
-const T* data_of(const FusedOperand& op) {
+const T* data_of(const KernelOperand& op) {
   return as_cpu(*op.storage).as<T>() + op.layout.start_offset();
 }
 
@@ -125,7 +125,7 @@ void rms_out(const C* v, const C* w, C rstd, T* y, size_t n, bool stream) {
 
 // One kernel for both norms: layer_norm centres and adds the bias, rms_norm does neither.
 template <class T, bool kLayer>
-void norm_rows(const FusedParams& p, const std::vector<FusedOperand>& ops, T* y) {
+void norm_rows(const FusedParams& p, const std::vector<KernelOperand>& ops, T* y) {
   using C = compute_t<T>;
   const Layout& xl = ops[0].layout;
   size_t d = xl.dims().back();
@@ -172,7 +172,7 @@ void norm_rows(const FusedParams& p, const std::vector<FusedOperand>& ops, T* y)
 
 // x (b, h, s, d) with the last dim contiguous; cos/sin (s, d/2); y row-major.
 template <class T, bool kInterleaved>
-void rope_rows(const std::vector<FusedOperand>& ops, T* y) {
+void rope_rows(const std::vector<KernelOperand>& ops, T* y) {
   using C = compute_t<T>;
   const Layout& xl = ops[0].layout;
   size_t nb = xl.dims()[0], nh = xl.dims()[1], s = xl.dims()[2], d = xl.dims()[3];
@@ -213,8 +213,7 @@ void rope_rows(const std::vector<FusedOperand>& ops, T* y) {
 }  // namespace
 
 StoragePtr CpuStorage::fused(const FusedParams& params,
-                             const std::vector<FusedOperand>& operands) const {
-  if (params.kind == FusedKind::Attention) return attention(params, operands);
+                             const std::vector<KernelOperand>& operands) const {
   auto out = std::make_unique<CpuStorage>(operands[0].layout.elem_count(), dtype_);
   if (operands[0].layout.elem_count() == 0) return out;
   dispatch_float(dtype_, fused_name(params.kind), [&]<class T>() {
@@ -228,8 +227,6 @@ StoragePtr CpuStorage::fused(const FusedParams& params,
         return rope_rows<T, false>(operands, y);
       case FusedKind::RopeInterleaved:
         return rope_rows<T, true>(operands, y);
-      case FusedKind::Attention:
-        break;
     }
   });
   return out;

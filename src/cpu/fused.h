@@ -22,9 +22,6 @@ inline C round_as(C x) {
   }
 }
 
-/// Online-softmax attention (see FusedParams::Attention); f16/bf16 compute in f32.
-StoragePtr attention(const FusedParams& params, const std::vector<FusedOperand>& operands);
-
 /// Eight floats as one vector (GCC/Clang vector extension: AVX with -mavx, SSE pairs without).
 using v8f = float __attribute__((vector_size(32)));
 

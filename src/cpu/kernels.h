@@ -11,6 +11,8 @@
 
 namespace wick::cpu {
 
+struct AttentionParams;  // cpu/attention.h
+
 struct Kernels {
   void (*copy_bytes)(const void* src, const Layout& src_layout, void* dst, const Layout& dst_layout,
                      size_t elem);
@@ -26,7 +28,7 @@ struct Kernels {
   StoragePtr (*reduce)(const CpuStorage& in, ReduceKind op, const Layout& layout,
                        const std::vector<size_t>& dims);
   StoragePtr (*softmax_last_dim)(const CpuStorage& in, const Layout& layout);
-  void (*attention_f32)(const FusedParams& params, const std::vector<FusedOperand>& operands,
+  void (*attention_f32)(const AttentionParams& params, const std::vector<KernelOperand>& operands,
                         float* out);
 };
 
@@ -55,7 +57,7 @@ StoragePtr where_cond(const CpuStorage& cond, const Layout& cond_layout, const C
 StoragePtr reduce(const CpuStorage& in, ReduceKind op, const Layout& layout,
                   const std::vector<size_t>& dims);
 StoragePtr softmax_last_dim(const CpuStorage& in, const Layout& layout);
-void attention_f32(const FusedParams& params, const std::vector<FusedOperand>& operands,
+void attention_f32(const AttentionParams& params, const std::vector<KernelOperand>& operands,
                    float* out);
 }  // namespace WICK_ISA_NS
 

@@ -170,6 +170,7 @@ CudaDevice& cuda_device(int ordinal) {
         str("no CUDA device: cuda:", ordinal, " requested, ", n, " visible (cuda:0..", n - 1, ")"));
   }
   if (r.devices.empty()) {
+    register_custom_kernels();
     r.devices.assign(n, nullptr);
     std::atexit(shutdown_all);
   }

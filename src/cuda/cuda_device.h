@@ -112,4 +112,8 @@ class TempBuffers {
 /// The device of `ordinal`, created on first use (BackendError without that GPU).
 CudaDevice& cuda_device(int ordinal);
 
+/// Fills the CUDA kernel slots of the fused ops (custom_kernels.cpp); cuda_device runs it before
+/// it creates the first device.
+void register_custom_kernels();
+
 }  // namespace wick::cuda

@@ -62,7 +62,7 @@ class CudaStorage final : public BackendStorage {
 
   /// In fused_storage.cpp (kernels in fused.cu and attention.cu).
   StoragePtr fused(const FusedParams& params,
-                   const std::vector<FusedOperand>& operands) const override;
+                   const std::vector<KernelOperand>& operands) const override;
 
   /// A fresh row-major copy of the elements of `layout` (any rank, any strides).
   std::unique_ptr<CudaStorage> contiguous_copy(const Layout& layout) const;
