@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,6 +21,7 @@
 #include "wick/formats.h"
 #include "wick/generator.h"
 #include "wick/models.h"
+#include "wick/nn/attention.h"
 #include "wick/numerics.h"
 
 namespace wick {
@@ -220,6 +222,155 @@ TEST(Families, ComposedFamiliesDeclineTheDecodeStep) {
     Tensor token = Tensor::from_vec(std::vector<uint32_t>{3}, {1, 1}, Device::cpu());
     Tensor pos = Tensor::from_vec(std::vector<uint32_t>{0}, {1}, Device::cpu());
     EXPECT_THROW(model->decode_step(token, pos, cache), Error) << family;
+  }
+}
+
+// ---- the fused attention's sliding window and soft-cap (CPU kernels), against float64 ----
+
+// softmax over visible keys of cap(scale q k) v in double: q (b, h, s, d), k and v (b, hk, n, d)
+// as row-major f64 vectors; query i sees j <= i + n - s (causal) and j > i + n - s - window.
+std::vector<double> reference_attention(const std::vector<double>& q, const std::vector<double>& k,
+                                        const std::vector<double>& v, size_t b, size_t h,
+                                        size_t hk, size_t s, size_t n, size_t d, double scale,
+                                        bool causal, size_t window, double cap,
+                                        double* max_score) {
+  std::vector<double> out(b * h * s * d, 0.0);
+  const long shift = static_cast<long>(n) - static_cast<long>(s);
+  *max_score = 0;
+  for (size_t bi = 0; bi < b; ++bi) {
+    for (size_t hi = 0; hi < h; ++hi) {
+      size_t kh = hi / (h / hk);
+      for (size_t i = 0; i < s; ++i) {
+        long last = causal ? static_cast<long>(i) + shift : static_cast<long>(n) - 1;
+        long first = window > 0 ? static_cast<long>(i) + shift - static_cast<long>(window) + 1 : 0;
+        std::vector<double> sc;
+        std::vector<size_t> keys;
+        for (size_t j = 0; j < n; ++j) {
+          long jj = static_cast<long>(j);
+          if (jj > last || jj < first) continue;
+          double x = 0;
+          for (size_t t = 0; t < d; ++t) {
+            x += q[((bi * h + hi) * s + i) * d + t] * k[((bi * hk + kh) * n + j) * d + t];
+          }
+          x *= scale;
+          if (cap > 0) x = cap * std::tanh(x / cap);
+          *max_score = std::max(*max_score, std::abs(x));
+          sc.push_back(x);
+          keys.push_back(j);
+        }
+        if (sc.empty()) continue;
+        double mx = *std::max_element(sc.begin(), sc.end()), sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (size_t u = 0; u < keys.size(); ++u) {
+          for (size_t t = 0; t < d; ++t) {
+            out[((bi * h + hi) * s + i) * d + t] +=
+                sc[u] / sum * v[((bi * hk + kh) * n + keys[u]) * d + t];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> seeded(size_t count, uint32_t seed, double amplitude) {
+  std::vector<double> out(count);
+  uint64_t x = seed * 2654435761u + 1;
+  for (double& v : out) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = amplitude * (static_cast<double>(x >> 11) / 9007199254740992.0 * 2 - 1);
+  }
+  return out;
+}
+
+struct WindowCase {
+  size_t s, n, window;
+  double cap;
+  bool causal;
+};
+
+// Prefill over more than one key tile (64) with a window that skips whole tiles, a query block of
+// several row vectors, decode-length queries (the kernels' few-rows path), and each soft-cap.
+TEST(FusedAttention, SlidingWindowAndSoftCapEqualFloat64OnTheCpu) {
+  const size_t b = 2, h = 4, hk = 2, d = 16;
+  const WindowCase cases[] = {{150, 150, 40, 0, true},  {150, 150, 40, 5, true},
+                              {150, 150, 0, 5, true},   {1, 150, 40, 5, true},
+                              {3, 150, 8, 0, true},     {20, 90, 70, 2.5, true},
+                              {12, 12, 8, 5, false},    {200, 200, 300, 0, true}};
+  for (DType dt : {DType::F64, DType::F32, DType::F16, DType::BF16}) {
+    for (const WindowCase& wc : cases) {
+      SCOPED_TRACE(::testing::Message() << dt << " s " << wc.s << " n " << wc.n << " window "
+                                        << wc.window << " cap " << wc.cap);
+      auto qv = seeded(b * h * wc.s * d, 1, 1.5), kv = seeded(b * hk * wc.n * d, 2, 1.5);
+      auto vv = seeded(b * hk * wc.n * d, 3, 1.0);
+      // The inputs as the dtype holds them, so that the reference sees the same values.
+      Tensor q = Tensor::from_vec(qv, {b, h, wc.s, d}, Device::cpu()).to_dtype(dt);
+      Tensor k = Tensor::from_vec(kv, {b, hk, wc.n, d}, Device::cpu()).to_dtype(dt);
+      Tensor v = Tensor::from_vec(vv, {b, hk, wc.n, d}, Device::cpu()).to_dtype(dt);
+      nn::AttentionOptions opt;
+      opt.causal = wc.causal;
+      opt.window = wc.window;
+      opt.softcap = wc.cap;
+      const double scale = 1 / std::sqrt(static_cast<double>(d));
+      double max_score = 0;
+      auto want = reference_attention(q.to_vec_f64(), k.to_vec_f64(), v.to_vec_f64(), b, h, hk,
+                                      wc.s, wc.n, d, scale, wc.causal, wc.window, wc.cap,
+                                      &max_score);
+      auto got = nn::scaled_dot_product_attention(q, k, v, opt).to_vec_f64();
+      // Each score is off by the roundings of its steps (f16/bf16 round the product, the
+      // scaling and each soft-cap step to T, as transformers does) and a d-long sum in the compute
+      // type; an error e in the scores moves the probabilities by at most 2e relative, hence the
+      // output (|v| <= 1) by 2e; then an n-long sum and the output's rounding.
+      const double u = numerics::unit_roundoff(dt), uc = numerics::compute_roundoff(dt);
+      const double dot_abs = 1.5 * 1.5 * static_cast<double>(d) * scale;
+      const double score_error = 5 * u * max_score + 2 * std::sqrt(double(d)) * uc * dot_abs;
+      const double bound = 2 * score_error + 2 * std::sqrt(double(wc.n)) * uc + 2 * u;
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_LE(max_abs_diff(got, want), bound);
+      // The bound is far below the outputs: zeros or another window's outputs would not pass.
+      double biggest = 0;
+      for (double x : want) biggest = std::max(biggest, std::abs(x));
+      EXPECT_GT(biggest, 2 * bound);
+      EXPECT_GT(range_of(want), 0.1);
+    }
+  }
+  // A window needs no causal flag to be aligned: decoding one query, window 3 of 10 keys.
+  Tensor q = Tensor::from_vec(seeded(8, 4, 1), {1, 1, 1, 8}, Device::cpu());
+  Tensor kv = Tensor::from_vec(seeded(80, 5, 1), {1, 1, 10, 8}, Device::cpu());
+  nn::AttentionOptions opt;
+  opt.window = 3;
+  Tensor got = nn::scaled_dot_product_attention(q, kv, kv, opt);
+  Tensor last3 = nn::scaled_dot_product_attention(q, kv.narrow(2, 7, 3), kv.narrow(2, 7, 3));
+  EXPECT_LE(max_abs_diff(got.to_vec_f64(), last3.to_vec_f64()),
+            8 * numerics::unit_roundoff(DType::F32));
+  opt.softcap = -1;
+  EXPECT_THROW(nn::scaled_dot_product_attention(q, kv, kv, opt), Error);
+}
+
+// The gradient through a window and a soft-cap, against central finite differences in f64.
+TEST(FusedAttention, SoftCapAndWindowGradientsMatchFiniteDifferences) {
+  const size_t s = 6, d = 4;
+  auto qv = seeded(2 * s * d, 7, 1.5), kv = seeded(s * d, 8, 1.5), vv = seeded(s * d, 9, 1);
+  Tensor k = Tensor::from_vec(kv, {1, 1, s, d}, Device::cpu());
+  Tensor v = Tensor::from_vec(vv, {1, 1, s, d}, Device::cpu());
+  Tensor w = Tensor::from_vec(seeded(2 * s * d, 10, 1), {1, 2, s, d}, Device::cpu());
+  nn::AttentionOptions opt;
+  opt.causal = true;
+  opt.window = 3;
+  opt.softcap = 0.8;
+  auto loss = [&](const std::vector<double>& qx) {
+    Tensor q = Tensor::from_vec(qx, {1, 2, s, d}, Device::cpu());
+    return nn::scaled_dot_product_attention(q, k, v, opt).mul(w).sum_all().to_vec_f64()[0];
+  };
+  Tensor q = Tensor::from_vec(qv, {1, 2, s, d}, Device::cpu()).requires_grad();
+  Tensor l = nn::scaled_dot_product_attention(q, k, v, opt).mul(w).sum_all();
+  auto grad = l.backward().get(q)->to_vec_f64();
+  for (size_t i = 0; i < qv.size(); ++i) {
+    auto up = qv, down = qv;
+    up[i] += 1e-6;
+    down[i] -= 1e-6;
+    double fd = (loss(up) - loss(down)) / 2e-6;
+    EXPECT_NEAR(grad[i], fd, 1e-7 + 1e-6 * std::abs(fd)) << i;
   }
 }
 

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <limits>
 
 #include "util.h"
 #include "wick/error.h"
@@ -524,38 +523,14 @@ Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, size_t start
   cache.v(li).narrow(2, start, s).assign(v);
   Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
 
-  const AttentionSpec& a = l.attention;
-  const bool windowed = a.window > 0 && a.window < len;
-  Tensor mask;
-  if (windowed || a.softcap > 0) {
-    // 0 where query start + i sees key j (causal, within the window), -inf elsewhere.
-    std::vector<float> m(s * len, -std::numeric_limits<float>::infinity());
-    for (size_t i = 0; i < s; ++i) {
-      size_t pos = start + i;
-      size_t first = a.window > 0 && pos + 1 > a.window ? pos + 1 - a.window : 0;
-      for (size_t j = first; j <= pos; ++j) m[i * len + j] = 0;
-    }
-    mask = Tensor::from_vec(m, {s, len}, device_).to_dtype(dtype_);
-  }
-  Tensor att;
-  if (a.softcap > 0) {
-    // scores = cap tanh(q k^T scale / cap) + mask, softmax, times v; the query heads of one
-    // key/value head are rows of one matmul.
-    const size_t g = h / h_kv;
-    Tensor scores = q.reshape({b, h_kv, g * s, hd}).matmul(keys.transpose(2, 3).contiguous());
-    scores = scores.affine(a.scale / a.softcap, 0).tanh().affine(a.softcap, 0);
-    Tensor probs = scores.reshape({b, h_kv, g, s, len}).broadcast_add(mask).softmax_last_dim();
-    att = probs.reshape({b, h_kv, g * s, len}).matmul(values.contiguous()).reshape({b, h, s, hd});
-  } else {
-    nn::AttentionOptions opt;
-    opt.scale = a.scale;
-    if (windowed) {
-      opt.mask = mask;
-    } else {
-      opt.causal = s > 1;
-    }
-    att = nn::scaled_dot_product_attention(q, keys, values, opt);
-  }
+  // Causal over the cache, within the layer's window, scores soft-capped: the fused attention
+  // op takes both (its composition where a backend's kernel does not).
+  nn::AttentionOptions opt;
+  opt.scale = l.attention.scale;
+  opt.causal = s > 1;
+  opt.window = l.attention.window;
+  opt.softcap = l.attention.softcap;
+  Tensor att = nn::scaled_dot_product_attention(q, keys, values, opt);
   return att.transpose(1, 2).reshape({b, s, h * hd});
 }
 
