@@ -501,7 +501,8 @@ KvCache Decoder::make_cache(size_t batch, size_t max_len) const {
                            config_.head_dim, dtype_, device_, cos, sin);
 }
 
-Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, size_t start) const {
+Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, const Step& at) const {
+  const size_t start = at.start;
   const Layer& l = w_.layers[li];
   const DecoderConfig& c = config_;
   const size_t b = in.dims()[0], s = in.dims()[1];
@@ -514,8 +515,7 @@ Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, size_t start
   Tensor q = heads(0, h), k = heads(h, h_kv), v = heads(h + h_kv, h_kv);
   if (l.q_norm.defined()) q = q.rms_norm(l.q_norm, c.rms_norm_eps);
   if (l.k_norm.defined()) k = k.rms_norm(l.k_norm, c.rms_norm_eps);
-  auto [cos, sin] =
-      w_.ropes.at(l.attention.rope).tables(hd, cache.max_len(), start, s, dtype_, device_);
+  const auto& [cos, sin] = at.rope.at(l.attention.rope);
   q = q.transpose(1, 2).contiguous().rope(cos, sin);  // (b, h, s, hd)
   k = k.transpose(1, 2).contiguous().rope(cos, sin);
   v = v.transpose(1, 2).contiguous();
@@ -555,7 +555,12 @@ Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const cha
     throw IndexOutOfRange(str(name, ": ", start, " cached + ", s,
                               " new positions exceed the cache's max_len ", cache.max_len()));
   }
-  Tensor normed = hidden(ids, cache, start);
+  Step at;
+  at.start = start;
+  for (const Rope& r : w_.ropes) {
+    at.rope.push_back(r.tables(config_.head_dim, cache.max_len(), start, s, dtype_, device_));
+  }
+  Tensor normed = hidden(ids, cache, at);
   cache.set_length(start + s);
   if (last_only) normed = normed.narrow(1, s - 1, 1).squeeze(1);
   Tensor logits = w_.lm_head.forward(normed);

@@ -136,6 +136,12 @@ void read_projections(const WeightSource& src, const DecoderConfig& c, size_t i,
 /// The embedding, final norm and output head (the embedding when tied or absent).
 void read_embedding_and_head(const WeightSource& src, DecoderConfig& c, Weights& w);
 
+/// One forward call's positions: the first one and each rope's (cos, sin) tables for them.
+struct Step {
+  size_t start = 0;
+  std::vector<std::pair<Tensor, Tensor>> rope;  // per Weights::ropes entry, (s, head_dim / 2)
+};
+
 /// A decoder whose layers a family states in hidden(); the embedding, KV cache, checks and output
 /// head are common. No device-side decode step: the CUDA decode plans cover the standard Llama
 /// layout only, and these families compose every step from their ops.
@@ -150,12 +156,12 @@ class Decoder : public CausalLM {
   Tensor forward_last(const Tensor& ids, KvCache& cache) const override;
 
  protected:
-  /// The last norm's output (b, s, d) for ids at positions [start, start + s), writing their keys
-  /// and values into the cache.
-  virtual Tensor hidden(const Tensor& ids, KvCache& cache, size_t start) const = 0;
+  /// The last norm's output (b, s, d) for ids at positions [at.start, at.start + s), writing
+  /// their keys and values into the cache.
+  virtual Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const = 0;
   /// Layer li's attention of `in` (b, s, d): q/k/v projection, the q/k norms when defined, rope,
   /// the cache write and attention; returns (b, s, heads * head_dim) before the output projection.
-  Tensor attend(const Tensor& in, size_t li, KvCache& cache, size_t start) const;
+  Tensor attend(const Tensor& in, size_t li, KvCache& cache, const Step& at) const;
 
   DecoderConfig config_;
   Weights w_;

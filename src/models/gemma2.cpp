@@ -33,13 +33,13 @@ class Gemma : public Decoder {
   }
 
  protected:
-  Tensor hidden(const Tensor& ids, KvCache& cache, size_t start) const override {
+  Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const override {
     const double eps = config_.rms_norm_eps;
     const size_t ff = config_.intermediate_size;
     Tensor x = w_.embed.embedding(ids).affine(embed_scale_, 0);
     for (size_t li = 0; li < w_.layers.size(); ++li) {
       const Layer& l = w_.layers[li];
-      Tensor att = l.wo.forward(attend(x.rms_norm(l.attn_norm, eps), li, cache, start));
+      Tensor att = l.wo.forward(attend(x.rms_norm(l.attn_norm, eps), li, cache, at));
       x = x.add(att.rms_norm(l.post_attn_norm, eps));
       Tensor gate_up = l.wgate_up.forward(x.rms_norm(l.ffn_norm, eps));
       Tensor act = gate_up.narrow(2, 0, ff).gelu().mul(gate_up.narrow(2, ff, ff));
