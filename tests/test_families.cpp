@@ -212,16 +212,37 @@ TEST(Families, LlamaRefusesAMistralWithASlidingWindow) {
   EXPECT_EQ(model->config().architecture, "mistral");
 }
 
-// The composed families have no device-side decode step (no decode plan covers their layers):
-// they say so, and decode_step refuses rather than running another family's math.
-TEST(Families, ComposedFamiliesDeclineTheDecodeStep) {
+// The device-side decode step (what a CUDA graph records) gives forward's logits: after the
+// 12-token prompt (past the window of 8), twice in a row, reading a key window shorter than the
+// cache; then refuses a position tensor of the wrong kind.
+TEST(Families, DecodeStepEqualsForward) {
   for (const char* family : {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text"}) {
+    SCOPED_TRACE(family);
     auto model = models::load_causal_lm(family_dir(family), Device::cpu());
-    EXPECT_FALSE(model->has_decode_step()) << family;
-    models::KvCache cache = model->make_cache(1, 4);
+    ASSERT_TRUE(model->has_decode_step());
+    auto prompt = to_u32(npy::load(family_dir(family) + "/prompt.npy", Device::cpu()).get(0));
+    Tensor ids = Tensor::from_vec(prompt, {1, prompt.size()}, Device::cpu());
+    models::KvCache a = model->make_cache(1, 20), b = model->make_cache(1, 20);
+    model->forward(ids, a);
+    model->forward(ids, b);
+    for (uint32_t t : {7u, 33u}) {
+      const size_t pos = a.length();
+      Tensor token = Tensor::from_vec(std::vector<uint32_t>{t}, {1, 1}, Device::cpu());
+      Tensor position =
+          Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(pos)}, {1}, Device::cpu());
+      Tensor step_logits;
+      Tensor next = model->decode_step(token, position, a, &step_logits, pos + 2);
+      a.set_length(pos + 1);
+      Tensor ref = model->forward_last(token, b);
+      auto r = ref.to_vec_f64();
+      EXPECT_LE(max_abs_diff(step_logits.to_vec_f64(), r), kLogitBound * range_of(r));
+      EXPECT_EQ(next.to_vec1<uint32_t>(), ref.argmax(1).to_vec1<uint32_t>());
+    }
     Tensor token = Tensor::from_vec(std::vector<uint32_t>{3}, {1, 1}, Device::cpu());
-    Tensor pos = Tensor::from_vec(std::vector<uint32_t>{0}, {1}, Device::cpu());
-    EXPECT_THROW(model->decode_step(token, pos, cache), Error) << family;
+    Tensor wrong = Tensor::from_vec(std::vector<int64_t>{14}, {1}, Device::cpu());
+    EXPECT_THROW(model->decode_step(token, wrong, a), ShapeMismatch);
+    Tensor position = Tensor::from_vec(std::vector<uint32_t>{14}, {1}, Device::cpu());
+    EXPECT_THROW(model->decode_step(token, position, a, nullptr, 21), IndexOutOfRange);
   }
 }
 
@@ -230,10 +251,9 @@ TEST(Families, ComposedFamiliesDeclineTheDecodeStep) {
 // softmax over visible keys of cap(scale q k) v in double: q (b, h, s, d), k and v (b, hk, n, d)
 // as row-major f64 vectors; query i sees j <= i + n - s (causal) and j > i + n - s - window.
 std::vector<double> reference_attention(const std::vector<double>& q, const std::vector<double>& k,
-                                        const std::vector<double>& v, size_t b, size_t h,
-                                        size_t hk, size_t s, size_t n, size_t d, double scale,
-                                        bool causal, size_t window, double cap,
-                                        double* max_score) {
+                                        const std::vector<double>& v, size_t b, size_t h, size_t hk,
+                                        size_t s, size_t n, size_t d, double scale, bool causal,
+                                        size_t window, double cap, double* max_score) {
   std::vector<double> out(b * h * s * d, 0.0);
   const long shift = static_cast<long>(n) - static_cast<long>(s);
   *max_score = 0;
@@ -293,10 +313,10 @@ struct WindowCase {
 // several row vectors, decode-length queries (the kernels' few-rows path), and each soft-cap.
 TEST(FusedAttention, SlidingWindowAndSoftCapEqualFloat64OnTheCpu) {
   const size_t b = 2, h = 4, hk = 2, d = 16;
-  const WindowCase cases[] = {{150, 150, 40, 0, true},  {150, 150, 40, 5, true},
-                              {150, 150, 0, 5, true},   {1, 150, 40, 5, true},
-                              {3, 150, 8, 0, true},     {20, 90, 70, 2.5, true},
-                              {12, 12, 8, 5, false},    {200, 200, 300, 0, true}};
+  const WindowCase cases[] = {{150, 150, 40, 0, true}, {150, 150, 40, 5, true},
+                              {150, 150, 0, 5, true},  {1, 150, 40, 5, true},
+                              {3, 150, 8, 0, true},    {20, 90, 70, 2.5, true},
+                              {12, 12, 8, 5, false},   {200, 200, 300, 0, true}};
   for (DType dt : {DType::F64, DType::F32, DType::F16, DType::BF16}) {
     for (const WindowCase& wc : cases) {
       SCOPED_TRACE(::testing::Message() << dt << " s " << wc.s << " n " << wc.n << " window "
@@ -313,9 +333,9 @@ TEST(FusedAttention, SlidingWindowAndSoftCapEqualFloat64OnTheCpu) {
       opt.softcap = wc.cap;
       const double scale = 1 / std::sqrt(static_cast<double>(d));
       double max_score = 0;
-      auto want = reference_attention(q.to_vec_f64(), k.to_vec_f64(), v.to_vec_f64(), b, h, hk,
-                                      wc.s, wc.n, d, scale, wc.causal, wc.window, wc.cap,
-                                      &max_score);
+      auto want =
+          reference_attention(q.to_vec_f64(), k.to_vec_f64(), v.to_vec_f64(), b, h, hk, wc.s, wc.n,
+                              d, scale, wc.causal, wc.window, wc.cap, &max_score);
       auto got = nn::scaled_dot_product_attention(q, k, v, opt).to_vec_f64();
       // Each score is off by the roundings of its steps (f16/bf16 round the product, the
       // scaling and each soft-cap step to T, as transformers does) and a d-long sum in the compute

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "nn/kv_write.h"
 #include "util.h"
 #include "wick/error.h"
 #include "wick/gguf.h"
@@ -488,7 +489,12 @@ void read_embedding_and_head(const WeightSource& src, DecoderConfig& c, Weights&
 // ---- the model ----
 
 Decoder::Decoder(DecoderConfig config, Weights weights, const Device& device, DType dtype)
-    : config_(std::move(config)), w_(std::move(weights)), device_(device), dtype_(dtype) {}
+    : config_(std::move(config)), w_(std::move(weights)), device_(device), dtype_(dtype) {
+  for (size_t i = 1; i < w_.ropes.size(); ++i) {
+    extra_rope_tables_.push_back(w_.ropes[i].tables(config_.head_dim, config_.max_position, 0,
+                                                    config_.max_position, dtype_, device_));
+  }
+}
 
 KvCache Decoder::make_cache(size_t batch, size_t max_len) const {
   if (batch == 0 || max_len == 0) {
@@ -519,23 +525,34 @@ Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, const Step& 
   q = q.transpose(1, 2).contiguous().rope(cos, sin);  // (b, h, s, hd)
   k = k.transpose(1, 2).contiguous().rope(cos, sin);
   v = v.transpose(1, 2).contiguous();
+  nn::AttentionOptions opt;
+  opt.scale = l.attention.scale;
+  opt.softcap = l.attention.softcap;
+  Tensor keys, values;
+  if (at.position.defined()) {
+    // Decode step: written where the device position says, masked from it (window included).
+    nn::detail::write_at_position(cache.k(li), k, cache.v(li), v, at.position);
+    keys = cache.k(li).narrow(2, 0, at.keys);
+    values = cache.v(li).narrow(2, 0, at.keys);
+    opt.mask = l.attention.window > 0 ? at.mask_window : at.mask_all;
+    return nn::scaled_dot_product_attention(q, keys, values, opt)
+        .transpose(1, 2)
+        .reshape({b, s, h * hd});
+  }
   cache.k(li).narrow(2, start, s).assign(k);
   cache.v(li).narrow(2, start, s).assign(v);
-  Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
+  keys = cache.k(li).narrow(2, 0, len);
+  values = cache.v(li).narrow(2, 0, len);
 
   // Causal over the cache, within the layer's window, scores soft-capped: the fused attention
   // op takes both (its composition where a backend's kernel does not).
-  nn::AttentionOptions opt;
-  opt.scale = l.attention.scale;
   opt.causal = s > 1;
   opt.window = l.attention.window;
-  opt.softcap = l.attention.softcap;
   Tensor att = nn::scaled_dot_product_attention(q, keys, values, opt);
   return att.transpose(1, 2).reshape({b, s, h * hd});
 }
 
-Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const {
-  const std::string name = str(config_.architecture, " ", op);
+void Decoder::check(const Tensor& ids, const KvCache& cache, const std::string& name) const {
   if (ids.rank() != 2 || ids.dims()[1] == 0) {
     throw ShapeMismatch(str(name, ": ids must be (batch, seq) with seq > 0, got ", ids.shape()));
   }
@@ -550,6 +567,20 @@ Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const cha
   if (ids.device() != device_) {
     throw DeviceMismatch(str(name, ": ids on ", ids.device(), ", model on ", device_));
   }
+}
+
+Tensor Decoder::head(const Tensor& normed) const {
+  Tensor logits = w_.lm_head.forward(normed);
+  if (config_.final_softcap > 0) {
+    const double cap = config_.final_softcap;
+    logits = logits.affine(1 / cap, 0).tanh().affine(cap, 0);
+  }
+  return logits;
+}
+
+Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const {
+  const std::string name = str(config_.architecture, " ", op);
+  check(ids, cache, name);
   const size_t s = ids.dims()[1], start = cache.length();
   if (start + s > cache.max_len()) {
     throw IndexOutOfRange(str(name, ": ", start, " cached + ", s,
@@ -563,12 +594,60 @@ Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const cha
   Tensor normed = hidden(ids, cache, at);
   cache.set_length(start + s);
   if (last_only) normed = normed.narrow(1, s - 1, 1).squeeze(1);
-  Tensor logits = w_.lm_head.forward(normed);
-  if (config_.final_softcap > 0) {
-    const double cap = config_.final_softcap;
-    logits = logits.affine(1 / cap, 0).tanh().affine(cap, 0);
+  return head(normed);
+}
+
+Tensor Decoder::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
+                            Tensor* logits, size_t key_window) const {
+  const std::string name = str(config_.architecture, " decode_step");
+  check(token, cache, name);
+  if (token.dims()[1] != 1 || token.dtype() != DType::U32) {
+    throw ShapeMismatch(
+        str(name, ": token must be (batch, 1) u32, got ", token.shape(), " ", token.dtype()));
   }
-  return logits;
+  if (position.elem_count() != 1 || position.rank() != 1 || position.dtype() != DType::U32 ||
+      position.device() != device_) {
+    throw ShapeMismatch(str(name, ": position must be (1) u32 on ", device_, ", got ",
+                            position.shape(), " ", position.dtype(), " on ", position.device()));
+  }
+  if (key_window == 0) key_window = cache.max_len();
+  if (key_window > cache.max_len()) {
+    throw IndexOutOfRange(
+        str(name, ": key_window ", key_window, " > the cache's ", cache.max_len()));
+  }
+  if (!extra_rope_tables_.empty() && cache.max_len() > config_.max_position) {
+    throw IndexOutOfRange(str(name, ": a cache of ", cache.max_len(),
+                              " positions exceeds the model's context of ", config_.max_position));
+  }
+  Step at;
+  at.position = position;
+  at.keys = key_window;
+  at.rope.emplace_back(cache.cos().index_select(position, 0),
+                       cache.sin().index_select(position, 0));
+  for (const auto& [cos, sin] : extra_rope_tables_) {
+    at.rope.emplace_back(cos.index_select(position, 0), sin.index_select(position, 0));
+  }
+  at.mask_all = nn::detail::position_mask(cache, position, key_window);
+  size_t window = 0;  // the local layers share one window
+  for (const Layer& l : w_.layers) {
+    if (l.attention.window > 0 && window > 0 && l.attention.window != window) {
+      throw Error(str(name, ": layers with different sliding windows (", window, " and ",
+                      l.attention.window, ")"));
+    }
+    window = std::max(window, l.attention.window);
+  }
+  if (window > 0) {
+    // Keys j with j + window > position: the window's; the others -inf.
+    Tensor inside = cache.positions()
+                        .narrow(0, 0, key_window)
+                        .affine(1, static_cast<double>(window))
+                        .gt(position.reshape({1}).broadcast_as({key_window}))
+                        .reshape({1, key_window});
+    at.mask_window = inside.where_cond(at.mask_all, cache.mask_fill().narrow(0, 0, 1));
+  }
+  Tensor out = head(hidden(token, cache, at).squeeze(1));  // (b, vocab)
+  if (logits != nullptr) *logits = out;
+  return out.argmax(1);
 }
 
 Tensor Decoder::forward(const Tensor& ids, KvCache& cache) const {

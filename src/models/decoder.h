@@ -136,18 +136,26 @@ void read_projections(const WeightSource& src, const DecoderConfig& c, size_t i,
 /// The embedding, final norm and output head (the embedding when tied or absent).
 void read_embedding_and_head(const WeightSource& src, DecoderConfig& c, Weights& w);
 
-/// One forward call's positions: the first one and each rope's (cos, sin) tables for them.
+/// One forward call's positions: the first one and each rope's (cos, sin) tables for them; for a
+/// decode step, the position in device memory, the cache rows read and the additive masks.
 struct Step {
   size_t start = 0;
   std::vector<std::pair<Tensor, Tensor>> rope;  // per Weights::ropes entry, (s, head_dim / 2)
+  Tensor position;                              // defined: a decode step (one U32 on the device)
+  size_t keys = 0;                              // decode step: cache rows [0, keys) are read
+  Tensor mask_all, mask_window;                 // decode step: (1, keys), 0 or -inf
 };
 
-/// A decoder whose layers a family states in hidden(); the embedding, KV cache, checks and output
-/// head are common. No device-side decode step: the CUDA decode plans cover the standard Llama
-/// layout only, and these families compose every step from their ops.
+/// A decoder whose layers a family states in hidden(); the embedding, KV cache, checks, output
+/// head and the device-side decode step are common. No backend decode plan is asked for: the
+/// plans cover the standard Llama layout only, and these families compose every step from their
+/// ops (all on the device, so that a step can be captured as a CUDA graph).
 class Decoder : public CausalLM {
  public:
   Decoder(DecoderConfig config, Weights weights, const Device& device, DType dtype);
+  bool has_decode_step() const override { return true; }
+  Tensor decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
+                     Tensor* logits = nullptr, size_t key_window = 0) const override;
   const CausalLMConfig& config() const override { return config_; }
   Device device() const override { return device_; }
   DType dtype() const override { return dtype_; }
@@ -170,6 +178,11 @@ class Decoder : public CausalLM {
 
  private:
   Tensor run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const;
+  void check(const Tensor& ids, const KvCache& cache, const std::string& name) const;
+  Tensor head(const Tensor& normed) const;
+  // The tables of ropes[1..] for positions [0, max_position): a decode step picks its row on the
+  // device (ropes[0]'s are the cache's).
+  std::vector<std::pair<Tensor, Tensor>> extra_rope_tables_;
 };
 
 }  // namespace wick::models::decoder
