@@ -246,6 +246,36 @@ TEST(Families, DecodeStepEqualsForward) {
   }
 }
 
+// f16 and bf16 weights and compute: the same logits as transformers' f32 within the rounding of
+// a few dozen half-precision ops (16 unit roundoffs of the dtype, times the logits' range: far
+// below what a wrong dtype conversion or mask fill would give), and the decode step agrees.
+TEST(Families, HalfPrecisionModelsFollowTheF32Logits) {
+  for (const char* family : {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text"}) {
+    for (DType dt : {DType::F16, DType::BF16}) {
+      SCOPED_TRACE(::testing::Message() << family << " " << dt);
+      auto model = models::load_causal_lm(family_dir(family), Device::cpu(), dt);
+      EXPECT_EQ(model->dtype(), dt);
+      Tensor prompts = npy::load(family_dir(family) + "/prompt.npy", Device::cpu());
+      auto expected = npy::load(family_dir(family) + "/logits.npy", Device::cpu()).to_vec_f64();
+      Tensor ids = Tensor::from_vec(to_u32(prompts), {2, 12}, Device::cpu());
+      models::KvCache cache = model->make_cache(2, 13);
+      Tensor logits = model->forward(ids, cache);
+      EXPECT_EQ(logits.dtype(), dt);
+      EXPECT_LE(max_abs_diff(logits.to_vec_f64(), expected),
+                16 * numerics::unit_roundoff(dt) * range_of(expected));
+      Tensor token = Tensor::from_vec(std::vector<uint32_t>{5, 9}, {2, 1}, Device::cpu());
+      Tensor position = Tensor::from_vec(std::vector<uint32_t>{12}, {1}, Device::cpu());
+      models::KvCache again = model->make_cache(2, 13);
+      model->forward(ids, again);
+      Tensor step;
+      model->decode_step(token, position, cache, &step);
+      Tensor ref = model->forward_last(token, again);
+      EXPECT_LE(max_abs_diff(step.to_vec_f64(), ref.to_vec_f64()),
+                4 * numerics::unit_roundoff(dt) * range_of(ref.to_vec_f64()));
+    }
+  }
+}
+
 // ---- the fused attention's sliding window and soft-cap (CPU kernels), against float64 ----
 
 // softmax over visible keys of cap(scale q k) v in double: q (b, h, s, d), k and v (b, hk, n, d)
