@@ -515,8 +515,8 @@ Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, const Step& 
   const size_t h = c.num_heads, h_kv = c.num_kv_heads, hd = c.head_dim;
   const size_t len = start + s;
   Tensor qkv = l.wqkv.forward(in);  // (b, s, (h + 2 h_kv) hd)
-  auto heads = [&](size_t at, size_t n) {
-    return qkv.narrow(2, at * hd, n * hd).contiguous().reshape({b, s, n, hd});
+  auto heads = [&](size_t first, size_t n) {
+    return qkv.narrow(2, first * hd, n * hd).contiguous().reshape({b, s, n, hd});
   };
   Tensor q = heads(0, h), k = heads(h, h_kv), v = heads(h + h_kv, h_kv);
   if (l.q_norm.defined()) q = q.rms_norm(l.q_norm, c.rms_norm_eps);
