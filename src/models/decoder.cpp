@@ -351,7 +351,7 @@ class FolderWeights : public WeightSource {
   }
   bool is_gguf() const override { return false; }
   bool contains(const std::string& name) const override { return file_->contains(name); }
-  Tensor dense(const std::string& name, const Shape& shape) const override {
+  Tensor dense_as(const std::string& name, const Shape& shape, DType as) const override {
     if (!file_->contains(name)) throw FormatError(str("load_causal_lm: missing weight ", name));
     Tensor t = file_->get(name, device_);
     if (t.shape() != shape) {
@@ -362,7 +362,7 @@ class FolderWeights : public WeightSource {
     if (d != DType::F32 && d != DType::F16 && d != DType::BF16 && d != DType::F64) {
       throw FormatError(str("load_causal_lm: weight ", name, " is ", d, ", not a float dtype"));
     }
-    return t.to_dtype(dtype_);
+    return t.to_dtype(as);
   }
   QLinear linear(const std::vector<std::pair<std::string, Shape>>& parts) const override {
     std::vector<Tensor> rows;
@@ -388,9 +388,9 @@ class GgufWeights : public WeightSource {
   }
   bool is_gguf() const override { return true; }
   bool contains(const std::string& name) const override { return file_->contains(gguf_name(name)); }
-  Tensor dense(const std::string& name, const Shape& shape) const override {
+  Tensor dense_as(const std::string& name, const Shape& shape, DType as) const override {
     std::string g = checked(name, shape);
-    return file_->get(g, Device::cpu()).to_device(device_).to_dtype(dtype_);
+    return file_->get(g, Device::cpu()).to_device(device_).to_dtype(as);
   }
   QLinear linear(const std::vector<std::pair<std::string, Shape>>& parts) const override {
     std::vector<QTensor> q;
@@ -507,6 +507,11 @@ KvCache Decoder::make_cache(size_t batch, size_t max_len) const {
                            config_.head_dim, dtype_, device_, cos, sin);
 }
 
+Tensor Decoder::head_norm(const Tensor& x, const Tensor& w, double eps) {
+  if (w.dtype() == x.dtype()) return x.rms_norm(w, eps);
+  return x.to_dtype(w.dtype()).rms_norm(w, eps).to_dtype(x.dtype());
+}
+
 Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, const Step& at) const {
   const size_t start = at.start;
   const Layer& l = w_.layers[li];
@@ -519,8 +524,8 @@ Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, const Step& 
     return qkv.narrow(2, first * hd, n * hd).contiguous().reshape({b, s, n, hd});
   };
   Tensor q = heads(0, h), k = heads(h, h_kv), v = heads(h + h_kv, h_kv);
-  if (l.q_norm.defined()) q = q.rms_norm(l.q_norm, c.rms_norm_eps);
-  if (l.k_norm.defined()) k = k.rms_norm(l.k_norm, c.rms_norm_eps);
+  if (l.q_norm.defined()) q = head_norm(q, l.q_norm, c.rms_norm_eps);
+  if (l.k_norm.defined()) k = head_norm(k, l.k_norm, c.rms_norm_eps);
   const auto& [cos, sin] = at.rope.at(l.attention.rope);
   q = q.transpose(1, 2).contiguous().rope(cos, sin);  // (b, h, s, hd)
   k = k.transpose(1, 2).contiguous().rope(cos, sin);

@@ -85,8 +85,11 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual bool is_gguf() const = 0;
   virtual bool contains(const std::string& hf_name) const = 0;
-  /// A vector or a table, dense in the model's dtype.
-  virtual Tensor dense(const std::string& hf_name, const Shape& shape) const = 0;
+  /// A vector or a table, dense in `as` (the model's dtype by default).
+  virtual Tensor dense_as(const std::string& hf_name, const Shape& shape, DType as) const = 0;
+  Tensor dense(const std::string& hf_name, const Shape& shape) const {
+    return dense_as(hf_name, shape, dtype());
+  }
   /// Matrices (out_i, in) stacked by rows: kept as GGML blocks where a GGUF file's types allow
   /// qmatmul, otherwise dense.
   virtual QLinear linear(const std::vector<std::pair<std::string, Shape>>& parts) const = 0;
@@ -115,7 +118,7 @@ struct AttentionSpec {
 /// One decoder layer's weights; a family leaves the norms it does not have undefined.
 struct Layer {
   Tensor attn_norm, post_attn_norm, ffn_norm, post_ffn_norm;
-  Tensor q_norm, k_norm;  // (head_dim), per head
+  Tensor q_norm, k_norm;  // (head_dim), per head; f32 weights normalise in f32 (Gemma)
   QLinear wqkv;           // q, k and v rows
   QLinear wo;
   QLinear wgate_up;  // gate rows, then up rows
@@ -170,6 +173,9 @@ class Decoder : public CausalLM {
   /// Layer li's attention of `in` (b, s, d): q/k/v projection, the q/k norms when defined, rope,
   /// the cache write and attention; returns (b, s, heads * head_dim) before the output projection.
   Tensor attend(const Tensor& in, size_t li, KvCache& cache, const Step& at) const;
+  /// rms_norm(x) * w: in x's dtype, or for a weight of another dtype (Gemma's f32 1 + w) in the
+  /// weight's, rounded to x's dtype once (as transformers' Gemma norms compute).
+  static Tensor head_norm(const Tensor& x, const Tensor& w, double eps);
 
   DecoderConfig config_;
   Weights w_;
