@@ -119,11 +119,12 @@ std::unique_ptr<CausalLM> load_gemma(const std::string& path, GemmaConfig g, con
                         {"mlp.up_proj", "ffn_up"},
                         {"mlp.down_proj", "ffn_down"}});
   }
-  // Gemma's norms multiply by 1 + w in f32 (llama.cpp's converter stores 1 + w in GGUF files);
-  // the weights stay f32 and the norms compute in f32 whatever the model's dtype (head_norm).
+  // Gemma's norms multiply by 1 + w in f32, w as the model's dtype holds it (transformers loads
+  // the weight in that dtype); llama.cpp's converter stores 1 + w in GGUF files. The weights stay
+  // f32 and the norms compute in f32 whatever the model's dtype (head_norm).
   auto norm = [&](const std::string& name, size_t n) {
-    Tensor w = src->dense_as(name, {n}, DType::F32);
-    return src->is_gguf() ? w : w.affine(1, 1);
+    if (src->is_gguf()) return src->dense_as(name, {n}, DType::F32);
+    return src->dense(name, {n}).to_dtype(DType::F32).affine(1, 1);
   };
   Weights w;
   w.ropes = g.ropes;
