@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -196,6 +197,45 @@ TEST(Families, ConfigsTheyCannotRunAreFormatErrorsNamingTheKey) {
         Device::cpu());
   });
   EXPECT_NE(m.find("mlp.gate_proj"), std::string::npos) << m;
+}
+
+// A GGUF copy of a family's file with `edit` applied to its tensors and metadata.
+std::string edited_gguf(const std::string& family,
+                        const std::function<void(std::map<std::string, Tensor>&,
+                                                 std::map<std::string, gguf::Value>&)>& edit) {
+  gguf::File f = gguf::File::open(family_dir(family) + "/model.gguf");
+  std::map<std::string, Tensor> tensors;
+  for (const std::string& name : f.tensor_names()) tensors[name] = f.get(name);
+  std::map<std::string, gguf::Value> metadata(f.metadata().begin(), f.metadata().end());
+  edit(tensors, metadata);
+  auto path = std::filesystem::temp_directory_path() / ("wick_families_" + family + ".gguf");
+  gguf::save(tensors, path.string(), metadata);
+  return path.string();
+}
+
+TEST(Families, MalformedGgufFilesAreFormatErrorsNamingTheTensorOrKey) {
+  using Tensors = std::map<std::string, Tensor>;
+  using Metadata = std::map<std::string, gguf::Value>;
+  std::string m = load_error(edited_gguf("qwen3", [](Tensors& t, Metadata&) {
+    t["blk.1.attn_k_norm.weight"] = Tensor::ones({6}, DType::F32, Device::cpu());
+  }));
+  EXPECT_NE(m.find("blk.1.attn_k_norm.weight"), std::string::npos) << m;
+  m = load_error(
+      edited_gguf("phi3", [](Tensors& t, Metadata&) { t.erase("blk.0.attn_qkv.weight"); }));
+  EXPECT_NE(m.find("blk.0.attn_qkv.weight"), std::string::npos) << m;
+  m = load_error(edited_gguf("gemma2", [](Tensors&, Metadata& md) {
+    md.erase("gemma2.attention.layer_norm_rms_epsilon");
+  }));
+  EXPECT_NE(m.find("layer_norm_rms_epsilon"), std::string::npos) << m;
+  m = load_error(edited_gguf("gemma3_text", [](Tensors&, Metadata& md) {
+    md["gemma3.attention.sliding_window_pattern"] =
+        gguf::Value::array(gguf::ValueType::Bool, {gguf::Value::boolean(true)});
+  }));
+  EXPECT_NE(m.find("sliding_window_pattern"), std::string::npos) << m;
+  m = load_error(edited_gguf("qwen3", [](Tensors&, Metadata& md) {
+    md["general.architecture"] = gguf::Value::string("mamba");
+  }));
+  EXPECT_NE(m.find("mamba"), std::string::npos) << m;
 }
 
 // Llama's own loader has no sliding window: it refuses a Mistral whose window is below the

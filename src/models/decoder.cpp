@@ -283,9 +283,11 @@ void DecoderConfig::validate(const std::string& origin) const {
                           " is not a multiple of num_key_value_heads ", num_kv_heads));
   }
   if (head_dim % 2 != 0) throw FormatError(str(origin, ": head_dim ", head_dim, " is odd"));
-  size_t q_rows = 0, embed = 0;
+  size_t q_rows = 0, embed = 0, ffn = 0, gate_up = 0;
   if (__builtin_mul_overflow(num_heads, head_dim, &q_rows) ||
-      __builtin_mul_overflow(vocab_size, hidden_size, &embed)) {
+      __builtin_mul_overflow(vocab_size, hidden_size, &embed) ||
+      __builtin_mul_overflow(intermediate_size, hidden_size, &ffn) ||
+      __builtin_mul_overflow(intermediate_size, size_t{2}, &gate_up)) {
     throw FormatError(str(origin, ": sizes overflow"));
   }
   check_positive(rms_norm_eps, "rms_norm_eps", origin);
