@@ -26,29 +26,12 @@ struct MatmulDims {
   size_t b, m, n, k;
 };
 
-/// The fused transformer ops (one kernel each per backend: src/cpu/fused.cpp and
-/// src/cuda/fused.cu).
-enum class FusedKind : uint8_t { LayerNorm, RmsNorm, Rope, RopeInterleaved };
-
 /// One operand of a kernel: a storage and the layout of its elements; `storage` is null for an
 /// absent optional operand.
 struct KernelOperand {
   const BackendStorage* storage = nullptr;
   Layout layout;
 };
-
-/// What a fused op computes. Operands (validated by the front end in src/tensor_fused.cpp):
-/// - LayerNorm: x (rows, d) row-major, weight (d), bias (d) or absent; eps.
-/// - RmsNorm: x (rows, d) row-major, weight (d); eps.
-/// - Rope / RopeInterleaved: x (b, h, s, d) with the last dim contiguous (other strides free),
-///   cos and sin (s, d / 2) row-major.
-/// The result is row-major in x's (or q's) shape and dtype; f16/bf16 accumulate in f32.
-struct FusedParams {
-  FusedKind kind;
-  double eps = 0;
-};
-
-const char* fused_name(FusedKind kind);
 
 class BackendStorage {
  public:
@@ -98,9 +81,6 @@ class BackendStorage {
   virtual StoragePtr scatter_add(const Layout& layout, const BackendStorage& ids,
                                  const Layout& ids_layout, const BackendStorage& src,
                                  const Layout& src_layout, size_t dim) const = 0;
-  /// A fused op; operands[0] describes this storage (see FusedParams).
-  virtual StoragePtr fused(const FusedParams& params,
-                           const std::vector<KernelOperand>& operands) const = 0;
   /// dims.b batches; layouts are (batch..., m, k) and (batch..., k, n) with any strides, the batch
   /// dims already broadcast to equal sizes. Result: b * m * n row-major.
   virtual StoragePtr matmul(const BackendStorage& rhs, MatmulDims dims, const Layout& lhs_layout,
@@ -115,6 +95,11 @@ class BackendDevice {
   /// Every element set to the element at `value` (one element of `dtype`).
   virtual StoragePtr filled(size_t count, DType dtype, const void* value) = 0;
   virtual StoragePtr from_host(const void* data, size_t count, DType dtype) = 0;
+  /// from_host for large sources such as a file mapping (pageable memory): the CUDA device
+  /// stages it through pinned buffers. Returns when the data is on the device.
+  virtual StoragePtr upload(const void* data, size_t count, DType dtype) {
+    return from_host(data, count, dtype);
+  }
   virtual StoragePtr rand_uniform(size_t count, DType dtype, double lo, double hi) = 0;
   virtual StoragePtr rand_normal(size_t count, DType dtype, double mean, double std) = 0;
   virtual void set_seed(uint64_t seed) = 0;

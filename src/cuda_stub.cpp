@@ -2,8 +2,6 @@
 // (cuda_allow_tf32 and the like) live in cuda_config.cpp, shared with the CUDA build.
 
 #include "backend.h"
-#include "decoder_ops_backend.h"
-#include "nn/kv_write.h"
 #include "token_mailbox.h"
 #include "wick/cuda.h"
 #include "wick/error.h"
@@ -20,26 +18,6 @@ int device_count() {
 }
 
 }  // namespace wick::cuda
-
-namespace wick::nn::detail {
-
-Tensor cuda_rope_write_at_position(const Tensor&, const Tensor&, size_t, size_t, const Tensor&,
-                                   const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  cuda::device(0);  // throws: built without CUDA
-  return {};
-}
-
-bool cuda_attend_to_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor*,
-                             bool) {
-  return false;
-}
-
-void cuda_write_at_position(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&) {
-  cuda::device(0);  // throws: built without CUDA
-}
-
-}  // namespace wick::nn::detail
 
 namespace wick::detail {
 
@@ -90,17 +68,3 @@ size_t CudaGraph::reserved_bytes() const {
 }
 
 }  // namespace wick
-
-namespace wick::detail {
-
-nn::ResidualNorm cuda_add_rms_norm(const Tensor&, const Tensor&, const Tensor&, double) {
-  cuda::device(0);  // throws: built without CUDA
-  return {};
-}
-
-Tensor cuda_silu_mul(const Tensor&) {
-  cuda::device(0);  // throws: built without CUDA
-  return {};
-}
-
-}  // namespace wick::detail

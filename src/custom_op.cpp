@@ -3,8 +3,11 @@
 #include "wick/custom_op.h"
 
 #include <algorithm>
+#include <array>
+#include <span>
 
 #include "backprop.h"
+#include "fused_op.h"
 #include "tensor_internal.h"
 #include "wick/autograd.h"
 
@@ -37,32 +40,52 @@ namespace detail {
 
 namespace {
 
-// The kernel of the inputs' device under the inputs' storage locks (shared, or exclusive for the
-// inputs the op writes).
-std::optional<TensorList> run_kernel(const CustomOp& op, const TensorList& inputs,
-                                     const Device& device) {
-  std::vector<size_t> written = op.written_inputs();
-  std::vector<const Storage*> reads, writes;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) continue;
-    const Storage* s = inputs[i].impl()->storage.get();
-    bool w = std::find(written.begin(), written.end(), i) != written.end();
-    (w ? writes : reads).push_back(s);
+// Operand lists of the usual op sizes without a heap allocation.
+template <class T>
+class SmallList {
+ public:
+  explicit SmallList(size_t capacity) {
+    if (capacity > kInline) heap_.reserve(capacity);
   }
-  // A storage both read and written is locked once, exclusively.
-  std::erase_if(reads, [&](const Storage* s) {
-    return std::find(writes.begin(), writes.end(), s) != writes.end();
-  });
-  StorageLocks locks(reads, writes);
-  return device.is_cuda() ? op.cuda(inputs) : op.cpu(inputs);
-}
+  void push_back(T v) {
+    if (heap_.capacity() > 0) {
+      heap_.push_back(v);
+    } else {
+      inline_[size_++] = v;
+    }
+  }
+  const T* data() const { return heap_.capacity() > 0 ? heap_.data() : inline_.data(); }
+  size_t size() const { return heap_.capacity() > 0 ? heap_.size() : size_; }
+  bool contains(T v) const { return std::find(data(), data() + size(), v) != data() + size(); }
+
+ private:
+  static constexpr size_t kInline = 8;
+  std::array<T, kInline> inline_{};
+  size_t size_ = 0;
+  std::vector<T> heap_;
+};
 
 }  // namespace
 
+StorageLocks lock_inputs(const CustomOp& op, const TensorList& inputs) {
+  const std::vector<size_t> written = op.written_inputs();
+  SmallList<const Storage*> reads(inputs.size()), writes(inputs.size());
+  for (size_t i : written) {
+    if (i < inputs.size() && inputs[i].defined()) writes.push_back(inputs[i].impl()->storage.get());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    const Storage* s = inputs[i].impl()->storage.get();
+    // A storage both read and written is locked once, exclusively.
+    if (!writes.contains(s)) reads.push_back(s);
+  }
+  return StorageLocks(std::span<const Storage* const>(reads.data(), reads.size()),
+                      std::span<const Storage* const>(writes.data(), writes.size()));
+}
+
 TensorList apply_custom_op(const CustomOp& op, const TensorList& inputs, KeepOp keep) {
   const Tensor* first = nullptr;
-  std::vector<const Tensor*> present;
-  present.reserve(inputs.size());
+  SmallList<const Tensor*> present(inputs.size());
   for (const Tensor& t : inputs) {
     if (!t.defined()) continue;
     if (first == nullptr) first = &t;
@@ -76,7 +99,8 @@ TensorList apply_custom_op(const CustomOp& op, const TensorList& inputs, KeepOp 
   const bool record_grad = should_record(Inputs(present.data(), present.size()));
   if (record_grad && !op.has_backward()) return op.fallback(inputs);
 
-  std::optional<TensorList> kernel_out = run_kernel(op, inputs, first->device());
+  std::optional<TensorList> kernel_out =
+      first->device().is_cuda() ? op.cuda(inputs) : op.cpu(inputs);
   TensorList outputs;
   if (kernel_out) {
     outputs = std::move(*kernel_out);

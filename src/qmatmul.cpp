@@ -1,24 +1,18 @@
-// wick::qmatmul: checks, then the CPU tile kernels (src/cpu/qmatmul.cpp) or the CUDA kernels
-// (src/cuda/qmatmul.cu).
+// wick::qmatmul: checks, then fused::QMatmulOp (src/fused/quantized.h), whose fallback
+// (dequantise, then matmul) is defined here.
 
 #include "cpu/qmatmul.h"
 
 #include <mutex>
 #include <string>
 
-#include "cpu/cpu_storage.h"
-#include "qmatmul_backend.h"
+#include "fused/quantized.h"
 #include "tensor_internal.h"
 #include "wick/quantized.h"
 
 namespace wick {
 
 namespace detail {
-
-struct QCache {
-  std::once_flag cpu_once;
-  std::shared_ptr<const cpu::QPacked> cpu_packed;
-};
 
 std::shared_ptr<QCache> make_qcache() {
   return std::make_shared<QCache>();
@@ -89,41 +83,22 @@ Tensor qmatmul(const Tensor& x, const QTensor& w) {
   Tensor xc = x.is_contiguous() ? x : x.contiguous();
   Tensor raw = w.data().is_contiguous() ? w.data() : w.data().contiguous();
   detail::check_output_bytes("qmatmul", Shape(out_dims), x.dtype(), x.device());
-  if (on_cpu) {
-    const auto* w_bytes = static_cast<const uint8_t*>(cpu::as_cpu(detail::backend_of(raw)).data()) +
-                          raw.layout().start_offset();
-    const cpu::QPacked* packed = nullptr;
-    // The tiled types run the integer tile kernels over 16-bit activations (8-bit as llama.cpp,
-    // or f32, through WICK_QMATMUL_ACTIVATIONS; docs/NUMERICS.md says why 16).
-    const cpu::QActivations acts = cpu::q_activations();
-    if (cpu::q_tiled(type) && acts != cpu::QActivations::F32) {
-      detail::QCache& cache = *w.cache_;
-      std::call_once(cache.cpu_once, [&] {
-        auto locks = detail::read_locks({&raw});
-        cache.cpu_packed = cpu::q_pack(type, w_bytes, n, k);
-      });
-      packed = cache.cpu_packed.get();
-    }
-    auto out = cpu::device().alloc(m * n, DType::F32);
-    auto locks = detail::read_locks({&xc, &raw});
-    const float* xp = cpu::as_cpu(detail::backend_of(xc)).as<float>() + xc.layout().start_offset();
-    cpu::qmatmul(type, w_bytes, packed, n, k, xp, m, cpu::as_cpu(*out).as<float>(), acts);
-    return detail::from_storage(std::move(out), Shape(out_dims));
-  }
-  if (m > 8) {
-    // Prefill on CUDA: dequantise once, then cuBLAS (the mat-vec kernel takes up to 8 rows).
-    Tensor wf = w.dequantize();
-    if (wf.dtype() != x.dtype()) wf = wf.to_dtype(x.dtype());
-    return xc.reshape(Shape{m, k}).matmul(wf.t()).reshape(Shape(out_dims));
-  }
-  // The kernel reads x with 16-byte loads (f32) and the blocks 2 bytes at a time.
+  // The CUDA kernels read x with 16-byte loads (f32) and the blocks 2 bytes at a time.
   if (xc.layout().start_offset() % 4 != 0) xc = xc.copy();
   if (raw.layout().start_offset() % 2 != 0) raw = raw.copy();
-  auto locks = detail::read_locks({&xc, &raw});
-  return detail::from_storage(
-      cuda::qmatmul(type, detail::backend_of(raw), raw.layout().start_offset(), n, k,
-                    detail::backend_of(xc), xc.layout().start_offset(), m, x.dtype()),
-      Shape(out_dims));
+  return wick::apply(fused::QMatmulOp(type, n, k, w.cache_), {raw, xc.reshape(Shape{m, k})})[0]
+      .reshape(Shape(out_dims));
 }
 
 }  // namespace wick
+
+namespace wick::fused {
+
+TensorList QMatmulOp::fallback(const TensorList& in) const {
+  const Tensor& x = in[1];
+  Tensor wf = QTensor(type, Shape{n, k}, in[0]).dequantize();
+  if (wf.dtype() != x.dtype()) wf = wf.to_dtype(x.dtype());
+  return {x.matmul(wf.t())};
+}
+
+}  // namespace wick::fused

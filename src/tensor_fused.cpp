@@ -1,9 +1,13 @@
 // Tensor: the fused transformer ops (softmax_last_dim, layer_norm, rms_norm, rope,
-// rope_interleaved). Each checks its inputs, then goes through run_fused: one backend kernel,
-// one recorded op whose gradient is written with the public Tensor ops (rope's with rope).
+// rope_interleaved). Each checks its inputs, then applies its CustomOp (src/fused/norm.h,
+// src/fused/rope.h), whose fallback and gradient are written here with the public Tensor ops
+// (rope's gradient with rope).
 
 #include <algorithm>
+#include <utility>
 
+#include "fused/norm.h"
+#include "fused/rope.h"
 #include "fused_op.h"
 #include "tensor_internal.h"
 
@@ -11,47 +15,7 @@ namespace wick {
 
 using namespace detail;
 
-const char* fused_name(FusedKind kind) {
-  switch (kind) {
-    case FusedKind::LayerNorm:
-      return "layer_norm";
-    case FusedKind::RmsNorm:
-      return "rms_norm";
-    case FusedKind::Rope:
-      return "rope";
-    case FusedKind::RopeInterleaved:
-      return "rope_interleaved";
-  }
-  return "fused";
-}
-
 namespace detail {
-
-Tensor run_fused(const FusedParams& params, const std::vector<Tensor>& operands,
-                 const Shape& out_shape, FusedGrad grad) {
-  // The present operands go through run_op; the backend sees every slot (absent ones empty).
-  std::vector<KernelOperand> slots(operands.size());
-  std::vector<const Tensor*> present;
-  present.reserve(operands.size());
-  for (size_t i = 0; i < operands.size(); ++i) {
-    if (!operands[i].defined()) continue;
-    slots[i] = {&backend_of(operands[i]), operands[i].layout()};
-    present.push_back(&operands[i]);
-  }
-  return run_op(
-      present, out_shape, [&] { return backend_of(operands[0]).fused(params, slots); },
-      [&] {
-        // Absent operands are recorded as untracked placeholders so that indices stay aligned.
-        std::vector<Tensor> inputs;
-        for (const Tensor& t : operands) {
-          inputs.push_back(
-              t.defined() ? t : Tensor::zeros(Shape{}, operands[0].dtype(), operands[0].device()));
-        }
-        BackpropOp rec{OpKind::Fused, std::move(inputs)};
-        rec.fused_grad = std::move(grad);
-        return rec;
-      });
-}
 
 Tensor last_dim_contiguous(const Tensor& t) {
   if (t.rank() == 0 || t.dims().back() <= 1 || t.layout().strides().back() == 1) return t;
@@ -97,47 +61,33 @@ Tensor sum_rows(const Tensor& t) {
   return t.reshape(Shape{t.elem_count() / std::max<size_t>(d, 1), d}).sum({0});
 }
 
-Tensor norm(FusedKind kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  const char* op = fused_name(kind);
-  impl_of(x, op);
-  check_fused_float(op, x);
-  if (x.rank() == 0) throw ShapeMismatch(str(op, ": input must have rank >= 1, got a scalar"));
-  check_param(op, "weight", x, weight);
-  if (bias.defined()) check_param(op, "bias", x, bias);
-  if (!(eps >= 0)) throw Error(str(op, ": eps must be >= 0, got ", eps));
-  FusedParams params{kind};
-  params.eps = eps;
-  bool layer = kind == FusedKind::LayerNorm;
-  FusedGrad grad = [eps, layer](const Tensor&, const std::vector<Tensor>& in, const Tensor& g_in,
-                                const std::vector<bool>& need) {
-    // f16/bf16 gradients are computed in f32 and rounded once.
-    DType dt = in[0].dtype();
-    bool widen = dt == DType::F16 || dt == DType::BF16;
-    auto up = [&](const Tensor& t) { return widen ? t.to_dtype(DType::F32) : t; };
-    auto down = [&](const Tensor& t) { return widen ? t.to_dtype(dt) : t; };
-    Tensor x = up(in[0]), w = up(in[1]), g = up(g_in);
-    // xhat = (x - mean) * rstd (layer) or x * rstd (rms); y = xhat * w (+ b).
-    Tensor xc = layer ? x.broadcast_sub(row_mean(x)) : x;
-    Tensor rstd = row_mean(xc.sqr()).affine(1, eps).sqrt().recip();
-    Tensor xhat = xc.broadcast_mul(rstd);
-    std::vector<Tensor> out(in.size());
-    if (need[0]) {
-      Tensor gx = g.broadcast_mul(w);
-      Tensor inner = gx.broadcast_sub(xhat.broadcast_mul(row_mean(gx.mul(xhat))));
-      if (layer) inner = inner.broadcast_sub(row_mean(gx));
-      out[0] = down(inner.broadcast_mul(rstd));
-    }
-    if (need[1]) out[1] = down(sum_rows(g.mul(xhat)));
-    if (in.size() > 2 && need[2]) out[2] = down(sum_rows(g));
-    return out;
-  };
-  std::vector<Tensor> operands{x.contiguous(), weight.contiguous()};
-  if (layer) operands.push_back(bias.defined() ? bias.contiguous() : Tensor());
-  return run_fused(params, operands, x.shape(), std::move(grad));
+// f16/bf16 math in f32, rounded once at the end.
+struct Widen {
+  DType dt;
+  bool on;
+  explicit Widen(DType dt) : dt(dt), on(dt == DType::F16 || dt == DType::BF16) {}
+  Tensor up(const Tensor& t) const { return on ? t.to_dtype(DType::F32) : t; }
+  Tensor down(const Tensor& t) const { return on ? t.to_dtype(dt) : t; }
+};
+
+Tensor norm(bool rms, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  fused::NormOp op(rms, eps);
+  impl_of(x, op.name());
+  check_fused_float(op.name(), x);
+  if (x.rank() == 0) {
+    throw ShapeMismatch(str(op.name(), ": input must have rank >= 1, got a scalar"));
+  }
+  check_param(op.name(), "weight", x, weight);
+  if (bias.defined()) check_param(op.name(), "bias", x, bias);
+  if (!(eps >= 0)) throw Error(str(op.name(), ": eps must be >= 0, got ", eps));
+  TensorList inputs{x.contiguous(), weight.contiguous()};
+  if (!rms) inputs.push_back(bias.defined() ? bias.contiguous() : Tensor());
+  return std::move(wick::apply(op, inputs)[0]);
 }
 
-Tensor rope_impl(FusedKind kind, const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  const char* op = fused_name(kind);
+Tensor rope_impl(bool interleaved, const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  fused::RopeOp rope(interleaved);
+  const char* op = rope.name();
   impl_of(x, op);
   impl_of(cos, op);
   impl_of(sin, op);
@@ -155,32 +105,17 @@ Tensor rope_impl(FusedKind kind, const Tensor& x, const Tensor& cos, const Tenso
   check_same_dtype(op, x, sin);
   check_same_device(op, x, cos);
   check_same_device(op, x, sin);
-  bool interleaved = kind == FusedKind::RopeInterleaved;
-  FusedGrad grad = [interleaved](const Tensor&, const std::vector<Tensor>& in, const Tensor& g,
-                                 const std::vector<bool>& need) {
-    const Tensor& x = in[0];
-    const Tensor& c = in[1];
-    const Tensor& sn = in[2];
-    std::vector<Tensor> out(3);
-    // The rotation's transpose is the rotation by -angle.
-    if (need[0]) out[0] = interleaved ? g.rope_interleaved(c, sn.neg()) : g.rope(c, sn.neg());
-    if (need[1] || need[2]) {
-      size_t half = x.dims()[3] / 2;
-      auto halves = [&](const Tensor& t) -> std::pair<Tensor, Tensor> {
-        if (!interleaved) return {t.narrow(3, 0, half), t.narrow(3, half, half)};
-        Tensor p = t.reshape(Shape{t.dims()[0], t.dims()[1], t.dims()[2], half, 2});
-        return {p.narrow(4, 0, 1).squeeze(4), p.narrow(4, 1, 1).squeeze(4)};
-      };
-      auto [a, b] = halves(x);
-      auto [ga, gb] = halves(g);
-      // out_a = a c - b s, out_b = b c + a s
-      if (need[1]) out[1] = ga.mul(a).add(gb.mul(b)).sum({0, 1});
-      if (need[2]) out[2] = gb.mul(a).sub(ga.mul(b)).sum({0, 1});
-    }
-    return out;
-  };
-  return run_fused(FusedParams{kind}, {last_dim_contiguous(x), cos.contiguous(), sin.contiguous()},
-                   x.shape(), std::move(grad));
+  return std::move(
+      wick::apply(rope, {last_dim_contiguous(x), cos.contiguous(), sin.contiguous()})[0]);
+}
+
+// The two halves a rotation pairs: the first and second halves of the last dim, or its even and
+// odd elements (interleaved).
+std::pair<Tensor, Tensor> rope_halves(const Tensor& t, bool interleaved) {
+  size_t half = t.dims()[3] / 2;
+  if (!interleaved) return {t.narrow(3, 0, half), t.narrow(3, half, half)};
+  Tensor p = t.reshape(Shape{t.dims()[0], t.dims()[1], t.dims()[2], half, 2});
+  return {p.narrow(4, 0, 1).squeeze(4), p.narrow(4, 1, 1).squeeze(4)};
 }
 
 }  // namespace
@@ -192,19 +127,84 @@ Tensor Tensor::softmax_last_dim() const {
 }
 
 Tensor Tensor::layer_norm(const Tensor& weight, const Tensor& bias, double eps) const {
-  return norm(FusedKind::LayerNorm, *this, weight, bias, eps);
+  return norm(false, *this, weight, bias, eps);
 }
 
 Tensor Tensor::rms_norm(const Tensor& weight, double eps) const {
-  return norm(FusedKind::RmsNorm, *this, weight, Tensor(), eps);
+  return norm(true, *this, weight, Tensor(), eps);
 }
 
 Tensor Tensor::rope(const Tensor& cos, const Tensor& sin) const {
-  return rope_impl(FusedKind::Rope, *this, cos, sin);
+  return rope_impl(false, *this, cos, sin);
 }
 
 Tensor Tensor::rope_interleaved(const Tensor& cos, const Tensor& sin) const {
-  return rope_impl(FusedKind::RopeInterleaved, *this, cos, sin);
+  return rope_impl(true, *this, cos, sin);
 }
 
 }  // namespace wick
+
+namespace wick::fused {
+
+TensorList NormOp::fallback(const TensorList& in) const {
+  Widen w(in[0].dtype());
+  Tensor x = w.up(in[0]);
+  Tensor xc = rms ? x : x.broadcast_sub(row_mean(x));
+  Tensor xhat = xc.broadcast_mul(row_mean(xc.sqr()).affine(1, eps).sqrt().recip());
+  if (rms) return {w.down(xhat).broadcast_mul(in[1])};
+  Tensor y = xhat.broadcast_mul(w.up(in[1]));
+  if (in.size() > 2 && in[2].defined()) y = y.broadcast_add(w.up(in[2]));
+  return {w.down(y)};
+}
+
+TensorList NormOp::backward(const TensorList& in, const TensorList&, const TensorList& grads,
+                            const std::vector<bool>& need) const {
+  Widen wd(in[0].dtype());
+  Tensor x = wd.up(in[0]), w = wd.up(in[1]), g = wd.up(grads[0]);
+  // xhat = (x - mean) * rstd (layer) or x * rstd (rms); y = xhat * w (+ b).
+  Tensor xc = rms ? x : x.broadcast_sub(row_mean(x));
+  Tensor rstd = row_mean(xc.sqr()).affine(1, eps).sqrt().recip();
+  Tensor xhat = xc.broadcast_mul(rstd);
+  TensorList out(in.size());
+  if (need[0]) {
+    Tensor gx = g.broadcast_mul(w);
+    Tensor inner = gx.broadcast_sub(xhat.broadcast_mul(row_mean(gx.mul(xhat))));
+    if (!rms) inner = inner.broadcast_sub(row_mean(gx));
+    out[0] = wd.down(inner.broadcast_mul(rstd));
+  }
+  if (need[1]) out[1] = wd.down(sum_rows(g.mul(xhat)));
+  if (in.size() > 2 && need[2]) out[2] = wd.down(sum_rows(g));
+  return out;
+}
+
+TensorList RopeOp::fallback(const TensorList& in) const {
+  const Tensor& x = in[0];
+  Shape row{1, 1, x.dims()[2], x.dims()[3] / 2};
+  Tensor c = in[1].reshape(row), sn = in[2].reshape(row);
+  auto [a, b] = rope_halves(x, interleaved);
+  Tensor lo = a.broadcast_mul(c).sub(b.broadcast_mul(sn));
+  Tensor hi = b.broadcast_mul(c).add(a.broadcast_mul(sn));
+  if (!interleaved) return {Tensor::cat({lo, hi}, 3)};
+  return {Tensor::stack({lo, hi}, 4).reshape(x.shape())};
+}
+
+TensorList RopeOp::backward(const TensorList& in, const TensorList&, const TensorList& grads,
+                            const std::vector<bool>& need) const {
+  const Tensor& x = in[0];
+  const Tensor& c = in[1];
+  const Tensor& sn = in[2];
+  const Tensor& g = grads[0];
+  TensorList out(3);
+  // The rotation's transpose is the rotation by -angle.
+  if (need[0]) out[0] = interleaved ? g.rope_interleaved(c, sn.neg()) : g.rope(c, sn.neg());
+  if (need[1] || need[2]) {
+    auto [a, b] = rope_halves(x, interleaved);
+    auto [ga, gb] = rope_halves(g, interleaved);
+    // out_a = a c - b s, out_b = b c + a s
+    if (need[1]) out[1] = ga.mul(a).add(gb.mul(b)).sum({0, 1});
+    if (need[2]) out[2] = gb.mul(a).sub(ga.mul(b)).sum({0, 1});
+  }
+  return out;
+}
+
+}  // namespace wick::fused

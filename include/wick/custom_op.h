@@ -32,9 +32,9 @@ class CustomOp {
   /// and, unless has_backward(), what autograd records when an input is tracked.
   virtual TensorList fallback(const TensorList& inputs) const = 0;
 
-  /// The CPU kernel, or nullopt when it does not take these inputs (the fallback runs).
-  /// Kernels run while apply holds the inputs' storage locks: they read storages directly and
-  /// call no Tensor op on their inputs. Default: no kernel.
+  /// The CPU kernel, or nullopt when it does not take these inputs (the fallback runs). It may
+  /// use any Tensor op (wick's own kernels read storages directly, under their storage locks).
+  /// Default: no kernel.
   virtual std::optional<TensorList> cpu(const TensorList& inputs) const;
 
   /// The CUDA kernel, or nullopt (the fallback runs). Default: no kernel. wick's own ops answer
@@ -53,8 +53,8 @@ class CustomOp {
   virtual TensorList backward(const TensorList& inputs, const TensorList& outputs,
                               const TensorList& grads, const std::vector<bool>& need) const;
 
-  /// Indices of the inputs the kernels write in place (a KV cache): apply takes their storage
-  /// locks exclusively. Default: none.
+  /// Indices of the inputs the kernels write in place (a KV cache): wick's kernels take their
+  /// storage locks exclusively. Default: none.
   virtual std::vector<size_t> written_inputs() const;
 };
 
@@ -82,7 +82,8 @@ TensorList apply_custom_op(const CustomOp& op, const TensorList& inputs, KeepOp 
 /// Runs `op` on `inputs`: the checks, then the kernel of the inputs' device (cpu() or cuda()),
 /// or the fallback where there is none, and the gradient recording (a copy of `op` is kept by
 /// the recorded nodes when has_backward()). Throws what check() throws, DeviceMismatch for
-/// inputs on several devices, and wick::Error when no input is defined.
+/// inputs on several devices, and wick::Error when no input is defined. Call it qualified,
+/// wick::apply: unqualified, a std::vector argument brings std::apply into the lookup.
 template <class Op>
 requires std::derived_from<Op, CustomOp> && std::copy_constructible<Op> TensorList
 apply(const Op& op, const TensorList& inputs) {

@@ -5,6 +5,7 @@
 #include "wick/autograd.h"
 #include "wick/cpu.h"
 #include "wick/cuda.h"
+#include "wick/custom_op.h"
 #include "wick/device.h"
 #include "wick/dtype.h"
 #include "wick/error.h"

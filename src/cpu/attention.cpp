@@ -367,7 +367,9 @@ StoragePtr attention(const AttentionParams& params, const std::vector<KernelOper
 namespace wick::fused {
 
 std::optional<TensorList> AttentionOp::cpu(const TensorList& in) const {
+  auto locks = detail::lock_inputs(*this, in);
   std::vector<KernelOperand> operands;
+  operands.reserve(in.size());
   for (const Tensor& t : in) operands.push_back(detail::kernel_operand(t));
   return TensorList{detail::from_storage(cpu::attention({scale, causal, window, softcap}, operands),
                                          in[0].shape())};

@@ -60,9 +60,6 @@ class CpuStorage final : public BackendStorage {
                          size_t dim) const override;
   StoragePtr matmul(const BackendStorage& rhs, MatmulDims dims, const Layout& lhs_layout,
                     const Layout& rhs_layout) const override;
-  /// In fused.cpp (attention in attention.cpp).
-  StoragePtr fused(const FusedParams& params,
-                   const std::vector<KernelOperand>& operands) const override;
 
  private:
   struct FreeDeleter {

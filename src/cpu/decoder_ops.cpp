@@ -1,5 +1,5 @@
-// CPU halves of nn::add_rms_norm and nn::silu_mul: one pass per row, f32 arithmetic (f64 for
-// f64), rows split across the workers.
+// The CPU kernels of fused::AddRmsNormOp and fused::SiluMulOp: one pass per row, f32 arithmetic
+// (f64 for f64), rows split across the workers.
 
 #include <cmath>
 #include <memory>
@@ -8,12 +8,13 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/fused.h"
 #include "cpu/parallel.h"
-#include "decoder_ops_backend.h"
 #include "dispatch.h"
+#include "fused/decoder.h"
+#include "fused_op.h"
 #include "ops/norm_math.h"
 #include "tensor_internal.h"
 
-namespace wick::detail {
+namespace wick::fused {
 
 namespace {
 
@@ -22,7 +23,7 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <class T>
 const T* data_of(const Tensor& t) {
-  return cpu::as_cpu(backend_of(t)).as<T>() + t.impl()->layout.start_offset();
+  return cpu::as_cpu(detail::backend_of(t)).as<T>() + t.impl()->layout.start_offset();
 }
 
 size_t grain_for(size_t cols) {
@@ -31,12 +32,14 @@ size_t grain_for(size_t cols) {
 
 }  // namespace
 
-nn::ResidualNorm cpu_add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
-                                  double eps) {
+std::optional<TensorList> AddRmsNormOp::cpu(const TensorList& in) const {
+  auto locks = detail::lock_inputs(*this, in);
+  const Tensor& x = in[0];
+  const Tensor& delta = in[1];
+  const Tensor& weight = in[2];
   size_t rows = x.dims()[0], d = x.dims()[1];
   auto sum = std::make_unique<cpu::CpuStorage>(rows * d, x.dtype());
   auto normed = std::make_unique<cpu::CpuStorage>(rows * d, x.dtype());
-  auto locks = read_locks({&x, &delta, &weight});
   dispatch_float(x.dtype(), "add_rms_norm", [&]<class T>() {
     using A = acc_t<T>;
     const T* xp = data_of<T>(x);
@@ -62,13 +65,15 @@ nn::ResidualNorm cpu_add_rms_norm(const Tensor& x, const Tensor& delta, const Te
       }
     });
   });
-  return {from_storage(std::move(sum), x.shape()), from_storage(std::move(normed), x.shape())};
+  return TensorList{detail::from_storage(std::move(sum), x.shape()),
+                    detail::from_storage(std::move(normed), x.shape())};
 }
 
-Tensor cpu_silu_mul(const Tensor& gate_up) {
+std::optional<TensorList> SiluMulOp::cpu(const TensorList& in) const {
+  auto locks = detail::lock_inputs(*this, in);
+  const Tensor& gate_up = in[0];
   size_t rows = gate_up.dims()[0], n = gate_up.dims()[1] / 2;
   auto out = std::make_unique<cpu::CpuStorage>(rows * n, gate_up.dtype());
-  auto locks = read_locks({&gate_up});
   dispatch_float(gate_up.dtype(), "silu_mul", [&]<class T>() {
     using A = acc_t<T>;
     const T* gp = data_of<T>(gate_up);
@@ -85,7 +90,7 @@ Tensor cpu_silu_mul(const Tensor& gate_up) {
       }
     });
   });
-  return from_storage(std::move(out), Shape{rows, n});
+  return TensorList{detail::from_storage(std::move(out), Shape{rows, n})};
 }
 
-}  // namespace wick::detail
+}  // namespace wick::fused

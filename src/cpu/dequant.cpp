@@ -2,11 +2,16 @@
 // order of ggml's reference dequantize_row_* so results are bit-identical: this file is compiled
 // without floating-point contraction).
 
+#include "cpu/dequant.h"
+
 #include <cstring>
 
+#include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
-#include "formats_backend.h"
+#include "fused/quantized.h"
+#include "fused_op.h"
 #include "ops/ggml_blocks.h"
+#include "tensor_internal.h"
 #include "wick/error.h"
 #include "wick/half.h"
 
@@ -146,3 +151,16 @@ void dequantize(GgmlType type, const uint8_t* src, float* dst, size_t n) {
 }
 
 }  // namespace wick::cpu
+
+namespace wick::fused {
+
+std::optional<TensorList> DequantizeOp::cpu(const TensorList& in) const {
+  auto locks = detail::lock_inputs(*this, in);
+  auto out = cpu::device().alloc(n, DType::F32);
+  const auto& src = cpu::as_cpu(detail::backend_of(in[0]));
+  cpu::dequantize(type, static_cast<const uint8_t*>(src.data()) + in[0].layout().start_offset(),
+                  cpu::as_cpu(*out).as<float>(), n);
+  return TensorList{detail::from_storage(std::move(out), Shape{n})};
+}
+
+}  // namespace wick::fused

@@ -1,6 +1,6 @@
-// CpuStorage::fused: layer_norm, rms_norm and rope as single-pass row kernels over the thread
-// pool (attention is in attention.cpp). f16/bf16 rows are widened to f32 once, normalised and
-// rounded once on the way out.
+// The CPU kernels of fused::NormOp (layer_norm, rms_norm) and fused::RopeOp: single-pass row
+// kernels over the thread pool (attention is in attention.cpp). f16/bf16 rows are widened to f32
+// once, normalised and rounded once on the way out.
 
 #include "cpu/fused.h"
 
@@ -16,6 +16,12 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
+#include "fused/norm.h"
+#include "fused/rope.h"
+#include "fused_op.h"
+#include "ops/norm_math.h"
+#include "ops/rope_math.h"
+#include "tensor_internal.h"
 #include "util.h"
 
 namespace wick::cpu {
@@ -125,7 +131,7 @@ void rms_out(const C* v, const C* w, C rstd, T* y, size_t n, bool stream) {
 
 // One kernel for both norms: layer_norm centres and adds the bias, rms_norm does neither.
 template <class T, bool kLayer>
-void norm_rows(const FusedParams& p, const std::vector<KernelOperand>& ops, T* y) {
+void norm_rows(double eps_in, const std::vector<KernelOperand>& ops, T* y) {
   using C = compute_t<T>;
   const Layout& xl = ops[0].layout;
   size_t d = xl.dims().back();
@@ -140,7 +146,7 @@ void norm_rows(const FusedParams& p, const std::vector<KernelOperand>& ops, T* y
     const T* bp = data_of<T>(ops[2]);
     for (size_t i = 0; i < d; ++i) b[i] = static_cast<C>(bp[i]);
   }
-  C eps = static_cast<C>(p.eps);
+  C eps = static_cast<C>(eps_in);
   const bool stream = std::is_same_v<T, float> && rows * d * sizeof(float) >= kStreamBytes;
   parallel_for(rows, std::max<size_t>(1, kParallelWork / std::max<size_t>(d, 1)),
                [&](size_t r0, size_t r1) {
@@ -156,8 +162,7 @@ void norm_rows(const FusedParams& p, const std::vector<KernelOperand>& ops, T* y
                    }
                    T* yr = y + r * d;
                    C mean = kLayer ? lane_sum(v, d) / static_cast<C>(d) : C(0);
-                   C var = lane_sum_sq_dev(v, d, mean) / static_cast<C>(d);
-                   C rstd = C(1) / std::sqrt(var + eps);
+                   C rstd = ops::norm_rstd(lane_sum_sq_dev(v, d, mean), static_cast<C>(d), eps);
                    if constexpr (kLayer) {
                      norm_out(v, w.data(), b.data(), mean, rstd, yr, d, stream);
                    } else {
@@ -190,46 +195,59 @@ void rope_rows(const std::vector<KernelOperand>& ops, T* y) {
           const T* c = cs + t * half;
           const T* sr = sn + t * half;
           T* yr = y + r * d;
+          auto round = [](C v) { return round_as<T>(v); };
           for (size_t i = 0; i < half; ++i) {
             C ci = static_cast<C>(c[i]), si = static_cast<C>(sr[i]);
-            // f16/bf16: each product rounded, then the sum, as transformers'
-            // q * cos + rotate_half(q) * sin in the model's dtype.
-            auto lo = [&](C a, C b) { return T(round_as<T>(a * ci) - round_as<T>(b * si)); };
-            auto hi = [&](C a, C b) { return T(round_as<T>(b * ci) + round_as<T>(a * si)); };
-            if constexpr (kInterleaved) {
-              C a = static_cast<C>(xr[2 * i]), b = static_cast<C>(xr[2 * i + 1]);
-              yr[2 * i] = lo(a, b);
-              yr[2 * i + 1] = hi(a, b);
-            } else {
-              C a = static_cast<C>(xr[i]), b = static_cast<C>(xr[i + half]);
-              yr[i] = lo(a, b);
-              yr[i + half] = hi(a, b);
-            }
+            const size_t ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + half;
+            C a = static_cast<C>(xr[ia]), b = static_cast<C>(xr[ib]);
+            yr[ia] = T(ops::rope_lo(a, b, ci, si, round));
+            yr[ib] = T(ops::rope_hi(a, b, ci, si, round));
           }
         }
       });
 }
 
-}  // namespace
-
-StoragePtr CpuStorage::fused(const FusedParams& params,
-                             const std::vector<KernelOperand>& operands) const {
-  auto out = std::make_unique<CpuStorage>(operands[0].layout.elem_count(), dtype_);
-  if (operands[0].layout.elem_count() == 0) return out;
-  dispatch_float(dtype_, fused_name(params.kind), [&]<class T>() {
-    T* y = out->as<T>();
-    switch (params.kind) {
-      case FusedKind::LayerNorm:
-        return norm_rows<T, true>(params, operands, y);
-      case FusedKind::RmsNorm:
-        return norm_rows<T, false>(params, operands, y);
-      case FusedKind::Rope:
-        return rope_rows<T, false>(operands, y);
-      case FusedKind::RopeInterleaved:
-        return rope_rows<T, true>(operands, y);
-    }
-  });
-  return out;
+// The op's operands and its output: x's dtype and element count, row-major.
+template <class Kernel>
+TensorList run_rows(const char* name, const TensorList& in, Kernel&& kernel) {
+  std::vector<KernelOperand> ops;
+  ops.reserve(in.size());
+  for (const Tensor& t : in) ops.push_back(detail::kernel_operand(t));
+  DType dtype = in[0].dtype();
+  auto out = std::make_unique<CpuStorage>(ops[0].layout.elem_count(), dtype);
+  if (ops[0].layout.elem_count() > 0) {
+    dispatch_float(dtype, name,
+                   [&]<class T>() { kernel.template operator()<T>(ops, out->as<T>()); });
+  }
+  return {detail::from_storage(std::move(out), in[0].shape())};
 }
 
+}  // namespace
+
 }  // namespace wick::cpu
+
+namespace wick::fused {
+
+std::optional<TensorList> NormOp::cpu(const TensorList& in) const {
+  auto locks = detail::lock_inputs(*this, in);
+  return cpu::run_rows(name(), in, [&]<class T>(const std::vector<KernelOperand>& ops, T* y) {
+    if (rms) {
+      cpu::norm_rows<T, false>(eps, ops, y);
+    } else {
+      cpu::norm_rows<T, true>(eps, ops, y);
+    }
+  });
+}
+
+std::optional<TensorList> RopeOp::cpu(const TensorList& in) const {
+  auto locks = detail::lock_inputs(*this, in);
+  return cpu::run_rows(name(), in, [&]<class T>(const std::vector<KernelOperand>& ops, T* y) {
+    if (interleaved) {
+      cpu::rope_rows<T, true>(ops, y);
+    } else {
+      cpu::rope_rows<T, false>(ops, y);
+    }
+  });
+}
+
+}  // namespace wick::fused

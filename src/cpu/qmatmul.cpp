@@ -14,9 +14,13 @@
 #include <cstring>
 #include <string>
 
+#include "cpu/cpu_storage.h"
+#include "cpu/dequant.h"
 #include "cpu/parallel.h"
-#include "formats_backend.h"
+#include "fused/quantized.h"
+#include "fused_op.h"
 #include "settings.h"
+#include "tensor_internal.h"
 #include "util.h"
 #include "wick/cpu.h"
 #include "wick/error.h"
@@ -386,3 +390,29 @@ void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t 
 }
 
 }  // namespace wick::cpu
+
+namespace wick::fused {
+
+std::optional<TensorList> QMatmulOp::cpu(const TensorList& in) const {
+  auto locks = detail::lock_inputs(*this, in);
+  const Tensor& raw = in[0];
+  const Tensor& x = in[1];
+  const size_t m = x.dims()[0];
+  const auto* w_bytes = static_cast<const uint8_t*>(cpu::as_cpu(detail::backend_of(raw)).data()) +
+                        raw.layout().start_offset();
+  const cpu::QPacked* packed = nullptr;
+  // The tiled types run the integer tile kernels over 16-bit activations (8-bit as llama.cpp,
+  // or f32, through WICK_QMATMUL_ACTIVATIONS; docs/NUMERICS.md says why 16).
+  const cpu::QActivations acts = cpu::q_activations();
+  if (cpu::q_tiled(type) && acts != cpu::QActivations::F32) {
+    // apply holds the blocks' read lock.
+    std::call_once(cache->cpu_once, [&] { cache->cpu_packed = cpu::q_pack(type, w_bytes, n, k); });
+    packed = cache->cpu_packed.get();
+  }
+  auto out = cpu::device().alloc(m * n, DType::F32);
+  const float* xp = cpu::as_cpu(detail::backend_of(x)).as<float>() + x.layout().start_offset();
+  cpu::qmatmul(type, w_bytes, packed, n, k, xp, m, cpu::as_cpu(*out).as<float>(), acts);
+  return TensorList{detail::from_storage(std::move(out), Shape{m, n})};
+}
+
+}  // namespace wick::fused

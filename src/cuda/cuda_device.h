@@ -48,6 +48,8 @@ class CudaDevice final : public BackendDevice {
   StoragePtr alloc(size_t count, DType dtype) override;
   StoragePtr filled(size_t count, DType dtype, const void* value) override;
   StoragePtr from_host(const void* data, size_t count, DType dtype) override;
+  /// Staged through pinned buffers (upload_staged in dequant.cu).
+  StoragePtr upload(const void* data, size_t count, DType dtype) override;
   StoragePtr rand_uniform(size_t count, DType dtype, double lo, double hi) override;
   StoragePtr rand_normal(size_t count, DType dtype, double mean, double std) override;
   void set_seed(uint64_t seed) override;

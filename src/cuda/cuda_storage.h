@@ -60,10 +60,6 @@ class CudaStorage final : public BackendStorage {
   StoragePtr matmul(const BackendStorage& rhs, MatmulDims dims, const Layout& lhs_layout,
                     const Layout& rhs_layout) const override;
 
-  /// In fused_storage.cpp (kernels in fused.cu and attention.cu).
-  StoragePtr fused(const FusedParams& params,
-                   const std::vector<KernelOperand>& operands) const override;
-
   /// A fresh row-major copy of the elements of `layout` (any rank, any strides).
   std::unique_ptr<CudaStorage> contiguous_copy(const Layout& layout) const;
 

@@ -4,6 +4,11 @@
 
 #include "cuda/cuda_device.h"
 #include "fused/attention.h"
+#include "fused/decoder.h"
+#include "fused/kv_write.h"
+#include "fused/norm.h"
+#include "fused/quantized.h"
+#include "fused/rope.h"
 
 namespace wick::cuda {
 
@@ -18,6 +23,15 @@ void set_kernel() {
 
 void register_custom_kernels() {
   set_kernel<fused::AttentionOp>();
+  set_kernel<fused::NormOp>();
+  set_kernel<fused::RopeOp>();
+  set_kernel<fused::AddRmsNormOp>();
+  set_kernel<fused::SiluMulOp>();
+  set_kernel<fused::KvWriteOp>();
+  set_kernel<fused::RopeWriteOp>();
+  set_kernel<fused::AttendToPositionOp>();
+  set_kernel<fused::QMatmulOp>();
+  set_kernel<fused::DequantizeOp>();
 }
 
 }  // namespace wick::cuda

@@ -1,5 +1,5 @@
-// The CUDA halves of nn::add_rms_norm, nn::silu_mul (decoder_ops_backend.h) and
-// nn::detail::rope_write_at_position (checked by their callers).
+// The CUDA kernels of fused::AddRmsNormOp, SiluMulOp, RopeWriteOp and AttendToPositionOp
+// (src/fused/decoder.h, kv_write.h; checked by their front ends), and the token mailbox.
 
 #include "cuda/decoder_ops.h"
 
@@ -10,8 +10,9 @@
 
 #include "cuda/cuda_storage.h"
 #include "cuda/fused_kernels.h"
-#include "decoder_ops_backend.h"
-#include "nn/kv_write.h"
+#include "fused/decoder.h"
+#include "fused/kv_write.h"
+#include "fused_op.h"
 #include "tensor_internal.h"
 #include "token_mailbox.h"
 
@@ -30,40 +31,43 @@ cuda::CudaDevice& device_of(const Tensor& t) {
 
 }  // namespace
 
-namespace detail {
+namespace fused {
 
-nn::ResidualNorm cuda_add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
-                                   double eps) {
+std::optional<TensorList> AddRmsNormOp::cuda_kernel(const AddRmsNormOp& op, const TensorList& in) {
+  auto locks = wick::detail::lock_inputs(op, in);
+  const Tensor& x = in[0];
+  const Tensor& delta = in[1];
+  const Tensor& weight = in[2];
+  double eps = op.eps;
   size_t rows = x.dims()[0], d = x.dims()[1];
   cuda::CudaDevice& dev = device_of(x);
   auto sum = std::make_unique<cuda::CudaStorage>(dev, rows * d, x.dtype());
   auto normed = std::make_unique<cuda::CudaStorage>(dev, rows * d, x.dtype());
-  auto locks = read_locks({&x, &delta, &weight});
   dev.queue().enqueue("add_rms_norm", x.dtype(), [&](cudaStream_t s) {
     cuda::launch_add_rms_norm(x.dtype(), ptr_of(x), ptr_of(delta), ptr_of(weight), sum->data(),
                               normed->data(), rows, d, eps, s);
   });
-  return {from_storage(std::move(sum), x.shape()), from_storage(std::move(normed), x.shape())};
+  return TensorList{detail::from_storage(std::move(sum), x.shape()),
+                    detail::from_storage(std::move(normed), x.shape())};
 }
 
-Tensor cuda_silu_mul(const Tensor& gate_up) {
+std::optional<TensorList> SiluMulOp::cuda_kernel(const SiluMulOp& op, const TensorList& in) {
+  auto locks = wick::detail::lock_inputs(op, in);
+  const Tensor& gate_up = in[0];
   size_t rows = gate_up.dims()[0], n = gate_up.dims()[1] / 2;
   cuda::CudaDevice& dev = device_of(gate_up);
   auto out = std::make_unique<cuda::CudaStorage>(dev, rows * n, gate_up.dtype());
-  auto locks = read_locks({&gate_up});
   dev.queue().enqueue("silu_mul", gate_up.dtype(), [&](cudaStream_t s) {
     cuda::launch_silu_mul(gate_up.dtype(), ptr_of(gate_up), out->data(), rows, n, s);
   });
-  return from_storage(std::move(out), Shape{rows, n});
+  return TensorList{detail::from_storage(std::move(out), Shape{rows, n})};
 }
 
-}  // namespace detail
-
-namespace nn::detail {
-
-Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
-                                   const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
-                                   const Tensor& v_cache, const Tensor& position) {
+std::optional<TensorList> RopeWriteOp::cuda_kernel(const RopeWriteOp& op, const TensorList& in) {
+  auto locks = wick::detail::lock_inputs(op, in);
+  const Tensor &qkv = in[0], &bias = in[1], &cos = in[2], &sin = in[3];
+  const Tensor &k_cache = in[4], &v_cache = in[5], &position = in[6];
+  size_t h = op.h, h_kv = op.h_kv;
   size_t b = qkv.dims()[0], s = qkv.dims()[1], d = k_cache.dims()[3];
   cuda::CudaDevice& dev = device_of(qkv);
   auto q = std::make_unique<cuda::CudaStorage>(dev, b * h * s * d, qkv.dtype());
@@ -82,20 +86,16 @@ Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t
   a.h_kv = static_cast<int64_t>(h_kv);
   a.d = static_cast<int64_t>(d);
   a.max_len = static_cast<int64_t>(k_cache.dims()[2]);
-  {
-    auto locks = bias.defined() ? wick::detail::read_locks({&qkv, &bias, &cos, &sin, &position})
-                                : wick::detail::read_locks({&qkv, &cos, &sin, &position});
-    // The caches are written: hold their locks as any op that writes a storage does.
-    std::lock_guard write_k(k_cache.impl()->storage->mutex());
-    std::lock_guard write_v(v_cache.impl()->storage->mutex());
-    dev.queue().enqueue("rope_write", qkv.dtype(),
-                        [&](cudaStream_t st) { cuda::launch_rope_write(qkv.dtype(), a, st); });
-  }
-  return wick::detail::from_storage(std::move(q), Shape{b, h, s, d});
+  dev.queue().enqueue(op.name(), qkv.dtype(),
+                      [&](cudaStream_t st) { cuda::launch_rope_write(qkv.dtype(), a, st); });
+  return TensorList{wick::detail::from_storage(std::move(q), Shape{b, h, s, d})};
 }
 
-bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
-                             const Tensor& position, Tensor* out, bool launch_next_early) {
+std::optional<TensorList> AttendToPositionOp::cuda_kernel(const AttendToPositionOp& op,
+                                                          const TensorList& in) {
+  auto locks = wick::detail::lock_inputs(op, in);
+  const Tensor &q = in[0], &keys = in[1], &values = in[2], &position = in[3];
+  bool launch_next_early = op.launch_next_early;
   cuda::AttentionArgs a;
   a.q = ptr_of(q);
   a.k = ptr_of(keys);
@@ -116,23 +116,19 @@ bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& 
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.d)));
   bool last_dims_contiguous = q.layout().strides()[3] == 1 && keys.layout().strides()[3] == 1 &&
                               values.layout().strides()[3] == 1;
-  if (!last_dims_contiguous || !cuda::attention_last_key_fits(q.dtype(), a)) return false;
+  if (!last_dims_contiguous || !cuda::attention_last_key_fits(q.dtype(), a)) return std::nullopt;
   cuda::CudaDevice& dev = device_of(q);
   size_t n = q.elem_count();
   auto storage = std::make_unique<cuda::CudaStorage>(dev, n, q.dtype());
   a.out = storage->data();
   cuda::TempBuffers temps(dev);
-  {
-    auto locks = wick::detail::read_locks({&q, &keys, &values, &position});
-    dev.queue().enqueue("attend_to_position", q.dtype(), [&](cudaStream_t st) {
-      cuda::launch_attention(q.dtype(), a, temps.alloc(), st);
-    });
-  }
-  *out = wick::detail::from_storage(std::move(storage), q.shape());
-  return true;
+  dev.queue().enqueue(op.name(), q.dtype(), [&](cudaStream_t st) {
+    cuda::launch_attention(q.dtype(), a, temps.alloc(), st);
+  });
+  return TensorList{wick::detail::from_storage(std::move(storage), q.shape())};
 }
 
-}  // namespace nn::detail
+}  // namespace fused
 
 namespace detail {
 

@@ -5,6 +5,7 @@
 #include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
 #include "ops/norm_math.h"
+#include "ops/rope_math.h"
 
 WICK_TIMELINE_TU(decoder_ops)
 
@@ -99,11 +100,11 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
       x2 = round_as<T>(x2 + to_compute(bias[head * a.d + i + half]));
     }
     if (head < a.h + a.h_kv) {
-      // Each product rounded, then the sum: transformers' q * cos + rotate_half(q) * sin.
       C c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
       C s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
-      C r1 = round_as<T>(x1 * c) - round_as<T>(x2 * s);
-      C r2 = round_as<T>(x2 * c) + round_as<T>(x1 * s);
+      auto round = [](C v) { return round_as<T>(v); };
+      C r1 = ops::rope_lo(x1, x2, c, s, round);
+      C r2 = ops::rope_hi(x1, x2, c, s, round);
       x1 = r1;
       x2 = r2;
     }

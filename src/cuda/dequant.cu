@@ -13,7 +13,7 @@
 #include "cpu/parallel.h"
 #include "cuda/cuda_storage.h"
 #include "cuda/kernel_utils.cuh"
-#include "formats_backend.h"
+#include "cuda/quantized.h"
 #include "ops/ggml_blocks.h"
 #include "util.h"
 
@@ -195,6 +195,10 @@ StoragePtr upload_staged(int ordinal, const void* src, size_t count, DType dtype
   // Later ops run on the device's stream: the data is there before this returns.
   WICK_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   return out;
+}
+
+StoragePtr CudaDevice::upload(const void* data, size_t count, DType dtype) {
+  return upload_staged(ordinal(), data, count, dtype);
 }
 
 StoragePtr dequantize(GgmlType type, const BackendStorage& raw_storage, size_t n) {

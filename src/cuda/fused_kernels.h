@@ -26,7 +26,7 @@ bool launch_softmax_rows_vec(DType dtype, const void* src, void* dst, size_t row
 void launch_rope(DType dtype, bool interleaved, const void* x, const int64_t x_strides[3],
                  const size_t dims[4], const void* cos, const void* sin, void* y, cudaStream_t s);
 
-/// Scaled dot-product attention (see FusedParams::Attention in backend.h). Element strides of
+/// Scaled dot-product attention (fused::AttentionOp, src/fused/attention.h). Element strides of
 /// dims (b, h, s) for q, (b, h_kv, s_kv) for k and v (their last dim contiguous), (b, h, s, s_kv)
 /// for mask (null when absent); out (b, h, s, d) contiguous.
 struct AttentionArgs {

@@ -1,12 +1,13 @@
-// The CUDA half of nn::detail::write_at_position (checked by the caller).
+// The CUDA kernel of fused::KvWriteOp (src/fused/kv_write.h; checked by its front end).
 
 #include "cuda/kv_write.h"
 
 #include "cuda/cuda_storage.h"
-#include "nn/kv_write.h"
+#include "fused/kv_write.h"
+#include "fused_op.h"
 #include "tensor_impl.h"
 
-namespace wick::nn::detail {
+namespace wick::fused {
 
 namespace {
 
@@ -22,8 +23,9 @@ cuda::KvWrite kv_write_of(const Tensor& cache, const Tensor& src) {
 
 }  // namespace
 
-void cuda_write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,
-                            const Tensor& v, const Tensor& position) {
+std::optional<TensorList> KvWriteOp::cuda_kernel(const KvWriteOp& op, const TensorList& in) {
+  auto locks = wick::detail::lock_inputs(op, in);
+  const Tensor &k_cache = in[0], &k = in[1], &v_cache = in[2], &v = in[3], &position = in[4];
   cuda::KvWrite kw = kv_write_of(k_cache, k), vw = kv_write_of(v_cache, v);
   const TensorImpl& pi = *position.impl();
   const auto& pos = cuda::as_cuda(pi.storage->backend());
@@ -33,12 +35,10 @@ void cuda_write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor
   auto max_len = static_cast<int64_t>(k_cache.dims()[2]);
   size_t elem = size_in_bytes(k_cache.dtype());
   auto& dev = cuda::as_cuda(k_cache.impl()->storage->backend()).cuda_device();
-  // The caches are written: hold their locks as any op that writes a storage does.
-  std::lock_guard write_k(k_cache.impl()->storage->mutex());
-  std::lock_guard write_v(v_cache.impl()->storage->mutex());
-  dev.queue().enqueue("kv_write", k_cache.dtype(), [&](cudaStream_t s) {
+  dev.queue().enqueue(op.name(), k_cache.dtype(), [&](cudaStream_t s) {
     cuda::launch_kv_write(elem, kw, vw, dims, max_len, pos_ptr, s);
   });
+  return TensorList{};
 }
 
-}  // namespace wick::nn::detail
+}  // namespace wick::fused

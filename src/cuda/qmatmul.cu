@@ -7,7 +7,7 @@
 
 #include "cuda/cuda_storage.h"
 #include "cuda/kernel_utils.cuh"
-#include "qmatmul_backend.h"
+#include "cuda/quantized.h"
 #include "util.h"
 
 namespace wick::cuda {

@@ -4,6 +4,7 @@
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
+#include "ops/rope_math.h"
 
 namespace wick::cuda {
 namespace {
@@ -27,10 +28,9 @@ __global__ void __launch_bounds__(kBlock)
     C sn = to_compute(sin[static_cast<uint64_t>(t) * half + i]);
     uint32_t ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + half;
     C a = to_compute(xr[ia]), b = to_compute(xr[ib]);
-    // f16/bf16: each product rounded, then the sum, as transformers' q * cos +
-    // rotate_half(q) * sin in the model's dtype.
-    yr[ia] = convert<T>(to_compute(convert<T>(a * c)) - to_compute(convert<T>(b * sn)));
-    yr[ib] = convert<T>(to_compute(convert<T>(b * c)) + to_compute(convert<T>(a * sn)));
+    auto round = [](C v) { return to_compute(convert<T>(v)); };
+    yr[ia] = convert<T>(ops::rope_lo(a, b, c, sn, round));
+    yr[ib] = convert<T>(ops::rope_hi(a, b, c, sn, round));
   }
 }
 

@@ -10,7 +10,6 @@
 #include <cstring>
 
 #include "cpu/cpu_storage.h"
-#include "formats_backend.h"
 #include "tensor_internal.h"
 #include "wick/formats.h"
 
@@ -160,7 +159,7 @@ Tensor tensor_from_bytes(const std::shared_ptr<const Bytes>& bytes, const uint8_
     return detail::from_storage(cpu::device().from_host(src, count, dtype), shape);
   }
   count_copied(nbytes);
-  return detail::from_storage(cuda::upload_staged(device.ordinal(), src, count, dtype), shape);
+  return detail::from_storage(backend_device(device).upload(src, count, dtype), shape);
 }
 
 const uint8_t* row_major_bytes(const Tensor& t, std::vector<uint8_t>& scratch) {

@@ -1,8 +1,9 @@
 #include "wick/quantized.h"
 
 #include "cpu/cpu_storage.h"
+#include "cpu/dequant.h"
 #include "formats/format_util.h"
-#include "formats_backend.h"
+#include "fused/quantized.h"
 #include "tensor_internal.h"
 
 namespace wick {
@@ -119,20 +120,22 @@ Tensor QTensor::dequantize() const {
   }
   size_t n = shape_.elem_count();
   Tensor raw = data_.is_contiguous() ? data_ : data_.contiguous();
-  if (device().is_cpu()) {
-    auto out = cpu::device().alloc(n, DType::F32);
-    auto& dst = cpu::as_cpu(*out);
-    const auto& src = cpu::as_cpu(detail::backend_of(raw));
-    auto locks = detail::read_locks({&raw});
-    cpu::dequantize(type_, static_cast<const uint8_t*>(src.data()) + raw.layout().start_offset(),
-                    dst.as<float>(), n);
-    formats::count_copied(n * 4);
-    return detail::from_storage(std::move(out), shape_);
-  }
-  if (raw.layout().start_offset() != 0) raw = raw.copy();
-  auto locks = detail::read_locks({&raw});
   formats::count_copied(n * 4);
-  return detail::from_storage(cuda::dequantize(type_, detail::backend_of(raw), n), shape_);
+  return wick::apply(fused::DequantizeOp(type_, n), {raw})[0].reshape(shape_);
 }
 
 }  // namespace wick
+
+namespace wick::fused {
+
+// The kernels that read blocks from the start of their buffer only (CUDA) decline the others:
+// they run on a copy.
+TensorList DequantizeOp::fallback(const TensorList& in) const {
+  if (in[0].layout().start_offset() == 0) {
+    throw BackendError(
+        str("dequantize: no kernel for ", ggml_type_name(type), " on ", in[0].device()));
+  }
+  return wick::apply(*this, {in[0].copy()});
+}
+
+}  // namespace wick::fused

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "fused/attention.h"
@@ -59,8 +60,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (!(std::isfinite(options.softcap) && options.softcap >= 0)) {
     throw Error(str(kOp, ": softcap ", options.softcap, " must be a non-negative finite number"));
   }
-  return apply(fused::AttentionOp(scale, options.causal, options.window, options.softcap),
-               {last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask})[0];
+  return std::move(wick::apply(
+      fused::AttentionOp(scale, options.causal, options.window, options.softcap),
+      {last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask})[0]);
 }
 
 }  // namespace wick::nn

@@ -1,9 +1,9 @@
-// nn::add_rms_norm and nn::silu_mul: checks, then the backend's one-kernel version (or the
-// composition when autograd records).
+// nn::add_rms_norm and nn::silu_mul: checks, then their CustomOps (src/fused/decoder.h), whose
+// fallbacks (the compositions autograd records) are defined here.
 
 #include "wick/nn/decoder_ops.h"
 
-#include "decoder_ops_backend.h"
+#include "fused/decoder.h"
 #include "tensor_internal.h"
 #include "wick/error.h"
 
@@ -41,16 +41,15 @@ ResidualNorm add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& we
     throw DeviceMismatch(str(kOp, ": x on ", x.device(), ", delta on ", delta.device(),
                              ", weight on ", weight.device()));
   }
-  if (should_record({&x, &delta, &weight}) || x.elem_count() == 0) {
-    Tensor sum = x.add(delta);
-    return {sum, sum.rms_norm(weight, eps)};
+  fused::AddRmsNormOp op(eps);
+  if (x.elem_count() == 0) {
+    TensorList r = op.fallback({x, delta, weight});
+    return {r[0], r[1]};
   }
   size_t d = x.dims().back(), rows = x.elem_count() / d;
   Tensor x2 = x.contiguous().reshape({rows, d}), d2 = delta.contiguous().reshape({rows, d});
-  Tensor w = weight.contiguous();
-  ResidualNorm r =
-      x.device().is_cuda() ? cuda_add_rms_norm(x2, d2, w, eps) : cpu_add_rms_norm(x2, d2, w, eps);
-  return {r.residual.reshape(x.shape()), r.normed.reshape(x.shape())};
+  TensorList r = wick::apply(op, {x2, d2, weight.contiguous()});
+  return {r[0].reshape(x.shape()), r[1].reshape(x.shape())};
 }
 
 Tensor silu_mul(const Tensor& gate_up) {
@@ -63,15 +62,25 @@ Tensor silu_mul(const Tensor& gate_up) {
   }
   std::vector<size_t> dims = gate_up.dims();
   size_t n = dims.back() / 2;
-  if (should_record({&gate_up}) || gate_up.elem_count() == 0) {
-    size_t last = dims.size() - 1;
-    return gate_up.narrow(last, 0, n).silu().mul(gate_up.narrow(last, n, n));
-  }
+  if (gate_up.elem_count() == 0) return fused::SiluMulOp().fallback({gate_up})[0];
   size_t rows = gate_up.elem_count() / (2 * n);
-  Tensor g = gate_up.contiguous().reshape({rows, 2 * n});
-  Tensor out = gate_up.device().is_cuda() ? cuda_silu_mul(g) : cpu_silu_mul(g);
+  Tensor out = wick::apply(fused::SiluMulOp(), {gate_up.contiguous().reshape({rows, 2 * n})})[0];
   dims.back() = n;
   return out.reshape(Shape(dims));
 }
 
 }  // namespace wick::nn
+
+namespace wick::fused {
+
+TensorList AddRmsNormOp::fallback(const TensorList& in) const {
+  Tensor sum = in[0].add(in[1]);
+  return {sum, sum.rms_norm(in[2], eps)};
+}
+
+TensorList SiluMulOp::fallback(const TensorList& in) const {
+  size_t last = in[0].rank() - 1, n = in[0].dims()[last] / 2;
+  return {in[0].narrow(last, 0, n).silu().mul(in[0].narrow(last, n, n))};
+}
+
+}  // namespace wick::fused

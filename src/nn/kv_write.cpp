@@ -1,5 +1,9 @@
+// The KV-cache writes and the position-bounded attention of a decode step: checks, then their
+// CustomOps (src/fused/kv_write.h), whose fallbacks are defined here.
+
 #include "nn/kv_write.h"
 
+#include "fused/kv_write.h"
 #include "util.h"
 #include "wick/error.h"
 
@@ -59,18 +63,7 @@ void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_c
     throw ShapeMismatch(str("kv write: keys ", k.shape(), " ", k.dtype(), " into ", k_cache.shape(),
                             ", values ", v.shape(), " ", v.dtype(), " into ", v_cache.shape()));
   }
-  if (k_cache.device().is_cuda()) {
-    cuda_write_at_position(k_cache, k, v_cache, v, position);
-    return;
-  }
-  size_t p = position.flatten_all().to_vec1<uint32_t>()[0];
-  size_t s = k.dims()[2];
-  if (p + s > k_cache.dims()[2]) {
-    throw IndexOutOfRange(
-        str("kv write: position ", p, " + ", s, " rows past the cache's ", k_cache.dims()[2]));
-  }
-  k_cache.narrow(2, p, s).assign(k);
-  v_cache.narrow(2, p, s).assign(v);
+  wick::apply(fused::KvWriteOp(), {k_cache, k, v_cache, v, position});
 }
 
 Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
@@ -90,46 +83,33 @@ Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, s
     throw DTypeMismatch(str("rope write: qkv ", qkv.dtype(), ", tables ", cos.dtype(), " ",
                             sin.dtype(), bias.defined() ? str(", bias ", bias.dtype()) : ""));
   }
-  size_t b = qkv.dims()[0], s = qkv.dims()[1], d = k_cache.dims()[3];
-  if (k_cache.device().is_cuda()) {
-    if (k_cache.shape() != v_cache.shape() || !k_cache.is_contiguous() ||
-        !v_cache.is_contiguous() || k_cache.dims()[0] != b || s > k_cache.dims()[2]) {
-      throw ShapeMismatch(str("rope write: caches ", k_cache.shape(), " ", v_cache.shape(),
-                              " (row-major) for rows of qkv ", qkv.shape()));
-    }
-    for (const Tensor* t : {&qkv, &cos, &sin, &v_cache, &position}) {
-      if (t->device() != k_cache.device()) {
-        throw DeviceMismatch(
-            str("rope write: cache on ", k_cache.device(), ", an input on ", t->device()));
-      }
-    }
-    if (bias.defined() && bias.device() != k_cache.device()) {
+  size_t b = qkv.dims()[0], s = qkv.dims()[1];
+  if (k_cache.shape() != v_cache.shape() || !k_cache.is_contiguous() || !v_cache.is_contiguous() ||
+      k_cache.dims()[0] != b || s > k_cache.dims()[2]) {
+    throw ShapeMismatch(str("rope write: caches ", k_cache.shape(), " ", v_cache.shape(),
+                            " (row-major) for rows of qkv ", qkv.shape()));
+  }
+  for (const Tensor* t : {&qkv, &cos, &sin, &v_cache, &position}) {
+    if (t->device() != k_cache.device()) {
       throw DeviceMismatch(
-          str("rope write: cache on ", k_cache.device(), ", bias on ", bias.device()));
+          str("rope write: cache on ", k_cache.device(), ", an input on ", t->device()));
     }
-    if (k_cache.dtype() != qkv.dtype() || v_cache.dtype() != qkv.dtype()) {
-      throw DTypeMismatch(str("rope write: caches ", k_cache.dtype(), ", qkv ", qkv.dtype()));
-    }
-    if (position.elem_count() != 1 || position.dtype() != DType::U32) {
-      throw DTypeMismatch(str("rope write: position must be one u32, got ", position.shape(), " ",
-                              position.dtype()));
-    }
-    // contiguous() hands back the tensor itself when it already is (no copy in the step).
-    return cuda_rope_write_at_position(qkv.contiguous(), bias.defined() ? bias.contiguous() : bias,
-                                       h, h_kv, cos.contiguous(), sin.contiguous(), k_cache,
-                                       v_cache, position);
   }
-  Tensor x = bias.defined() ? qkv.broadcast_add(bias) : qkv;
-  Tensor qk_rows = x.narrow(2, 0, (h + h_kv) * d).reshape({b, s, h + h_kv, d}).transpose(1, 2);
-  Tensor v = x.narrow(2, (h + h_kv) * d, h_kv * d).reshape({b, s, h_kv, d}).transpose(1, 2);
-  size_t p = position.flatten_all().to_vec1<uint32_t>()[0];
-  if (p + s > cos.dims()[0]) {
-    throw IndexOutOfRange(
-        str("rope write: position ", p, " + ", s, " rows past the tables' ", cos.dims()[0]));
+  if (bias.defined() && bias.device() != k_cache.device()) {
+    throw DeviceMismatch(
+        str("rope write: cache on ", k_cache.device(), ", bias on ", bias.device()));
   }
-  Tensor qk = qk_rows.rope(cos.narrow(0, p, s), sin.narrow(0, p, s));
-  write_at_position(k_cache, qk.narrow(1, h, h_kv), v_cache, v, position);
-  return qk.narrow(1, 0, h).contiguous();
+  if (k_cache.dtype() != qkv.dtype() || v_cache.dtype() != qkv.dtype()) {
+    throw DTypeMismatch(str("rope write: caches ", k_cache.dtype(), ", qkv ", qkv.dtype()));
+  }
+  if (position.elem_count() != 1 || position.dtype() != DType::U32) {
+    throw DTypeMismatch(
+        str("rope write: position must be one u32, got ", position.shape(), " ", position.dtype()));
+  }
+  // contiguous() hands back the tensor itself when it already is (no copy in the step).
+  return wick::apply(fused::RopeWriteOp(h, h_kv),
+                     {qkv.contiguous(), bias.defined() ? bias.contiguous() : bias, cos.contiguous(),
+                      sin.contiguous(), k_cache, v_cache, position})[0];
 }
 
 bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
@@ -154,8 +134,45 @@ bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& value
           str("attend to position: q on ", q.device(), ", an input on ", t->device()));
     }
   }
-  return q.device().is_cuda() &&
-         cuda_attend_to_position(q, keys, values, position, out, launch_next_early);
+  TensorList r =
+      wick::apply(fused::AttendToPositionOp(launch_next_early), {q, keys, values, position});
+  if (r.empty()) return false;
+  *out = r[0];
+  return true;
 }
 
 }  // namespace wick::nn::detail
+
+namespace wick::fused {
+
+TensorList KvWriteOp::fallback(const TensorList& in) const {
+  const Tensor &k_cache = in[0], &k = in[1], &v_cache = in[2], &v = in[3];
+  size_t p = in[4].flatten_all().to_vec1<uint32_t>()[0];
+  size_t s = k.dims()[2];
+  if (p + s > k_cache.dims()[2]) {
+    throw IndexOutOfRange(
+        str("kv write: position ", p, " + ", s, " rows past the cache's ", k_cache.dims()[2]));
+  }
+  k_cache.narrow(2, p, s).assign(k);
+  v_cache.narrow(2, p, s).assign(v);
+  return {};
+}
+
+TensorList RopeWriteOp::fallback(const TensorList& in) const {
+  const Tensor &qkv = in[0], &bias = in[1], &cos = in[2], &sin = in[3];
+  const Tensor &k_cache = in[4], &v_cache = in[5], &position = in[6];
+  size_t b = qkv.dims()[0], s = qkv.dims()[1], d = k_cache.dims()[3];
+  Tensor x = bias.defined() ? qkv.broadcast_add(bias) : qkv;
+  Tensor qk_rows = x.narrow(2, 0, (h + h_kv) * d).reshape({b, s, h + h_kv, d}).transpose(1, 2);
+  Tensor v = x.narrow(2, (h + h_kv) * d, h_kv * d).reshape({b, s, h_kv, d}).transpose(1, 2);
+  size_t p = position.flatten_all().to_vec1<uint32_t>()[0];
+  if (p + s > cos.dims()[0]) {
+    throw IndexOutOfRange(
+        str("rope write: position ", p, " + ", s, " rows past the tables' ", cos.dims()[0]));
+  }
+  Tensor qk = qk_rows.rope(cos.narrow(0, p, s), sin.narrow(0, p, s));
+  nn::detail::write_at_position(k_cache, qk.narrow(1, h, h_kv), v_cache, v, position);
+  return {qk.narrow(1, 0, h).contiguous()};
+}
+
+}  // namespace wick::fused

@@ -46,17 +46,4 @@ Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, s
 bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
                         const Tensor& position, Tensor* out, bool launch_next_early = false);
 
-/// The CUDA half of attend_to_position (src/cuda/decoder_ops.cpp; a stub without CUDA).
-bool cuda_attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
-                             const Tensor& position, Tensor* out, bool launch_next_early);
-
-/// The CUDA half of rope_write_at_position (src/cuda/decoder_ops.cpp; a stub without CUDA).
-Tensor cuda_rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
-                                   const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
-                                   const Tensor& v_cache, const Tensor& position);
-
-/// The CUDA half of write_at_position (src/cuda/kv_write.cpp; a stub without CUDA).
-void cuda_write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,
-                            const Tensor& v, const Tensor& position);
-
 }  // namespace wick::nn::detail

@@ -1,0 +1,30 @@
+#pragma once
+// layer_norm and rms_norm as one CustomOp (front end, fallback and gradient: src/tensor_fused.cpp;
+// kernels: src/cpu/fused.cpp, src/cuda/fused_ops.cpp over fused.cu).
+
+#include "wick/custom_op.h"
+
+namespace wick::fused {
+
+/// Inputs: x (rows, d) row-major, weight (d), and for layer_norm bias (d) or absent; one dtype.
+/// Output: x's shape and dtype. layer_norm: (x - mean) * rstd * w + b, rounded once; rms_norm:
+/// w * round(x * rstd), as transformers' RMSNorm (f16/bf16 round twice). f16/bf16 compute in f32.
+class NormOp final : public CustomOp {
+ public:
+  NormOp(bool rms, double eps) : rms(rms), eps(eps) {}
+  const char* name() const override { return rms ? "rms_norm" : "layer_norm"; }
+  TensorList fallback(const TensorList& inputs) const override;
+  std::optional<TensorList> cpu(const TensorList& inputs) const override;
+  std::optional<TensorList> cuda(const TensorList& inputs) const override {
+    return registered_cuda_kernel(*this, inputs);
+  }
+  bool has_backward() const override { return true; }
+  TensorList backward(const TensorList& inputs, const TensorList& outputs, const TensorList& grads,
+                      const std::vector<bool>& need) const override;
+  static std::optional<TensorList> cuda_kernel(const NormOp& op, const TensorList& inputs);
+
+  bool rms;
+  double eps;
+};
+
+}  // namespace wick::fused
