@@ -9,6 +9,7 @@ weights is built by transformers itself (hidden 32, 2-3 layers, vocabulary 96, a
 model.safetensors), with:
   prompt.npy   (2, 12) token ids: two 12-token prompts, so that a window of 8 is exceeded
   logits.npy   (2, 12, vocab) f32 logits of the batch of both prompts in one forward (eager)
+  logits_bf16.npy  the same from the model in bf16 (its bf16 logits as f32)
   greedy.npy   10 greedy tokens after the first prompt (plain argmax with the KV cache)
 and, for the families llama.cpp names (qwen3, gemma2, gemma3, phi3), model.gguf: the same weights
 (f32) under the tensor names and metadata llama.cpp's convert_hf_to_gguf.py writes (Gemma's norm
@@ -198,6 +199,14 @@ def main():
         with torch.no_grad():
             logits = model(torch.tensor(PROMPTS)).logits.double().numpy()
         np.save(os.path.join(d, "logits.npy"), logits.astype(np.float32))
+        # The same folder loaded by transformers in bf16 (from_pretrained keeps the rotary
+        # frequencies f32, where .to(bfloat16) would round them).
+        from transformers import AutoModelForCausalLM
+        half = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16,
+                                                    attn_implementation="eager").eval()
+        with torch.no_grad():
+            logits_bf16 = half(torch.tensor(PROMPTS)).logits.float().numpy()
+        np.save(os.path.join(d, "logits_bf16.npy"), logits_bf16.astype(np.float32))
         np.save(os.path.join(d, "prompt.npy"), np.array(PROMPTS, dtype=np.int64))
         toks = greedy(model, PROMPTS[0], GREEDY_TOKENS)
         np.save(os.path.join(d, "greedy.npy"), np.array(toks, dtype=np.int64))

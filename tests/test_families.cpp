@@ -9,8 +9,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -18,6 +22,7 @@
 #include "wick/formats.h"
 #include "wick/generator.h"
 #include "wick/models.h"
+#include "wick/nn/attention.h"
 #include "wick/numerics.h"
 
 namespace wick {
@@ -136,6 +141,336 @@ TEST(Families, UnknownModelTypeIsAFormatErrorListingTheKnownOnes) {
     EXPECT_NE(std::find(known.begin(), known.end(), family), known.end()) << family;
   }
   std::filesystem::remove_all(dir);
+}
+
+// A copy of a family's folder with its config.json edited by `edit`.
+std::string edited_copy(const std::string& family,
+                        const std::function<void(nlohmann::json&)>& edit) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("wick_families_" + family + "_edited");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(family_dir(family) + "/model.safetensors", dir / "model.safetensors");
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(family_dir(family) + "/config.json"));
+  edit(j);
+  std::ofstream(dir / "config.json") << j.dump(2);
+  return dir.string();
+}
+
+// The FormatError's message, or a failure when `load` succeeds or throws something else.
+template <typename E = FormatError>
+std::string error_of(const std::function<void()>& load) {
+  try {
+    load();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+std::string load_error(const std::string& path) {
+  return error_of([&] { models::load_causal_lm(path, Device::cpu()); });
+}
+
+TEST(Families, ConfigsTheyCannotRunAreFormatErrorsNamingTheKey) {
+  std::string m = load_error(edited_copy("qwen3", [](nlohmann::json& j) {
+    j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
+  }));
+  EXPECT_NE(m.find("yarn"), std::string::npos) << m;
+  m = load_error(edited_copy("phi3", [](nlohmann::json& j) {
+    j["rope_parameters"]["short_factor"] = {1.0, 2.0};
+  }));
+  EXPECT_NE(m.find("short_factor"), std::string::npos) << m;
+  m = load_error(edited_copy("gemma2", [](nlohmann::json& j) { j["hidden_activation"] = "relu"; }));
+  EXPECT_NE(m.find("relu"), std::string::npos) << m;
+  m = load_error(edited_copy("gemma3_text", [](nlohmann::json& j) {
+    j["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention"};
+  }));
+  EXPECT_NE(m.find("layer_types"), std::string::npos) << m;
+  m = load_error(edited_copy("gemma2", [](nlohmann::json& j) { j["eos_token_id"] = 96; }));
+  EXPECT_NE(m.find("eos_token_id"), std::string::npos) << m;
+  // A weight of another shape than the config gives is named.
+  m = error_of<ShapeMismatch>([&] {
+    models::load_causal_lm(
+        edited_copy("mistral", [](nlohmann::json& j) { j["intermediate_size"] = 40; }),
+        Device::cpu());
+  });
+  EXPECT_NE(m.find("mlp.gate_proj"), std::string::npos) << m;
+}
+
+// A GGUF copy of a family's file with `edit` applied to its tensors and metadata.
+std::string edited_gguf(const std::string& family,
+                        const std::function<void(std::map<std::string, Tensor>&,
+                                                 std::map<std::string, gguf::Value>&)>& edit) {
+  gguf::File f = gguf::File::open(family_dir(family) + "/model.gguf");
+  std::map<std::string, Tensor> tensors;
+  for (const std::string& name : f.tensor_names()) tensors[name] = f.get(name);
+  std::map<std::string, gguf::Value> metadata(f.metadata().begin(), f.metadata().end());
+  edit(tensors, metadata);
+  auto path = std::filesystem::temp_directory_path() / ("wick_families_" + family + ".gguf");
+  gguf::save(tensors, path.string(), metadata);
+  return path.string();
+}
+
+TEST(Families, MalformedGgufFilesAreFormatErrorsNamingTheTensorOrKey) {
+  using Tensors = std::map<std::string, Tensor>;
+  using Metadata = std::map<std::string, gguf::Value>;
+  std::string m = load_error(edited_gguf("qwen3", [](Tensors& t, Metadata&) {
+    t["blk.1.attn_k_norm.weight"] = Tensor::ones({6}, DType::F32, Device::cpu());
+  }));
+  EXPECT_NE(m.find("blk.1.attn_k_norm.weight"), std::string::npos) << m;
+  m = load_error(
+      edited_gguf("phi3", [](Tensors& t, Metadata&) { t.erase("blk.0.attn_qkv.weight"); }));
+  EXPECT_NE(m.find("blk.0.attn_qkv.weight"), std::string::npos) << m;
+  m = load_error(edited_gguf("gemma2", [](Tensors&, Metadata& md) {
+    md.erase("gemma2.attention.layer_norm_rms_epsilon");
+  }));
+  EXPECT_NE(m.find("layer_norm_rms_epsilon"), std::string::npos) << m;
+  m = load_error(edited_gguf("gemma3_text", [](Tensors&, Metadata& md) {
+    md["gemma3.attention.sliding_window_pattern"] =
+        gguf::Value::array(gguf::ValueType::Bool, {gguf::Value::boolean(true)});
+  }));
+  EXPECT_NE(m.find("sliding_window_pattern"), std::string::npos) << m;
+  m = load_error(edited_gguf("qwen3", [](Tensors&, Metadata& md) {
+    md["general.architecture"] = gguf::Value::string("mamba");
+  }));
+  EXPECT_NE(m.find("mamba"), std::string::npos) << m;
+}
+
+// Llama's own loader has no sliding window: it refuses a Mistral whose window is below the
+// context instead of running full attention.
+TEST(Families, LlamaRefusesAMistralWithASlidingWindow) {
+  std::string dir = family_dir("mistral");
+  std::string m = error_of([&] { models::Llama::load(dir, Device::cpu()); });
+  EXPECT_NE(m.find("sliding_window"), std::string::npos) << m;
+  // Without the window it is Llama's decoder, loaded as one.
+  auto model = models::load_causal_lm(
+      edited_copy("mistral", [](nlohmann::json& j) { j["sliding_window"] = nullptr; }),
+      Device::cpu());
+  EXPECT_NE(dynamic_cast<const models::Llama*>(model.get()), nullptr);
+  EXPECT_EQ(model->config().architecture, "mistral");
+}
+
+// The device-side decode step (what a CUDA graph records) gives forward's logits: after the
+// 12-token prompt (past the window of 8), twice in a row, reading a key window shorter than the
+// cache; then refuses a position tensor of the wrong kind.
+TEST(Families, DecodeStepEqualsForward) {
+  for (const char* family : {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text"}) {
+    SCOPED_TRACE(family);
+    auto model = models::load_causal_lm(family_dir(family), Device::cpu());
+    ASSERT_TRUE(model->has_decode_step());
+    auto prompt = to_u32(npy::load(family_dir(family) + "/prompt.npy", Device::cpu()).get(0));
+    Tensor ids = Tensor::from_vec(prompt, {1, prompt.size()}, Device::cpu());
+    models::KvCache a = model->make_cache(1, 20), b = model->make_cache(1, 20);
+    model->forward(ids, a);
+    model->forward(ids, b);
+    for (uint32_t t : {7u, 33u}) {
+      const size_t pos = a.length();
+      Tensor token = Tensor::from_vec(std::vector<uint32_t>{t}, {1, 1}, Device::cpu());
+      Tensor position =
+          Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(pos)}, {1}, Device::cpu());
+      Tensor step_logits;
+      Tensor next = model->decode_step(token, position, a, &step_logits, pos + 2);
+      a.set_length(pos + 1);
+      Tensor ref = model->forward_last(token, b);
+      auto r = ref.to_vec_f64();
+      EXPECT_LE(max_abs_diff(step_logits.to_vec_f64(), r), kLogitBound * range_of(r));
+      EXPECT_EQ(next.to_vec1<uint32_t>(), ref.argmax(1).to_vec1<uint32_t>());
+    }
+    Tensor token = Tensor::from_vec(std::vector<uint32_t>{3}, {1, 1}, Device::cpu());
+    Tensor wrong = Tensor::from_vec(std::vector<int64_t>{14}, {1}, Device::cpu());
+    EXPECT_THROW(model->decode_step(token, wrong, a), ShapeMismatch);
+    Tensor position = Tensor::from_vec(std::vector<uint32_t>{14}, {1}, Device::cpu());
+    EXPECT_THROW(model->decode_step(token, position, a, nullptr, 21), IndexOutOfRange);
+  }
+}
+
+// f16 and bf16 weights and compute: the same logits as transformers' f32 within the rounding of
+// a few dozen half-precision ops (16 unit roundoffs of the dtype, times the logits' range: far
+// below what a wrong dtype conversion or mask fill would give), bf16 the logits of transformers
+// run in bf16, and the decode step agrees.
+TEST(Families, HalfPrecisionModelsFollowTheF32Logits) {
+  for (const char* family : {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text"}) {
+    for (DType dt : {DType::F16, DType::BF16}) {
+      SCOPED_TRACE(::testing::Message() << family << " " << dt);
+      auto model = models::load_causal_lm(family_dir(family), Device::cpu(), dt);
+      EXPECT_EQ(model->dtype(), dt);
+      Tensor prompts = npy::load(family_dir(family) + "/prompt.npy", Device::cpu());
+      auto expected = npy::load(family_dir(family) + "/logits.npy", Device::cpu()).to_vec_f64();
+      Tensor ids = Tensor::from_vec(to_u32(prompts), {2, 12}, Device::cpu());
+      models::KvCache cache = model->make_cache(2, 13);
+      Tensor logits = model->forward(ids, cache);
+      EXPECT_EQ(logits.dtype(), dt);
+      EXPECT_LE(max_abs_diff(logits.to_vec_f64(), expected),
+                16 * numerics::unit_roundoff(dt) * range_of(expected));
+      if (dt == DType::BF16) {
+        // transformers run in bf16: wick rounds where it rounds (its norms, soft-caps, GeGLU and
+        // attention), so the logits agree to well under one bf16 unit roundoff of the range
+        // (a rounding point moved, such as Gemma's 1 + w rounded to bf16, costs 2e-3 and more).
+        auto hf = npy::load(family_dir(family) + "/logits_bf16.npy", Device::cpu()).to_vec_f64();
+        EXPECT_LE(max_abs_diff(logits.to_vec_f64(), hf),
+                  numerics::unit_roundoff(DType::BF16) / 4 * range_of(expected));
+      }
+      Tensor token = Tensor::from_vec(std::vector<uint32_t>{5, 9}, {2, 1}, Device::cpu());
+      Tensor position = Tensor::from_vec(std::vector<uint32_t>{12}, {1}, Device::cpu());
+      models::KvCache again = model->make_cache(2, 13);
+      model->forward(ids, again);
+      Tensor step;
+      model->decode_step(token, position, cache, &step);
+      Tensor ref = model->forward_last(token, again);
+      EXPECT_LE(max_abs_diff(step.to_vec_f64(), ref.to_vec_f64()),
+                4 * numerics::unit_roundoff(dt) * range_of(ref.to_vec_f64()));
+    }
+  }
+}
+
+// ---- the fused attention's sliding window and soft-cap (CPU kernels), against float64 ----
+
+// softmax over visible keys of cap(scale q k) v in double: q (b, h, s, d), k and v (b, hk, n, d)
+// as row-major f64 vectors; query i sees j <= i + n - s (causal) and j > i + n - s - window.
+std::vector<double> reference_attention(const std::vector<double>& q, const std::vector<double>& k,
+                                        const std::vector<double>& v, size_t b, size_t h, size_t hk,
+                                        size_t s, size_t n, size_t d, double scale, bool causal,
+                                        size_t window, double cap, double* max_score) {
+  std::vector<double> out(b * h * s * d, 0.0);
+  const long shift = static_cast<long>(n) - static_cast<long>(s);
+  *max_score = 0;
+  for (size_t bi = 0; bi < b; ++bi) {
+    for (size_t hi = 0; hi < h; ++hi) {
+      size_t kh = hi / (h / hk);
+      for (size_t i = 0; i < s; ++i) {
+        long last = causal ? static_cast<long>(i) + shift : static_cast<long>(n) - 1;
+        long first = window > 0 ? static_cast<long>(i) + shift - static_cast<long>(window) + 1 : 0;
+        std::vector<double> sc;
+        std::vector<size_t> keys;
+        for (size_t j = 0; j < n; ++j) {
+          long jj = static_cast<long>(j);
+          if (jj > last || jj < first) continue;
+          double x = 0;
+          for (size_t t = 0; t < d; ++t) {
+            x += q[((bi * h + hi) * s + i) * d + t] * k[((bi * hk + kh) * n + j) * d + t];
+          }
+          x *= scale;
+          if (cap > 0) x = cap * std::tanh(x / cap);
+          *max_score = std::max(*max_score, std::abs(x));
+          sc.push_back(x);
+          keys.push_back(j);
+        }
+        if (sc.empty()) continue;
+        double mx = *std::max_element(sc.begin(), sc.end()), sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (size_t u = 0; u < keys.size(); ++u) {
+          for (size_t t = 0; t < d; ++t) {
+            out[((bi * h + hi) * s + i) * d + t] +=
+                sc[u] / sum * v[((bi * hk + kh) * n + keys[u]) * d + t];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> seeded(size_t count, uint32_t seed, double amplitude) {
+  std::vector<double> out(count);
+  uint64_t x = seed * 2654435761u + 1;
+  for (double& v : out) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = amplitude * (static_cast<double>(x >> 11) / 9007199254740992.0 * 2 - 1);
+  }
+  return out;
+}
+
+struct WindowCase {
+  size_t s, n, window;
+  double cap;
+  bool causal;
+};
+
+// Prefill over more than one key tile (64) with a window that skips whole tiles, a query block of
+// several row vectors, decode-length queries (the kernels' few-rows path), and each soft-cap.
+TEST(FusedAttention, SlidingWindowAndSoftCapEqualFloat64OnTheCpu) {
+  const size_t b = 2, h = 4, hk = 2, d = 16;
+  const WindowCase cases[] = {{150, 150, 40, 0, true}, {150, 150, 40, 5, true},
+                              {150, 150, 0, 5, true},  {1, 150, 40, 5, true},
+                              {3, 150, 8, 0, true},    {20, 90, 70, 2.5, true},
+                              {12, 12, 8, 5, false},   {200, 200, 300, 0, true}};
+  for (DType dt : {DType::F64, DType::F32, DType::F16, DType::BF16}) {
+    for (const WindowCase& wc : cases) {
+      SCOPED_TRACE(::testing::Message() << dt << " s " << wc.s << " n " << wc.n << " window "
+                                        << wc.window << " cap " << wc.cap);
+      auto qv = seeded(b * h * wc.s * d, 1, 1.5), kv = seeded(b * hk * wc.n * d, 2, 1.5);
+      auto vv = seeded(b * hk * wc.n * d, 3, 1.0);
+      // The inputs as the dtype holds them, so that the reference sees the same values.
+      Tensor q = Tensor::from_vec(qv, {b, h, wc.s, d}, Device::cpu()).to_dtype(dt);
+      Tensor k = Tensor::from_vec(kv, {b, hk, wc.n, d}, Device::cpu()).to_dtype(dt);
+      Tensor v = Tensor::from_vec(vv, {b, hk, wc.n, d}, Device::cpu()).to_dtype(dt);
+      nn::AttentionOptions opt;
+      opt.causal = wc.causal;
+      opt.window = wc.window;
+      opt.softcap = wc.cap;
+      const double scale = 1 / std::sqrt(static_cast<double>(d));
+      double max_score = 0;
+      auto want =
+          reference_attention(q.to_vec_f64(), k.to_vec_f64(), v.to_vec_f64(), b, h, hk, wc.s, wc.n,
+                              d, scale, wc.causal, wc.window, wc.cap, &max_score);
+      auto got = nn::scaled_dot_product_attention(q, k, v, opt).to_vec_f64();
+      // Each score is off by the roundings of its steps (f16/bf16 round the product, the
+      // scaling and each soft-cap step to T, as transformers does) and a d-long sum in the compute
+      // type; an error e in the scores moves the probabilities by at most 2e relative, hence the
+      // output (|v| <= 1) by 2e; then an n-long sum and the output's rounding.
+      const double u = numerics::unit_roundoff(dt), uc = numerics::compute_roundoff(dt);
+      const double dot_abs = 1.5 * 1.5 * static_cast<double>(d) * scale;
+      const double score_error = 5 * u * max_score + 2 * std::sqrt(double(d)) * uc * dot_abs;
+      const double bound = 2 * score_error + 2 * std::sqrt(double(wc.n)) * uc + 2 * u;
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_LE(max_abs_diff(got, want), bound);
+      // The bound is far below the outputs: zeros or another window's outputs would not pass.
+      double biggest = 0;
+      for (double x : want) biggest = std::max(biggest, std::abs(x));
+      EXPECT_GT(biggest, 2 * bound);
+      EXPECT_GT(range_of(want), 0.1);
+    }
+  }
+  // A window needs no causal flag to be aligned: decoding one query, window 3 of 10 keys.
+  Tensor q = Tensor::from_vec(seeded(8, 4, 1), {1, 1, 1, 8}, Device::cpu());
+  Tensor kv = Tensor::from_vec(seeded(80, 5, 1), {1, 1, 10, 8}, Device::cpu());
+  nn::AttentionOptions opt;
+  opt.window = 3;
+  Tensor got = nn::scaled_dot_product_attention(q, kv, kv, opt);
+  Tensor last3 = nn::scaled_dot_product_attention(q, kv.narrow(2, 7, 3), kv.narrow(2, 7, 3));
+  EXPECT_LE(max_abs_diff(got.to_vec_f64(), last3.to_vec_f64()),
+            8 * numerics::unit_roundoff(DType::F32));
+  opt.softcap = -1;
+  EXPECT_THROW(nn::scaled_dot_product_attention(q, kv, kv, opt), Error);
+}
+
+// The gradient through a window and a soft-cap, against central finite differences in f64.
+TEST(FusedAttention, SoftCapAndWindowGradientsMatchFiniteDifferences) {
+  const size_t s = 6, d = 4;
+  auto qv = seeded(2 * s * d, 7, 1.5), kv = seeded(s * d, 8, 1.5), vv = seeded(s * d, 9, 1);
+  Tensor k = Tensor::from_vec(kv, {1, 1, s, d}, Device::cpu());
+  Tensor v = Tensor::from_vec(vv, {1, 1, s, d}, Device::cpu());
+  Tensor w = Tensor::from_vec(seeded(2 * s * d, 10, 1), {1, 2, s, d}, Device::cpu());
+  nn::AttentionOptions opt;
+  opt.causal = true;
+  opt.window = 3;
+  opt.softcap = 0.8;
+  auto loss = [&](const std::vector<double>& qx) {
+    Tensor q = Tensor::from_vec(qx, {1, 2, s, d}, Device::cpu());
+    return nn::scaled_dot_product_attention(q, k, v, opt).mul(w).sum_all().to_vec_f64()[0];
+  };
+  Tensor q = Tensor::from_vec(qv, {1, 2, s, d}, Device::cpu()).requires_grad();
+  Tensor l = nn::scaled_dot_product_attention(q, k, v, opt).mul(w).sum_all();
+  auto grad = l.backward().get(q)->to_vec_f64();
+  for (size_t i = 0; i < qv.size(); ++i) {
+    auto up = qv, down = qv;
+    up[i] += 1e-6;
+    down[i] -= 1e-6;
+    double fd = (loss(up) - loss(down)) / 2e-6;
+    EXPECT_NEAR(grad[i], fd, 1e-7 + 1e-6 * std::abs(fd)) << i;
+  }
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// wick-generate: text generation with a Llama-family model (a GGUF file or a Hugging Face folder).
+// wick-generate: text generation with a decoder-only model that load_causal_lm reads (Llama,
+// Qwen2/3, Mistral, Phi-3, Gemma 2/3: a GGUF file or a Hugging Face folder).
 // The generated text alone goes to stdout, streamed as it is made (or one JSON object with
 // --json); the prompt echo, statistics and progress go to stderr (tools/cli.h).
 
@@ -18,7 +19,9 @@
 
 #include "cli.h"
 #include "teacher_forced.h"
+#include "wick/causal_lm.h"
 #include "wick/generator.h"
+#include "wick/gguf.h"
 #include "wick/llama.h"
 #include "wick/tokenizer.h"
 #include "wick/wick.h"
@@ -78,7 +81,7 @@ size_t stop_prefix_at_end(const std::string& text, const std::vector<std::string
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "wick-generate: generate text with a Llama-family model (GGUF file or HF folder).\n"
+      "wick-generate: generate text with a decoder-only model (GGUF file or HF folder).\n"
       "The generated text alone goes to stdout (or one JSON object with --json); the prompt,\n"
       "statistics and progress go to stderr. Exit codes: 0 success, 1 runtime failure, 2 usage\n"
       "error, 3 the asked device is missing."};
@@ -205,17 +208,28 @@ int main(int argc, char** argv) {
     }
 
     auto t_load = std::chrono::steady_clock::now();
-    wick::models::Llama model =
-        wick::models::Llama::load(model_path, device, parse_dtype(dtype_name), keep_quantized);
+    // Every architecture through load_causal_lm; --dequantize (llama GGUF files) and
+    // --teacher-forced read a Llama as such.
+    const bool is_gguf = !fs::is_directory(model_path);
+    const std::string gguf_arch =
+        is_gguf ? wick::gguf::File::open(model_path).architecture() : std::string();
+    std::shared_ptr<const wick::models::CausalLM> model;
+    if (is_gguf && gguf_arch == "llama" && !keep_quantized) {
+      model = std::make_shared<wick::models::Llama>(
+          wick::models::Llama::load(model_path, device, parse_dtype(dtype_name), false));
+    } else {
+      model = wick::models::load_causal_lm(model_path, device, parse_dtype(dtype_name));
+    }
+    const auto* llama = dynamic_cast<const wick::models::Llama*>(model.get());
     double load_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-    const wick::models::LlamaConfig& config = model.config();
+    const wick::models::CausalLMConfig& config = model->config();
 
     std::optional<wick::Tokenizer> tok;
     if (fs::is_directory(model_path)) {
       fs::path tj = fs::path(model_path) / "tokenizer.json";
       if (fs::exists(tj)) tok = wick::Tokenizer::from_file(tj.string());
-    } else {
+    } else if (wick::gguf::File::open(model_path).contains_key("tokenizer.ggml.tokens")) {
       tok = wick::models::load_gguf_tokenizer(model_path);
     }
     if (prompt_ids.empty()) {
@@ -241,7 +255,7 @@ int main(int argc, char** argv) {
       }
     }
     // The model's context holds the prompt and the new tokens.
-    const size_t context = config.max_position_embeddings;
+    const size_t context = config.max_position;
     if (context_shift && teacher_forced == 0 && opt.max_new_tokens < context &&
         prompt_ids.size() + opt.max_new_tokens > context) {
       const size_t keep = context - opt.max_new_tokens;
@@ -292,9 +306,13 @@ int main(int argc, char** argv) {
                                 " tokens");
       }
       prompt_ids.resize(teacher_forced);
+      if (llama == nullptr || !is_gguf) {
+        throw tools::UsageError("--teacher-forced reads llama GGUF files, not " +
+                                config.architecture);
+      }
       wick::models::Llama dense =
           wick::models::Llama::load(model_path, device, parse_dtype(dtype_name), false);
-      wick::tools::TeacherForced r = wick::tools::teacher_forced(model, dense, prompt_ids);
+      wick::tools::TeacherForced r = wick::tools::teacher_forced(*llama, dense, prompt_ids);
       std::printf(
           "teacher-forced over %zu tokens: top-1 agreement %.2f%%, perplexity %.4f "
           "(%s) vs %.4f (dequantised), ratio %.4f\n",
@@ -304,10 +322,10 @@ int main(int argc, char** argv) {
       return tools::kOk;
     }
     if (!logits_out.empty()) {
-      wick::models::KvCache cache = model.make_cache(1, prompt_ids.size());
+      wick::models::KvCache cache = model->make_cache(1, prompt_ids.size());
       wick::Tensor ids = wick::Tensor::from_vec(prompt_ids, {1, prompt_ids.size()}, device);
       std::vector<float> v =
-          model.forward(ids, cache).to_dtype(wick::DType::F32).flatten_all().to_vec1<float>();
+          model->forward(ids, cache).to_dtype(wick::DType::F32).flatten_all().to_vec1<float>();
       write_file(logits_out, v.data(), v.size() * sizeof(float));
       if (opt.max_new_tokens == 0) return tools::kOk;
     }
@@ -326,7 +344,13 @@ int main(int argc, char** argv) {
     };
     // A chat keeps one cache for the whole conversation, up to the model's context.
     if (interactive && opt.max_len == 0) opt.max_len = context;
-    wick::Generator gen(model, opt);
+    wick::Generator gen(*model, opt);
+    char weights_buf[64] = "";
+    if (llama != nullptr) {
+      std::snprintf(weights_buf, sizeof weights_buf, "weights %.1f MiB, ",
+                    llama->weight_bytes() / 1048576.0);
+    }
+    const std::string weights_text = weights_buf;
     // One answer to `ids`: streamed to stdout (or one JSON line), statistics on stderr.
     auto run_turn = [&](const std::vector<uint32_t>& ids) -> std::string {
       // A long prefill reports its progress on stderr, chunk by chunk.
@@ -388,7 +412,7 @@ int main(int argc, char** argv) {
                         {"decode_seconds", s.decode_seconds},
                         {"prompt_tokens_per_second", s.prompt_tokens_per_second()},
                         {"decode_tokens_per_second", s.decode_tokens_per_second()}};
-        j["model"] = {{"type", config.model_type},
+        j["model"] = {{"type", config.architecture},
                       {"device", device.to_string()},
                       {"dtype", dtype_name},
                       {"kv_cache_bytes", s.kv_cache_bytes}};
@@ -410,10 +434,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "\n");
       }
       if (!quiet) {
-        std::fprintf(stderr,
-                     "\nmodel: %s on %s (%s), %zu layers, weights %.1f MiB, loaded in %.2f s\n",
-                     config.model_type.c_str(), device.to_string().c_str(), dtype_name.c_str(),
-                     config.num_hidden_layers, model.weight_bytes() / 1048576.0, load_s);
+        std::fprintf(stderr, "\nmodel: %s on %s (%s), %zu layers, %sloaded in %.2f s\n",
+                     config.architecture.c_str(), device.to_string().c_str(), dtype_name.c_str(),
+                     config.num_layers, weights_text.c_str(), load_s);
         std::fprintf(stderr, "prompt: %zu tokens, %.1f tok/s\n", s.prompt_tokens,
                      s.prompt_tokens_per_second());
         std::fprintf(stderr, "decode: %zu tokens, %.1f tok/s%s\n", s.new_tokens,

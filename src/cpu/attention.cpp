@@ -125,15 +125,18 @@ void attention_typed(const AttentionParams& p, const std::vector<KernelOperand>&
         o(kQueryTile * pb.d), sc(kQueryTile * kKeyTile);
     C m[kQueryTile], l[kQueryTile];
     size_t row_head[kQueryTile], row_query[kQueryTile];
+    long row_first[kQueryTile];
     for (size_t item = i0; item < i1; ++item) {
       size_t qt = item % pb.q_tiles, bk = item / pb.q_tiles;
       size_t bi = bk / pb.nh_kv, hk = bk % pb.nh_kv;
       size_t r0 = qt * kQueryTile, nq = std::min(kQueryTile, pb.group_rows - r0);
-      long last_visible = -1;
+      long last_visible = -1, first_seen = std::numeric_limits<long>::max();
       for (size_t r = 0; r < nq; ++r) {
         size_t hi = hk * pb.group + (r0 + r) / pb.s, qi = (r0 + r) % pb.s;
         row_head[r] = hi;
         row_query[r] = qi;
+        row_first[r] = pb.first_key(p, qi);
+        first_seen = std::min(first_seen, row_first[r]);
         const T* qr = pb.qp + bi * pb.qv.strides[0] + hi * pb.qv.strides[1] + qi * pb.qv.strides[2];
         for (size_t t = 0; t < pb.d; ++t) q[r * pb.d + t] = static_cast<C>(qr[t]) * scale;
         m[r] = kNegInf;
@@ -143,9 +146,11 @@ void attention_typed(const AttentionParams& p, const std::vector<KernelOperand>&
       }
       std::fill_n(o.begin(), nq * pb.d, C(0));
       size_t key_end = static_cast<size_t>(std::clamp(last_visible + 1, 0L, long(pb.s_kv)));
+      // Tiles before every row's window are skipped.
+      size_t key_begin = std::min(static_cast<size_t>(first_seen), key_end) / kKeyTile * kKeyTile;
       const T* kbase = pb.kp + bi * pb.kv.strides[0] + hk * pb.kv.strides[1];
       const T* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
-      for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+      for (size_t k0 = key_begin; k0 < key_end; k0 += kKeyTile) {
         size_t nk = std::min(kKeyTile, key_end - k0);
         // Short tiles (short sequences) compute scores for nk keys rounded up to 16, not 64.
         size_t kw = std::min(kKeyTile, (nk + 15) / 16 * 16);
@@ -171,6 +176,10 @@ void attention_typed(const AttentionParams& p, const std::vector<KernelOperand>&
           long limit = p.causal ? qi + pb.shift : static_cast<long>(pb.s_kv) - 1;
           size_t visible = static_cast<size_t>(
               std::clamp(limit - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk)));
+          if (p.softcap > 0) {
+            const C cap = static_cast<C>(p.softcap);
+            for (size_t j = 0; j < visible; ++j) sr[j] = cap * std::tanh(sr[j] / cap);
+          }
           if (pb.has_mask) {
             const T* mrow = pb.mp + bi * pb.mv.strides[0] + hi * pb.mv.strides[1] +
                             static_cast<size_t>(qi) * pb.mv.strides[2] + k0 * pb.mv.strides[3];
@@ -182,6 +191,10 @@ void attention_typed(const AttentionParams& p, const std::vector<KernelOperand>&
             }
           }
           for (size_t j = visible; j < kw; ++j) sr[j] = kNegInf;
+          // Keys before the row's window.
+          size_t before = static_cast<size_t>(
+              std::clamp(row_first[r] - static_cast<long>(k0), 0L, static_cast<long>(visible)));
+          for (size_t j = 0; j < before; ++j) sr[j] = kNegInf;
           // Eight running maxima and sums so that the loops vectorise.
           C mx8[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
           for (size_t j = 0; j < kw; j += 8) {
@@ -237,16 +250,18 @@ void attention_rounded(const AttentionParams& p, const std::vector<KernelOperand
     std::vector<C> kt(pb.d * kKeyTile), vt(kKeyTile * pb.d), q(kQueryTile * pb.d),
         o(kQueryTile * pb.d), sc(kQueryTile * kKeyTile), rows;
     size_t row_head[kQueryTile], row_query[kQueryTile];
-    long row_limit[kQueryTile];
+    long row_limit[kQueryTile], row_first[kQueryTile];
     for (size_t item = i0; item < i1; ++item) {
       size_t qt = item % pb.q_tiles, bk = item / pb.q_tiles;
       size_t bi = bk / pb.nh_kv, hk = bk % pb.nh_kv;
       size_t r0 = qt * kQueryTile, nq = std::min(kQueryTile, pb.group_rows - r0);
-      long last_visible = -1;
+      long last_visible = -1, first_seen = std::numeric_limits<long>::max();
       for (size_t r = 0; r < nq; ++r) {
         size_t hi = hk * pb.group + (r0 + r) / pb.s, qi = (r0 + r) % pb.s;
         row_head[r] = hi;
         row_query[r] = qi;
+        row_first[r] = pb.first_key(p, qi);
+        first_seen = std::min(first_seen, row_first[r]);
         row_limit[r] = p.causal ? static_cast<long>(qi) + pb.shift : static_cast<long>(pb.s_kv) - 1;
         const T* qr = pb.qp + bi * pb.qv.strides[0] + hi * pb.qv.strides[1] + qi * pb.qv.strides[2];
         for (size_t t = 0; t < pb.d; ++t) q[r * pb.d + t] = static_cast<C>(qr[t]);
@@ -256,8 +271,11 @@ void attention_rounded(const AttentionParams& p, const std::vector<KernelOperand
       rows.assign(nq * key_end, kNegInf);
       const T* kbase = pb.kp + bi * pb.kv.strides[0] + hk * pb.kv.strides[1];
       const T* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
-      // Pass 1: the rounded scores of every visible key.
-      for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+      size_t key_begin = std::min(static_cast<size_t>(first_seen), key_end) / kKeyTile * kKeyTile;
+      // Pass 1: the rounded scores of every visible key (the soft-cap rounded at each of
+      // transformers' steps: / cap, tanh, * cap).
+      const C cap = static_cast<C>(p.softcap);
+      for (size_t k0 = key_begin; k0 < key_end; k0 += kKeyTile) {
         size_t nk = std::min(kKeyTile, key_end - k0);
         for (size_t j = 0; j < kKeyTile; ++j) {
           if (j < nk) {
@@ -272,8 +290,10 @@ void attention_rounded(const AttentionParams& p, const std::vector<KernelOperand
           long visible =
               std::clamp(row_limit[r] - static_cast<long>(k0) + 1, 0L, static_cast<long>(nk));
           C* dst = rows.data() + r * key_end + k0;
-          for (long j = 0; j < visible; ++j) {
+          long before = std::clamp(row_first[r] - static_cast<long>(k0), 0L, visible);
+          for (long j = before; j < visible; ++j) {
             C v = round_as<T>(round_as<T>(sc[r * kKeyTile + j]) * scale);
+            if (p.softcap > 0) v = round_as<T>(round_as<T>(std::tanh(round_as<T>(v / cap))) * cap);
             if (pb.has_mask) {
               v = round_as<T>(
                   v + static_cast<C>(
@@ -302,7 +322,7 @@ void attention_rounded(const AttentionParams& p, const std::vector<KernelOperand
       }
       // Pass 2: O = P V, accumulated in f32.
       std::fill(o.begin(), o.end(), C(0));
-      for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+      for (size_t k0 = key_begin; k0 < key_end; k0 += kKeyTile) {
         size_t nk = std::min(kKeyTile, key_end - k0);
         for (size_t j = 0; j < nk; ++j) {
           const T* vr = vbase + (k0 + j) * pb.vv.strides[2];
@@ -351,7 +371,8 @@ std::optional<TensorList> AttentionOp::cpu(const TensorList& in) const {
   std::vector<KernelOperand> operands;
   operands.reserve(in.size());
   for (const Tensor& t : in) operands.push_back(detail::kernel_operand(t));
-  return TensorList{detail::from_storage(cpu::attention({scale, causal}, operands), in[0].shape())};
+  return TensorList{detail::from_storage(cpu::attention({scale, causal, window, softcap}, operands),
+                                         in[0].shape())};
 }
 
 }  // namespace wick::fused

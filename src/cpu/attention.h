@@ -3,6 +3,7 @@
 // (src/cpu/attention.cpp) and the f32 one compiled per instruction set
 // (src/cpu/attention_f32.cpp).
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -11,10 +12,13 @@
 namespace wick::cpu {
 
 /// The attention op's settings (fused::AttentionOp): scale already resolved; causal aligns the
-/// last query with the last key.
+/// last query with the last key; window > 0 keeps the keys j > i + shift - window; softcap > 0
+/// maps each scaled score x to softcap tanh(x / softcap) before the mask.
 struct AttentionParams {
   double scale;
   bool causal;
+  size_t window = 0;
+  double softcap = 0;
 };
 
 struct View4 {
@@ -71,6 +75,12 @@ struct Problem {
 
   static const T* data(const KernelOperand& op) {
     return as_cpu(*op.storage).as<T>() + op.layout.start_offset();
+  }
+
+  /// The first key query qi sees: 0, or with a window the oldest key inside it.
+  long first_key(const AttentionParams& p, size_t qi) const {
+    if (p.window == 0) return 0;
+    return std::max(0L, static_cast<long>(qi) + shift - static_cast<long>(p.window) + 1);
   }
 };
 

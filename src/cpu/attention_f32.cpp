@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <utility>
@@ -375,35 +376,46 @@ inline float hsum(vf x) {
   return s;
 }
 
+// cap tanh(x / cap) of a score in log2 units, with cap the soft-cap in those units.
+inline float soft_cap(float x, float cap) {
+  return cap * std::tanh(x / cap);
+}
+
 // An item of nq <= kLanes rows; row_* as in run_item.
-void few_rows_item(const Problem<float>& pb, float scale, size_t bi, size_t hk, size_t nq,
-                   const size_t* row_head, const size_t* row_query, const float* const* q_row,
-                   const int32_t* limit, ItemBuffers& buf, float* out) {
+void few_rows_item(const Problem<float>& pb, float scale, float cap, size_t bi, size_t hk,
+                   size_t nq, const size_t* row_head, const size_t* row_query,
+                   const float* const* q_row, const int32_t* limit, const int32_t* first,
+                   ItemBuffers& buf, float* out) {
   const size_t d = pb.d, dv = ItemBuffers::vecs(d), dq = dv * kLanes;
   float* q = reinterpret_cast<float*>(buf.q.data());
   vf* o = buf.o.data();
   vf* kt = buf.kt.data();
   vf* sc = buf.st.data();
   float m[kLanes], l[kLanes], corr[kLanes];
-  long max_limit = -1;
+  long max_limit = -1, min_first = std::numeric_limits<long>::max();
   for (size_t r = 0; r < nq; ++r) {
     for (size_t t = 0; t < d; ++t) q[r * dq + t] = q_row[r][t] * scale;
     for (size_t i = 0; i < dv; ++i) o[r * dv + i] = vf{};
     m[r] = kNegInf;
     l[r] = 0;
     max_limit = std::max(max_limit, static_cast<long>(limit[r]));
+    min_first = std::min(min_first, static_cast<long>(first[r]));
   }
   const size_t key_end = static_cast<size_t>(max_limit + 1);
+  const size_t key_begin = std::min(static_cast<size_t>(min_first), key_end) / kKeyTile * kKeyTile;
   const size_t ks = pb.kv.strides[2], vs = pb.vv.strides[2];
   const float* kbase = pb.kp + bi * pb.kv.strides[0] + hk * pb.kv.strides[1];
   const float* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
-  for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+  for (size_t k0 = key_begin; k0 < key_end; k0 += kKeyTile) {
     const size_t nk = std::min(kKeyTile, key_end - k0);
     pack_keys(kbase + k0 * ks, ks, nk, d, kt);
     few_scores(q, dq, kt, d, nq, sc);
     for (size_t r = 0; r < nq; ++r) {
       vf* srow = sc + r * kKeyVecs;
       float* sf = reinterpret_cast<float*>(srow);
+      if (cap > 0) {
+        for (size_t j = 0; j < nk; ++j) sf[j] = soft_cap(sf[j], cap);
+      }
       if (pb.has_mask) {
         const size_t ms = pb.mv.strides[3];
         const float* mrow = pb.mp + bi * pb.mv.strides[0] + row_head[r] * pb.mv.strides[1] +
@@ -414,6 +426,9 @@ void few_rows_item(const Problem<float>& pb, float scale, size_t bi, size_t hk, 
       long visible = std::clamp(static_cast<long>(limit[r]) - static_cast<long>(k0) + 1, 0L,
                                 static_cast<long>(nk));
       for (size_t j = static_cast<size_t>(visible); j < kKeyTile; ++j) sf[j] = kNegInf;
+      // Keys before the row's window get -inf too.
+      long before = std::clamp(static_cast<long>(first[r]) - static_cast<long>(k0), 0L, visible);
+      for (long j = 0; j < before; ++j) sf[j] = kNegInf;
       vf mxv = srow[0];
       for (size_t kv = 1; kv < kKeyVecs; ++kv) mxv = vmax(mxv, srow[kv]);
       const float m_new = std::max(m[r], hmax(mxv));
@@ -439,8 +454,9 @@ void few_rows_item(const Problem<float>& pb, float scale, size_t bi, size_t hk, 
 }
 
 // One work item: rows [r0, r0 + nq) of the group of k/v head hk of batch bi.
-void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, size_t hk, size_t r0,
-              size_t nq, ItemBuffers& buf, float* out) {
+void run_item(const Problem<float>& pb, const AttentionParams& params, float scale, float cap,
+              size_t bi, size_t hk, size_t r0, size_t nq, ItemBuffers& buf, float* out) {
+  const bool causal = params.causal;
   const size_t d = pb.d;
   vf* qt = buf.qt.data();
   vf* ot = buf.ot.data();
@@ -448,11 +464,15 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
   size_t row_head[kItemRows], row_query[kItemRows];
   const float* q_row[kItemRows];
   // The last key each row sees; rows past nq (padding) see every key and read zeros.
+  // The first key each row sees (its window's oldest; 0 without a window or for padding rows).
   alignas(sizeof(vf)) int32_t limit[kItemRows];
+  alignas(sizeof(vf)) int32_t first[kItemRows];
   long min_limit = std::numeric_limits<long>::max(), max_limit = -1;
+  long min_first = std::numeric_limits<long>::max(), max_first = 0;
   for (size_t r = 0; r < kItemRows; ++r) {
     if (r >= nq) {
       limit[r] = std::numeric_limits<int32_t>::max();
+      first[r] = 0;
       continue;
     }
     size_t hi = hk * pb.group + (r0 + r) / pb.s, qi = (r0 + r) % pb.s;
@@ -464,11 +484,15 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
     limit[r] = static_cast<int32_t>(lim);
     min_limit = std::min(min_limit, lim);
     max_limit = std::max(max_limit, lim);
+    long f = std::min(pb.first_key(params, qi), static_cast<long>(pb.s_kv));
+    first[r] = static_cast<int32_t>(f);
+    min_first = std::min(min_first, f);
+    max_first = std::max(max_first, f);
   }
   // WICK_BATCH_INVARIANT=1: every item takes the tiled path below, so that a query's bits do not
   // depend on how many rows share its item (decode against prefill).
   if (nq <= kLanes && !settings::batch_invariant()) {
-    few_rows_item(pb, scale, bi, hk, nq, row_head, row_query, q_row, limit, buf, out);
+    few_rows_item(pb, scale, cap, bi, hk, nq, row_head, row_query, q_row, limit, first, buf, out);
     return;
   }
   // Only the nv row vectors that hold rows are computed (the rest pad the last tile of rows).
@@ -493,21 +517,23 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
     }
   }
   vf m[kRowVecs], l[kRowVecs], corr[kRowVecs];
-  vi lim[kRowVecs];
+  vi lim[kRowVecs], fst[kRowVecs];
   for (size_t rv = 0; rv < nv; ++rv) {
     m[rv] = splat(kNegInf);
     l[rv] = vf{};
     lim[rv] = *reinterpret_cast<const vi*>(limit + rv * kLanes);
+    fst[rv] = *reinterpret_cast<const vi*>(first + rv * kLanes);
   }
   for (size_t t = 0; t < d; ++t) {
     for (size_t rv = 0; rv < nv; ++rv) ot[t * kRowVecs + rv] = vf{};
   }
 
   const size_t key_end = static_cast<size_t>(max_limit + 1);
+  const size_t key_begin = std::min(static_cast<size_t>(min_first), key_end) / kKeyTile * kKeyTile;
   const size_t ks = pb.kv.strides[2], vs = pb.vv.strides[2];
   const float* kbase = pb.kp + bi * pb.kv.strides[0] + hk * pb.kv.strides[1];
   const float* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
-  for (size_t k0 = 0; k0 < key_end; k0 += kKeyTile) {
+  for (size_t k0 = key_begin; k0 < key_end; k0 += kKeyTile) {
     const size_t nk = std::min(kKeyTile, key_end - k0);
     const float* k = kbase + k0 * ks;
     const float* v = vbase + k0 * vs;
@@ -520,9 +546,19 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
       scores_rows<kScoreKeys, kScoreRowVecs>(k, ks, nk, qt, d, rv0, st, mx);
     }
     for (; rv0 < nv; ++rv0) scores_rows<kNarrowKeys, 1>(k, ks, nk, qt, d, rv0, st, mx);
+    if (cap > 0) {
+      for (size_t j = 0; j < nk; ++j) {
+        for (size_t rv = 0; rv < nv; ++rv) {
+          for (size_t i = 0; i < kLanes; ++i) {
+            st[j * kRowVecs + rv][i] = soft_cap(st[j * kRowVecs + rv][i], cap);
+          }
+        }
+      }
+    }
     // The additive mask, and -inf past each row's last visible key (causal); the maxima are then
     // taken again over what is left (masked raw scores must not set them).
     const bool masked = static_cast<long>(k0 + nk) - 1 > min_limit;
+    const bool windowed = static_cast<long>(k0) < max_first;  // keys before some row's window
     if (pb.has_mask) {
       const size_t ms = pb.mv.strides[3];
       for (size_t r = 0; r < nq; ++r) {
@@ -541,7 +577,15 @@ void run_item(const Problem<float>& pb, bool causal, float scale, size_t bi, siz
         }
       }
     }
-    if (masked || pb.has_mask) {
+    if (windowed) {
+      for (size_t j = 0; j < nk; ++j) {
+        const vi key = vi{} + static_cast<int32_t>(k0 + j);
+        for (size_t rv = 0; rv < nv; ++rv) {
+          st[j * kRowVecs + rv] = key < fst[rv] ? splat(kNegInf) : st[j * kRowVecs + rv];
+        }
+      }
+    }
+    if (masked || windowed || pb.has_mask || cap > 0) {
       for (size_t rv = 0; rv < nv; ++rv) {
         mx[rv] = st[rv];
         for (size_t j = 1; j < nk; ++j) mx[rv] = vmax(mx[rv], st[j * kRowVecs + rv]);
@@ -605,6 +649,7 @@ void attention_f32(const AttentionParams& params, const std::vector<KernelOperan
   const Problem<float> pb(operands, kItemRows);
   // Scores in log2 units: exp(x - m) = 2^(x log2(e) - m log2(e)).
   const float scale = static_cast<float>(params.scale * kLog2e);
+  const float cap = static_cast<float>(params.softcap * kLog2e);
   const size_t heads = pb.nb * pb.nh_kv;
   std::atomic<size_t> next{0};
   parallel_for(std::min(num_threads(), pb.items), 1, [&](size_t, size_t) {
@@ -615,7 +660,7 @@ void attention_f32(const AttentionParams& params, const std::vector<KernelOperan
       // The last query tiles first: causal, they see the most keys, so the threads end together.
       size_t qt = pb.q_tiles - 1 - i / heads, bk = i % heads;
       size_t r0 = qt * kItemRows;
-      run_item(pb, params.causal, scale, bk / pb.nh_kv, bk % pb.nh_kv, r0,
+      run_item(pb, params, scale, cap, bk / pb.nh_kv, bk % pb.nh_kv, r0,
                std::min(kItemRows, pb.group_rows - r0), buf, out);
     }
   });

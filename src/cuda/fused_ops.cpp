@@ -46,6 +46,8 @@ constexpr size_t kComposedScoreBytes = size_t{1} << 30;
 }  // namespace
 
 std::optional<TensorList> AttentionOp::cuda_kernel(const AttentionOp& op, const TensorList& in) {
+  // The CUDA kernels have no window or soft-cap yet: the composition (fallback) runs those.
+  if (op.window > 0 || op.softcap > 0) return std::nullopt;
   auto locks = wick::detail::lock_inputs(op, in);
   const Layout& ql = in[0].layout();
   const Layout& kl = in[1].layout();

@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <limits>
 
+#include "nn/kv_write.h"
 #include "util.h"
 #include "wick/error.h"
 #include "wick/gguf.h"
@@ -283,9 +283,11 @@ void DecoderConfig::validate(const std::string& origin) const {
                           " is not a multiple of num_key_value_heads ", num_kv_heads));
   }
   if (head_dim % 2 != 0) throw FormatError(str(origin, ": head_dim ", head_dim, " is odd"));
-  size_t q_rows = 0, embed = 0;
+  size_t q_rows = 0, embed = 0, ffn = 0, gate_up = 0;
   if (__builtin_mul_overflow(num_heads, head_dim, &q_rows) ||
-      __builtin_mul_overflow(vocab_size, hidden_size, &embed)) {
+      __builtin_mul_overflow(vocab_size, hidden_size, &embed) ||
+      __builtin_mul_overflow(intermediate_size, hidden_size, &ffn) ||
+      __builtin_mul_overflow(intermediate_size, size_t{2}, &gate_up)) {
     throw FormatError(str(origin, ": sizes overflow"));
   }
   check_positive(rms_norm_eps, "rms_norm_eps", origin);
@@ -351,7 +353,7 @@ class FolderWeights : public WeightSource {
   }
   bool is_gguf() const override { return false; }
   bool contains(const std::string& name) const override { return file_->contains(name); }
-  Tensor dense(const std::string& name, const Shape& shape) const override {
+  Tensor dense_as(const std::string& name, const Shape& shape, DType as) const override {
     if (!file_->contains(name)) throw FormatError(str("load_causal_lm: missing weight ", name));
     Tensor t = file_->get(name, device_);
     if (t.shape() != shape) {
@@ -362,7 +364,7 @@ class FolderWeights : public WeightSource {
     if (d != DType::F32 && d != DType::F16 && d != DType::BF16 && d != DType::F64) {
       throw FormatError(str("load_causal_lm: weight ", name, " is ", d, ", not a float dtype"));
     }
-    return t.to_dtype(dtype_);
+    return t.to_dtype(as);
   }
   QLinear linear(const std::vector<std::pair<std::string, Shape>>& parts) const override {
     std::vector<Tensor> rows;
@@ -388,9 +390,9 @@ class GgufWeights : public WeightSource {
   }
   bool is_gguf() const override { return true; }
   bool contains(const std::string& name) const override { return file_->contains(gguf_name(name)); }
-  Tensor dense(const std::string& name, const Shape& shape) const override {
+  Tensor dense_as(const std::string& name, const Shape& shape, DType as) const override {
     std::string g = checked(name, shape);
-    return file_->get(g, Device::cpu()).to_device(device_).to_dtype(dtype_);
+    return file_->get(g, Device::cpu()).to_device(device_).to_dtype(as);
   }
   QLinear linear(const std::vector<std::pair<std::string, Shape>>& parts) const override {
     std::vector<QTensor> q;
@@ -489,7 +491,12 @@ void read_embedding_and_head(const WeightSource& src, DecoderConfig& c, Weights&
 // ---- the model ----
 
 Decoder::Decoder(DecoderConfig config, Weights weights, const Device& device, DType dtype)
-    : config_(std::move(config)), w_(std::move(weights)), device_(device), dtype_(dtype) {}
+    : config_(std::move(config)), w_(std::move(weights)), device_(device), dtype_(dtype) {
+  for (size_t i = 1; i < w_.ropes.size(); ++i) {
+    extra_rope_tables_.push_back(w_.ropes[i].tables(config_.head_dim, config_.max_position, 0,
+                                                    config_.max_position, dtype_, device_));
+  }
+}
 
 KvCache Decoder::make_cache(size_t batch, size_t max_len) const {
   if (batch == 0 || max_len == 0) {
@@ -502,65 +509,57 @@ KvCache Decoder::make_cache(size_t batch, size_t max_len) const {
                            config_.head_dim, dtype_, device_, cos, sin);
 }
 
-Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, size_t start) const {
+Tensor Decoder::head_norm(const Tensor& x, const Tensor& w, double eps) {
+  if (w.dtype() == x.dtype()) return x.rms_norm(w, eps);
+  return x.to_dtype(w.dtype()).rms_norm(w, eps).to_dtype(x.dtype());
+}
+
+Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, const Step& at) const {
+  const size_t start = at.start;
   const Layer& l = w_.layers[li];
   const DecoderConfig& c = config_;
   const size_t b = in.dims()[0], s = in.dims()[1];
   const size_t h = c.num_heads, h_kv = c.num_kv_heads, hd = c.head_dim;
   const size_t len = start + s;
   Tensor qkv = l.wqkv.forward(in);  // (b, s, (h + 2 h_kv) hd)
-  auto heads = [&](size_t at, size_t n) {
-    return qkv.narrow(2, at * hd, n * hd).contiguous().reshape({b, s, n, hd});
+  auto heads = [&](size_t first, size_t n) {
+    return qkv.narrow(2, first * hd, n * hd).contiguous().reshape({b, s, n, hd});
   };
   Tensor q = heads(0, h), k = heads(h, h_kv), v = heads(h + h_kv, h_kv);
-  if (l.q_norm.defined()) q = q.rms_norm(l.q_norm, c.rms_norm_eps);
-  if (l.k_norm.defined()) k = k.rms_norm(l.k_norm, c.rms_norm_eps);
-  auto [cos, sin] =
-      w_.ropes.at(l.attention.rope).tables(hd, cache.max_len(), start, s, dtype_, device_);
+  if (l.q_norm.defined()) q = head_norm(q, l.q_norm, c.rms_norm_eps);
+  if (l.k_norm.defined()) k = head_norm(k, l.k_norm, c.rms_norm_eps);
+  const auto& [cos, sin] = at.rope.at(l.attention.rope);
   q = q.transpose(1, 2).contiguous().rope(cos, sin);  // (b, h, s, hd)
   k = k.transpose(1, 2).contiguous().rope(cos, sin);
   v = v.transpose(1, 2).contiguous();
+  nn::AttentionOptions opt;
+  opt.scale = l.attention.scale;
+  opt.softcap = l.attention.softcap;
+  Tensor keys, values;
+  if (at.position.defined()) {
+    // Decode step: written where the device position says, masked from it (window included).
+    nn::detail::write_at_position(cache.k(li), k, cache.v(li), v, at.position);
+    keys = cache.k(li).narrow(2, 0, at.keys);
+    values = cache.v(li).narrow(2, 0, at.keys);
+    opt.mask = l.attention.window > 0 ? at.mask_window : at.mask_all;
+    return nn::scaled_dot_product_attention(q, keys, values, opt)
+        .transpose(1, 2)
+        .reshape({b, s, h * hd});
+  }
   cache.k(li).narrow(2, start, s).assign(k);
   cache.v(li).narrow(2, start, s).assign(v);
-  Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
+  keys = cache.k(li).narrow(2, 0, len);
+  values = cache.v(li).narrow(2, 0, len);
 
-  const AttentionSpec& a = l.attention;
-  const bool windowed = a.window > 0 && a.window < len;
-  Tensor mask;
-  if (windowed || a.softcap > 0) {
-    // 0 where query start + i sees key j (causal, within the window), -inf elsewhere.
-    std::vector<float> m(s * len, -std::numeric_limits<float>::infinity());
-    for (size_t i = 0; i < s; ++i) {
-      size_t pos = start + i;
-      size_t first = a.window > 0 && pos + 1 > a.window ? pos + 1 - a.window : 0;
-      for (size_t j = first; j <= pos; ++j) m[i * len + j] = 0;
-    }
-    mask = Tensor::from_vec(m, {s, len}, device_).to_dtype(dtype_);
-  }
-  Tensor att;
-  if (a.softcap > 0) {
-    // scores = cap tanh(q k^T scale / cap) + mask, softmax, times v; the query heads of one
-    // key/value head are rows of one matmul.
-    const size_t g = h / h_kv;
-    Tensor scores = q.reshape({b, h_kv, g * s, hd}).matmul(keys.transpose(2, 3).contiguous());
-    scores = scores.affine(a.scale / a.softcap, 0).tanh().affine(a.softcap, 0);
-    Tensor probs = scores.reshape({b, h_kv, g, s, len}).broadcast_add(mask).softmax_last_dim();
-    att = probs.reshape({b, h_kv, g * s, len}).matmul(values.contiguous()).reshape({b, h, s, hd});
-  } else {
-    nn::AttentionOptions opt;
-    opt.scale = a.scale;
-    if (windowed) {
-      opt.mask = mask;
-    } else {
-      opt.causal = s > 1;
-    }
-    att = nn::scaled_dot_product_attention(q, keys, values, opt);
-  }
+  // Causal over the cache, within the layer's window, scores soft-capped: the fused attention
+  // op takes both (its composition where a backend's kernel does not).
+  opt.causal = s > 1;
+  opt.window = l.attention.window;
+  Tensor att = nn::scaled_dot_product_attention(q, keys, values, opt);
   return att.transpose(1, 2).reshape({b, s, h * hd});
 }
 
-Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const {
-  const std::string name = str(config_.architecture, " ", op);
+void Decoder::check(const Tensor& ids, const KvCache& cache, const std::string& name) const {
   if (ids.rank() != 2 || ids.dims()[1] == 0) {
     throw ShapeMismatch(str(name, ": ids must be (batch, seq) with seq > 0, got ", ids.shape()));
   }
@@ -575,20 +574,87 @@ Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const cha
   if (ids.device() != device_) {
     throw DeviceMismatch(str(name, ": ids on ", ids.device(), ", model on ", device_));
   }
-  const size_t s = ids.dims()[1], start = cache.length();
-  if (start + s > cache.max_len()) {
-    throw IndexOutOfRange(str(name, ": ", start, " cached + ", s,
-                              " new positions exceed the cache's max_len ", cache.max_len()));
-  }
-  Tensor normed = hidden(ids, cache, start);
-  cache.set_length(start + s);
-  if (last_only) normed = normed.narrow(1, s - 1, 1).squeeze(1);
+}
+
+Tensor Decoder::head(const Tensor& normed) const {
   Tensor logits = w_.lm_head.forward(normed);
   if (config_.final_softcap > 0) {
     const double cap = config_.final_softcap;
     logits = logits.affine(1 / cap, 0).tanh().affine(cap, 0);
   }
   return logits;
+}
+
+Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const {
+  const std::string name = str(config_.architecture, " ", op);
+  check(ids, cache, name);
+  const size_t s = ids.dims()[1], start = cache.length();
+  if (start + s > cache.max_len()) {
+    throw IndexOutOfRange(str(name, ": ", start, " cached + ", s,
+                              " new positions exceed the cache's max_len ", cache.max_len()));
+  }
+  Step at;
+  at.start = start;
+  for (const Rope& r : w_.ropes) {
+    at.rope.push_back(r.tables(config_.head_dim, cache.max_len(), start, s, dtype_, device_));
+  }
+  Tensor normed = hidden(ids, cache, at);
+  cache.set_length(start + s);
+  if (last_only) normed = normed.narrow(1, s - 1, 1).squeeze(1);
+  return head(normed);
+}
+
+Tensor Decoder::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
+                            Tensor* logits, size_t key_window) const {
+  const std::string name = str(config_.architecture, " decode_step");
+  check(token, cache, name);
+  if (token.dims()[1] != 1 || token.dtype() != DType::U32) {
+    throw ShapeMismatch(
+        str(name, ": token must be (batch, 1) u32, got ", token.shape(), " ", token.dtype()));
+  }
+  if (position.elem_count() != 1 || position.rank() != 1 || position.dtype() != DType::U32 ||
+      position.device() != device_) {
+    throw ShapeMismatch(str(name, ": position must be (1) u32 on ", device_, ", got ",
+                            position.shape(), " ", position.dtype(), " on ", position.device()));
+  }
+  if (key_window == 0) key_window = cache.max_len();
+  if (key_window > cache.max_len()) {
+    throw IndexOutOfRange(
+        str(name, ": key_window ", key_window, " > the cache's ", cache.max_len()));
+  }
+  if (!extra_rope_tables_.empty() && cache.max_len() > config_.max_position) {
+    throw IndexOutOfRange(str(name, ": a cache of ", cache.max_len(),
+                              " positions exceeds the model's context of ", config_.max_position));
+  }
+  Step at;
+  at.position = position;
+  at.keys = key_window;
+  at.rope.emplace_back(cache.cos().index_select(position, 0),
+                       cache.sin().index_select(position, 0));
+  for (const auto& [cos, sin] : extra_rope_tables_) {
+    at.rope.emplace_back(cos.index_select(position, 0), sin.index_select(position, 0));
+  }
+  at.mask_all = nn::detail::position_mask(cache, position, key_window);
+  size_t window = 0;  // the local layers share one window
+  for (const Layer& l : w_.layers) {
+    if (l.attention.window > 0 && window > 0 && l.attention.window != window) {
+      throw Error(str(name, ": layers with different sliding windows (", window, " and ",
+                      l.attention.window, ")"));
+    }
+    window = std::max(window, l.attention.window);
+  }
+  if (window > 0) {
+    // Keys j with j + window > position: the window's; the others -inf.
+    Tensor inside = cache.positions()
+                        .narrow(0, 0, key_window)
+                        .affine(1, static_cast<double>(window))
+                        .gt(position.reshape({1}).broadcast_as({key_window}))
+                        .reshape({1, key_window});
+    at.mask_window = inside.where_cond(at.mask_all, cache.mask_fill().narrow(0, 0, 1));
+  }
+  Tensor out = head(hidden(token, cache, at).squeeze(1));  // (b, vocab)
+  if (logits != nullptr) *logits = out;
+  return out.argmax(1);
 }
 
 Tensor Decoder::forward(const Tensor& ids, KvCache& cache) const {

@@ -85,8 +85,11 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual bool is_gguf() const = 0;
   virtual bool contains(const std::string& hf_name) const = 0;
-  /// A vector or a table, dense in the model's dtype.
-  virtual Tensor dense(const std::string& hf_name, const Shape& shape) const = 0;
+  /// A vector or a table, dense in `as` (the model's dtype by default).
+  virtual Tensor dense_as(const std::string& hf_name, const Shape& shape, DType as) const = 0;
+  Tensor dense(const std::string& hf_name, const Shape& shape) const {
+    return dense_as(hf_name, shape, dtype());
+  }
   /// Matrices (out_i, in) stacked by rows: kept as GGML blocks where a GGUF file's types allow
   /// qmatmul, otherwise dense.
   virtual QLinear linear(const std::vector<std::pair<std::string, Shape>>& parts) const = 0;
@@ -115,7 +118,7 @@ struct AttentionSpec {
 /// One decoder layer's weights; a family leaves the norms it does not have undefined.
 struct Layer {
   Tensor attn_norm, post_attn_norm, ffn_norm, post_ffn_norm;
-  Tensor q_norm, k_norm;  // (head_dim), per head
+  Tensor q_norm, k_norm;  // (head_dim), per head; f32 weights normalise in f32 (Gemma)
   QLinear wqkv;           // q, k and v rows
   QLinear wo;
   QLinear wgate_up;  // gate rows, then up rows
@@ -136,12 +139,26 @@ void read_projections(const WeightSource& src, const DecoderConfig& c, size_t i,
 /// The embedding, final norm and output head (the embedding when tied or absent).
 void read_embedding_and_head(const WeightSource& src, DecoderConfig& c, Weights& w);
 
-/// A decoder whose layers a family states in hidden(); the embedding, KV cache, checks and output
-/// head are common. No device-side decode step: the CUDA decode plans cover the standard Llama
-/// layout only, and these families compose every step from their ops.
+/// One forward call's positions: the first one and each rope's (cos, sin) tables for them; for a
+/// decode step, the position in device memory, the cache rows read and the additive masks.
+struct Step {
+  size_t start = 0;
+  std::vector<std::pair<Tensor, Tensor>> rope;  // per Weights::ropes entry, (s, head_dim / 2)
+  Tensor position;                              // defined: a decode step (one U32 on the device)
+  size_t keys = 0;                              // decode step: cache rows [0, keys) are read
+  Tensor mask_all, mask_window;                 // decode step: (1, keys), 0 or -inf
+};
+
+/// A decoder whose layers a family states in hidden(); the embedding, KV cache, checks, output
+/// head and the device-side decode step are common. No backend decode plan is asked for: the
+/// plans cover the standard Llama layout only, and these families compose every step from their
+/// ops (all on the device, so that a step can be captured as a CUDA graph).
 class Decoder : public CausalLM {
  public:
   Decoder(DecoderConfig config, Weights weights, const Device& device, DType dtype);
+  bool has_decode_step() const override { return true; }
+  Tensor decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
+                     Tensor* logits = nullptr, size_t key_window = 0) const override;
   const CausalLMConfig& config() const override { return config_; }
   Device device() const override { return device_; }
   DType dtype() const override { return dtype_; }
@@ -150,12 +167,15 @@ class Decoder : public CausalLM {
   Tensor forward_last(const Tensor& ids, KvCache& cache) const override;
 
  protected:
-  /// The last norm's output (b, s, d) for ids at positions [start, start + s), writing their keys
-  /// and values into the cache.
-  virtual Tensor hidden(const Tensor& ids, KvCache& cache, size_t start) const = 0;
+  /// The last norm's output (b, s, d) for ids at positions [at.start, at.start + s), writing
+  /// their keys and values into the cache.
+  virtual Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const = 0;
   /// Layer li's attention of `in` (b, s, d): q/k/v projection, the q/k norms when defined, rope,
   /// the cache write and attention; returns (b, s, heads * head_dim) before the output projection.
-  Tensor attend(const Tensor& in, size_t li, KvCache& cache, size_t start) const;
+  Tensor attend(const Tensor& in, size_t li, KvCache& cache, const Step& at) const;
+  /// rms_norm(x) * w: in x's dtype, or for a weight of another dtype (Gemma's f32 1 + w) in the
+  /// weight's, rounded to x's dtype once (as transformers' Gemma norms compute).
+  static Tensor head_norm(const Tensor& x, const Tensor& w, double eps);
 
   DecoderConfig config_;
   Weights w_;
@@ -164,6 +184,11 @@ class Decoder : public CausalLM {
 
  private:
   Tensor run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const;
+  void check(const Tensor& ids, const KvCache& cache, const std::string& name) const;
+  Tensor head(const Tensor& normed) const;
+  // The tables of ropes[1..] for positions [0, max_position): a decode step picks its row on the
+  // device (ropes[0]'s are the cache's).
+  std::vector<std::pair<Tensor, Tensor>> extra_rope_tables_;
 };
 
 }  // namespace wick::models::decoder

@@ -33,19 +33,19 @@ class Gemma : public Decoder {
   }
 
  protected:
-  Tensor hidden(const Tensor& ids, KvCache& cache, size_t start) const override {
+  Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const override {
     const double eps = config_.rms_norm_eps;
     const size_t ff = config_.intermediate_size;
     Tensor x = w_.embed.embedding(ids).affine(embed_scale_, 0);
     for (size_t li = 0; li < w_.layers.size(); ++li) {
       const Layer& l = w_.layers[li];
-      Tensor att = l.wo.forward(attend(x.rms_norm(l.attn_norm, eps), li, cache, start));
-      x = x.add(att.rms_norm(l.post_attn_norm, eps));
-      Tensor gate_up = l.wgate_up.forward(x.rms_norm(l.ffn_norm, eps));
+      Tensor att = l.wo.forward(attend(head_norm(x, l.attn_norm, eps), li, cache, at));
+      x = x.add(head_norm(att, l.post_attn_norm, eps));
+      Tensor gate_up = l.wgate_up.forward(head_norm(x, l.ffn_norm, eps));
       Tensor act = gate_up.narrow(2, 0, ff).gelu().mul(gate_up.narrow(2, ff, ff));
-      x = x.add(l.wdown.forward(act).rms_norm(l.post_ffn_norm, eps));
+      x = x.add(head_norm(l.wdown.forward(act), l.post_ffn_norm, eps));
     }
-    return x.rms_norm(w_.norm, eps);
+    return head_norm(x, w_.norm, eps);
   }
 
  private:
@@ -119,11 +119,12 @@ std::unique_ptr<CausalLM> load_gemma(const std::string& path, GemmaConfig g, con
                         {"mlp.up_proj", "ffn_up"},
                         {"mlp.down_proj", "ffn_down"}});
   }
-  // Gemma's norms multiply by 1 + w; llama.cpp's converter stores 1 + w in GGUF files.
+  // Gemma's norms multiply by 1 + w in f32, w as the model's dtype holds it (transformers loads
+  // the weight in that dtype); llama.cpp's converter stores 1 + w in GGUF files. The weights stay
+  // f32 and the norms compute in f32 whatever the model's dtype (head_norm).
   auto norm = [&](const std::string& name, size_t n) {
-    Tensor w = src->dense(name, {n});
-    if (src->is_gguf()) return w;
-    return w.to_dtype(DType::F32).affine(1, 1).to_dtype(dtype);
+    if (src->is_gguf()) return src->dense_as(name, {n}, DType::F32);
+    return src->dense(name, {n}).to_dtype(DType::F32).affine(1, 1);
   };
   Weights w;
   w.ropes = g.ropes;

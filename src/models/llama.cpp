@@ -134,6 +134,16 @@ LlamaConfig LlamaConfig::from_json(const std::string& json_text, const std::stri
   if (json_file::get_bool(j, "use_sliding_window", origin, false)) {
     throw FormatError(str(origin, ": sliding-window attention is not supported"));
   }
+  // Mistral's window applies whenever it is set (mistral.cpp composes it; Llama's path has none).
+  auto window = j.find("sliding_window");
+  const size_t window_size = window == j.end() || window->is_null()
+                                 ? 0
+                                 : json_file::as_uint(*window, "sliding_window", origin);
+  if (c.model_type == "mistral" && window_size > 0 && window_size < c.max_position_embeddings) {
+    throw FormatError(str(origin, ": sliding_window ", *window,
+                          " is below max_position_embeddings: Llama has no sliding window "
+                          "(load_causal_lm reads this model)"));
+  }
   auto bos = j.find("bos_token_id");
   if (bos != j.end()) {
     auto b = token_list(*bos, "bos_token_id", origin);

@@ -26,12 +26,12 @@ class Mistral : public Decoder {
   using Decoder::Decoder;
 
  protected:
-  Tensor hidden(const Tensor& ids, KvCache& cache, size_t start) const override {
+  Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const override {
     const double eps = config_.rms_norm_eps;
     Tensor x = w_.embed.embedding(ids);
     for (size_t li = 0; li < w_.layers.size(); ++li) {
       const Layer& l = w_.layers[li];
-      x = x.add(l.wo.forward(attend(x.rms_norm(l.attn_norm, eps), li, cache, start)));
+      x = x.add(l.wo.forward(attend(x.rms_norm(l.attn_norm, eps), li, cache, at)));
       Tensor act = nn::silu_mul(l.wgate_up.forward(x.rms_norm(l.ffn_norm, eps)));
       x = x.add(l.wdown.forward(act));
     }

@@ -57,8 +57,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     }
   }
   double scale = options.scale != 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  if (!(std::isfinite(options.softcap) && options.softcap >= 0)) {
+    throw Error(str(kOp, ": softcap ", options.softcap, " must be a non-negative finite number"));
+  }
   return std::move(wick::apply(
-      fused::AttentionOp(scale, options.causal),
+      fused::AttentionOp(scale, options.causal, options.window, options.softcap),
       {last_dim_contiguous(q), last_dim_contiguous(k), last_dim_contiguous(v), mask})[0]);
 }
 
@@ -82,15 +85,17 @@ Tensor sum_heads(const Tensor& t, size_t group) {
   return t.reshape(Shape{b, h / group, group, n, d}).sum({2});
 }
 
-// 0 where query i sees key j, -inf elsewhere: (s, s_kv) on `like`'s device and dtype.
-Tensor causal_mask(size_t s, size_t s_kv, const Tensor& like) {
+// 0 where query i sees key j (j <= i + shift when causal, j > i + shift - window with a window),
+// -inf elsewhere: (s, s_kv) on `like`'s device and dtype.
+Tensor causal_mask(size_t s, size_t s_kv, bool causal, size_t window, const Tensor& like) {
   std::vector<float> m(s * s_kv);
   long shift = static_cast<long>(s_kv) - static_cast<long>(s);
   for (size_t i = 0; i < s; ++i) {
+    long last = static_cast<long>(i) + shift;
     for (size_t j = 0; j < s_kv; ++j) {
-      m[i * s_kv + j] = static_cast<long>(j) <= static_cast<long>(i) + shift
-                            ? 0.0f
-                            : -std::numeric_limits<float>::infinity();
+      long jj = static_cast<long>(j);
+      bool seen = (!causal || jj <= last) && (window == 0 || jj > last - static_cast<long>(window));
+      m[i * s_kv + j] = seen ? 0.0f : -std::numeric_limits<float>::infinity();
     }
   }
   return Tensor::from_vec(m, Shape{s, s_kv}, Device::cpu())
@@ -106,8 +111,11 @@ TensorList AttentionOp::fallback(const TensorList& in) const {
   size_t group = q.dims()[1] / in[1].dims()[1];
   Tensor k = repeat_heads(in[1], group), v = repeat_heads(in[2], group);
   Tensor sc = q.affine(scale, 0).matmul(k.t());
+  if (softcap > 0) sc = sc.affine(1 / softcap, 0).tanh().affine(softcap, 0);
   if (in.size() > 3 && in[3].defined()) sc = sc.add(in[3]);
-  if (causal) sc = sc.broadcast_add(causal_mask(q.dims()[2], k.dims()[2], q));
+  if (causal || window > 0) {
+    sc = sc.broadcast_add(causal_mask(q.dims()[2], k.dims()[2], causal, window, q));
+  }
   return {sc.softmax_last_dim().matmul(v)};
 }
 
@@ -125,17 +133,24 @@ TensorList AttentionOp::backward(const TensorList& in, const TensorList&, const 
   size_t s = q.dims()[2], s_kv = k.dims()[2];
   bool has_mask = in.size() > 3 && in[3].defined();
   Tensor sc = q.matmul(k.t()).affine(scale, 0);
+  Tensor capped;  // tanh(x / softcap), whose derivative scales the scores' gradient
+  if (softcap > 0) {
+    capped = sc.affine(1 / softcap, 0).tanh();
+    sc = capped.affine(softcap, 0);
+  }
   if (has_mask) sc = sc.add(up(in[3]));
-  if (causal) sc = sc.broadcast_add(causal_mask(s, s_kv, q));
+  if (causal || window > 0) sc = sc.broadcast_add(causal_mask(s, s_kv, causal, window, q));
   Tensor p = sc.softmax_last_dim();
   TensorList out(in.size());
   if (need[2]) out[2] = down(sum_heads(p.t().matmul(g), group));
   if (need[0] || need[1] || (has_mask && need[3])) {
     Tensor dp = g.matmul(v.t());
     Tensor ds = p.mul(dp.broadcast_sub(dp.mul(p).sum_keepdim({3})));
+    if (has_mask && need[3]) out[3] = down(ds);
+    // d(softcap tanh(x / softcap)) / dx = 1 - tanh^2.
+    if (softcap > 0) ds = ds.mul(capped.mul(capped).affine(-1, 1));
     if (need[0]) out[0] = down(ds.matmul(k).affine(scale, 0));
     if (need[1]) out[1] = down(sum_heads(ds.t().matmul(q).affine(scale, 0), group));
-    if (has_mask && need[3]) out[3] = down(ds);
   }
   return out;
 }
