@@ -9,7 +9,7 @@
 #
 #   scripts/gpu-ab.sh              build, then bench
 #   WICK_AB_ROUNDS=3               rounds (default 2)
-#   WICK_AB_TESTS="cuda_test_cuda_llama ..."  GPU tests of the new tree to run after the bench
+#   WICK_AB_TESTS="cuda_test_cuda_llama ..."  GPU tests of the new tree, run before the bench
 set -uo pipefail
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
   sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
@@ -32,6 +32,12 @@ build build-gpu "$ROOT/ab-old" "bench_generate bench_embed" & old_pid=$!
 wait $new_pid || { echo "gpu-ab: the new tree did not build"; exit 1; }
 wait $old_pid || { echo "gpu-ab: the old tree did not build"; exit 1; }
 echo "built in $(($(date +%s) - T0)) s"
+# The GPU tests first: a run cut short by its time limit still says whether they pass.
+for t in ${WICK_AB_TESTS:-}; do
+  WICK_REQUIRE_CUDA=1 timeout 120 build-gpu/tests/$t >/tmp/ab_$t.txt 2>&1
+  echo "$t: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' /tmp/ab_$t.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure" /tmp/ab_$t.txt | head -10
+done
 
 if ! python3 -c "import gguf" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
@@ -105,10 +111,5 @@ for label in "llama1b bf16" "llama1b q4_0" "smollm2 bf16" "smollm2 q4_1" "minilm
 o=[float(x) for x in '$o'.split() if x!='FAIL']; n=[float(x) for x in '$n'.split() if x!='FAIL']
 print(f'{s.median(n)/s.median(o):.4f}' if o and n else 'n/a')")
   printf '%-20s %-28s %-28s %s\n' "$label" "$o" "$n" "$ratio"
-done
-for t in ${WICK_AB_TESTS:-}; do
-  WICK_REQUIRE_CUDA=1 timeout 300 build-gpu/tests/$t >/tmp/ab_$t.txt 2>&1
-  echo "$t: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' /tmp/ab_$t.txt | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure" /tmp/ab_$t.txt | head -10
 done
 echo "gpu-ab: $(($(date +%s) - T0)) s"
