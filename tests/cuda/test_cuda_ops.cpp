@@ -381,11 +381,13 @@ TEST(CudaOracle, SoftmaxEveryFloatDTypeAndView) {
             << dtype_name(dt) << " " << c.name << " dim " << d;
       }
     }
-    Tensor wide = make_input({7, 4099}, dt, -8, 8);
+    // Inputs within 4 of each other: every probability of a 4099-long row stays above f16's
+    // underflow, so no output may be zero.
+    Tensor wide = make_input({7, 4099}, dt, -2, 2);
     poison_like(wide);
     EXPECT_TRUE(
         near_f64(wide.to_device(gpu).softmax(1), dt, f64(wide).softmax(1),
-                 [&](size_t, double w) { return numerics::softmax_bound(dt, 4099, w, 16); }))
+                 [&](size_t, double w) { return numerics::softmax_bound(dt, 4099, w, 4); }))
         << dtype_name(dt);
   }
 }
@@ -530,12 +532,12 @@ TEST(CudaOracle, CreationOnTheGpu) {
 TEST(CudaOracle, RandomIsSeededPerDeviceAndDistributed) {
   WICK_REQUIRE_GPU();
   gpu.set_seed(42);
-  auto u1 = Tensor::rand(-1.0, 3.0, {1 << 16}, gpu).to_vec1<double>();
-  auto n1 = Tensor::randn(0.5, 2.0, {1 << 16}, gpu).to_vec1<double>();
+  auto u1 = Tensor::rand(-1.0, 3.0, {1 << 16}, gpu, DType::F64).to_vec1<double>();
+  auto n1 = Tensor::randn(0.5, 2.0, {1 << 16}, gpu, DType::F64).to_vec1<double>();
   gpu.set_seed(42);
-  EXPECT_EQ(Tensor::rand(-1.0, 3.0, {1 << 16}, gpu).to_vec1<double>(), u1);
-  EXPECT_EQ(Tensor::randn(0.5, 2.0, {1 << 16}, gpu).to_vec1<double>(), n1);
-  auto u3 = Tensor::rand(-1.0, 3.0, {1 << 16}, gpu).to_vec1<double>();
+  EXPECT_EQ(Tensor::rand(-1.0, 3.0, {1 << 16}, gpu, DType::F64).to_vec1<double>(), u1);
+  EXPECT_EQ(Tensor::randn(0.5, 2.0, {1 << 16}, gpu, DType::F64).to_vec1<double>(), n1);
+  auto u3 = Tensor::rand(-1.0, 3.0, {1 << 16}, gpu, DType::F64).to_vec1<double>();
   EXPECT_NE(u3, u1);
   double mean = 0;
   for (double x : u3) {
@@ -552,7 +554,7 @@ TEST(CudaOracle, RandomIsSeededPerDeviceAndDistributed) {
   EXPECT_NEAR(std::sqrt(sq / static_cast<double>(n1.size())), 2.0, 0.05);
   for (DType dt : testing::float_dtypes()) {
     Tensor r = dt == DType::F32   ? Tensor::rand(0.0f, 1.0f, {4097}, gpu)
-               : dt == DType::F64 ? Tensor::rand(0.0, 1.0, {4097}, gpu)
+               : dt == DType::F64 ? Tensor::rand(0.0, 1.0, {4097}, gpu, DType::F64)
                : dt == DType::F16 ? Tensor::rand(f16(0.0f), f16(1.0f), {4097}, gpu)
                                   : Tensor::rand(bf16(0.0f), bf16(1.0f), {4097}, gpu);
     EXPECT_EQ(r.dtype(), dt);
@@ -562,7 +564,7 @@ TEST(CudaOracle, RandomIsSeededPerDeviceAndDistributed) {
     EXPECT_LE(hi, 1.0) << dtype_name(dt);
     EXPECT_GT(hi - lo, 0.9) << dtype_name(dt);
     Tensor g = dt == DType::F32 ? Tensor::randn(0.0f, 1.0f, {4097}, gpu)
-                                : Tensor::randn(0.0, 1.0, {4097}, gpu).to_dtype(dt);
+                                : Tensor::randn(0.0, 1.0, {4097}, gpu, DType::F64).to_dtype(dt);
     EXPECT_EQ(g.dtype(), dt);
   }
 }
