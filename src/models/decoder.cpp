@@ -11,6 +11,7 @@
 #include "wick/error.h"
 #include "wick/gguf.h"
 #include "wick/nn/attention.h"
+#include "wick/nn/decoder_ops.h"
 #include "wick/quantized.h"
 #include "wick/safetensors.h"
 
@@ -663,6 +664,18 @@ Tensor Decoder::forward(const Tensor& ids, KvCache& cache) const {
 
 Tensor Decoder::forward_last(const Tensor& ids, KvCache& cache) const {
   return run(ids, cache, true, "forward_last");
+}
+
+Tensor PreNormDecoder::hidden(const Tensor& ids, KvCache& cache, const Step& at) const {
+  const double eps = config_.rms_norm_eps;
+  Tensor x = w_.embed.embedding(ids);
+  for (size_t li = 0; li < w_.layers.size(); ++li) {
+    const Layer& l = w_.layers[li];
+    x = x.add(l.wo.forward(attend(x.rms_norm(l.attn_norm, eps), li, cache, at)));
+    Tensor act = nn::silu_mul(l.wgate_up.forward(x.rms_norm(l.ffn_norm, eps)));
+    x = x.add(l.wdown.forward(act));
+  }
+  return x.rms_norm(w_.norm, eps);
 }
 
 }  // namespace wick::models::decoder

@@ -191,4 +191,15 @@ class Decoder : public CausalLM {
   std::vector<std::pair<Tensor, Tensor>> extra_rope_tables_;
 };
 
+/// The pre-norm decoder with a SiLU-gated FFN, Llama's layout, which Qwen3 (with q/k norms),
+/// Mistral and Phi-3 (with windows and long-rope in their configs) share: per layer
+/// x += o(attend(rms_norm(x))), x += down(silu(gate) * up of rms_norm(x)); then the last rms_norm.
+class PreNormDecoder : public Decoder {
+ public:
+  using Decoder::Decoder;
+
+ protected:
+  Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const override;
+};
+
 }  // namespace wick::models::decoder

@@ -15,31 +15,12 @@
 #include "util.h"
 #include "wick/error.h"
 #include "wick/gguf.h"
-#include "wick/nn/decoder_ops.h"
 
 namespace wick::models {
 
 namespace {
 
 using namespace decoder;
-
-class Phi3 : public Decoder {
- public:
-  using Decoder::Decoder;
-
- protected:
-  Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const override {
-    const double eps = config_.rms_norm_eps;
-    Tensor x = w_.embed.embedding(ids);
-    for (size_t li = 0; li < w_.layers.size(); ++li) {
-      const Layer& l = w_.layers[li];
-      x = x.add(l.wo.forward(attend(x.rms_norm(l.attn_norm, eps), li, cache, at)));
-      Tensor act = nn::silu_mul(l.wgate_up.forward(x.rms_norm(l.ffn_norm, eps)));
-      x = x.add(l.wdown.forward(act));
-    }
-    return x.rms_norm(w_.norm, eps);
-  }
-};
 
 const std::map<std::string, std::string> kGgufNames = {
     {"input_layernorm", "attn_norm"},   {"post_attention_layernorm", "ffn_norm"},
@@ -122,7 +103,7 @@ std::unique_ptr<CausalLM> load_phi3(const std::string& path, const Device& devic
     l.attention.window = window;
     w.layers.push_back(std::move(l));
   }
-  return std::make_unique<Phi3>(std::move(c), std::move(w), device, dtype);
+  return std::make_unique<PreNormDecoder>(std::move(c), std::move(w), device, dtype);
 }
 
 }  // namespace wick::models
