@@ -101,11 +101,17 @@ bool trace_on() {
 // Re-runs the core selection of a DYNAMIC_ARCH OpenBLAS with `core` forced, through its own
 // exported entry points (absent from a build for one fixed CPU, which is then left as it is).
 // OpenBLAS reads OPENBLAS_CORETYPE at that moment: it is set for the call and removed after.
+// The worker threads its constructor started are stopped first (as OpenBLAS does before a fork):
+// one still starting up reads the kernel table, which is null between quit and init. wick runs
+// OpenBLAS single-threaded, so they are not needed again.
 bool force_core(const char* core) {
   using Fn = void (*)();
   auto quit = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
   auto init = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
   if (quit == nullptr || init == nullptr) return false;
+  if (auto stop = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"))) {
+    stop();
+  }
   setenv("OPENBLAS_CORETYPE", core, 1);
   quit();
   init();
