@@ -50,7 +50,7 @@ for ((r = 0; r < ROUNDS; r++)); do
     add "minilm sentences/s" $tree "$($B/bench/bench_embed "$MINILM" $SENT --batch 128 --runs 1 2>&1 |
       awk '/^WICK_SENTENCES_PER_S/ {print $2}')"
     add "small op ns" $tree "$($B/bench/bench_overhead --benchmark_filter='BM_wick_untracked$' \
-      --benchmark_min_time=0.2s 2>/dev/null | awk '/^BM_wick_untracked / {print $2}')"
+      --benchmark_min_time=0.2 2>/dev/null | awk '/^BM_wick_untracked / {print $2}')"
   done
   echo "round $((r + 1)) of $ROUNDS done"
 done
