@@ -32,7 +32,6 @@
 #include "serve/openai.h"
 #include "wick/bert.h"
 #include "wick/causal_lm.h"
-#include "wick/chat_template.h"
 #include "wick/llama.h"
 #include "wick/serve.h"
 #include "wick/tokenizer.h"
@@ -67,7 +66,7 @@ struct Decoder {
   std::string id;
   std::shared_ptr<const wick::models::CausalLM> model;
   std::shared_ptr<const wick::Tokenizer> tokenizer;
-  std::optional<wick::ChatTemplate> chat_template;  // the model's Jinja template, when it parses
+  std::vector<uint32_t> end_of_turn;  // chat completions stop here (and at eos)
   std::unique_ptr<wick::serve::Engine> engine;
   size_t context = 0;
 };
@@ -163,12 +162,11 @@ class Server {
       }
       if (!d->tokenizer->chat_template().empty()) {
         try {
-          d->chat_template.emplace(d->tokenizer->chat_template());
-        } catch (const wick::ChatTemplateError& e) {
-          std::fprintf(stderr,
-                       "wick-serve: %s: its chat template is not read (%s); chats use "
-                       "the tokenizer's built-in format\n",
-                       id.c_str(), e.what());
+          d->end_of_turn = d->tokenizer->end_of_turn_ids();
+          for (uint32_t e : d->model->config().eos_token_ids) d->end_of_turn.push_back(e);
+        } catch (const wick::Error& e) {
+          std::fprintf(stderr, "wick-serve: %s: its chat template is not read (%s)\n", id.c_str(),
+                       e.what());
         }
       }
       d->context = d->model->config().max_position;
@@ -349,14 +347,7 @@ class Server {
   std::vector<uint32_t> chat_prompt(const Decoder& d, const std::vector<wick::ChatMessage>& msgs) {
     std::string text;
     try {
-      if (d.chat_template) {
-        json extra = json::object();
-        if (auto b = d.tokenizer->bos_id()) extra["bos_token"] = d.tokenizer->id_to_token(*b);
-        if (auto e = d.tokenizer->eos_id()) extra["eos_token"] = d.tokenizer->id_to_token(*e);
-        text = d.chat_template->render(msgs, true, extra);
-      } else {
-        text = d.tokenizer->apply_chat_template(msgs, true);
-      }
+      text = d.tokenizer->apply_chat_template(msgs, true);
     } catch (const wick::Error& e) {
       throw HttpError(400,
                       std::string("the chat template cannot render these messages: ") + e.what(),
@@ -390,6 +381,7 @@ class Server {
     std::vector<std::vector<uint32_t>> prompts;
     if (chat) {
       prompts.push_back(chat_prompt(d, sh::parse_messages(body)));
+      params.sampling.stop_tokens = d.end_of_turn;
     } else {
       for (sh::Prompt& p : sh::parse_prompts(body, 64)) {
         if (p.is_ids) {
