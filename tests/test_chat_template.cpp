@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bert_test_util.h"
+#include "test_util.h"
 #include "wick/chat_template.h"
 #include "wick/llama.h"
 #include "wick/tokenizer.h"
@@ -512,8 +513,7 @@ TEST(TokenizerChatTemplate, EndOfTurnTokensComeFromTheTemplate) {
 TEST(TokenizerChatTemplate, SmolLM2GgufTemplate) {
   // SmolLM2-135M-Instruct's GGUF stores its template in tokenizer.chat_template: rendered
   // through the GGUF tokenizer it equals jinja2's rendering of the same template.
-  const char* path = std::getenv("WICK_SMOLLM2_GGUF");
-  if (path == nullptr) GTEST_SKIP() << "set WICK_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf";
+  WICK_REQUIRE_SMOLLM2(path);
   wick::Tokenizer tok = wick::models::load_gguf_tokenizer(path);
   const std::string file = "HuggingFaceTB-SmolLM2-135M-Instruct.jinja";
   EXPECT_EQ(tok.chat_template(), read_text(templates_dir() + "/" + file));
