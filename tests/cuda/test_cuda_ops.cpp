@@ -385,9 +385,8 @@ TEST(CudaOracle, SoftmaxEveryFloatDTypeAndView) {
     // underflow, so no output may be zero.
     Tensor wide = make_input({7, 4099}, dt, -2, 2);
     poison_like(wide);
-    EXPECT_TRUE(
-        near_f64(wide.to_device(gpu).softmax(1), dt, f64(wide).softmax(1),
-                 [&](size_t, double w) { return numerics::softmax_bound(dt, 4099, w, 4); }))
+    EXPECT_TRUE(near_f64(wide.to_device(gpu).softmax(1), dt, f64(wide).softmax(1),
+                         [&](size_t, double w) { return numerics::softmax_bound(dt, 4099, w, 4); }))
         << dtype_name(dt);
   }
 }
