@@ -9,6 +9,7 @@
 #include <string>
 #include <typeinfo>
 
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace wick {
@@ -19,22 +20,6 @@ using testing::tensor_from;
 using testing::within_bounds;
 
 const Device cpu = Device::cpu();
-
-// Runs `stmt`, expecting exactly exception type E with `needle` in its message.
-template <class E>
-void expect_error(const std::function<void()>& stmt, const std::string& needle, const char* where) {
-  try {
-    stmt();
-  } catch (const std::exception& e) {
-    EXPECT_EQ(typeid(e), typeid(E)) << where << ": wrong exception type, message: " << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << where << ": message \"" << e.what() << "\" lacks \"" << needle << "\"";
-    return;
-  }
-  ADD_FAILURE() << where << ": nothing thrown";
-}
-#define EXPECT_BAD(E, needle, ...) \
-  expect_error<E>([&] { (void)(__VA_ARGS__); }, needle, #__VA_ARGS__)
 
 // ---- the element type of a C++ value ----
 
