@@ -11,31 +11,6 @@ namespace wick::gguf {
 
 namespace detail {
 
-// Smallest encoding of one value of `type` (for bounding counts by the bytes left).
-size_t min_value_bytes(ValueType type) {
-  switch (type) {
-    case ValueType::U8:
-    case ValueType::I8:
-    case ValueType::Bool:
-      return 1;
-    case ValueType::U16:
-    case ValueType::I16:
-      return 2;
-    case ValueType::U32:
-    case ValueType::I32:
-    case ValueType::F32:
-      return 4;
-    case ValueType::U64:
-    case ValueType::I64:
-    case ValueType::F64:
-    case ValueType::String:
-      return 8;
-    case ValueType::Array:
-      return 12;
-  }
-  return 1;
-}
-
 bool valid_value_type(uint32_t t) {
   return t <= static_cast<uint32_t>(ValueType::F64);
 }
@@ -63,6 +38,14 @@ size_t fixed_size(ValueType type) {
       return 0;
   }
   return 0;
+}
+
+// Smallest encoding of one value of `type` (for bounding counts by the bytes left): a string is
+// at least its 8-byte length, an array its 4-byte type and 8-byte count.
+size_t min_value_bytes(ValueType type) {
+  if (size_t f = fixed_size(type)) return f;
+  if (type == ValueType::Array) return 12;
+  return type == ValueType::String ? 8 : 1;
 }
 
 // The fixed-size value of `type` whose little-endian bytes are at `p`.
