@@ -47,13 +47,36 @@ inline uint8_t nibble(const uint8_t* qs, int j) {
   return j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
 }
 
-// 32 values of 16 rows (0..15 each) into 4 chunks of 64 bytes of nibbles (Q4_0's order).
+// Row r's 32 values (their low 4 bits) into 4 chunks of 64 bytes of nibbles (Q4_0's order).
 template <typename Value>
 void pack_nibbles(uint8_t* dst, size_t r, Value value) {
   for (int c = 0; c < 4; ++c) {
     for (int j = 0; j < 4; ++j) {
       uint8_t lo = value(8 * c + j) & 0x0f, hi = value(8 * c + 4 + j) & 0x0f;
       dst[64 * c + 4 * r + j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+// Row r's 32 values' fifth bits (bit 4) into 64 bytes: bit i of byte 4r + j for value 4i + j.
+template <typename Value>
+void pack_fifth_bits(uint8_t* dst, size_t r, Value value) {
+  for (int i = 0; i < 8; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      dst[4 * r + j] |= static_cast<uint8_t>(((value(4 * i + j) >> 4) & 1) << i);
+    }
+  }
+}
+
+// Row r's 32 2-bit values into 2 chunks of 64 bytes: bits 2i, 2i + 1 of byte 4r + j of chunk h
+// for value 16h + 4i + j.
+template <typename Value>
+void pack_crumbs(uint8_t* dst, size_t r, Value value) {
+  for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 4; ++j) {
+        dst[64 * h + 4 * r + j] |= static_cast<uint8_t>((value(16 * h + 4 * i + j) & 3) << (2 * i));
+      }
     }
   }
 }
@@ -82,17 +105,18 @@ void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, 
         continue;
       }
       if (type == GgmlType::Q5_0) {
-        uint32_t qh;
-        std::memcpy(&qh, blk + 2, 4);
-        auto value = [&](int j) {
-          return static_cast<uint8_t>(nibble(blk + 6, j) | (((qh >> j) & 1u) << 4));
-        };
+        const uint32_t qh = ops::q5_0_high_bits(blk);
+        auto value = [&](int j) { return static_cast<uint8_t>(ops::q5_0_int(blk, qh, j) + 16); };
         pack_nibbles(p + 32, r, value);
-        for (int i = 0; i < 8; ++i) {
-          for (int j = 0; j < 4; ++j) {
-            p[288 + 4 * r + j] |= static_cast<uint8_t>((value(4 * i + j) >> 4) << i);
-          }
-        }
+        pack_fifth_bits(p + 288, r, value);
+        continue;
+      }
+      if (type == GgmlType::Q5_1) {
+        std::memcpy(p + 32 + 2 * r, blk + 2, 2);  // m
+        const uint32_t qh = ops::q5_1_high_bits(blk);
+        auto value = [&](int j) { return static_cast<uint8_t>(ops::q5_1_int(blk, qh, j)); };
+        pack_nibbles(p + 64, r, value);
+        pack_fifth_bits(p + 320, r, value);
         continue;
       }
       size_t q_off = 32;
@@ -109,23 +133,6 @@ void pack_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, 
         }
       }
     }
-  }
-}
-
-inline uint16_t u16_at(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-// Q4_K's 6-bit scale and min of sub-block j (as ggml's get_scale_min_k4).
-void q4k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = scales[j] & 63;
-    *m = scales[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
   }
 }
 
@@ -146,44 +153,85 @@ inline uint8_t q6k_value(const uint8_t* blk, int v) {
   return static_cast<uint8_t>(low | (((qh[l] >> (2 * quarter)) & 3) << 4));
 }
 
-// Tile t of a K-quant (layout in cpu/qmatmul.h): each row's super-blocks unpacked into the
-// tile's.
+// Row r's super-block `blk` into the tile-super-block at p (layouts in cpu/qmatmul.h).
+void pack_q4_k(const uint8_t* blk, size_t r, uint8_t* p, bool five) {
+  std::memcpy(p + 2 * r, blk, 2);           // d
+  std::memcpy(p + 32 + 2 * r, blk + 2, 2);  // dmin
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* b = p + kQ4KTileHeader + j * (five ? kQ5KTileBlock : kQ4KTileBlock);
+    ops::q4_k_scale_min(static_cast<unsigned>(j), blk + 4, b[r], b[16 + r]);
+    if (five) {
+      auto value = [&](int l) { return static_cast<uint8_t>(ops::q5_k_int(blk, 32 * j + l)); };
+      pack_nibbles(b + 32, r, value);
+      pack_fifth_bits(b + 288, r, value);
+    } else {
+      pack_nibbles(b + 32, r, [&](int l) { return q4k_value(blk + 16, j, l); });
+    }
+  }
+}
+
+void pack_q6_k(const uint8_t* blk, size_t r, uint8_t* p) {
+  std::memcpy(p + 2 * r, blk + 208, 2);  // d
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* b = p + kQ6KTileHeader + j * kQ6KTileBlock;
+    b[r] = blk[192 + 2 * j];
+    b[16 + r] = blk[192 + 2 * j + 1];
+    auto value = [&](int l) { return q6k_value(blk, 32 * j + l); };
+    pack_nibbles(b + 32, r, value);
+    pack_crumbs(b + 288, r, [&](int l) { return value(l) >> 4; });
+  }
+}
+
+void pack_q2_k(const uint8_t* blk, size_t r, uint8_t* p) {
+  std::memcpy(p + 2 * r, blk + 80, 2);       // d
+  std::memcpy(p + 32 + 2 * r, blk + 82, 2);  // dmin
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* b = p + kQ2KTileHeader + j * kQ2KTileBlock;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t scale = blk[2 * j + half];  // low nibble: scale, high nibble: min
+      b[16 * half + r] = scale & 0x0f;
+      b[32 + 16 * half + r] = scale >> 4;
+    }
+    pack_crumbs(b + 64, r,
+                [&](int l) { return static_cast<uint8_t>(ops::q2_k_int(blk, 32 * j + l)); });
+  }
+}
+
+void pack_iq4_xs(const uint8_t* blk, size_t r, uint8_t* p) {
+  std::memcpy(p + 2 * r, blk, 2);  // d
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* b = p + kIQ4XSTileHeader + j * kIQ4XSTileBlock;
+    b[r] =
+        static_cast<uint8_t>(static_cast<int8_t>(ops::iq4_xs_scale(blk, static_cast<unsigned>(j))));
+    pack_nibbles(b + 16, r, [&](int l) { return nibble(blk + 8 + 16 * j, l); });
+  }
+}
+
+// Tile t of a super-block type (layout in cpu/qmatmul.h): each row's super-blocks unpacked into
+// the tile's.
 void pack_k_tile(GgmlType type, const uint8_t* src, size_t n, size_t k, size_t t, uint8_t* dst) {
   const size_t nsb = k / 256, row_bytes = ggml_bytes(type, k);
-  const bool q4k = type == GgmlType::Q4_K;
-  const size_t super = q4k ? kQ4KTileSuper : kQ6KTileSuper;
+  const size_t super = 8 * q_tile_block_bytes(type);
   std::memset(dst, 0, nsb * super);
   for (size_t r = 0; r < kQTileRows && t * kQTileRows + r < n; ++r) {
     const uint8_t* row = src + (t * kQTileRows + r) * row_bytes;
     for (size_t sb = 0; sb < nsb; ++sb) {
       uint8_t* p = dst + sb * super;
       const uint8_t* blk = row + sb * ggml_type_size(type);
-      if (q4k) {
-        std::memcpy(p + 2 * r, blk, 2);           // d
-        std::memcpy(p + 32 + 2 * r, blk + 2, 2);  // dmin
-        for (int j = 0; j < 8; ++j) {
-          uint8_t* b = p + kQ4KTileHeader + j * kQ4KTileBlock;
-          q4k_scale_min(blk + 4, j, &b[r], &b[16 + r]);
-          pack_nibbles(b + 32, r, [&](int l) { return q4k_value(blk + 16, j, l); });
-        }
-      } else {
-        uint16_t d = u16_at(blk + 208);
-        std::memcpy(p + 2 * r, &d, 2);
-        for (int j = 0; j < 8; ++j) {
-          uint8_t* b = p + kQ6KTileHeader + j * kQ6KTileBlock;
-          b[r] = blk[192 + 2 * j];
-          b[16 + r] = blk[192 + 2 * j + 1];
-          auto value = [&](int l) { return q6k_value(blk, 32 * j + l); };
-          pack_nibbles(b + 32, r, value);
-          for (int h = 0; h < 2; ++h) {
-            for (int i = 0; i < 4; ++i) {
-              for (int jj = 0; jj < 4; ++jj) {
-                b[288 + 64 * h + 4 * r + jj] |=
-                    static_cast<uint8_t>((value(16 * h + 4 * i + jj) >> 4) << (2 * i));
-              }
-            }
-          }
-        }
+      switch (type) {
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+          pack_q4_k(blk, r, p, type == GgmlType::Q5_K);
+          break;
+        case GgmlType::Q6_K:
+          pack_q6_k(blk, r, p);
+          break;
+        case GgmlType::Q2_K:
+          pack_q2_k(blk, r, p);
+          break;
+        default:
+          pack_iq4_xs(blk, r, p);
+          break;
       }
     }
   }
@@ -244,7 +292,7 @@ void iq4_nl_as_q8_0(const uint8_t* b, uint8_t* out) {
   for (unsigned j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(ops::iq4_nl_int(b, j));
 }
 
-// The tiled type whose blocks hold a type's values exactly (the type itself for the six with
+// The tiled type whose blocks hold a type's values exactly (the type itself for those with
 // kernels of their own).
 GgmlType tile_type(GgmlType type) {
   if (type == GgmlType::Q3_K) return GgmlType::Q6_K;
@@ -255,9 +303,23 @@ GgmlType tile_type(GgmlType type) {
 }  // namespace
 
 bool q_tiled(GgmlType type) {
-  return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
-         type == GgmlType::Q5_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K ||
-         type == GgmlType::Q3_K || type == GgmlType::IQ4_NL;
+  switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q8_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
+      return true;
+    default:
+      return false;
+  }
 }
 
 size_t q_tile_block_bytes(GgmlType type) {
@@ -270,10 +332,18 @@ size_t q_tile_block_bytes(GgmlType type) {
       return 32 + 512;
     case GgmlType::Q5_0:
       return kQ5TileBlock;
+    case GgmlType::Q5_1:
+      return kQ51TileBlock;
     case GgmlType::Q4_K:
       return kQ4KTileSuper / 8;
+    case GgmlType::Q5_K:
+      return kQ5KTileSuper / 8;
     case GgmlType::Q6_K:
       return kQ6KTileSuper / 8;
+    case GgmlType::Q2_K:
+      return kQ2KTileSuper / 8;
+    case GgmlType::IQ4_XS:
+      return kIQ4XSTileSuper / 8;
     default:
       throw UnsupportedDType(str("qmatmul: no tile layout for ", ggml_type_name(type)));
   }
@@ -307,7 +377,7 @@ std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t 
   uint8_t* dst = packed->bytes.get();
   parallel_for(packed->tiles, 4, [&](size_t lo, size_t hi) {
     for (size_t t = lo; t < hi; ++t) {
-      if (type == GgmlType::Q4_K || type == GgmlType::Q6_K) {
+      if (ggml_block_size(type) == 256) {
         pack_k_tile(type, src, n, k, t, dst + t * tile_bytes);
       } else {
         pack_tile(type, src, n, k, t, dst + t * tile_bytes);

@@ -1,24 +1,33 @@
 #pragma once
 // The CPU side of qmatmul (src/cpu/qmatmul.cpp): weights repacked into tiles of 16 rows so that
 // one 512-bit integer dot (or two 256-bit ones) serves 16 output rows, activations quantized to
-// 8-bit blocks of 32, and the per-ISA tile kernels (src/cpu/qmatmul_kernels.cpp, compiled for
+// 8-bit blocks of 32, and the per-ISA tile kernels (src/cpu/qmatmul_kernels.cpp and
+// qmatmul_kernels_k.cpp, compiled for
 // AVX2 and for AVX-512 with VNNI).
 //
 // Tile layout, per tile of 16 rows and per block b of 32 values (tiles, then blocks, in order):
 //   d[16]  f16 scales of the 16 rows' blocks
-//   m[16]  f16 minimums (Q4_1 only)
+//   m[16]  f16 minimums (Q4_1 and Q5_1 only)
 //   Q4_0 / Q4_1: 4 chunks of 64 bytes; byte 4r + j of chunk c holds row r's value 8c + j in its
 //     low nibble and value 8c + 4 + j in its high nibble (0..15, Q4_0's offset 8 not applied)
 //   Q8_0: 8 chunks of 64 bytes; byte 4r + j of chunk g holds row r's value 4g + j plus 128 (u8)
-//   Q5_0: 4 chunks of 64 bytes of nibbles as Q4_0's (the low 4 bits), then 64 bytes of fifth
-//     bits: bit i of byte 4r + j belongs to row r's value 4i + j (the offset 16 not applied)
-// The K-quants keep their super-blocks of 256 values (8 blocks of 32); per tile and super-block:
-//   Q4_K: d[16], dmin[16] (f16), then per block of 32: sc[16], m[16] (u8, the 6-bit scale and
-//     min of each row's sub-block) and 4 chunks of 64 bytes of nibbles as Q4_0's (0..15)
+//   Q5_0 / Q5_1: 4 chunks of 64 bytes of nibbles as Q4_0's (the low 4 bits), then 64 bytes of
+//     fifth bits: bit i of byte 4r + j belongs to row r's value 4i + j (Q5_0's offset 16 not
+//     applied)
+// The super-block types keep their super-blocks of 256 values (8 blocks of 32); per tile and
+// super-block:
+//   Q4_K / Q5_K: d[16], dmin[16] (f16), then per block of 32: sc[16], m[16] (u8, the 6-bit
+//     scale and min of each row's sub-block), 4 chunks of 64 bytes of nibbles as Q4_0's (0..15)
+//     and, for Q5_K, 64 bytes of fifth bits as Q5_0's
 //   Q6_K: d[16] (f16), then per block of 32: sc[2][16] (i8, the scales of values 0..15 and
 //     16..31), 4 chunks of 64 bytes of nibbles as Q4_0's (the low 4 bits, 0..15) and 2 chunks
 //     of 64 bytes of the high 2 bits: bits 2i, 2i + 1 of byte 4r + j of chunk h belong to row r's
 //     value 16h + 4i + j (the offset 32 not applied)
+//   Q2_K: d[16], dmin[16] (f16), then per block of 32: sc[2][16], m[2][16] (u8, the 4-bit scales
+//     and mins of values 0..15 and 16..31) and 2 chunks of 64 bytes of the 2-bit values, laid out
+//     as Q6_K's high bits
+//   IQ4_XS: d[16] (f16), then per block of 32: sc[16] (i8, the 6-bit scale less 32) and 4 chunks
+//     of 64 bytes of the 4-bit level indices as Q4_0's nibbles
 // Rows past n are zero (scale 0). Q3_K and IQ4_NL are first rewritten exactly as Q6_K and Q8_0
 // blocks and packed as those (QPacked::type is then Q6_K or Q8_0).
 
@@ -36,16 +45,24 @@ constexpr size_t kQTileRows = 16;
 
 /// True for the weight types with a tile layout (the integer kernels).
 bool q_tiled(GgmlType type);
-/// Bytes of one tile-block (16 rows x 32 values) of a tiled type; for the K-quants an eighth of
-/// a tile-super-block (16 rows x 256 values, its header included).
+/// Bytes of one tile-block (16 rows x 32 values) of a tiled type; for the super-block types an
+/// eighth of a tile-super-block (16 rows x 256 values, its header included).
 size_t q_tile_block_bytes(GgmlType type);
 
-/// Bytes of a K-quant's tile-super-block: the header (d, dmin) and the 8 blocks of 32 after it.
+/// Bytes of the super-block types' tile-super-blocks: the header (d, and dmin where the type has
+/// mins) and the 8 blocks of 32 after it; Q5_0's and Q5_1's tile-blocks.
 constexpr size_t kQ4KTileHeader = 64, kQ4KTileBlock = 32 + 256;
 constexpr size_t kQ6KTileHeader = 32, kQ6KTileBlock = 32 + 256 + 128;
-constexpr size_t kQ5TileBlock = 32 + 256 + 64;                        // = 16 x 22
-constexpr size_t kQ4KTileSuper = kQ4KTileHeader + 8 * kQ4KTileBlock;  // 2368 = 16 x 148
-constexpr size_t kQ6KTileSuper = kQ6KTileHeader + 8 * kQ6KTileBlock;  // 3360 = 16 x 210
+constexpr size_t kQ5KTileBlock = kQ4KTileBlock + 64;
+constexpr size_t kQ2KTileHeader = 64, kQ2KTileBlock = 64 + 128;
+constexpr size_t kIQ4XSTileHeader = 32, kIQ4XSTileBlock = 16 + 256;
+constexpr size_t kQ5TileBlock = 32 + 256 + 64;                              // = 16 x 22
+constexpr size_t kQ51TileBlock = 64 + 256 + 64;                             // = 16 x 24
+constexpr size_t kQ4KTileSuper = kQ4KTileHeader + 8 * kQ4KTileBlock;        // 2368 = 16 x 148
+constexpr size_t kQ5KTileSuper = kQ4KTileHeader + 8 * kQ5KTileBlock;        // 2880 = 16 x 180
+constexpr size_t kQ6KTileSuper = kQ6KTileHeader + 8 * kQ6KTileBlock;        // 3360 = 16 x 210
+constexpr size_t kQ2KTileSuper = kQ2KTileHeader + 8 * kQ2KTileBlock;        // 1600 = 16 x 100
+constexpr size_t kIQ4XSTileSuper = kIQ4XSTileHeader + 8 * kIQ4XSTileBlock;  // 2208 = 16 x 138
 
 /// Weights in the tile layout.
 struct QPacked {
@@ -105,6 +122,8 @@ void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t 
 
 inline namespace WICK_ISA_NS {
 void q_gemm_tiles(const QPacked& w, const Q8Rows& x, float* y, size_t t0, size_t t1);
-}
+/// The super-block types' part of q_gemm_tiles (src/cpu/qmatmul_kernels_k.cpp).
+void q_gemm_tiles_k(const QPacked& w, const Q8Rows& x, float* y, size_t t0, size_t t1);
+}  // namespace WICK_ISA_NS
 
 }  // namespace wick::cpu
