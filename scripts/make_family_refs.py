@@ -11,9 +11,15 @@ model.safetensors), with:
   logits.npy   (2, 12, vocab) f32 logits of the batch of both prompts in one forward (eager)
   logits_bf16.npy  the same from the model in bf16 (its bf16 logits as f32)
   greedy.npy   10 greedy tokens after the first prompt (plain argmax with the KV cache)
-and, for the families llama.cpp names (qwen3, gemma2, gemma3, phi3), model.gguf: the same weights
-(f32) under the tensor names and metadata llama.cpp's convert_hf_to_gguf.py writes (Gemma's norm
-weights stored as 1 + w, Phi-3's rope factors as tensors).
+and, for the families llama.cpp names (qwen3, gemma2, gemma3, phi3; Mistral is its llama),
+model.gguf: the same weights (f32) under the tensor names and metadata llama.cpp's
+convert_hf_to_gguf.py writes (Gemma's norm weights stored as 1 + w, Phi-3's rope factors as
+tensors, Mistral's q and k rows permuted for interleaved rope as llama's are), and Mistral's window
+as llama.attention.sliding_window (gguf's key; llama.cpp's converter leaves it out).
+
+  make_family_refs.py --gguf-only mistral
+
+rewrites only that family's model.gguf, from its committed folder.
 Needs torch, transformers (5.x) and gguf (/work/main/.whl/gguf-0.19.0-py3-none-any.whl).
 """
 
@@ -107,7 +113,8 @@ def greedy(model, ids, n):
 def write_gguf(model, family, path):
     import gguf
     cfg = model.config
-    arch = {"qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3", "phi3": "phi3"}[family]
+    arch = {"qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3", "phi3": "phi3",
+            "mistral": "llama"}[family]
     gemma = arch.startswith("gemma")
     w = gguf.GGUFWriter(path, arch)
     w.add_context_length(cfg.max_position_embeddings)
@@ -137,6 +144,10 @@ def write_gguf(model, family, path):
         w.add_attention_scale(cfg.query_pre_attn_scalar ** -0.5)
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+        w.add_sliding_window(cfg.sliding_window)
+    if arch == "llama":
+        w.add_rope_dimension_count(cfg.head_dim)
+        w.add_vocab_size(cfg.vocab_size)
         w.add_sliding_window(cfg.sliding_window)
     if arch == "phi3":
         w.add_rope_dimension_count(cfg.head_dim)
@@ -170,6 +181,11 @@ def write_gguf(model, family, path):
         "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
         "mlp.gate_up_proj": "ffn_up",
     }
+    def permute(v, heads):
+        # llama.cpp's LlamaModel.permute: rows (heads, 2, head_dim / 2) as (heads, head_dim / 2, 2).
+        return v.reshape(heads, 2, v.shape[0] // heads // 2, *v.shape[1:]).swapaxes(1, 2) \
+                .reshape(v.shape)
+
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         for hf, gg in names.items():
@@ -179,6 +195,10 @@ def write_gguf(model, family, path):
             v = state[key]
             if gemma and hf.endswith("norm"):
                 v = v + 1
+            if arch == "llama" and hf == "self_attn.q_proj":
+                v = permute(v, cfg.num_attention_heads)
+            if arch == "llama" and hf == "self_attn.k_proj":
+                v = permute(v, cfg.num_key_value_heads)
             t(f"blk.{i}.{gg}.weight", v)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -191,7 +211,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests",
                                                   "data", "families"))
+    ap.add_argument("--gguf-only", metavar="FAMILY")
     args = ap.parse_args()
+    if args.gguf_only:
+        from transformers import AutoModelForCausalLM
+        d = os.path.join(args.out, args.gguf_only)
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+        write_gguf(model, args.gguf_only, os.path.join(d, "model.gguf"))
+        return
     for i, (family, cfg) in enumerate(FAMILIES.items()):
         model = make_model(cfg, seed=5000 + i)
         d = os.path.join(args.out, family)
@@ -210,8 +237,7 @@ def main():
         np.save(os.path.join(d, "prompt.npy"), np.array(PROMPTS, dtype=np.int64))
         toks = greedy(model, PROMPTS[0], GREEDY_TOKENS)
         np.save(os.path.join(d, "greedy.npy"), np.array(toks, dtype=np.int64))
-        if family != "mistral":
-            write_gguf(model, family, os.path.join(d, "model.gguf"))
+        write_gguf(model, family, os.path.join(d, "model.gguf"))
         print(family, "logit range", float(logits.max() - logits.min()), "greedy", toks)
 
 

@@ -116,9 +116,10 @@ TEST_P(Family, BatchLogitsChunksAndGreedyTokensEqualTransformers) {
 INSTANTIATE_TEST_SUITE_P(
     Tiny, Family,
     ::testing::Values(Case{"qwen3", "qwen3", false}, Case{"qwen3", "qwen3", true},
-                      Case{"mistral", "mistral", false}, Case{"phi3", "phi3", false},
-                      Case{"phi3", "phi3", true}, Case{"gemma2", "gemma2", false},
-                      Case{"gemma2", "gemma2", true}, Case{"gemma3_text", "gemma3_text", false},
+                      Case{"mistral", "mistral", false}, Case{"mistral", "mistral", true},
+                      Case{"phi3", "phi3", false}, Case{"phi3", "phi3", true},
+                      Case{"gemma2", "gemma2", false}, Case{"gemma2", "gemma2", true},
+                      Case{"gemma3_text", "gemma3_text", false},
                       Case{"gemma3_text", "gemma3", true}),
     [](const auto& info) { return case_name(info.param); });
 
@@ -250,6 +251,37 @@ TEST(Families, LlamaRefusesAMistralWithASlidingWindow) {
       Device::cpu());
   EXPECT_NE(dynamic_cast<const models::Llama*>(model.get()), nullptr);
   EXPECT_EQ(model->config().architecture, "mistral");
+}
+
+// The same for a GGUF file (architecture llama, as llama.cpp writes Mistral): Llama::load refuses
+// llama.attention.sliding_window below the context; without the key, or with a window covering
+// the context, load_causal_lm reads it as Llama.
+TEST(Families, LlamaRefusesAMistralGgufWithASlidingWindow) {
+  std::string path = family_dir("mistral") + "/model.gguf";
+  try {
+    models::Llama::load(path, Device::cpu());
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("llama.attention.sliding_window"), std::string::npos)
+        << e.what();
+  }
+  using Tensors = std::map<std::string, Tensor>;
+  using Metadata = std::map<std::string, gguf::Value>;
+  for (bool drop : {true, false}) {
+    auto model =
+        models::load_causal_lm(edited_gguf("mistral",
+                                           [&](Tensors&, Metadata& md) {
+                                             if (drop) {
+                                               md.erase("llama.attention.sliding_window");
+                                             } else {
+                                               md["llama.attention.sliding_window"] =
+                                                   gguf::Value::u64(64, gguf::ValueType::U32);
+                                             }
+                                           }),
+                               Device::cpu());
+    EXPECT_NE(dynamic_cast<const models::Llama*>(model.get()), nullptr);
+    EXPECT_EQ(model->config().architecture, "llama");
+  }
 }
 
 // The device-side decode step (what a CUDA graph records) gives forward's logits: after the

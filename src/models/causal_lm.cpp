@@ -43,7 +43,7 @@ struct Family {
 // One row per architecture: its config.json model_type, its GGUF architecture, its loader.
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
-      {"llama", "llama", load_llama_family},
+      {"llama", "llama", load_llama_architecture},
       {"mistral", nullptr, load_mistral},
       {"qwen2", nullptr, load_qwen2},
       {"qwen3", "qwen3", load_qwen3},

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "models/llama_impl.h"
 #include "nn/kv_write.h"
 #include "util.h"
 #include "wick/error.h"
@@ -384,8 +385,11 @@ class FolderWeights : public WeightSource {
 class GgufWeights : public WeightSource {
  public:
   GgufWeights(const std::string& path, const Device& device, DType dtype,
-              std::map<std::string, std::string> names)
-      : device_(device), dtype_(dtype), names_(std::move(names)) {
+              std::map<std::string, std::string> names, size_t rope_permuted_head_dim)
+      : device_(device),
+        dtype_(dtype),
+        names_(std::move(names)),
+        permuted_head_dim_(rope_permuted_head_dim) {
     check_dtype(dtype);
     file_ = std::make_unique<gguf::File>(gguf::File::open(path));
   }
@@ -400,6 +404,10 @@ class GgufWeights : public WeightSource {
     bool keep = true;
     for (const auto& [name, shape] : parts) {
       q.push_back(file_->get_quantized(checked(name, shape), Device::cpu()));
+      if (permuted_head_dim_ > 0 && (name.ends_with("self_attn.q_proj.weight") ||
+                                     name.ends_with("self_attn.k_proj.weight"))) {
+        q.back() = unpermute_rope_rows(q.back(), shape[0] / permuted_head_dim_, permuted_head_dim_);
+      }
       GgmlType t = q.back().type();
       keep = keep && qmatmul_supports(t) && t != GgmlType::F32 && t != GgmlType::F16 &&
              t != GgmlType::BF16;
@@ -448,6 +456,7 @@ class GgufWeights : public WeightSource {
   Device device_;
   DType dtype_;
   std::map<std::string, std::string> names_;
+  size_t permuted_head_dim_;
   std::unique_ptr<gguf::File> file_;
 };
 
@@ -460,8 +469,10 @@ std::unique_ptr<WeightSource> folder_weights(const std::string& dir, const Devic
 
 std::unique_ptr<WeightSource> gguf_weights(const std::string& path, const Device& device,
                                            DType dtype,
-                                           std::map<std::string, std::string> layer_names) {
-  return std::make_unique<GgufWeights>(path, device, dtype, std::move(layer_names));
+                                           std::map<std::string, std::string> layer_names,
+                                           size_t rope_permuted_head_dim) {
+  return std::make_unique<GgufWeights>(path, device, dtype, std::move(layer_names),
+                                       rope_permuted_head_dim);
 }
 
 void read_projections(const WeightSource& src, const DecoderConfig& c, size_t i, Layer& l) {

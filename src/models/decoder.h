@@ -102,10 +102,14 @@ std::unique_ptr<WeightSource> folder_weights(const std::string& dir, const Devic
                                              DType dtype);
 /// A GGUF file: "model.embed_tokens.weight" is token_embd.weight, "model.norm.weight"
 /// output_norm.weight, "lm_head.weight" output.weight, and "model.layers.<i>.<x>.weight"
-/// blk.<i>.<layer_names[x]>.weight; other names are looked up as they are.
+/// blk.<i>.<layer_names[x]>.weight; other names are looked up as they are. With
+/// `rope_permuted_head_dim` > 0 (architecture llama, whose q and k rows llama.cpp's convert
+/// script permutes for interleaved rope), self_attn.q_proj and k_proj rows are put back in
+/// Hugging Face's order, heads of that size.
 std::unique_ptr<WeightSource> gguf_weights(const std::string& path, const Device& device,
                                            DType dtype,
-                                           std::map<std::string, std::string> layer_names);
+                                           std::map<std::string, std::string> layer_names,
+                                           size_t rope_permuted_head_dim = 0);
 
 /// How one layer attends.
 struct AttentionSpec {

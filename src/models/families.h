@@ -20,6 +20,10 @@ std::unique_ptr<CausalLM> load_qwen3(const std::string& path, const Device& devi
 
 /// mistral.cpp: Mistral folders (sliding-window attention; without a window, Llama's loader).
 std::unique_ptr<CausalLM> load_mistral(const std::string& path, const Device& device, DType dtype);
+/// mistral.cpp: config.json model_type llama and GGUF architecture llama: Llama's loader, except
+/// a GGUF file whose llama.attention.sliding_window is below its context (a Mistral: its window).
+std::unique_ptr<CausalLM> load_llama_architecture(const std::string& path, const Device& device,
+                                                  DType dtype);
 /// phi3.cpp: Phi-3 folders and phi3 GGUF files.
 std::unique_ptr<CausalLM> load_phi3(const std::string& path, const Device& device, DType dtype);
 

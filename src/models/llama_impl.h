@@ -24,6 +24,10 @@ struct Llama::Impl : DecoderWeights {
 
 /// The configuration in a GGUF file's llama.* metadata (llama_load.cpp).
 LlamaConfig gguf_config(const gguf::File& f);
+/// The q or k rows of a llama GGUF file (permuted for interleaved rope by llama.cpp's convert
+/// script) back in Hugging Face's order, for one rotate-half rope; any row type
+/// (llama_quantized.cpp).
+QTensor unpermute_rope_rows(const QTensor& w, size_t heads, size_t head_dim);
 /// Llama::load of a GGUF file with its quantized matrices kept quantized (llama_quantized.cpp).
 Llama load_gguf_quantized(const std::string& path, const Device& device, DType dtype);
 

@@ -97,6 +97,16 @@ LlamaConfig gguf_config(const gguf::File& f) {
   if (f.contains_key("llama.context_length")) {
     c.max_position_embeddings = f.get_uint("llama.context_length");
   }
+  // A Mistral's window (load_causal_lm reads such a file, mistral.cpp); Llama has none.
+  if (f.contains_key("llama.attention.sliding_window")) {
+    const uint64_t window = f.get_uint("llama.attention.sliding_window");
+    if (window > 0 &&
+        (!f.contains_key("llama.context_length") || window < c.max_position_embeddings)) {
+      throw FormatError(str("gguf ", f.path(), ": llama.attention.sliding_window ", window,
+                            " is below the context: Llama has no sliding window "
+                            "(load_causal_lm reads this model)"));
+    }
+  }
   c.rms_norm_eps = f.get_float("llama.attention.layer_norm_rms_epsilon");
   if (f.contains_key("llama.rope.freq_base")) c.rope_theta = f.get_float("llama.rope.freq_base");
   if (!f.contains("token_embd.weight")) {

@@ -8,12 +8,10 @@
 
 namespace wick::models {
 
-namespace {
-
 // GGUF stores q and k rows permuted for interleaved rope (see llama_load.cpp): rows
 // (heads, head_dim / 2, 2) back to (heads, 2, head_dim / 2). Rows are whole blocks, so the
 // permutation moves bytes.
-QTensor unpermute_rows(const QTensor& w, size_t heads, size_t head_dim) {
+QTensor unpermute_rope_rows(const QTensor& w, size_t heads, size_t head_dim) {
   size_t n = w.shape()[0], row_bytes = ggml_bytes(w.type(), w.shape()[1]);
   if (n != heads * head_dim) {
     throw ShapeMismatch(
@@ -26,6 +24,8 @@ QTensor unpermute_rows(const QTensor& w, size_t heads, size_t head_dim) {
                      .reshape({n * row_bytes});
   return QTensor(w.type(), w.shape(), bytes);
 }
+
+namespace {
 
 bool keepable(GgmlType t) {
   return qmatmul_supports(t) && t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16;
@@ -69,8 +69,8 @@ Llama load_gguf_quantized(const std::string& path, const Device& device, DType d
     Llama::Impl::Layer l;
     l.ln1 = dense(g + "attn_norm.weight");
     l.ln2 = dense(g + "ffn_norm.weight");
-    l.wqkv = linear({unpermute_rows(q(g + "attn_q.weight"), c.num_attention_heads, c.head_dim),
-                     unpermute_rows(q(g + "attn_k.weight"), c.num_key_value_heads, c.head_dim),
+    l.wqkv = linear({unpermute_rope_rows(q(g + "attn_q.weight"), c.num_attention_heads, c.head_dim),
+                     unpermute_rope_rows(q(g + "attn_k.weight"), c.num_key_value_heads, c.head_dim),
                      q(g + "attn_v.weight")});
     l.wo = linear({q(g + "attn_output.weight")});
     l.wgate_up = linear({q(g + "ffn_gate.weight"), q(g + "ffn_up.weight")});
