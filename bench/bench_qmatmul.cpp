@@ -26,17 +26,19 @@ wick::QTensor random_q(GgmlType type, size_t n, size_t k) {
   for (auto& b : raw) b = static_cast<uint8_t>(gen());
   uint16_t small = wick::detail::float_to_half_bits(0.01f);
   for (size_t off = 0; off < bytes; off += bs) {
-    size_t at = type == GgmlType::Q6_K ? off + 208 : off;
+    size_t at = type == GgmlType::Q6_K ? off + 208 : type == GgmlType::Q2_K ? off + 80 : off;
     std::memcpy(raw.data() + at, &small, 2);
-    if (type == GgmlType::Q4_1 || type == GgmlType::Q4_K)  // m, dmin
+    if (type == GgmlType::Q4_1 || type == GgmlType::Q4_K || type == GgmlType::Q5_1 ||
+        type == GgmlType::Q5_K || type == GgmlType::Q2_K)  // m, dmin
       std::memcpy(raw.data() + at + 2, &small, 2);
   }
   return wick::QTensor(type, {n, k}, wick::Tensor::from_vec(raw, {bytes}, wick::Device::cpu()));
 }
 
 GgmlType type_of(int64_t i) {
-  static const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0,
-                                   GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0};
+  static const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1,  GgmlType::Q8_0, GgmlType::Q4_K,
+                                   GgmlType::Q6_K, GgmlType::Q5_0,  GgmlType::Q5_1, GgmlType::Q5_K,
+                                   GgmlType::Q2_K, GgmlType::IQ4_XS};
   return types[i];
 }
 
@@ -70,7 +72,7 @@ void BM_dequantised_f32_matmul(benchmark::State& state) {
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
-  for (int64_t t : {0, 1, 2, 3, 4, 5}) {
+  for (int64_t t = 0; t < 10; ++t) {
     for (int64_t m : {1, 128}) {
       // SmolLM2's k = 576 is no multiple of the K-quants' 256 (its Q4_K_M files store those
       // matrices as Q5_0 or Q8_0).
