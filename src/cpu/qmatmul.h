@@ -2,8 +2,7 @@
 // The CPU side of qmatmul (src/cpu/qmatmul.cpp): weights repacked into tiles of 16 rows so that
 // one 512-bit integer dot (or two 256-bit ones) serves 16 output rows, activations quantized to
 // 8-bit blocks of 32, and the per-ISA tile kernels (src/cpu/qmatmul_kernels.cpp and
-// qmatmul_kernels_k.cpp, compiled for
-// AVX2 and for AVX-512 with VNNI).
+// qmatmul_kernels_k.cpp, compiled for AVX2 and for AVX-512 with VNNI).
 //
 // Tile layout, per tile of 16 rows and per block b of 32 values (tiles, then blocks, in order):
 //   d[16]  f16 scales of the 16 rows' blocks
