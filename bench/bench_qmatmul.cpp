@@ -36,9 +36,10 @@ wick::QTensor random_q(GgmlType type, size_t n, size_t k) {
 }
 
 GgmlType type_of(int64_t i) {
-  static const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1,  GgmlType::Q8_0, GgmlType::Q4_K,
-                                   GgmlType::Q6_K, GgmlType::Q5_0,  GgmlType::Q5_1, GgmlType::Q5_K,
-                                   GgmlType::Q2_K, GgmlType::IQ4_XS};
+  static const GgmlType types[] = {GgmlType::Q4_0,   GgmlType::Q4_1,  GgmlType::Q8_0,
+                                   GgmlType::Q4_K,   GgmlType::Q6_K,  GgmlType::Q5_0,
+                                   GgmlType::Q5_1,   GgmlType::Q5_K,  GgmlType::Q2_K,
+                                   GgmlType::IQ4_XS, GgmlType::IQ4_NL};
   return types[i];
 }
 
@@ -72,7 +73,7 @@ void BM_dequantised_f32_matmul(benchmark::State& state) {
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
-  for (int64_t t = 0; t < 10; ++t) {
+  for (int64_t t = 0; t < 11; ++t) {
     for (int64_t m : {1, 128}) {
       // SmolLM2's k = 576 is no multiple of the K-quants' 256 (its Q4_K_M files store those
       // matrices as Q5_0 or Q8_0).

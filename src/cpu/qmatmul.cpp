@@ -285,19 +285,10 @@ void q3_k_as_q6_k(const uint8_t* b, uint8_t* out) {
   out[209] = b[109];
 }
 
-// IQ4_NL's d level as Q8_0's d q: the levels are int8.
-void iq4_nl_as_q8_0(const uint8_t* b, uint8_t* out) {
-  out[0] = b[0];
-  out[1] = b[1];
-  for (unsigned j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(ops::iq4_nl_int(b, j));
-}
-
 // The tiled type whose blocks hold a type's values exactly (the type itself for those with
 // kernels of their own).
 GgmlType tile_type(GgmlType type) {
-  if (type == GgmlType::Q3_K) return GgmlType::Q6_K;
-  if (type == GgmlType::IQ4_NL) return GgmlType::Q8_0;
-  return type;
+  return type == GgmlType::Q3_K ? GgmlType::Q6_K : type;
 }
 
 }  // namespace
@@ -325,6 +316,7 @@ bool q_tiled(GgmlType type) {
 size_t q_tile_block_bytes(GgmlType type) {
   switch (tile_type(type)) {
     case GgmlType::Q4_0:
+    case GgmlType::IQ4_NL:
       return 32 + 256;
     case GgmlType::Q4_1:
       return 64 + 256;
@@ -357,13 +349,7 @@ std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t 
     const size_t from = ggml_type_size(type), to = ggml_type_size(as);
     std::vector<uint8_t> converted(blocks * to);
     parallel_for(blocks, 256, [&](size_t lo, size_t hi) {
-      for (size_t i = lo; i < hi; ++i) {
-        if (type == GgmlType::Q3_K) {
-          q3_k_as_q6_k(src + i * from, converted.data() + i * to);
-        } else {
-          iq4_nl_as_q8_0(src + i * from, converted.data() + i * to);
-        }
-      }
+      for (size_t i = lo; i < hi; ++i) q3_k_as_q6_k(src + i * from, converted.data() + i * to);
     });
     return q_pack(as, converted.data(), n, k);
   }

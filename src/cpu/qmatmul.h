@@ -7,8 +7,9 @@
 // Tile layout, per tile of 16 rows and per block b of 32 values (tiles, then blocks, in order):
 //   d[16]  f16 scales of the 16 rows' blocks
 //   m[16]  f16 minimums (Q4_1 and Q5_1 only)
-//   Q4_0 / Q4_1: 4 chunks of 64 bytes; byte 4r + j of chunk c holds row r's value 8c + j in its
-//     low nibble and value 8c + 4 + j in its high nibble (0..15, Q4_0's offset 8 not applied)
+//   Q4_0 / Q4_1 / IQ4_NL: 4 chunks of 64 bytes; byte 4r + j of chunk c holds row r's value 8c + j
+//     in its low nibble and value 8c + 4 + j in its high nibble (0..15, Q4_0's offset 8 not
+//     applied; IQ4_NL's level indices)
 //   Q8_0: 8 chunks of 64 bytes; byte 4r + j of chunk g holds row r's value 4g + j plus 128 (u8)
 //   Q5_0 / Q5_1: 4 chunks of 64 bytes of nibbles as Q4_0's (the low 4 bits), then 64 bytes of
 //     fifth bits: bit i of byte 4r + j belongs to row r's value 4i + j (Q5_0's offset 16 not
@@ -27,8 +28,8 @@
 //     as Q6_K's high bits
 //   IQ4_XS: d[16] (f16), then per block of 32: sc[16] (i8, the 6-bit scale less 32) and 4 chunks
 //     of 64 bytes of the 4-bit level indices as Q4_0's nibbles
-// Rows past n are zero (scale 0). Q3_K and IQ4_NL are first rewritten exactly as Q6_K and Q8_0
-// blocks and packed as those (QPacked::type is then Q6_K or Q8_0).
+// Rows past n are zero (scale 0). Q3_K is first rewritten exactly as Q6_K blocks and packed as
+// those (QPacked::type is then Q6_K).
 
 #include <cstddef>
 #include <cstdint>

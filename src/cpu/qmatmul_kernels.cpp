@@ -1,12 +1,13 @@
 // The integer tile kernels of qmatmul for the types of blocks of 32 (Q4_0, Q4_1, Q8_0, Q5_0,
-// Q5_1), and the dispatch over every tiled type; the super-block types are in
+// Q5_1, IQ4_NL), and the dispatch over every tiled type; the super-block types are in
 // qmatmul_kernels_k.cpp. Compiled once per instruction set (src/CMakeLists.txt): AVX2 (maddubs:
 // u8 x s8 pairs summed to i16, then to i32) and AVX-512 VNNI (dpbusd: four u8 x s8 products
 // summed into each i32 lane, no intermediate saturation). One 512-bit dot (two 256-bit ones)
 // multiplies four values of 16 weight rows by the same four activations, broadcast from memory;
 // each block's integer sum is then scaled in f32. 16-bit activations (two base-255 digits of 8
 // bits) take one such dot per digit. 5-bit weights are put together from their nibbles and fifth
-// bits once per tile-block (shared by the activation rows).
+// bits once per tile-block (shared by the activation rows), IQ4_NL's levels from their 4-bit
+// indices by a byte shuffle.
 
 #include <immintrin.h>
 
@@ -14,6 +15,7 @@
 #include <cstring>
 
 #include "cpu/qmatmul.h"
+#include "ops/ggml_blocks.h"
 
 // clang-format off
 #include "cpu/isa_begin.h"  // last: the code below is compiled for this file's instruction set
@@ -41,6 +43,9 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
   __m512 acc[NX];
   for (int i = 0; i < NX; ++i) acc[i] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0f);
+  // IQ4_NL: the indices looked up as level + 128 (u8, for dpbusd).
+  const __m512i levels =
+      T == GgmlType::IQ4_NL ? _mm512_broadcast_i32x4(iq4_levels(128)) : _mm512_setzero_si512();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* p = tile + b * kBytes;
     __m512 dw = load_f16x16(p);
@@ -67,6 +72,10 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
         __m512i v = _mm512_loadu_si512(q + 64 * c);
         lo[c] = _mm512_and_si512(v, m4);
         hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (T == GgmlType::IQ4_NL) {
+          lo[c] = _mm512_shuffle_epi8(levels, lo[c]);
+          hi[c] = _mm512_shuffle_epi8(levels, hi[c]);
+        }
       }
       for (int i = 0; i < NX; ++i) {
         const size_t at = (x0 + i) * k + 32 * b;
@@ -75,6 +84,8 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
         size_t xi = (x0 + i) * nb + b;
         if constexpr (T == GgmlType::Q4_0) {
           dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(8 * x.s[xi]));  // Q4_0's offset 8
+        } else if constexpr (T == GgmlType::IQ4_NL) {
+          dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(128 * x.s[xi]));  // the levels' 128
         }
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
                                  _mm512_mul_ps(dw, _mm512_set1_ps(x.d[xi])), acc[i]);
@@ -140,6 +151,9 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
   const size_t k = x.k;
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  // IQ4_NL: the indices looked up as their signed levels.
+  const __m256i levels =
+      T == GgmlType::IQ4_NL ? _mm256_broadcastsi128_si256(iq4_levels(0)) : _mm256_setzero_si256();
   for (int h = 0; h < 2; ++h) {
     __m256 acc[NX];
     for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
@@ -163,11 +177,21 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
           __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * c));
           lo[c] = _mm256_and_si256(v, m4);
           hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          if constexpr (T == GgmlType::IQ4_NL) {
+            lo[c] = _mm256_shuffle_epi8(levels, lo[c]);
+            hi[c] = _mm256_shuffle_epi8(levels, hi[c]);
+          }
         }
         for (int i = 0; i < NX; ++i) {
           size_t at = (x0 + i) * k + 32 * b;
-          __m256i dot = q4_block_dot(lo, hi, x.qs.data() + at);
-          if constexpr (Wide) dot = digits(dot, q4_block_dot(lo, hi, x.lo.data() + at));
+          __m256i dot;
+          if constexpr (T == GgmlType::IQ4_NL) {
+            dot = iq4_block_dot(lo, hi, x.qs.data() + at);
+            if constexpr (Wide) dot = digits(dot, iq4_block_dot(lo, hi, x.lo.data() + at));
+          } else {
+            dot = q4_block_dot(lo, hi, x.qs.data() + at);
+            if constexpr (Wide) dot = digits(dot, q4_block_dot(lo, hi, x.lo.data() + at));
+          }
           size_t xi = (x0 + i) * nb + b;
           if constexpr (T == GgmlType::Q4_0) {
             dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(8 * x.s[xi]));
@@ -243,6 +267,8 @@ void q_gemm_tiles(const QPacked& w, const Q8Rows& x, float* y, size_t t0, size_t
       return gemm_tiles_with<Kernel32<GgmlType::Q5_0>>(w, x, y, t0, t1);
     case GgmlType::Q5_1:
       return gemm_tiles_with<Kernel32<GgmlType::Q5_1>>(w, x, y, t0, t1);
+    case GgmlType::IQ4_NL:
+      return gemm_tiles_with<Kernel32<GgmlType::IQ4_NL>>(w, x, y, t0, t1);
     default:
       return q_gemm_tiles_k(w, x, y, t0, t1);
   }

@@ -30,13 +30,6 @@ inline namespace WICK_ISA_NS {
 
 namespace {
 
-// IQ4_XS's 16 levels (offset by `bias`) as 16 bytes, the table of the byte shuffles.
-inline __m128i iq4_levels(int bias) {
-  alignas(16) int8_t levels[16];
-  for (unsigned i = 0; i < 16; ++i) levels[i] = static_cast<int8_t>(ops::iq4_level(i) + bias);
-  return _mm_load_si128(reinterpret_cast<const __m128i*>(levels));
-}
-
 #if defined(WICK_ISA_VNNI)
 
 // 16 u8 (or i8) sub-block scales as f32.
@@ -386,22 +379,6 @@ void tile_kernel_q16(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0,
     }
     for (int i = 0; i < NX; ++i) _mm256_storeu_ps(out[i] + 8 * h, acc[i]);
   }
-}
-
-// Signed int8 weights (IQ4_XS's levels, |w| <= 127) against 32 activations: |w| times x carrying
-// w's sign keeps maddubs from saturating; each maddubs is widened to i32 at once (two would
-// overflow i16).
-inline __m256i iq4_block_dot(const __m256i (&lo)[4], const __m256i (&hi)[4], const int8_t* xb) {
-  __m256i sum = _mm256_setzero_si256();
-  for (int c = 0; c < 4; ++c) {
-    __m256i xl = _mm256_set1_epi32(load_i32(xb + 8 * c));
-    __m256i xh = _mm256_set1_epi32(load_i32(xb + 8 * c + 4));
-    sum = _mm256_add_epi32(
-        sum, pair_sums(_mm256_maddubs_epi16(_mm256_abs_epi8(lo[c]), _mm256_sign_epi8(xl, lo[c]))));
-    sum = _mm256_add_epi32(
-        sum, pair_sums(_mm256_maddubs_epi16(_mm256_abs_epi8(hi[c]), _mm256_sign_epi8(xh, hi[c]))));
-  }
-  return sum;
 }
 
 // IQ4_XS as in the AVX-512 kernel, with the signed levels.

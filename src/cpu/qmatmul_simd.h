@@ -3,7 +3,8 @@
 // the integer dots of one block of 32 activations against 16 weight rows, and the loop over a
 // range of tiles and groups of activation rows. Included after cpu/isa_begin.h, so that it is
 // compiled for the including file's instruction set (AVX2, or AVX-512 with VNNI); the including
-// file includes what it uses (<immintrin.h>, <algorithm>, <cstring>, cpu/qmatmul.h) before
+// file includes what it uses (<immintrin.h>, <algorithm>, <cstring>, cpu/qmatmul.h,
+// ops/ggml_blocks.h) before
 // cpu/isa_begin.h, so that no standard header is compiled for AVX-512.
 
 namespace wick::cpu {
@@ -17,6 +18,14 @@ inline int32_t load_i32(const int8_t* p) {
 }
 
 constexpr int kMaxX = 4;  // activation rows that share one pass over a tile
+
+// IQ4_NL's and IQ4_XS's 16 levels (offset by `bias`) as 16 bytes, the table of the byte shuffles
+// that turn their 4-bit indices into values.
+inline __m128i iq4_levels(int bias) {
+  alignas(16) int8_t levels[16];
+  for (unsigned i = 0; i < 16; ++i) levels[i] = static_cast<int8_t>(ops::iq4_level(i) + bias);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(levels));
+}
 
 #if defined(WICK_ISA_VNNI)
 
@@ -138,6 +147,22 @@ inline __m256i q5_group(const uint8_t* p, int h, int g) {
   hb = g < 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - g))
              : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(g - 4));
   return _mm256_or_si256(low, _mm256_and_si256(hb, m10));
+}
+
+// Signed int8 weights (IQ4_NL's and IQ4_XS's levels, |w| <= 127) against 32 activations: |w| times
+// x carrying w's sign keeps maddubs from saturating; each maddubs is widened to i32 at once (two
+// would overflow i16).
+inline __m256i iq4_block_dot(const __m256i (&lo)[4], const __m256i (&hi)[4], const int8_t* xb) {
+  __m256i sum = _mm256_setzero_si256();
+  for (int c = 0; c < 4; ++c) {
+    __m256i xl = _mm256_set1_epi32(load_i32(xb + 8 * c));
+    __m256i xh = _mm256_set1_epi32(load_i32(xb + 8 * c + 4));
+    sum = _mm256_add_epi32(
+        sum, pair_sums(_mm256_maddubs_epi16(_mm256_abs_epi8(lo[c]), _mm256_sign_epi8(xl, lo[c]))));
+    sum = _mm256_add_epi32(
+        sum, pair_sums(_mm256_maddubs_epi16(_mm256_abs_epi8(hi[c]), _mm256_sign_epi8(xh, hi[c]))));
+  }
+  return sum;
 }
 
 // One block's dot of 5-bit weights (q5_group's) with 32 activations.
