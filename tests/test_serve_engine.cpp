@@ -15,6 +15,7 @@
 #include "cpu/row_matmul.h"
 #include "fused/paged_attention.h"
 #include "nn_reference.h"
+#include "serve/decode_graphs.h"
 #include "serve/page_pool.h"
 #include "test_util.h"
 #include "wick/formats.h"
@@ -1077,6 +1078,103 @@ TEST(FamilyPaged, Errors) {
   EXPECT_THROW(model->forward_paged_tensors(bad, cache), wick::ShapeMismatch);
   EXPECT_THROW(wick::models::paged_batch_tensors({{{1}, 4, {0, 1}}}, 4, cpu, 1),
                wick::IndexOutOfRange);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- decode steps padded to a batch-size bucket (src/serve/decode_graphs.h) ----
+
+TEST(DecodeGraphs, BucketsAndThePackedInputs) {
+  EXPECT_EQ(serve::decode_bucket(1), 1u);
+  EXPECT_EQ(serve::decode_bucket(2), 2u);
+  EXPECT_EQ(serve::decode_bucket(3), 4u);
+  EXPECT_EQ(serve::decode_bucket(64), 64u);
+  EXPECT_EQ(serve::decode_bucket(65), 128u);
+  // Two sequences in a bucket of 4, tables 3 pages wide, pages of 4, scratch page 9.
+  auto in = serve::decode_inputs({{{5}, 6, {3, 1}}, {{7}, 0, {2}}}, 4, 3, 4, 9);
+  const std::vector<uint32_t> want = {
+      5,         7,     0,     0,      // ids
+      6,         0,     0,     0,      // positions
+      0,         1,     2,     3,      // token_seq
+      1 * 4 + 2, 2 * 4, 9 * 4, 9 * 4,  // slots: position 6 is page 1 row 2; padding: scratch
+      0,         1,     2,     3,      // last
+      3,         1,     9,     2,     9, 9,
+      9,         9,     9,     9,     9, 9,  // tables, padded with the scratch page
+  };
+  EXPECT_EQ(in, want);
+  EXPECT_THROW(serve::decode_inputs({{{5}, 0, {1}}, {{7}, 0, {2}}}, 1, 3, 4, 9), Error);
+  EXPECT_THROW(serve::decode_inputs({{{5, 6}, 0, {1}}}, 1, 3, 4, 9), Error);
+  EXPECT_THROW(serve::decode_inputs({{{5}, 0, {1, 2, 3, 4}}}, 1, 3, 4, 9), Error);
+}
+
+// Decode steps of a ragged run (batches of 1 to 7 in buckets of 1 to 8) padded as the graphs pad
+// them give the same bits as the unpadded batch (the CPU's rows do not depend on the batch), and
+// the padding writes the scratch page alone.
+TEST(DecodeGraphs, PaddedStepsAreTheSameBitsAsTheBatchAndWriteOnlyTheScratchPage) {
+  for (const std::string& path : {llama_data("tiny_llama"), family_data("gemma2")}) {
+    SCOPED_TRACE(path);
+    std::shared_ptr<const CausalLM> model = wick::models::load_causal_lm(path, Device::cpu());
+    const size_t ps = 4, pages = 64, scratch = 63;
+    wick::models::PagedKvCache cache = model->make_paged_cache(pages, ps);
+    serve::DecodeGraphs graphs(model, cache, scratch, 8);
+    // The scratch page poisoned: padding rows overwrite its row 0.
+    for (size_t l = 0; l < cache.layers(); ++l) {
+      Tensor page = cache.k(l).narrow(0, scratch, 1);
+      page.assign(Tensor::ones(page.shape(), page.dtype(), Device::cpu()).affine(7, 0));
+    }
+    std::vector<std::vector<uint32_t>> tokens(7), tables(7);
+    for (size_t i = 0; i < 7; ++i) {
+      for (size_t j = 0; j < 2 + i; ++j) tokens[i].push_back(static_cast<uint32_t>(i * 11 + j));
+      for (size_t p = 0; p < 6; ++p) tables[i].push_back(static_cast<uint32_t>(i * 6 + p));
+      model->forward_paged({{tokens[i], 0, tables[i]}}, cache);
+    }
+    const std::vector<std::vector<size_t>> steps = {
+        {0}, {0, 1}, {0, 1, 2, 3, 4}, {1, 2, 3, 4, 5, 6}, {2, 6}, {4, 5, 6}, {5}};
+    for (const auto& members : steps) {
+      std::vector<PagedSequence> batch;
+      for (size_t i : members)
+        batch.push_back({{tokens[i].back()}, tokens[i].size() - 1, tables[i]});
+      // Each member re-feeds its last token at its last position: the keys written are the same.
+      ASSERT_TRUE(graphs.fits(batch));
+      Tensor padded = graphs.run(batch, false);
+      Tensor plain = model->forward_paged(batch, cache);
+      EXPECT_EQ(padded.to_vec_f64(), plain.to_vec_f64()) << members.size() << " sequences";
+      for (size_t r = 0; r < members.size(); ++r) {
+        tokens[members[r]].push_back(static_cast<uint32_t>((members[r] * 5 + r) % 96));
+      }
+    }
+    for (size_t l = 0; l < cache.layers(); ++l) {
+      for (size_t p = 42; p < pages; ++p) {
+        const double written = cache.k(l).get(p).abs().sum_all().to_vec_f64()[0];
+        if (p == scratch) {
+          EXPECT_NE(cache.k(l).get(p).narrow(1, 0, 1).to_vec_f64(),
+                    std::vector<double>(cache.k(l).get(p).narrow(1, 0, 1).elem_count(), 7.0));
+          EXPECT_EQ(cache.k(l).get(p).narrow(1, 1, 3).to_vec_f64(),
+                    std::vector<double>(cache.k(l).get(p).narrow(1, 1, 3).elem_count(), 7.0));
+        } else {
+          EXPECT_EQ(written, 0.0) << "page " << p;
+        }
+      }
+    }
+    EXPECT_FALSE(graphs.fits({{{1, 2}, 0, {0}}}));
+    EXPECT_THROW(graphs.run({{{1}, 4, {0}}}, false), wick::IndexOutOfRange);
+    // A graph needs a CUDA device.
+    EXPECT_THROW(graphs.run({{{1}, 0, {0}}}, true), Error);
+    EXPECT_EQ(graphs.graphs(), 0u);
+  }
+}
+
+TEST(DecodeGraphs, TheEngineOnTheCpuReplaysNoGraph) {
+  serve::EngineOptions o;
+  o.cuda_graphs = true;
+  serve::Engine engine(tiny_llama(), nullptr, o);
+  Collector c;
+  engine.submit(greedy_request(prompt_of(1), 6), c.callback());
+  EXPECT_EQ(c.wait().tokens, generate_alone(tiny_llama(), prompt_of(1), 6));
+  engine.drain();
+  EXPECT_EQ(engine.stats().graph_steps, 0u);
 }
 
 }  // namespace

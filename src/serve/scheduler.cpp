@@ -205,7 +205,13 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
   if (!batch.empty()) {
     Tensor logits;
     try {
-      logits = model->forward_paged(batch, cache).to_dtype(DType::F32);
+      if (graphs && graphs->fits(batch)) {
+        logits = graphs->run(batch, true).to_dtype(DType::F32);
+        std::lock_guard<std::mutex> lock(mutex);
+        ++totals.graph_steps;
+      } else {
+        logits = model->forward_paged(batch, cache).to_dtype(DType::F32);
+      }
     } catch (const std::exception& e) {
       for (Sequence* s : members) {
         s->finish = FinishReason::Error;
