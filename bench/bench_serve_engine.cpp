@@ -5,6 +5,7 @@
 //
 //   bench_serve_engine --model PATH [--device cpu|cuda] [--dtype f32] [--streams 1,4,16,64]
 //                      [--prompt-len 32] [--new 64] [--dequantize] [--per-sequence]
+//                      [--compare-graphs]
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -67,9 +68,10 @@ struct Run {
 };
 
 Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size_t streams,
-                size_t prompt_len, size_t new_tokens) {
+                size_t prompt_len, size_t new_tokens, bool graphs = true) {
   wick::serve::EngineOptions o;
   o.max_batch = std::max<size_t>(streams, 1);
+  o.cuda_graphs = graphs;
   wick::serve::Engine engine(model, nullptr, o);
   std::mutex mu;
   std::condition_variable cv;
@@ -129,10 +131,12 @@ int main(int argc, char** argv) {
   app.add_option("--streams", streams, "concurrent streams")->delimiter(',');
   app.add_option("--prompt-len", prompt_len)->capture_default_str();
   app.add_option("--new", new_tokens, "tokens generated per stream")->capture_default_str();
-  bool dequantize = false, per_sequence = false;
+  bool dequantize = false, per_sequence = false, compare_graphs = false;
   app.add_flag("--dequantize", dequantize, "a GGUF's matrices dequantised to --dtype at load");
   app.add_flag("--per-sequence", per_sequence,
                "also the engine over CausalLM's per-sequence forward_paged, interleaved");
+  app.add_flag("--compare-graphs", compare_graphs,
+               "also the engine without CUDA graphs (EngineOptions::cuda_graphs), interleaved");
   CLI11_PARSE(app, argc, argv);
   try {
     const wick::Device dev = wick::Device::parse(device_name);
@@ -175,6 +179,11 @@ int main(int argc, char** argv) {
         print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens));
         print("", s, run_streams(model, s, prompt_len, new_tokens));
         print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens));
+      }
+      if (compare_graphs) {
+        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, false));
+        print("", s, run_streams(model, s, prompt_len, new_tokens));
+        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, false));
       }
     }
   } catch (const std::exception& e) {

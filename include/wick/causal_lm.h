@@ -75,7 +75,8 @@ class CausalLM {
   /// logits (batch.size(), vocab) of each sequence's last new token, as forward_last would give
   /// them (a sequence's row does not depend on the other sequences of the batch where the
   /// family implements it itself). This default runs each sequence alone through a KvCache
-  /// gathered from its pages (every family has it); Llama and Qwen2 run the batch as one.
+  /// gathered from its pages (every family has it); Llama, Qwen2 and the decoder families
+  /// (Qwen3, Mistral, Phi-3, Gemma 2 and 3) run the batch as one.
   /// IndexOutOfRange for a page table that does not cover a sequence or names a page outside
   /// the pool; Error for a sequence without new tokens.
   virtual Tensor forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const;

@@ -1,6 +1,7 @@
 // CausalLM's paged forward for every family: each sequence of the batch runs alone through
 // forward_last over a KvCache gathered from its pages, and its new keys and values go back into
-// its pages. Families that state their own batched forward (Llama, Qwen2) override it.
+// its pages. Families that state their own batched forward (Llama, Qwen2, the decoder families
+// of decoder_paged.cpp) override it. Also the batch's tensors (paged_batch_tensors).
 
 #include <algorithm>
 #include <string>
