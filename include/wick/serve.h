@@ -70,7 +70,8 @@ struct EngineOptions {
   /// On a CUDA device, steps where every sequence decodes one token replay a CUDA graph captured
   /// once per batch-size bucket (1, 2, 4, ... up to max_batch's) instead of launching each op;
   /// prefill steps run eagerly. The model must implement CausalLM::forward_paged_tensors; no
-  /// other thread may use the device while a graph is first captured. No effect on the CPU.
+  /// other thread may use the device while a graph is first captured; should a capture fail, the
+  /// engine runs every later step op by op. No effect on the CPU.
   bool cuda_graphs = true;
 };
 
