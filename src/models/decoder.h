@@ -171,7 +171,9 @@ class Decoder : public CausalLM {
   KvCache make_cache(size_t batch, size_t max_len) const override;
   Tensor forward(const Tensor& ids, KvCache& cache) const override;
   Tensor forward_last(const Tensor& ids, KvCache& cache) const override;
-  /// The cache's rope tables are the first rope's over the model's context (decoder_paged.cpp).
+  /// The cache's rope tables are the first rope's over the model's context (decoder_paged.cpp):
+  /// a paged step's context is max_position (long-rope: the long factors where it exceeds the
+  /// original context, as llama.cpp picks them for a context of that size).
   PagedKvCache make_paged_cache(size_t pages, size_t page_size) const override;
   /// The ragged batch as one row of tokens through the family's hidden(): each projection one
   /// product over the batch (rows independent of the batch, nn/batch_linear.h), attention over
