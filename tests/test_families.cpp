@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -21,9 +23,11 @@
 #include "test_util.h"
 #include "wick/formats.h"
 #include "wick/generator.h"
+#include "wick/half.h"
 #include "wick/models.h"
 #include "wick/nn/attention.h"
 #include "wick/numerics.h"
+#include "wick/quantized.h"
 
 namespace wick {
 namespace {
@@ -282,6 +286,68 @@ TEST(Families, LlamaRefusesAMistralGgufWithASlidingWindow) {
     EXPECT_NE(dynamic_cast<const models::Llama*>(model.get()), nullptr);
     EXPECT_EQ(model->config().architecture, "llama");
   }
+}
+
+// Rows of k values (a multiple of 32) as Q8_0 blocks: d = max |x| / 127 (as f16), q = round(x / d).
+QTensor to_q8_0(const Tensor& w) {
+  std::vector<float> v = w.to_dtype(DType::F32).flatten_all().to_vec1<float>();
+  std::vector<uint8_t> raw(ggml_bytes(GgmlType::Q8_0, v.size()));
+  for (size_t b = 0; b < v.size() / 32; ++b) {
+    float amax = 0;
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(v[32 * b + j]));
+    const uint16_t bits = detail::float_to_half_bits(amax / 127);
+    const float d = detail::half_bits_to_float(bits);
+    std::memcpy(raw.data() + 34 * b, &bits, 2);
+    for (size_t j = 0; j < 32; ++j) {
+      long q = d != 0 ? std::lrint(v[32 * b + j] / d) : 0;
+      raw[34 * b + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127L, 127L)));
+    }
+  }
+  return QTensor(GgmlType::Q8_0, w.shape(), Tensor::from_vec(raw, {raw.size()}, Device::cpu()));
+}
+
+// The Mistral GGUF with its projections as Q8_0 blocks (q and k rows permuted as llama.cpp writes
+// them, so the loader moves whole blocks back) against the same file with those blocks dequantised
+// to f32: the logits differ only by qmatmul's rounding of its activations (16 or 8 bits: half a
+// step of each block's maximum per projection, 4 projections in sequence per layer, gain below
+// 1), while a row put back wrongly moves them by O(range).
+TEST(Families, MistralGgufWithQuantizedPermutedRows) {
+  gguf::File f = gguf::File::open(family_dir("mistral") + "/model.gguf");
+  std::map<std::string, Tensor> dense, dequantised;
+  std::map<std::string, QTensor> blocks;
+  for (const std::string& name : f.tensor_names()) {
+    Tensor t = f.get(name);
+    if (name.rfind("blk.", 0) == 0 && t.rank() == 2 && t.dims()[1] % 32 == 0) {
+      blocks[name] = to_q8_0(t);
+      dequantised[name] = blocks[name].dequantize();
+    } else {
+      dense[name] = t;
+      dequantised[name] = t;
+    }
+  }
+  ASSERT_GE(blocks.size(), 10u);  // q, k, v, o, gate, up of both layers
+  std::map<std::string, gguf::Value> metadata(f.metadata().begin(), f.metadata().end());
+  auto dir = std::filesystem::temp_directory_path();
+  const std::string q_path = (dir / "wick_families_mistral_q8.gguf").string();
+  const std::string f_path = (dir / "wick_families_mistral_f32.gguf").string();
+  gguf::save(dense, q_path, metadata, blocks);
+  gguf::save(dequantised, f_path, metadata);
+  auto q = models::load_causal_lm(q_path, Device::cpu());
+  auto d = models::load_causal_lm(f_path, Device::cpu());
+  EXPECT_EQ(q->config().architecture, "mistral");
+  Tensor prompts = npy::load(family_dir("mistral") + "/prompt.npy", Device::cpu());
+  Tensor ids = Tensor::from_vec(to_u32(prompts), {2, 12}, Device::cpu());
+  models::KvCache qc = q->make_cache(2, 12), dc = d->make_cache(2, 12);
+  std::vector<double> got = q->forward(ids, qc).to_vec_f64();
+  std::vector<double> want = d->forward(ids, dc).to_vec_f64();
+  std::remove(q_path.c_str());
+  std::remove(f_path.c_str());
+  const double range = range_of(want);
+  ASSERT_GT(range, 1.0);
+  const int bits = qmatmul_cpu_activation_bits(GgmlType::Q8_0);
+  const double half_step = bits == 8 ? 1.0 / 254 : bits == 16 ? 1.0 / 65024 : 0.0;
+  const double chain = 4.0 * q->config().num_layers;
+  EXPECT_LE(max_abs_diff(got, want), (kLogitBound + chain * half_step) * range);
 }
 
 // The device-side decode step (what a CUDA graph records) gives forward's logits: after the
