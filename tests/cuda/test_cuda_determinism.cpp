@@ -61,9 +61,9 @@ TEST(CudaDeterminismChild, Suite) {
   determinism::write_results(path, determinism::thread_suite(52, gpu()));
 }
 
-// The comparison reports a one-ulp difference in any float dtype and none for equal bytes (runs
-// without a GPU too).
+// The comparison reports a one-ulp difference in any float dtype and none for equal bytes.
 TEST(CudaDeterminism, ComparisonSeesOneUlp) {
+  WICK_REQUIRE_GPU();
   for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
     Tensor t = wick::testing::random_tensor({3, 7}, dt);
     determinism::Result a{"op", dt, t.dims(), determinism::bytes_of(t)}, b = a;
