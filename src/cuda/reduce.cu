@@ -262,6 +262,14 @@ __global__ void __launch_bounds__(kBlock)
 // rows (the chunks of a run, and so the order of its sums, follow its length alone).
 constexpr uint64_t kThreadChunk = 256;  // elements a thread takes of a long run (thread path)
 constexpr uint64_t kBlockChunk = 4096;  // elements a block takes of a long run (16 a thread)
+constexpr uint64_t kMaxChunks = 1024;   // chunks of a run at most (longer chunks past that)
+
+/// The chunk length of a run of `len`: `base`, or longer for runs of more than kMaxChunks chunks
+/// (rounded up to 16 elements: chunk starts keep the run's vector alignment).
+uint64_t chunk_for(uint64_t len, uint64_t base) {
+  uint64_t c = std::max(base, (len + kMaxChunks - 1) / kMaxChunks);
+  return (c + 15) / 16 * 16;
+}
 
 template <class T, class Op>
 void run_reduce(const Op& op, const T* src, const StridedView& kept, const StridedView& red,
@@ -278,16 +286,16 @@ void run_reduce(const Op& op, const T* src, const StridedView& kept, const Strid
   uint64_t chunks = 1, chunk = len;
   if (per_thread) {
     if (len >= 2 * kThreadChunk) {
-      chunk = kThreadChunk;
+      chunk = chunk_for(len, kThreadChunk);
       chunks = (len + chunk - 1) / chunk;
     }
   } else {
     // A warp per output for short runs, a whole block for long ones, in chunks of kBlockChunk
-    // (a multiple of 16: chunk starts keep the run's vector alignment) from 4 chunks on.
+    // from 4 chunks on.
     uint64_t group = len >= 4096 ? kBlock : 32;
     uint64_t groups_per_block = kBlock / group;
     if (len >= 4 * kBlockChunk) {
-      chunk = kBlockChunk;
+      chunk = chunk_for(len, kBlockChunk);
       chunks = (len + chunk - 1) / chunk;
     }
     Acc* partial = chunks > 1 ? static_cast<Acc*>(temp(outputs * chunks * sizeof(Acc))) : nullptr;
