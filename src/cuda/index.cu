@@ -6,7 +6,9 @@
 // index_add and scatter_add are deterministic: no atomics. The sources are sorted by destination
 // (a stable radix sort of (destination, source position) pairs), then one thread per destination
 // element adds its sources to it in source order, starting from the element's value: the same
-// bits run to run whatever the duplicates, in the order the CPU backend adds them.
+// bits run to run whatever the duplicates. index_add cuts a destination's run of sorted sources at
+// fixed positions (multiples of kPiece), so that a heavily repeated id (padding in an embedding
+// backward) is summed by many threads, piece by piece, the pieces then added in order.
 
 #include <bit>
 #include <cub/device/device_radix_sort.cuh>
@@ -112,27 +114,65 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-/// Thread (outer, i, inner) with sorted position i the first of its destination `key` adds the
-/// sources order[i..end) (equal keys, ascending j) to dst[outer, key, inner], in that order.
+// Sources a thread adds in sequence: a destination with more (a heavily repeated id) has its
+// sorted sources cut at multiples of kPiece, each piece after the first summed by its own thread.
+constexpr uint64_t kPiece = 64;
+
+/// Thread (outer, piece, inner) whose piece (sorted positions [piece * kPiece, +kPiece)) continues
+/// the destination of the position before it sums that destination's sources in the piece, in
+/// order, into partial[(outer * pieces + piece) * right + inner].
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    index_add_pieces_kernel(uint32_t dim_size, const uint32_t* __restrict__ keys,
+                            const uint32_t* __restrict__ order, uint64_t n_ids, uint64_t pieces,
+                            uint64_t right, const T* __restrict__ src, StridedView sv,
+                            typename AddAcc<T>::type* __restrict__ partial, uint64_t n) {
+  using A = typename AddAcc<T>::type;
+  for (uint64_t g = global_tid(); g < n; g += grid_stride()) {
+    uint64_t q = div_fast(g, right), inner = g - q * right;
+    uint64_t outer = div_fast(q, pieces), piece = q - outer * pieces;
+    const uint64_t i = piece * kPiece;
+    const uint32_t key = keys[i];
+    if (i == 0 || key >= dim_size || keys[i - 1] != key) continue;
+    uint64_t end = i + 1;
+    while (end < n_ids && end < i + kPiece && keys[end] == key) ++end;
+    const uint64_t src_row = outer * n_ids;
+    A acc = A(0);
+#pragma unroll 4
+    for (uint64_t k = i; k < end; ++k) {
+      acc += to_acc(src[view_offset(sv, (src_row + order[k]) * right + inner)]);
+    }
+    partial[g] = acc;
+  }
+}
+
+/// Thread (outer, i, inner) with sorted position i the first of its destination `key` adds to
+/// dst[outer, key, inner] its sources in the piece of i (equal keys, ascending j), in order, then
+/// the partial sums of the destination's later pieces, in order.
 template <class T>
 __global__ void __launch_bounds__(kBlock)
     index_add_sorted_kernel(T* dst, uint32_t dim_size, const uint32_t* __restrict__ keys,
-                            const uint32_t* __restrict__ order, uint64_t n_ids, uint64_t right,
-                            const T* __restrict__ src, StridedView sv, uint64_t n) {
+                            const uint32_t* __restrict__ order, uint64_t n_ids, uint64_t pieces,
+                            uint64_t right, const T* __restrict__ src, StridedView sv,
+                            const typename AddAcc<T>::type* __restrict__ partial, uint64_t n) {
   using A = typename AddAcc<T>::type;
   for (uint64_t g = global_tid(); g < n; g += grid_stride()) {
     uint64_t q = div_fast(g, right), inner = g - q * right;
     uint64_t outer = div_fast(q, n_ids), i = q - outer * n_ids;
     const uint32_t key = keys[i];
     if (key >= dim_size || (i > 0 && keys[i - 1] == key)) continue;
+    const uint64_t piece_end = min(n_ids, (i / kPiece + 1) * kPiece);
     uint64_t end = i + 1;
-    while (end < n_ids && keys[end] == key) ++end;
+    while (end < piece_end && keys[end] == key) ++end;
     const uint64_t off = (outer * dim_size + key) * right + inner;
     const uint64_t src_row = outer * n_ids;
     A acc = to_acc(dst[off]);
 #pragma unroll 4
     for (uint64_t k = i; k < end; ++k) {
       acc += to_acc(src[view_offset(sv, (src_row + order[k]) * right + inner)]);
+    }
+    for (uint64_t p = i / kPiece + 1; p < pieces && keys[p * kPiece] == key; ++p) {
+      acc += partial[(outer * pieces + p) * right + inner];
     }
     dst[off] = from_acc<T>(acc);
   }
@@ -312,10 +352,20 @@ void launch_index_add(DType dtype, void* dst, const Shape& dst_shape, DType ids_
   WICK_CUDA_CHECK_LAUNCH();
   sort_pairs("index_add", keys, keys_sorted, order, order_sorted, n_ids, key_bits(dim_size), temp,
              s);
+  const uint64_t right = product(sd, dim + 1, sd.size()), outer = n / (n_ids * right);
+  const uint64_t pieces = (n_ids + kPiece - 1) / kPiece, piece_items = outer * pieces * right;
   dispatch<DeviceTypes>(dtype, [&]<class T>() {
+    using A = typename AddAcc<T>::type;
+    auto* partial = static_cast<A*>(temp(piece_items * sizeof(A)));
+    if (pieces > 1) {
+      index_add_pieces_kernel<T><<<grid_for(piece_items), kBlock, 0, s>>>(
+          static_cast<uint32_t>(dim_size), keys_sorted, order_sorted, n_ids, pieces, right,
+          static_cast<const T*>(src), sv, partial, piece_items);
+      WICK_CUDA_CHECK_LAUNCH();
+    }
     index_add_sorted_kernel<T><<<grid_for(n), kBlock, 0, s>>>(
         static_cast<T*>(dst), static_cast<uint32_t>(dim_size), keys_sorted, order_sorted, n_ids,
-        product(sd, dim + 1, sd.size()), static_cast<const T*>(src), sv, n);
+        pieces, right, static_cast<const T*>(src), sv, partial, n);
     WICK_CUDA_CHECK_LAUNCH();
   });
 }
