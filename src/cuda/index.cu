@@ -6,8 +6,8 @@
 // index_add and scatter_add are deterministic: no atomics. The sources are sorted by destination
 // (a stable radix sort of (destination, source position) pairs), then one thread per destination
 // element adds its sources to it in source order, starting from the element's value: the same
-// bits run to run whatever the duplicates. index_add cuts a destination's run of sorted sources at
-// fixed positions (multiples of kPiece), so that a heavily repeated id (padding in an embedding
+// bits run to run whatever the duplicates. A destination's run of sorted sources is cut at fixed
+// positions (multiples of kPiece), so that a heavily repeated id (padding in an embedding
 // backward) is summed by many threads, piece by piece, the pieces then added in order.
 
 #include <bit>
@@ -201,26 +201,54 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-/// Sorted position k, the first of its key, adds the sources order[k..end) (ascending i) to
-/// their destination dv(i) + id * dim_stride, in that order.
+/// Piece `piece` of the sorted sources (positions [piece * kPiece, +kPiece)) that continues the
+/// key of the position before it: the sum of its sources with that key, in order, into
+/// partial[piece].
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    scatter_add_pieces_kernel(const uint64_t* __restrict__ keys, const uint32_t* __restrict__ order,
+                              uint64_t sentinel, const T* __restrict__ src, StridedView sv,
+                              typename AddAcc<T>::type* __restrict__ partial, uint64_t n,
+                              uint64_t pieces) {
+  using A = typename AddAcc<T>::type;
+  for (uint64_t piece = global_tid(); piece < pieces; piece += grid_stride()) {
+    const uint64_t i = piece * kPiece;
+    const uint64_t key = keys[i];
+    if (i == 0 || key >= sentinel || keys[i - 1] != key) continue;
+    uint64_t end = i + 1;
+    while (end < n && end < i + kPiece && keys[end] == key) ++end;
+    A acc = A(0);
+#pragma unroll 4
+    for (uint64_t k = i; k < end; ++k) acc += to_acc(src[view_offset(sv, order[k])]);
+    partial[piece] = acc;
+  }
+}
+
+/// Sorted position k, the first of its key, adds the sources of its piece (ascending i) to their
+/// destination dv(i) + id * dim_stride, in order, then the partial sums of the key's later pieces.
 template <class T>
 __global__ void __launch_bounds__(kBlock)
     scatter_add_sorted_kernel(T* dst, StridedView dv, int64_t dim_size, int64_t dim_stride,
                               const uint64_t* __restrict__ keys, const uint32_t* __restrict__ order,
                               uint64_t sentinel, const T* __restrict__ src, StridedView sv,
-                              uint64_t n) {
+                              const typename AddAcc<T>::type* __restrict__ partial, uint64_t n,
+                              uint64_t pieces) {
   using A = typename AddAcc<T>::type;
   for (uint64_t k0 = global_tid(); k0 < n; k0 += grid_stride()) {
     const uint64_t key = keys[k0];
     if (key >= sentinel || (k0 > 0 && keys[k0 - 1] == key)) continue;
+    const uint64_t piece_end = min(n, (k0 / kPiece + 1) * kPiece);
     uint64_t end = k0 + 1;
-    while (end < n && keys[end] == key) ++end;
+    while (end < piece_end && keys[end] == key) ++end;
     const uint64_t first = order[k0];
     const uint64_t id = key - div_fast(key, static_cast<uint64_t>(dim_size)) * dim_size;
     T* d = dst + view_offset(dv, first) + static_cast<int64_t>(id) * dim_stride;
     A acc = to_acc(*d);
 #pragma unroll 4
     for (uint64_t k = k0; k < end; ++k) acc += to_acc(src[view_offset(sv, order[k])]);
+    for (uint64_t p = k0 / kPiece + 1; p < pieces && keys[p * kPiece] == key; ++p) {
+      acc += partial[p];
+    }
     *d = from_acc<T>(acc);
   }
 }
@@ -403,10 +431,18 @@ void launch_scatter_add(DType dtype, void* dst, const Shape& dst_shape, DType id
                                                          lines, n, keys, order, error_flag);
   WICK_CUDA_CHECK_LAUNCH();
   sort_pairs("scatter_add", keys, keys_sorted, order, order_sorted, n, key_bits(sentinel), temp, s);
+  const uint64_t pieces = (n + kPiece - 1) / kPiece;
   dispatch<DeviceTypes>(dtype, [&]<class T>() {
+    using A = typename AddAcc<T>::type;
+    auto* partial = static_cast<A*>(temp(pieces * sizeof(A)));
+    if (pieces > 1) {
+      scatter_add_pieces_kernel<T><<<grid_for(pieces), kBlock, 0, s>>>(
+          keys_sorted, order_sorted, sentinel, static_cast<const T*>(src), sv, partial, n, pieces);
+      WICK_CUDA_CHECK_LAUNCH();
+    }
     scatter_add_sorted_kernel<T><<<grid_for(n), kBlock, 0, s>>>(
         static_cast<T*>(dst), dv, static_cast<int64_t>(dim_size), static_cast<int64_t>(dim_stride),
-        keys_sorted, order_sorted, sentinel, static_cast<const T*>(src), sv, n);
+        keys_sorted, order_sorted, sentinel, static_cast<const T*>(src), sv, partial, n, pieces);
     WICK_CUDA_CHECK_LAUNCH();
   });
 }
