@@ -2,8 +2,8 @@
 // cache with tensor cores, f16/bf16, d 16 to 128. A block takes one k/v head's keys for up to 8
 // of its query heads (the N of an m16n8k16 tile whose rows are keys); key tiles are dealt
 // round-robin to the blocks and warps so that any prefix of visible keys is spread evenly; each
-// warp streams its tiles through its own cp.async ring. Split-KV over the whole GPU, the splits
-// merged by the last block of each head group (one kernel); the split is a function of the key
+// warp streams its tiles through its own cp.async ring. Split-KV, the splits merged by the last
+// block of each head group (one kernel); the split is a function of the key
 // count alone, so a sequence's bits do not depend on its batch. Compiled per mode (plain, device
 // last key, mask). History: docs/perf/decode-attention.md.
 

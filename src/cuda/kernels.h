@@ -69,7 +69,7 @@ void launch_gather(DType dtype, const void* src, const Layout& layout, DType ids
                    const void* ids, const Layout& ids_layout, size_t dim, void* dst,
                    int* error_flag, cudaStream_t s);
 /// dst already holds a contiguous copy of self. Deterministic (no atomics): the sources of each
-/// destination are added to it in source order.
+/// destination are added to it in a fixed order (index.cu). Temporaries come from `temp`.
 void launch_index_add(DType dtype, void* dst, const Shape& dst_shape, DType ids_dtype,
                       const void* ids, const Layout& ids_layout, const void* src,
                       const Layout& src_layout, size_t dim, int* error_flag, const TempAlloc& temp,
