@@ -3,9 +3,9 @@
 // of its query heads (the N of an m16n8k16 tile whose rows are keys); key tiles are dealt
 // round-robin to the blocks and warps so that any prefix of visible keys is spread evenly; each
 // warp streams its tiles through its own cp.async ring. Split-KV, the splits merged by the last
-// block of each head group (one kernel); the split is a function of the key
-// count alone, so a sequence's bits do not depend on its batch. Compiled per mode (plain, device
-// last key, mask). History: docs/perf/decode-attention.md.
+// block of each head group (one kernel); the split is a function of the key count alone, so a
+// sequence's bits do not depend on its batch. Compiled per mode (plain, device last key, mask).
+// History: docs/perf/decode-attention.md.
 
 #include <algorithm>
 #include <cmath>
