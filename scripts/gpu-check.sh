@@ -121,7 +121,7 @@ if ! skip wickmm; then
 fi
 
 if ! skip conform; then
-  stage "wick-conform cpu and cuda (every op against float64, docs/NUMERICS.md)"
+  stage "wick-conform cpu and cuda (every op against float64, docs/NUMERICS.md), --determinism cuda"
   for d in cpu cuda; do
     timeout 300 "$BUILD"/tools/wick-conform $d >"$LOGS/conform_$d.txt" 2>&1
     rc=$?
@@ -129,6 +129,10 @@ if ! skip conform; then
     check "conform $d" $rc
     grep BREACH "$LOGS/conform_$d.txt" | head -20
   done
+  timeout 300 "$BUILD"/tools/wick-conform --determinism cuda >"$LOGS/conform_determinism.txt" 2>&1
+  rc=$?
+  echo "wick-conform --determinism cuda: exit $rc ($(tail -1 "$LOGS/conform_determinism.txt"))"
+  check "conform --determinism cuda" $rc
 fi
 
 if ! skip overhead; then

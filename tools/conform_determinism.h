@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -603,6 +604,150 @@ inline std::vector<Diff> batch_suite(size_t max_rows = 64, uint64_t seed = 53,
         },
         diffs);
   }
+  return diffs;
+}
+
+/// A mask (b, 1, 1, s_kv) of `dtype` that shows keys [0, len_i) of sequence i and hides the rest
+/// (-inf): sequences of different lengths in one batch, len_i from `s_kv` down to about half.
+inline Tensor length_mask(size_t b, size_t s_kv, DType dtype, const Device& device) {
+  std::vector<double> m(b * s_kv, 0.0);
+  for (size_t i = 0; i < b; ++i) {
+    size_t len = s_kv - (i * 37) % (s_kv / 2);
+    for (size_t j = len; j < s_kv; ++j) m[i * s_kv + j] = -INFINITY;
+  }
+  return Tensor::from_vec(m, {b, 1, 1, s_kv}, Device::cpu()).to_dtype(dtype).to_device(device);
+}
+
+/// Attention sequences alone against the same sequences inside batches of 1..rows of x's dim 0:
+/// q (b, h, s, d) against k, v (b, h_kv, s_kv, d) on `device`, with a per-sequence mask when
+/// `mask` is given.
+inline void check_sequences(const std::string& op, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const std::optional<Tensor>& mask, bool causal,
+                            std::vector<Diff>& diffs) {
+  check_rows(
+      op, q,
+      [&](const Tensor& r, size_t b0) {
+        size_t n = r.dim(0);
+        nn::AttentionOptions o;
+        o.causal = causal;
+        if (mask) o.mask = mask->narrow(0, b0, n);
+        return nn::scaled_dot_product_attention(r, k.narrow(0, b0, n), v.narrow(0, b0, n), o);
+      },
+      diffs);
+}
+
+/// Rows alone against rows in batches of 1..max_rows for what the CUDA backend keeps
+/// batch-invariant (docs/NUMERICS.md, "CUDA"): norms, softmax (rows of the warp kernel and of the
+/// bulk kernel), row sums, means, maxima and argmax (short rows, and long ones split in chunks),
+/// attention sequences (the split kernel: prefill of a few queries, f32 decode) and decode
+/// attention (f16/bf16, one query a head against a cache; sequences of different lengths by a
+/// mask, and a cache long enough for two merge rounds of its splits).
+inline std::vector<Diff> batch_suite_cuda(size_t max_rows, uint64_t seed, const Device& device) {
+  Inputs in(seed, device);
+  device.set_seed(seed);
+  std::vector<Diff> diffs;
+  // An op the device does not take is a difference too (named), and the suite goes on.
+  auto section = [&](const std::string& what, const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const UnsupportedDType& e) {
+      diffs.push_back({what + " (unsupported: " + e.what() + ")", DType::U8, {}, 0, INFINITY, 0});
+    }
+  };
+  auto big = [&](const Shape& shape, DType dt) {
+    return Tensor::rand(-2.0, 2.0, shape, device, dt);
+  };
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
+    std::string s = dtype_name(dt);
+    section("rows " + s, [&] {
+      Tensor x = in.uniform({max_rows, 1000}, dt);
+      Tensor w = in.uniform({1000}, dt), b = in.uniform({1000}, dt);
+      check_rows(
+          "rms_norm " + s, x, [&](const Tensor& r, size_t) { return r.rms_norm(w, 1e-5); }, diffs);
+      check_rows(
+          "layer_norm " + s, x, [&](const Tensor& r, size_t) { return r.layer_norm(w, b, 1e-5); },
+          diffs);
+      check_rows(
+          "log_softmax " + s, x, [](const Tensor& r, size_t) { return r.log_softmax(1); }, diffs);
+      check_rows(
+          "sum/rows " + s, x, [](const Tensor& r, size_t) { return r.sum(1); }, diffs);
+      check_rows(
+          "mean/rows " + s, x, [](const Tensor& r, size_t) { return r.mean(1); }, diffs);
+      check_rows(
+          "max/rows " + s, x, [](const Tensor& r, size_t) { return r.max(1); }, diffs);
+      check_rows(
+          "argmax/rows " + s, x, [](const Tensor& r, size_t) { return r.argmax(1); }, diffs);
+      check_rows(
+          "sum/tiny-rows " + s, in.uniform({max_rows, 12}, dt),
+          [](const Tensor& r, size_t) { return r.sum(1); }, diffs);
+      // Softmax rows of 1000, 3000 and 6000 elements: the warp kernel, and for f16/bf16 rows above
+      // 8 KB the bulk kernel.
+      for (size_t cols : {1000, 3000, 6000}) {
+        check_rows(
+            "softmax/" + std::to_string(cols) + " " + s,
+            cols == 1000 ? x : in.uniform({max_rows, cols}, dt),
+            [](const Tensor& r, size_t) { return r.softmax_last_dim(); }, diffs);
+      }
+    });
+  }
+  // Long rows (chunked reductions): a decode step's vocabulary.
+  const size_t long_rows = std::min<size_t>(max_rows, 12);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    std::string s = dtype_name(dt);
+    Tensor longx = big({long_rows, 131072}, dt);
+    check_rows(
+        "sum/long-rows " + s, longx, [](const Tensor& r, size_t) { return r.sum(1); }, diffs);
+    check_rows(
+        "argmax/long-rows " + s, longx, [](const Tensor& r, size_t) { return r.argmax(1); }, diffs);
+    check_rows(
+        "softmax/long-rows " + s, longx,
+        [](const Tensor& r, size_t) { return r.softmax_last_dim(); }, diffs);
+  }
+  // The split kernel: prefill of 9 queries (causal), and f32 decode against 3000 keys.
+  for (DType dt : {DType::F32, DType::BF16, DType::F64}) {
+    const size_t seqs = std::min<size_t>(max_rows, 16);
+    check_sequences(std::string("attention/prefill-9 ") + dtype_name(dt), big({seqs, 4, 9, 64}, dt),
+                    big({seqs, 2, 9, 64}, dt), big({seqs, 2, 9, 64}, dt), std::nullopt, true,
+                    diffs);
+  }
+  {
+    const size_t seqs = std::min<size_t>(max_rows, 32);
+    check_sequences("attention/decode f32", big({seqs, 8, 1, 64}, DType::F32),
+                    big({seqs, 2, 3000, 64}, DType::F32), big({seqs, 2, 3000, 64}, DType::F32),
+                    length_mask(seqs, 3000, DType::F32, device), false, diffs);
+  }
+  // The decode kernel (f16/bf16): sequences of different lengths (a mask) in batches of up to
+  // max_rows, and a cache of 4100 keys (17 splits) without a mask.
+  for (DType dt : {DType::BF16, DType::F16}) {
+    std::string s = dtype_name(dt);
+    check_sequences("attention/decode-masked " + s, big({max_rows, 8, 1, 64}, dt),
+                    big({max_rows, 2, 700, 64}, dt), big({max_rows, 2, 700, 64}, dt),
+                    length_mask(max_rows, 700, dt, device), false, diffs);
+    const size_t seqs = std::min<size_t>(max_rows, 8);
+    check_sequences("attention/decode-long " + s, big({seqs, 4, 1, 128}, dt),
+                    big({seqs, 1, 4100, 128}, dt), big({seqs, 1, 4100, 128}, dt), std::nullopt,
+                    false, diffs);
+  }
+  return diffs;
+}
+
+/// What the CUDA backend does not keep batch-invariant (docs/NUMERICS.md): matmul rows (cuBLASLt
+/// picks its algorithm per shape) and quantized matmul rows (one row takes the decode GEMV).
+/// Reported, never a failure.
+inline std::vector<Diff> batch_suite_cuda_unpromised(size_t max_rows, uint64_t seed,
+                                                     const Device& device) {
+  Inputs in(seed, device);
+  std::vector<Diff> diffs;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor x = in.uniform({max_rows, 384}, dt), w = in.uniform({200, 384}, dt);
+    check_rows(
+        std::string("matmul/linear ") + dtype_name(dt), x,
+        [&](const Tensor& r, size_t) { return r.matmul(w.t()); }, diffs);
+  }
+  QTensor q = in.qweight(GgmlType::Q4_0, 96, 512);
+  check_rows(
+      "qmatmul q4_0", in.uniform({max_rows, 512}),
+      [&](const Tensor& r, size_t) { return qmatmul(r, q); }, diffs);
   return diffs;
 }
 

@@ -7,7 +7,8 @@
 // docs/NUMERICS.md "Determinism"): on the CPU every op family forward and backward in child
 // processes of 1 and 2 threads (and 2 again: run to run), each row alone against the same row
 // inside batches of 1..64 rows, matmul rows and MiniLM sentences (WICK_MINILM_DIR or --minilm)
-// with WICK_BATCH_INVARIANT=1; on CUDA the suite twice and the same batch checks. Every
+// with WICK_BATCH_INVARIANT=1; on CUDA the suite twice (run to run) and the rows CUDA keeps
+// batch-invariant (norms, softmax, reductions, attention), matmul rows printed as INFO only. Every
 // difference is printed (op, dtype, shape, elements, max difference, ulps); exits 1 on any.
 //
 // Every reference is computed here, in long double loops over the inputs' values (the same,
@@ -702,9 +703,13 @@ int run_determinism(const Device& device, const std::string& minilm) {
       auto b = determinism::thread_suite(52, device);
       report(determinism::compare_runs(a, b, "run to run"),
              str("every op, forward and backward, twice (", a.size(), " results)"));
-      report(determinism::batch_suite(64, 53, device), "rows alone vs batches of 1..64");
-      report(determinism::batch_suite_switched(64, 54, device),
-             "matmul rows alone vs batches of 1..64, attention queries");
+      report(determinism::batch_suite_cuda(64, 56, device),
+             "rows alone vs batches of 1..64 (norms, softmax, reductions, attention)");
+      // Not promised on CUDA (docs/NUMERICS.md): printed, never counted.
+      auto info = determinism::batch_suite_cuda_unpromised(64, 57, device);
+      for (const auto& d : info) std::printf("INFO %s\n", diff_line(d).substr(5).c_str());
+      std::printf("%-58s %s\n", "matmul, qmatmul rows alone vs batches (not promised)",
+                  info.empty() ? "same bits" : str(info.size(), " differ (not counted)").c_str());
     } else {
       std::string dir = std::filesystem::temp_directory_path().string() + "/wick_conform_" +
                         std::to_string(getpid());

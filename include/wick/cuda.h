@@ -16,9 +16,11 @@ void cuda_allow_tf32(bool allow);
 /// Whether f32 matmuls on CUDA may use TF32.
 bool cuda_tf32_allowed();
 
-/// Which GEMM runs CUDA matmuls. Auto: wick's own kernel until cuBLASLt has warmed up (on a
-/// background thread from device creation), cuBLASLt after. Cublas waits for the warm-up; Wick
-/// always uses wick's kernel. For tests and benchmarks; WICK_CUDA_MATMUL=auto|cublas|wick sets it.
+/// Which GEMM runs CUDA matmuls. Auto: cuBLASLt, warmed up on a background thread from device
+/// creation (the first matmul waits for it, so that no matmul's path, and so its bits, depends on
+/// timing); wick's own kernel when there is no warm-up (WICK_CUDA_WARMUP=0) or cuBLASLt has no
+/// algorithm. Cublas waits for the warm-up (or creates cuBLASLt); Wick always uses wick's kernel.
+/// For tests and benchmarks; WICK_CUDA_MATMUL=auto|cublas|wick sets it.
 enum class CudaMatmulPath { Auto, Cublas, Wick };
 void cuda_set_matmul_path(CudaMatmulPath path);
 CudaMatmulPath cuda_matmul_path();

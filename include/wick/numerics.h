@@ -125,7 +125,7 @@ inline double sum_bound(DType dtype, size_t k, double want, double abs_sum) {
 }
 
 /// One output of index_add / scatter_add: the destination plus up to k - 1 added terms, each add
-/// rounded to T (both backends add in T: the CPU in place, CUDA with atomics).
+/// rounded to T (the CPU adds in T in place; CUDA in order by pieces, f16/bf16 in f32).
 inline double index_add_bound(DType dtype, size_t k, double want, double abs_sum) {
   if (!is_float_dtype(dtype)) return 0;
   double n = static_cast<double>(k);

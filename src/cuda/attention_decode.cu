@@ -2,9 +2,10 @@
 // cache with tensor cores, f16/bf16, d 16 to 128. A block takes one k/v head's keys for up to 8
 // of its query heads (the N of an m16n8k16 tile whose rows are keys); key tiles are dealt
 // round-robin to the blocks and warps so that any prefix of visible keys is spread evenly; each
-// warp streams its tiles through its own cp.async ring. Split-KV over the whole GPU, the splits
-// merged by the last block of each head group (one kernel). Compiled per mode (plain, device last
-// key, mask). History: docs/perf/decode-attention.md.
+// warp streams its tiles through its own cp.async ring. Split-KV, the splits merged by the last
+// block of each head group (one kernel); the split is a function of the key count alone, so a
+// sequence's bits do not depend on its batch. Compiled per mode (plain, device last key, mask).
+// History: docs/perf/decode-attention.md.
 
 #include <algorithm>
 #include <cmath>
@@ -35,16 +36,18 @@ using namespace attn;
 // (cp.async, kDecStages deep, no block barrier), keeps S^T = K Q^T, the online softmax and
 // O^T += V^T P^T in registers (P's fragments transposed by movmatrix), then the warps merge in
 // shared memory. With several splits each block leaves (max, sum, output) and the last block of
-// its head group (an atomic count) merges them: one kernel. In the graph-captured decode step the
-// cache rows before the position start loading before pdl_wait.
+// its head group (an atomic count) merges them in split order: one kernel. The split count is a
+// function of the key count (s_kv) alone: neither the batch nor the SM count changes a result. In
+// the graph-captured decode step the cache rows before the position start loading before pdl_wait.
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
 constexpr int kDecRows = 8;    // query heads per block: the mma's N
 constexpr int kDecWarps = 8;   // a block: one a multiprocessor
 constexpr int kDecMaxSplits = 128;
-constexpr int kDecMerge = 16;  // splits merged per round trip by the last block
-constexpr int kDecCounterSlots = 4096;
+constexpr int kDecTilesPerSplit = 2 * kDecWarps;  // tiles per split (two a warp)
+constexpr int kDecMerge = 16;                     // splits merged per round trip by the last block
+constexpr int kDecCounterSlots = 65535;           // one per block row: grid.y's limit
 
 // Blocks done per (b, k/v head, head chunk). Zero at load; the merging block sets its slot back
 // to zero, so no memset is needed per call (one attention at a time on the device's stream).
@@ -530,37 +533,15 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
   WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  // Blocks resident per multiprocessor (shared memory decides, the same for every mode), asked
-  // once.
-  static const int per_sm = [&] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kDecWarps * 32, smem) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();  // not left for the launch check below
-      n = 1;
-    }
-    return std::max(n, 1);
-  }();
-  // Splits: one wave of blocks over the GPU at most (TuningOverrides::decode_splits forces a count
-  // up to kDecMaxSplits and the tiles).
+  // Splits: a function of the key count alone (never of the batch or the GPU), so that a
+  // sequence's result is the same bits alone or inside any batch, on every GPU of one
+  // architecture: one split per kDecTilesPerSplit tiles (two a warp), at most kDecMaxSplits.
+  // TuningOverrides::decode_splits forces a count up to kDecMaxSplits and the tiles.
   const int units = a.b * a.h_kv * p.chunks;
-  int splits = 1;
-  if (units <= kDecCounterSlots) {
-    static const int forced = tuning().decode_splits;
-    int64_t want = forced > 0 ? forced : static_cast<int64_t>(sm_count()) * per_sm / units;
-    // Splits beyond one merge round trip only when fewer would leave a tenth of the GPU idle.
-    if (forced == 0 && want > kDecMerge &&
-        static_cast<int64_t>(units) * kDecMerge * 10 >= 9 * static_cast<int64_t>(sm_count())) {
-      want = kDecMerge;
-    }
-    // One block reads up to two tiles a warp; more go to splits of a tile a warp (a warp's tile
-    // costs about as much as merging the splits once).
-    const int64_t useful = forced > 0               ? tiles
-                           : tiles <= 2 * kDecWarps ? 1
-                                                    : (tiles + kDecWarps - 1) / kDecWarps;
-    splits =
-        static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(kDecMaxSplits, useful)));
-  }
+  static const int forced = tuning().decode_splits;
+  const int64_t want = forced > 0 ? forced : (tiles + kDecTilesPerSplit - 1) / kDecTilesPerSplit;
+  const int splits =
+      static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(kDecMaxSplits, tiles)));
   p.splits = splits;
   if (splits > 1) {
     const size_t rows = static_cast<size_t>(a.b) * a.h * splits;

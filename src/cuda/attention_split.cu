@@ -1,7 +1,8 @@
 // Split-KV attention for every float dtype and d <= 256 (attn_split_kernel), the path for short
 // queries that no tensor-core kernel takes: the warps of a block are the query heads that share
 // one k/v head, so each k/v tile is read from memory once for all of them; the keys are split
-// across blocks and the last block of a row merges the partial (max, sum, output) of the splits.
+// across blocks (a split of the keys from their count alone: batch-invariant) and the last block of
+// a row merges the partial (max, sum, output) of the splits, in split order.
 
 #include <algorithm>
 #include <cmath>
@@ -16,9 +17,11 @@ namespace {
 
 using namespace attn;
 
-constexpr int kSplitKeys = 32;     // keys per smem tile: one per lane
-constexpr int kSplitMaxWarps = 8;  // query heads per block
-constexpr int kMaxDimPerLane = 8;  // d <= 256
+constexpr int kSplitKeys = 32;      // keys per smem tile: one per lane
+constexpr int kSplitMaxWarps = 8;   // query heads per block
+constexpr int kMaxDimPerLane = 8;   // d <= 256
+constexpr int kKeysPerSplit = 128;  // keys per split (4 tiles), up to kMaxSplits splits
+constexpr int kMaxSplits = 256;
 
 template <class T>
 struct SplitArgs : Operands<T> {
@@ -228,11 +231,13 @@ void run_split(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   p.scale = static_cast<C>(a.scale);
   int warps = std::min(p.group, kSplitMaxWarps);
   p.head_chunks = (p.group + kSplitMaxWarps - 1) / kSplitMaxWarps;
-  // Enough blocks to fill the GPU twice over, each split at least 64 keys.
+  // The split is a function of the key count alone (never of the batch or the GPU), so that a
+  // row's result is the same bits whatever else is in its batch and on every GPU of one
+  // architecture: splits of kKeysPerSplit keys, at most kMaxSplits of them (longer splits past
+  // kMaxSplits * kKeysPerSplit keys), rounded up to whole tiles.
   int64_t base = static_cast<int64_t>(a.b) * a.h_kv * a.s * p.head_chunks;
-  int64_t want = (2 * static_cast<int64_t>(sm_count()) + base - 1) / base;
-  int64_t max_splits = std::max<int64_t>(1, (a.s_kv + 63) / 64);
-  p.splits = static_cast<int>(std::clamp<int64_t>(want, 1, max_splits));
+  p.splits = static_cast<int>(
+      std::clamp<int64_t>((a.s_kv + kKeysPerSplit - 1) / kKeysPerSplit, 1, kMaxSplits));
   p.keys_per_split = (a.s_kv + p.splits - 1) / p.splits;
   p.keys_per_split = (p.keys_per_split + kSplitKeys - 1) / kSplitKeys * kSplitKeys;
   p.splits = std::max(1, (a.s_kv + p.keys_per_split - 1) / p.keys_per_split);

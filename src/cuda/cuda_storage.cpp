@@ -267,9 +267,10 @@ StoragePtr CudaStorage::index_add(const Layout& layout, const BackendStorage& id
   LayoutOperand idx = layout_operand(as_cuda(ids), ids_layout);
   LayoutOperand add = layout_operand(as_cuda(src), src_layout);
   int* flag = dev_->queue().error_flag("index_add");
+  TempBuffers temps(*dev_);
   dev_->queue().enqueue("index_add", dtype_, [&](cudaStream_t s) {
     launch_index_add(dtype_, out->data(), layout.shape(), ids.dtype(), idx.ptr, idx.layout, add.ptr,
-                     add.layout, dim, flag, s);
+                     add.layout, dim, flag, temps.alloc(), s);
   });
   return out;
 }
@@ -282,9 +283,10 @@ StoragePtr CudaStorage::scatter_add(const Layout& layout, const BackendStorage& 
   LayoutOperand idx = layout_operand(as_cuda(ids), ids_layout);
   LayoutOperand add = layout_operand(as_cuda(src), src_layout);
   int* flag = dev_->queue().error_flag("scatter_add");
+  TempBuffers temps(*dev_);
   dev_->queue().enqueue("scatter_add", dtype_, [&](cudaStream_t s) {
     launch_scatter_add(dtype_, out->data(), layout.shape(), ids.dtype(), idx.ptr, idx.layout,
-                       add.ptr, add.layout, dim, flag, s);
+                       add.ptr, add.layout, dim, flag, temps.alloc(), s);
   });
   return out;
 }

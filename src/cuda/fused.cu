@@ -482,16 +482,14 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   size_t nvec = cols / N;
   using C = compute_t<T>;
   C e = static_cast<C>(eps);
-  // softmax: the bulk-copy kernel for f16/bf16 rows above 4 KB (up to 8 KB only while the warp
-  // kernel would run fewer than about three waves: its tail wave costs more than bulk's lower
-  // steady rate), else a warp per row when the row fits in 16 vectors a lane; the norms take the
-  // block kernel. TuningOverrides::row_kernel forces one (bulk where it applies).
+  // softmax: the bulk-copy kernel for f16/bf16 rows above 8 KB, else a warp per row when the row
+  // fits in 16 vectors a lane; the norms take the block kernel. The choice follows the row's
+  // length alone (the two kernels sum in different orders), so that a row's bits do not depend on
+  // the row count. TuningOverrides::row_kernel forces one (bulk where it applies).
   static const RowKernel choice = tuning().row_kernel;
   if constexpr (Op == RowOp::Softmax && sizeof(T) == 2) {
-    const size_t sms = static_cast<size_t>(sm_count()), row_bytes = nvec * 16;
-    const bool bulk =
-        choice == RowKernel::Bulk || (choice == RowKernel::Auto && rows >= 2 * sms &&
-                                      row_bytes > 4096 && (row_bytes > 8192 || rows < 64 * sms));
+    const size_t row_bytes = nvec * 16;
+    const bool bulk = choice == RowKernel::Bulk || (choice == RowKernel::Auto && row_bytes > 8192);
     if (bulk && try_softmax_bulk(x, y, rows, nvec, s)) return true;
   } else if constexpr (Op == RowOp::Softmax && sizeof(T) == 4) {
     if (choice == RowKernel::Bulk && try_softmax_bulk(x, y, rows, nvec, s)) return true;

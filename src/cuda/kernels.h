@@ -68,13 +68,16 @@ void launch_index_select(DType dtype, const void* src, const Layout& layout, DTy
 void launch_gather(DType dtype, const void* src, const Layout& layout, DType ids_dtype,
                    const void* ids, const Layout& ids_layout, size_t dim, void* dst,
                    int* error_flag, cudaStream_t s);
-/// dst already holds a contiguous copy of self.
+/// dst already holds a contiguous copy of self. Deterministic (no atomics): the sources of each
+/// destination are added to it in a fixed order (index.cu). Temporaries come from `temp`.
 void launch_index_add(DType dtype, void* dst, const Shape& dst_shape, DType ids_dtype,
                       const void* ids, const Layout& ids_layout, const void* src,
-                      const Layout& src_layout, size_t dim, int* error_flag, cudaStream_t s);
+                      const Layout& src_layout, size_t dim, int* error_flag, const TempAlloc& temp,
+                      cudaStream_t s);
 void launch_scatter_add(DType dtype, void* dst, const Shape& dst_shape, DType ids_dtype,
                         const void* ids, const Layout& ids_layout, const void* src,
-                        const Layout& src_layout, size_t dim, int* error_flag, cudaStream_t s);
+                        const Layout& src_layout, size_t dim, int* error_flag,
+                        const TempAlloc& temp, cudaStream_t s);
 /// Counter-based generator: (seed, offset) fully determine the values.
 void launch_rand_uniform(DType dtype, void* dst, size_t count, double lo, double hi, uint64_t seed,
                          uint64_t offset, cudaStream_t s);

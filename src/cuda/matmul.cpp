@@ -121,8 +121,10 @@ StoragePtr CudaStorage::matmul(const BackendStorage& rhs_storage, MatmulDims dim
                  static_cast<double>(dims.n) * static_cast<double>(dims.k);
   MatmulEngine& engine = dev.matmul_engine();
   CudaMatmulPath path = cuda_matmul_path();
+  // Auto waits for the warm-up rather than taking wick's GEMM while it runs: the path of a
+  // matmul never depends on timing, so a process gives the same bits run to run.
   bool use_cublas =
-      path == CudaMatmulPath::Cublas || (path == CudaMatmulPath::Auto && engine.ready());
+      path == CudaMatmulPath::Cublas || (path == CudaMatmulPath::Auto && engine.wait_warm_up());
   if (path == CudaMatmulPath::Cublas) engine.wait_ready();
   if (engine.failed()) use_cublas = false;
 
@@ -159,7 +161,7 @@ StoragePtr CudaStorage::matmul(const BackendStorage& rhs_storage, MatmulDims dim
   } else if (trace_enabled()) {
     std::fprintf(stderr, "[wick] MATMUL wick-gemm %s %zux%zux%zu b%zu%s\n", dtype_name(dtype()),
                  dims.m, dims.n, dims.k, dims.b,
-                 path == CudaMatmulPath::Wick ? "" : " (cuBLASLt warming up)");
+                 path == CudaMatmulPath::Wick ? "" : " (no cuBLASLt warm-up)");
   }
   dev.queue().enqueue(
       "gemm", dtype(),

@@ -129,6 +129,14 @@ void MatmulEngine::wait_ready() {
   ready_cv_.wait(lock, [&] { return ready(); });
 }
 
+bool MatmulEngine::wait_warm_up() {
+  if (ready()) return true;
+  std::unique_lock lock(init_mutex_);
+  if (!started_) return false;
+  ready_cv_.wait(lock, [&] { return ready(); });
+  return true;
+}
+
 bool MatmulEngine::run(const PlanKey& key, const void* a, const void* b, void* c, cudaStream_t s) {
   std::lock_guard lock(plans_mutex_);
   Plan* plan = plan_locked(key);

@@ -5,8 +5,8 @@
 // are each collapsed into a StridedView (the reduced dims of order-free ops sorted so the innermost
 // walks memory in order). Then either a group (a warp, or a block for long runs) reduces each
 // output's run, or a thread per output walks it when neighbouring outputs are neighbours in memory
-// (column sums). Few outputs over long runs split each run into chunks: a first pass writes partial
-// accumulators to a temporary, a second pass folds them.
+// (column sums). Long runs split into chunks of a fixed length: a first pass writes partial
+// accumulators to a temporary, a second pass folds them in chunk order.
 
 #include <algorithm>
 #include <numeric>
@@ -256,16 +256,19 @@ __global__ void __launch_bounds__(kBlock)
 
 // ---- planning ----
 
-/// Blocks of kBlock threads of `kernel` resident at once on the GPU: one full wave.
-template <class Kernel>
-uint64_t wave_blocks(Kernel kernel) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0) != cudaSuccess ||
-      per_sm <= 0) {
-    (void)cudaGetLastError();
-    per_sm = 4;
-  }
-  return static_cast<uint64_t>(sm_count()) * static_cast<uint64_t>(per_sm);
+// The plan of a reduction is a function of the run length (and, for the thread-per-output path,
+// of the layout and output count) only, never of the GPU's SM count: an output's bits are the
+// same on every GPU of one architecture, and a row's are the same alone or inside any batch of
+// rows (the chunks of a run, and so the order of its sums, follow its length alone).
+constexpr uint64_t kThreadChunk = 256;  // elements a thread takes of a long run (thread path)
+constexpr uint64_t kBlockChunk = 4096;  // elements a block takes of a long run (16 a thread)
+constexpr uint64_t kMaxChunks = 1024;   // chunks of a run at most (longer chunks past that)
+
+/// The chunk length of a run of `len`: `base`, or longer for runs of more than kMaxChunks chunks
+/// (rounded up to 16 elements: chunk starts keep the run's vector alignment).
+uint64_t chunk_for(uint64_t len, uint64_t base) {
+  uint64_t c = std::max(base, (len + kMaxChunks - 1) / kMaxChunks);
+  return (c + 15) / 16 * 16;
 }
 
 template <class T, class Op>
@@ -275,31 +278,24 @@ void run_reduce(const Op& op, const T* src, const StridedView& kept, const Strid
   auto* out = static_cast<typename Op::Out*>(dst);
   int64_t kept_inner = kept.rank > 0 ? kept.strides[kept.rank - 1] : 0;
   int64_t red_inner = red.rank > 0 ? red.strides[red.rank - 1] : 1;
-  // A thread per output when outputs are plentiful and either the runs are tiny or neighbouring
-  // outputs sit closer in memory than neighbouring elements of a run (column reductions).
-  bool per_thread = outputs >= 1024 && len > 0 &&
-                    (len <= 16 || (red_inner != 1 && kept.rank > 0 && kept_inner < red_inner));
+  // A thread per output for tiny runs, and for column reductions (neighbouring outputs closer in
+  // memory than neighbouring elements of a run) with plentiful outputs.
+  bool per_thread =
+      len > 0 &&
+      (len <= 16 || (outputs >= 1024 && red_inner != 1 && kept.rank > 0 && kept_inner < red_inner));
   uint64_t chunks = 1, chunk = len;
-  // Chunks are sized so that the first pass fills the GPU once.
-  static const uint64_t group_wave = wave_blocks(reduce_group_kernel<T, Op>);
-  static const uint64_t thread_wave = wave_blocks(reduce_thread_kernel<T, Op>) * kBlock;
   if (per_thread) {
-    if (outputs < thread_wave && len >= 256) {
-      chunks = std::min((thread_wave + outputs - 1) / outputs, len / 64);
-      chunk = (len + chunks - 1) / chunks;
+    if (len >= 2 * kThreadChunk) {
+      chunk = chunk_for(len, kThreadChunk);
       chunks = (len + chunk - 1) / chunk;
     }
   } else {
-    // A warp per output for short runs, a whole block for long ones.
+    // A warp per output for short runs, a whole block for long ones, in chunks of kBlockChunk
+    // from 4 chunks on.
     uint64_t group = len >= 4096 ? kBlock : 32;
     uint64_t groups_per_block = kBlock / group;
-    uint64_t blocks = (outputs + groups_per_block - 1) / groups_per_block;
-    if (blocks < group_wave && len >= group * 64) {
-      // Eight elements a thread at least: a decode step's argmax over a 128k vocabulary then
-      // runs 62 blocks, not 15 with 32 a thread (it is latency-bound).
-      chunks = std::min((group_wave + blocks - 1) / blocks, len / (group * 8));
-      chunk = (len + chunks - 1) / chunks;
-      chunk = (chunk + 15) / 16 * 16;  // chunk starts keep the run's vector alignment
+    if (len >= 4 * kBlockChunk) {
+      chunk = chunk_for(len, kBlockChunk);
       chunks = (len + chunk - 1) / chunk;
     }
     Acc* partial = chunks > 1 ? static_cast<Acc*>(temp(outputs * chunks * sizeof(Acc))) : nullptr;
