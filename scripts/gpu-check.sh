@@ -14,7 +14,8 @@
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
 # WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode nn serve families
 # sanitizer"
-# (stages to leave out), WICK_GPU_BUDGET (seconds after which no further sanitizer run starts).
+# (stages to leave out), WICK_GPU_CTEST_ARGS (more ctest arguments, e.g. "-L cuda" for the GPU
+# tests alone), WICK_GPU_BUDGET (seconds after which no further sanitizer run starts).
 # With $OUT set (the device tool), the logs are packed into $OUT/gpu-check-logs.tgz. Exits 1 when
 # any stage failed (a build error, a failed or skipped-under-require test, a tool's non-zero exit,
 # a conformance breach, a memcheck error): the failed stages are listed last.
@@ -70,8 +71,9 @@ echo "built in $(($(date +%s) - T0)) s: $BUILD_SUMMARY"
 CTEST_SUMMARY="not run"
 if ! skip tests; then
   stage "tests (WICK_REQUIRE_CUDA=1)"
+  # shellcheck disable=SC2086 # WICK_GPU_CTEST_ARGS is a list of ctest arguments
   WICK_REQUIRE_CUDA=1 ctest --test-dir "$BUILD" -j8 --timeout 300 --no-tests=error \
-    --output-on-failure >"$LOGS/ctest.txt" 2>&1
+    --output-on-failure ${WICK_GPU_CTEST_ARGS:-} >"$LOGS/ctest.txt" 2>&1
   check tests $?
   grep -E "tests passed|Failed|\*\*\*|Timeout|Not Run" "$LOGS/ctest.txt" | head -40
   CTEST_SUMMARY=$(grep -E "tests passed" "$LOGS/ctest.txt" | tail -1)
