@@ -164,7 +164,7 @@ fi
 if ! skip serve; then
   stage "serving: serve::Engine vs transformers generate_batch, Llama-1B shape bf16 (serve_torch.py)"
   PYTHONUNBUFFERED=1 timeout 400 python3 bench/cuda/serve_torch.py \
-    --bench "$BUILD"/bench/bench_serve_engine 2>&1 | grep -v ContinuousBatchingLogger |
+    --bench "$BUILD"/bench/bench_serve_engine --bench-args=--compare-graphs 2>&1 | grep -v ContinuousBatchingLogger |
     tee "$LOGS/serve.txt"
   check serve "${PIPESTATUS[0]}"
 fi

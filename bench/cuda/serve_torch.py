@@ -89,9 +89,10 @@ def torch_run(model, streams, prompt_len, new, vocab):
     return tokens / secs, tokens
 
 
-def wick_run(bench, folder, device, dtype, streams, prompt_len, new):
+def wick_run(bench, folder, device, dtype, streams, prompt_len, new, extra):
     cmd = [bench, "--model", folder, "--device", device, "--dtype", dtype, "--streams",
            ",".join(map(str, streams)), "--prompt-len", str(prompt_len), "--new", str(new)]
+    cmd += extra.split()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rates = {}
     for line in out.splitlines():
@@ -113,6 +114,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--skip-torch", action="store_true", help="wick only")
+    ap.add_argument("--bench-args", default="",
+                    help="more arguments for bench_serve_engine, e.g. --compare-graphs")
     a = ap.parse_args()
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("serve_torch: no CUDA GPU (use --device cpu to check the script)")
@@ -126,7 +129,8 @@ def main():
     print(f"{a.shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f} M parameters, "
           f"{a.dtype}, {a.prompt_len}-token prompts, {a.new} new tokens a stream", flush=True)
 
-    wick, out = wick_run(a.bench, folder, a.device, a.dtype, streams, a.prompt_len, a.new)
+    wick, out = wick_run(a.bench, folder, a.device, a.dtype, streams, a.prompt_len, a.new,
+                         a.bench_args)
     print(out, end="", flush=True)
 
     peer = {}
