@@ -17,8 +17,9 @@ void cuda_allow_tf32(bool allow);
 bool cuda_tf32_allowed();
 
 /// Which GEMM runs CUDA matmuls. Auto: cuBLASLt, warmed up on a background thread from device
-/// creation (the first matmul waits for it, so that no matmul's path, and so its bits, depends on
-/// timing); wick's own kernel when there is no warm-up (WICK_CUDA_WARMUP=0) or cuBLASLt has no
+/// creation, wick's own kernel until the warm-up is done (under batch invariance,
+/// WICK_BATCH_INVARIANT=1, the first matmul waits for it instead, so that no matmul's path, and so
+/// its bits, depends on timing), when there is no warm-up (WICK_CUDA_WARMUP=0) or cuBLASLt has no
 /// algorithm. Cublas waits for the warm-up (or creates cuBLASLt); Wick always uses wick's kernel.
 /// For tests and benchmarks; WICK_CUDA_MATMUL=auto|cublas|wick sets it.
 enum class CudaMatmulPath { Auto, Cublas, Wick };

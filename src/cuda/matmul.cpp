@@ -12,6 +12,7 @@
 #include "cuda/gemm.h"
 #include "cuda/matmul_engine.h"
 #include "cuda_config.h"
+#include "settings.h"
 #include "util.h"
 #include "wick/cuda.h"
 
@@ -121,10 +122,13 @@ StoragePtr CudaStorage::matmul(const BackendStorage& rhs_storage, MatmulDims dim
                  static_cast<double>(dims.n) * static_cast<double>(dims.k);
   MatmulEngine& engine = dev.matmul_engine();
   CudaMatmulPath path = cuda_matmul_path();
-  // Auto waits for the warm-up rather than taking wick's GEMM while it runs: the path of a
-  // matmul never depends on timing, so a process gives the same bits run to run.
+  // Auto takes wick's GEMM while cuBLASLt warms up (a process's first matmuls return without
+  // waiting for it), except under batch invariance (WICK_BATCH_INVARIANT=1, set_batch_invariant),
+  // where it waits: a matmul's path, and so its bits, then never depend on timing.
   bool use_cublas =
-      path == CudaMatmulPath::Cublas || (path == CudaMatmulPath::Auto && engine.wait_warm_up());
+      path == CudaMatmulPath::Cublas ||
+      (path == CudaMatmulPath::Auto &&
+       (engine.ready() || (settings::batch_invariant() && engine.wait_warm_up())));
   if (path == CudaMatmulPath::Cublas) engine.wait_ready();
   if (engine.failed()) use_cublas = false;
 
