@@ -139,8 +139,52 @@ std::vector<double> penalised_logits(const std::vector<float>& logits,
   return v;
 }
 
+// The tokens of a pool in sampling order (the larger logit first, the lower id among equals),
+// sorted only as far as they are read: at(i) selects (nth_element) and sorts a block of the pool
+// holding position i when it is not sorted yet, blocks growing fourfold from 64 tokens. A nucleus
+// of a few hundred tokens out of a vocabulary of tens of thousands thus costs a few linear passes
+// instead of a sort of the whole vocabulary; reading every position costs about one sort.
+class SortedPrefix {
+ public:
+  SortedPrefix(std::vector<uint32_t>& pool, const std::vector<double>& logits)
+      : pool_(pool), logits_(logits) {}
+
+  size_t size() const { return pool_.size(); }
+
+  uint32_t at(size_t i) {
+    if (i >= sorted_) grow(i + 1);
+    return pool_[i];
+  }
+
+ private:
+  static constexpr size_t kFirstBlock = 64;
+
+  void grow(size_t need) {
+    const size_t to = std::min(pool_.size(), std::max({need, 4 * sorted_, kFirstBlock}));
+    auto by_logit = [&](uint32_t a, uint32_t b) {
+      return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b);
+    };
+    const auto from = pool_.begin() + static_cast<ptrdiff_t>(sorted_);
+    const auto mid = pool_.begin() + static_cast<ptrdiff_t>(to);
+    if (mid != pool_.end()) std::nth_element(from, mid, pool_.end(), by_logit);
+    std::sort(from, mid, by_logit);
+    sorted_ = to;
+  }
+
+  std::vector<uint32_t>& pool_;
+  const std::vector<double>& logits_;
+  size_t sorted_ = 0;
+};
+
 }  // namespace
 
+// Sampling, in the order of the tokens by logit: each token's weight is
+// exp(logit / temperature - top) (top: the largest scaled logit), over the candidates (every token,
+// or the top_k first), those of weight at least min_p (the first token's weight is 1), then the
+// shortest prefix whose weights, each divided by the candidates' total, add up to top_p; one draw
+// u in [0, 1) times that prefix's total weight picks the token where the prefix's running sum of
+// weights passes it. Only as much of the order is sorted as these steps read (SortedPrefix); the
+// candidates' total is summed in id order.
 uint32_t Generator::sample(const std::vector<float>& logits, const std::vector<uint32_t>& history) {
   if (logits.empty()) throw Error("Generator::sample: no logits");
   check_sampling_options(options_);
@@ -150,50 +194,58 @@ uint32_t Generator::sample(const std::vector<float>& logits, const std::vector<u
   if (v[best] == -std::numeric_limits<double>::infinity()) {
     throw Error("Generator::sample: every logit is -inf");
   }
-  if (options_.temperature == 0) return static_cast<uint32_t>(best);
-  std::vector<uint32_t> order(v.size());
-  std::iota(order.begin(), order.end(), 0u);
-  size_t keep = options_.top_k > 0 ? std::min(options_.top_k, v.size()) : v.size();
-  auto by_logit = [&](uint32_t a, uint32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-  std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(keep), order.end(),
-                    by_logit);
-  order.resize(keep);
-  const double top = v[order[0]] / options_.temperature;
+  const double t = options_.temperature;
+  if (t == 0) return static_cast<uint32_t>(best);
+  const double top = v[best] / t;
   if (!std::isfinite(top)) {
-    throw Error(str("Generator::sample: temperature ", options_.temperature,
-                    " scales the logit of token ", order[0], " (", v[order[0]],
-                    ") to a non-finite value; use temperature 0 for greedy"));
+    throw Error(str("Generator::sample: temperature ", t, " scales the logit of token ", best, " (",
+                    v[best], ") to a non-finite value; use temperature 0 for greedy"));
   }
-  std::vector<double> probs(keep);
+  // The candidates, in id order unless top-k selected them.
+  std::vector<uint32_t> pool(v.size());
+  std::iota(pool.begin(), pool.end(), 0u);
+  if (options_.top_k > 0 && options_.top_k < v.size()) {
+    const auto kth = pool.begin() + static_cast<ptrdiff_t>(options_.top_k);
+    std::nth_element(pool.begin(), kth, pool.end(), [&](uint32_t a, uint32_t b) {
+      return v[a] > v[b] || (v[a] == v[b] && a < b);
+    });
+    pool.resize(options_.top_k);
+  }
+  // The candidates' weights by id (w is monotone in the logit: v orders them).
+  std::vector<double> w(v.size(), 0.0);
   double total = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp(v[order[i]] / options_.temperature - top);
-    total += probs[i];
+  size_t kept = 0;
+  for (uint32_t id : pool) {
+    const double x = std::exp(v[id] / t - top);
+    // min-p: tokens at least min_p times as likely as the first.
+    if (options_.min_p > 0 && x < options_.min_p) continue;
+    w[id] = x;
+    total += x;
+    pool[kept++] = id;
   }
-  // min-p: tokens at least min_p times as likely as the first (probs[0] is 1).
-  size_t kept = keep;
-  if (options_.min_p > 0) {
-    kept = static_cast<size_t>(
-        std::find_if(probs.begin(), probs.end(), [&](double p) { return p < options_.min_p; }) -
-        probs.begin());
-    total = std::accumulate(probs.begin(), probs.begin() + static_cast<ptrdiff_t>(kept), 0.0);
-  }
-  // top-p: the smallest prefix of the sorted tokens whose probability reaches p.
-  double cumulative = 0;
-  for (size_t i = 0; i < kept; ++i) {
-    cumulative += probs[i] / total;
-    if (cumulative >= options_.top_p) {
-      kept = i + 1;
-      break;
+  pool.resize(kept);
+  SortedPrefix order(pool, v);
+  // top-p: the shortest prefix whose probability reaches p (p = 1: every candidate).
+  double mass = total;
+  if (options_.top_p < 1) {
+    double cumulative = 0;
+    mass = 0;
+    for (size_t i = 0; i < kept; ++i) {
+      const double x = w[order.at(i)];
+      mass += x;
+      cumulative += x / total;
+      if (cumulative >= options_.top_p) {
+        kept = i + 1;
+        break;
+      }
     }
   }
-  double mass = std::accumulate(probs.begin(), probs.begin() + static_cast<ptrdiff_t>(kept), 0.0);
   double u = static_cast<double>(next_random(rng_state_) >> 11) * 0x1.0p-53 * mass;
   for (size_t i = 0; i < kept; ++i) {
-    u -= probs[i];
-    if (u < 0) return order[i];
+    u -= w[order.at(i)];
+    if (u < 0) return order.at(i);
   }
-  return order[kept - 1];
+  return order.at(kept - 1);
 }
 
 namespace {
