@@ -712,10 +712,10 @@ int main(int argc, char** argv) {
                "\"Determinism\"). Without it, completions of quantized GGUF and of\n"
                "Llama/Qwen2 models are batch-invariant already (unless\n"
                "WICK_BATCH_INVARIANT=0); embeddings and other dense families are not.\n"
-               "Cost: a dense product of 1 to 4 rows runs 3-4x slower (one sentence\n"
-               "embedded alone, other dense families' decode); products of many rows\n"
-               "and quantized ones about the same. Sampled requests repeat only with\n"
-               "a seed.");
+               "Cost: a dense product of 1 to 4 rows runs 3-4x slower (the decode of\n"
+               "other dense families); MiniLM embeddings and products of many rows\n"
+               "about the same; quantized products nothing. Sampled requests repeat\n"
+               "only with a seed.");
 
   return tools::run(app, argc, argv, "wick-serve", common, [&]() -> int {
     if (opt.max_batch == 0) throw tools::UsageError("--max-batch must be at least 1");

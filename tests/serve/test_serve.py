@@ -635,7 +635,7 @@ class Cli(unittest.TestCase):
         r = self.run_serve("--help")
         self.assertEqual(r.returncode, 0)
         for option in ("--host", "--port", "--api-key", "--device", "--dtype", "--max-batch",
-                       "--kv-memory", "--max-queue"):
+                       "--kv-memory", "--max-queue", "--deterministic"):
             self.assertIn(option, r.stdout)
         self.assertEqual(self.run_serve().returncode, 2)  # no PATH
         self.assertEqual(self.run_serve("--port", "70000", "x.gguf").returncode, 2)
