@@ -116,13 +116,14 @@ struct ReferenceSampler {
     return z ^ (z >> 31);
   }
 
-  // `order`: every token id, sorted by logit (the lower id first among equals).
-  uint32_t sample(const std::vector<float>& logits, std::vector<uint32_t> order) {
+  // `logits` penalised already; `order`: every token id, sorted by logit (the lower id first among
+  // equals).
+  uint32_t sample(const std::vector<double>& logits, std::vector<uint32_t> order) {
     if (o.top_k > 0 && o.top_k < order.size()) order.resize(o.top_k);
-    const double top = static_cast<double>(logits[order[0]]) / o.temperature;
+    const double top = logits[order[0]] / o.temperature;
     std::vector<double> w;
     for (uint32_t id : order) {
-      const double x = std::exp(static_cast<double>(logits[id]) / o.temperature - top);
+      const double x = std::exp(logits[id] / o.temperature - top);
       if (x < o.min_p) break;
       w.push_back(x);
     }
@@ -165,8 +166,9 @@ std::vector<float> random_logits(std::mt19937_64& gen, size_t vocab, float sigma
 }
 
 // Generator::sample selects only as much of the order as it reads: the same tokens as the
-// full-sort reference for every seed, temperature, top_p, top_k and min_p tried (vocabularies from
-// 7 to 49152 tokens, with ties), and the same tokens again from a second generator (run to run).
+// full-sort reference for every seed, temperature, top_p, top_k, min_p and penalty tried
+// (vocabularies from 7 to 49152 tokens, with ties), and the same tokens again from a second
+// generator (run to run).
 TEST(Sampling, SeededDrawsEqualAFullSortReference) {
   std::mt19937_64 gen(52);
   const size_t vocabs[] = {7, 300, 4096, 49152};
@@ -174,14 +176,21 @@ TEST(Sampling, SeededDrawsEqualAFullSortReference) {
   const double top_ps[] = {0.05, 0.5, 0.9, 0.95, 1.0};
   size_t draws = 0, distinct_cases = 0;
   for (size_t vocab : vocabs) {
-    for (int round = 0; round < 3; ++round) {
+    for (int round = 0; round < 4; ++round) {
       const float step = round == 1 ? 0.25f : 0.0f;
       const float sigma = round == 2 ? 0.5f : 3.0f;
       const std::vector<float> logits = random_logits(gen, vocab, sigma, step);
+      // Round 3: a frequency penalty over a history holding some tokens up to three times (the
+      // sampler's double logits).
+      std::vector<uint32_t> history;
+      for (uint32_t i = 0; round == 3 && i < 60; ++i)
+        history.push_back(i * 7919 % vocab / (i % 3 + 1));
+      std::vector<double> penalised(logits.begin(), logits.end());
+      for (uint32_t id : history) penalised[id] -= 0.75;
       std::vector<uint32_t> sorted(vocab);
       std::iota(sorted.begin(), sorted.end(), 0u);
       std::sort(sorted.begin(), sorted.end(), [&](uint32_t a, uint32_t b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+        return penalised[a] > penalised[b] || (penalised[a] == penalised[b] && a < b);
       });
       for (double t : temperatures) {
         for (double p : top_ps) {
@@ -191,14 +200,16 @@ TEST(Sampling, SeededDrawsEqualAFullSortReference) {
           o.seed = gen();
           o.top_k = round == 1 ? vocab / 3 : 0;
           o.min_p = round == 2 ? 0.05 : 0.0;
+          o.frequency_penalty = round == 3 ? 0.75 : 0.0;
           ReferenceSampler ref(o);
           Generator a = make(o), b = make(o);
           std::set<uint32_t> seen;
           for (int i = 0; i < 4; ++i) {
-            const uint32_t want = ref.sample(logits, sorted);
-            ASSERT_EQ(a.sample(logits), want) << "vocab " << vocab << " round " << round << " T "
-                                              << t << " top_p " << p << " draw " << i;
-            ASSERT_EQ(b.sample(logits), want);
+            const uint32_t want = ref.sample(penalised, sorted);
+            ASSERT_EQ(a.sample(logits, history), want)
+                << "vocab " << vocab << " round " << round << " T " << t << " top_p " << p
+                << " draw " << i;
+            ASSERT_EQ(b.sample(logits, history), want);
             seen.insert(want);
             ++draws;
           }
@@ -259,7 +270,11 @@ TEST(Sampling, BadOptionsAreErrors) {
 }
 
 std::string bracketed(uint32_t id) {
-  return "[" + std::to_string(id) + "]";
+  // Appended piece by piece: g++ 12 warns (-Wrestrict) on "[" + std::to_string(id) + "]" here.
+  std::string s = "[";
+  s += std::to_string(id);
+  s += ']';
+  return s;
 }
 
 std::vector<uint32_t> prompt() {
