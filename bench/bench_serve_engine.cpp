@@ -5,8 +5,8 @@
 // --temperature above 0 samples each stream with its own seed (the cost of sampling).
 //
 //   bench_serve_engine --model PATH [--device cpu|cuda] [--dtype f32] [--streams 1,4,16,64]
-//                      [--prompt-len 32] [--new 64] [--dequantize] [--temperature 0]
-//                      [--top-p 1]
+//                      [--prompt-len 32] [--new 64] [--dequantize] [--per-sequence]
+//                      [--compare-graphs] [--temperature 0] [--top-p 1]
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -41,6 +41,28 @@ std::vector<uint32_t> prompt_for(size_t stream, size_t len, size_t vocab) {
   return p;
 }
 
+// The model with CausalLM's default forward_paged (each sequence alone through a KvCache gathered
+// from its pages): the engine as it runs a family without its own batched forward.
+class PerSequence final : public wick::models::CausalLM {
+ public:
+  explicit PerSequence(std::shared_ptr<const wick::models::CausalLM> m) : m_(std::move(m)) {}
+  const wick::models::CausalLMConfig& config() const override { return m_->config(); }
+  wick::Device device() const override { return m_->device(); }
+  wick::DType dtype() const override { return m_->dtype(); }
+  wick::models::KvCache make_cache(size_t batch, size_t max_len) const override {
+    return m_->make_cache(batch, max_len);
+  }
+  wick::Tensor forward(const wick::Tensor& ids, wick::models::KvCache& cache) const override {
+    return m_->forward(ids, cache);
+  }
+  wick::Tensor forward_last(const wick::Tensor& ids, wick::models::KvCache& cache) const override {
+    return m_->forward_last(ids, cache);
+  }
+
+ private:
+  std::shared_ptr<const wick::models::CausalLM> m_;
+};
+
 struct Run {
   double tok_s = 0, ttft_p50 = 0, ttft_p99 = 0, itl_p50 = 0, itl_p99 = 0;
   double decode_tok_s = 0;  // tokens after each stream's first, per second after the first one
@@ -53,9 +75,11 @@ struct Sampling {
 };
 
 Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size_t streams,
-                size_t prompt_len, size_t new_tokens, const Sampling& sampling) {
+                size_t prompt_len, size_t new_tokens, const Sampling& sampling,
+                bool graphs = true) {
   wick::serve::EngineOptions o;
   o.max_batch = std::max<size_t>(streams, 1);
+  o.cuda_graphs = graphs;
   wick::serve::Engine engine(model, nullptr, o);
   std::mutex mu;
   std::condition_variable cv;
@@ -124,8 +148,12 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", sampling.top_p, "nucleus sampling's p, in (0, 1]")
       ->check(CLI::Range(1e-9, 1.0))
       ->capture_default_str();
-  bool dequantize = false;
+  bool dequantize = false, per_sequence = false, compare_graphs = false;
   app.add_flag("--dequantize", dequantize, "a GGUF's matrices dequantised to --dtype at load");
+  app.add_flag("--per-sequence", per_sequence,
+               "also the engine over CausalLM's per-sequence forward_paged, interleaved");
+  app.add_flag("--compare-graphs", compare_graphs,
+               "also the engine without CUDA graphs (EngineOptions::cuda_graphs), interleaved");
   CLI11_PARSE(app, argc, argv);
   try {
     const wick::Device dev = wick::Device::parse(device_name);
@@ -159,10 +187,23 @@ int main(int argc, char** argv) {
         percentile(gen_rates, 0.5), percentile(engine_rates, 0.5));
     std::printf("%8s %12s %12s %12s %12s %12s\n", "streams", "out tok/s", "ttft p50 ms",
                 "ttft p99 ms", "itl p50 ms", "itl p99 ms");
+    auto print = [](const char* what, size_t s, const Run& r) {
+      std::printf("%8zu %12.1f %12.1f %12.1f %12.1f %12.1f %s\n", s, r.tok_s, r.ttft_p50 * 1e3,
+                  r.ttft_p99 * 1e3, r.itl_p50 * 1e3, r.itl_p99 * 1e3, what);
+    };
+    auto per_seq = std::make_shared<const PerSequence>(model);
     for (size_t s : streams) {
-      Run r = run_streams(model, s, prompt_len, new_tokens, sampling);
-      std::printf("%8zu %12.1f %12.1f %12.1f %12.1f %12.1f\n", s, r.tok_s, r.ttft_p50 * 1e3,
-                  r.ttft_p99 * 1e3, r.itl_p50 * 1e3, r.itl_p99 * 1e3);
+      print("", s, run_streams(model, s, prompt_len, new_tokens, sampling));
+      if (per_sequence) {
+        print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens, sampling));
+        print("", s, run_streams(model, s, prompt_len, new_tokens, sampling));
+        print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens, sampling));
+      }
+      if (compare_graphs) {
+        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, sampling, false));
+        print("", s, run_streams(model, s, prompt_len, new_tokens, sampling));
+        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, sampling, false));
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_serve_engine: %s\n", e.what());

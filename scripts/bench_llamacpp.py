@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """wick beside llama.cpp (llama-cpp-python) on one GGUF file, in the same run: decode tok/s with
 1 and 2 threads and the prefill of a 128-token prompt, rounds alternating between the two engines,
-best of the rounds, and each engine's decode speed-up from its thread counts. wick runs through
+medians of the rounds, and each engine's decode speed-up from its thread counts. wick runs through
 bench_generate --keep-quantized (WICK_NUM_THREADS=t).
 On a loaded machine llama.cpp's OpenMP threads spin-wait and its 2-thread figures collapse;
-OMP_WAIT_POLICY=PASSIVE in the environment makes them sleep instead (wick ignores it).
+OMP_WAIT_POLICY=PASSIVE in the environment makes them sleep instead (wick ignores it). On a
+machine shared with other work, `chrt -f 10` before the command runs both engines ahead of it, so
+that the thread counts measure idle cores.
 
     python3 scripts/bench_llamacpp.py --model SmolLM2-135M-Instruct.Q4_1.gguf \
         --bench build/bench/bench_generate
@@ -12,6 +14,7 @@ OMP_WAIT_POLICY=PASSIVE in the environment makes them sleep instead (wick ignore
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import time
 
@@ -69,6 +72,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--bench", default="build/bench/bench_generate")
+    ap.add_argument("--old-bench", help="an older build's bench_generate, run in the same rounds "
+                    "(an A/B of two wick trees beside llama.cpp)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new", type=int, default=64)
@@ -78,35 +83,41 @@ def main():
                          "machines where its AMX path dies of SIGILL")
     a = ap.parse_args()
     prompt = [(i * 7919 + 11) % 1000 for i in range(a.prompt_len)]  # bench_generate's prompt
-    best = {}
+    runs = {}
+    engines = ("llama.cpp", "wick-old", "wick") if a.old_bench else ("llama.cpp", "wick")
     for r in range(a.rounds):
         for t in [int(x) for x in a.threads.split(",")]:
-            for engine in ("llama.cpp", "wick"):
-                if engine == "wick":
-                    p, d = wick_figures(a.bench, a.model, t, a.prompt_len, a.new)
+            for engine in engines:
+                if engine != "llama.cpp":
+                    bench = a.bench if engine == "wick" else a.old_bench
+                    p, d = wick_figures(bench, a.model, t, a.prompt_len, a.new)
                 else:
                     p, d = llamacpp_figures(a.model, t, prompt, a.new, not a.no_extra_bufts)
-                bp, bd = best.get((engine, t), (0.0, 0.0))
-                best[(engine, t)] = (max(bp, p), max(bd, d))
+                runs.setdefault((engine, t), []).append((p, d))
                 print(f"round {r + 1}: {engine:9s} {t} thread(s): prefill {p:8.1f} tok/s, "
                       f"decode {d:7.1f} tok/s (load average {load_average():.1f})", flush=True)
+    med = {key: (statistics.median(p for p, _ in v), statistics.median(d for _, d in v))
+           for key, v in runs.items()}
     load = load_average()
-    print(f"\n{os.path.basename(a.model)}: prompt {a.prompt_len}, {a.new} new tokens, best of "
+    print(f"\n{os.path.basename(a.model)}: prompt {a.prompt_len}, {a.new} new tokens, medians of "
           f"{a.rounds} alternating rounds, load average {load:.1f} on {os.cpu_count()} cores")
     print(f"{'threads':>7} {'engine':>10} {'prefill tok/s':>14} {'decode tok/s':>13}")
-    for t in sorted({t for _, t in best}):
-        for engine in ("llama.cpp", "wick"):
-            p, d = best[(engine, t)]
+    for t in sorted({t for _, t in med}):
+        for engine in engines:
+            p, d = med[(engine, t)]
             print(f"{t:>7} {engine:>10} {p:14.1f} {d:13.1f}")
-        lp, ld = best[("llama.cpp", t)]
-        wp, wd = best[("wick", t)]
+        lp, ld = med[("llama.cpp", t)]
+        wp, wd = med[("wick", t)]
         print(f"{t:>7} {'wick/llama':>10} {wp / lp:13.2f}x {wd / ld:12.2f}x")
-    threads = sorted({t for _, t in best})
+        if a.old_bench:
+            op, od = med[("wick-old", t)]
+            print(f"{t:>7} {'wick/old':>10} {wp / op:13.2f}x {wd / od:12.2f}x")
+    threads = sorted({t for _, t in med})
     if len(threads) > 1:
         lo, hi = threads[0], threads[-1]
-        for engine in ("llama.cpp", "wick"):
+        for engine in engines:
             print(f"{engine} decode, {hi} threads / {lo}: "
-                  f"{best[(engine, hi)][1] / best[(engine, lo)][1]:.2f}x")
+                  f"{med[(engine, hi)][1] / med[(engine, lo)][1]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 # The GPU check, in one call on the GPU machine (see DEVELOPERS.md): configure and build with CUDA
 # for sm_90, run the whole test suite with WICK_REQUIRE_CUDA=1 (a skipped GPU test fails), the GPU
 # benchmark, the PyTorch comparison, the decode step's tok/s, the nn kernels (norms, prefill and
-# decode attention) beside PyTorch, compute-sanitizer memcheck over the CUDA tests and
-# `wick-mm time cuda`; then a short table, printed last.
+# decode attention) beside PyTorch, the serving engine beside transformers' continuous batching,
+# the families' graph decode beside transformers' static-cache generate, compute-sanitizer
+# memcheck over the CUDA tests and `wick-mm time cuda`; then a short table, printed last.
 #
 #   scripts/gpu-check.sh               run everything (logs under $OUT or build-gpu/logs)
 #   scripts/gpu-check.sh --fetch-deps  here, with network: download the Debian packages of the
@@ -11,7 +12,8 @@
 #                                      the GPU machine has no registry and may lack them)
 #
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
-# WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode nn sanitizer"
+# WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode nn serve families
+# sanitizer"
 # (stages to leave out), WICK_GPU_BUDGET (seconds after which no further sanitizer run starts).
 # With $OUT set (the device tool), the logs are packed into $OUT/gpu-check-logs.tgz. Exits 1 when
 # any stage failed (a build error, a failed or skipped-under-require test, a tool's non-zero exit,
@@ -151,6 +153,21 @@ if ! skip nn; then
   check nn "${PIPESTATUS[0]}"
   PYTHONUNBUFFERED=1 timeout 180 python3 bench/cuda/torch_nn.py 2>&1 | tee -a "$LOGS/nn.txt"
   check torch_nn "${PIPESTATUS[0]}"
+fi
+
+if ! skip serve; then
+  stage "serving: serve::Engine vs transformers generate_batch, Llama-1B shape bf16 (serve_torch.py)"
+  PYTHONUNBUFFERED=1 timeout 400 python3 bench/cuda/serve_torch.py \
+    --bench "$BUILD"/bench/bench_serve_engine 2>&1 | grep -v ContinuousBatchingLogger |
+    tee "$LOGS/serve.txt"
+  check serve "${PIPESTATUS[0]}"
+fi
+
+if ! skip families; then
+  stage "families: graph decode vs transformers' static-cache generate (family_torch.py)"
+  PYTHONUNBUFFERED=1 timeout 400 python3 bench/cuda/family_torch.py \
+    --bench "$BUILD"/bench/bench_generate --engines generate_static 2>&1 | tee "$LOGS/families.txt"
+  check families "${PIPESTATUS[0]}"
 fi
 
 SAN_SUMMARY="not run"
@@ -302,6 +319,7 @@ print(f"tests (WICK_REQUIRE_CUDA=1): {os.environ['CTEST_SUMMARY']}")
 print(f"compute-sanitizer memcheck: {os.environ['SAN_SUMMARY']}")
 EOF
 [[ -f "$LOGS/decode.txt" ]] && sed -n '/gpu-decode summary/,$p' "$LOGS/decode.txt"
+grep -h '^RESULT ' "$LOGS"/serve.txt "$LOGS"/families.txt 2>/dev/null
 [[ -n "${OUT:-}" ]] && tar czf "$OUT/gpu-check-logs.tgz" -C "$LOGS" . 2>/dev/null
 if [[ ${#FAILED[@]} -gt 0 ]]; then
   echo "gpu-check: FAILED: ${FAILED[*]}"

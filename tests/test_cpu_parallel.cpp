@@ -1,19 +1,27 @@
 // The CPU backend's thread pool (src/cpu/parallel.h): every index run exactly once, whatever the
-// split; exceptions carried to the caller; nested and concurrent calls; workers woken from sleep.
+// split; exceptions carried to the caller; nested and concurrent calls; workers woken from sleep;
+// a pool of real-time threads (which spin whatever the load average says).
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "cpu/parallel.h"
+#include "wick/cpu.h"
 
 namespace {
 
@@ -112,6 +120,45 @@ TEST(CpuParallel, SleepingWorkersWake) {
   for (int r = 0; r < 20; ++r) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     ASSERT_TRUE(covers_once(10000, 10));
+  }
+}
+
+// Exit status of a child that could not take a real-time policy (no CAP_SYS_NICE).
+constexpr int kNoRealtime = 77;
+
+// Runs in the child processes of RealTimePool: jobs from a SCHED_FIFO process, with gaps that
+// let the workers spin (short) and sleep (long).
+TEST(CpuParallel, RealTimeChild) {
+  const char* threads = std::getenv("WICK_TEST_RT_THREADS");
+  if (threads == nullptr) GTEST_SKIP() << "runs in the child processes of RealTimePool";
+  sched_param param{};
+  param.sched_priority = 1;
+  if (sched_setscheduler(0, SCHED_FIFO, &param) != 0) std::exit(kNoRealtime);
+  wick::set_cpu_threads(std::stoul(threads));
+  ASSERT_EQ(num_threads(), std::stoul(threads));
+  for (int r = 0; r < 200; ++r) {
+    if (r % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ASSERT_TRUE(covers_once(1000 + r, 1 + r % 7));
+  }
+  std::vector<std::atomic<int>> hits(256);
+  parallel_for(256, 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+  });
+  for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << i;
+}
+
+TEST(CpuParallel, RealTimePool) {
+  // As many threads as CPUs (the workers spin) and one more (they may not: a spinning real-time
+  // worker would hold the CPU its caller waits for).
+  const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  for (long threads : {std::max(2L, cpus), cpus + 1}) {
+    std::string cmd = "WICK_TEST_RT_THREADS=" + std::to_string(threads) + " timeout 120 /proc/" +
+                      std::to_string(getpid()) +
+                      "/exe --gtest_filter=CpuParallel.RealTimeChild > /dev/null 2>&1";
+    int rc = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(rc)) << cmd;
+    if (WEXITSTATUS(rc) == kNoRealtime) GTEST_SKIP() << "no real-time policy for this process";
+    EXPECT_EQ(WEXITSTATUS(rc), 0) << cmd;
   }
 }
 

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "cpu/row_matmul.h"
+#include "fused/paged_attention.h"
 #include "nn_reference.h"
+#include "serve/decode_graphs.h"
 #include "serve/page_pool.h"
 #include "test_util.h"
 #include "wick/formats.h"
@@ -885,6 +887,294 @@ TEST(ServeEngine, CancellingAWaitingRequestEndsItBeforeItStarts) {
   EXPECT_LE(s.inter_token_latency.cumulative.front(), s.inter_token_latency.cumulative.back());
   EXPECT_GT(s.time_to_first_token.sum, 0.0);
   EXPECT_EQ(std::string(serve::finish_reason_name(serve::FinishReason::Length)), "length");
+}
+
+}  // namespace
+
+namespace {
+
+// ---- windows and soft-caps in paged attention; the decoder families' batched forward ----
+
+// softmax(cap(scale q k^T)) v of token t over the keys first..pos[t] of its sequence, in
+// float64 from the pools' values.
+std::vector<double> paged_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const std::vector<std::vector<uint32_t>>& tables,
+                                    const std::vector<uint32_t>& seq,
+                                    const std::vector<uint32_t>& pos, double scale, size_t window,
+                                    double cap, double* max_score) {
+  const size_t t = q.dims()[0], h = q.dims()[1], d = q.dims()[2];
+  const size_t h_kv = k.dims()[1], ps = k.dims()[2];
+  const auto qv = q.to_vec_f64(), kv = k.to_vec_f64(), vv = v.to_vec_f64();
+  std::vector<double> out(t * h * d, 0.0);
+  for (size_t i = 0; i < t; ++i) {
+    const size_t first = window > 0 && pos[i] + 1 > window ? pos[i] + 1 - window : 0;
+    for (size_t hi = 0; hi < h; ++hi) {
+      const size_t g = hi / (h / h_kv);
+      auto row = [&](const std::vector<double>& pool, size_t j) {
+        const size_t page = tables[seq[i]][j / ps];
+        return pool.data() + ((page * h_kv + g) * ps + j % ps) * d;
+      };
+      std::vector<double> sc;
+      for (size_t j = first; j <= pos[i]; ++j) {
+        double x = 0;
+        for (size_t e = 0; e < d; ++e) x += qv[(i * h + hi) * d + e] * row(kv, j)[e];
+        x *= scale;
+        if (cap > 0) x = cap * std::tanh(x / cap);
+        *max_score = std::max(*max_score, std::abs(x));
+        sc.push_back(x);
+      }
+      const double mx = *std::max_element(sc.begin(), sc.end());
+      double sum = 0;
+      for (double& x : sc) sum += (x = std::exp(x - mx));
+      for (size_t j = first; j <= pos[i]; ++j) {
+        for (size_t e = 0; e < d; ++e) {
+          out[(i * h + hi) * d + e] += sc[j - first] / sum * row(vv, j)[e];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Windows shorter and longer than the positions, each soft-cap, the CPU kernel and the composed
+// fallback, against float64.
+TEST(PagedAttention, WindowsAndSoftCapsWithinTheirBoundOfAFloat64Reference) {
+  const size_t h = 4, h_kv = 2, d = 16, ps = 4, pages = 24;
+  const std::vector<size_t> lengths = {8, 30, 13};
+  auto tables = scattered_tables(lengths, ps, pages);
+  std::vector<uint32_t> seq, pos;
+  for (uint32_t p = 3; p < 8; ++p) seq.push_back(0), pos.push_back(p);
+  seq.push_back(1), pos.push_back(29);
+  for (uint32_t p = 0; p < 13; ++p) seq.push_back(2), pos.push_back(p);
+  const size_t t = seq.size();
+  const Device cpu = Device::cpu();
+  for (DType dt : {DType::F64, DType::F32, DType::F16}) {
+    Tensor q = wick::testing::random_tensor({t, h, d}, dt, cpu, -1.5, 1.5);
+    Tensor k = wick::testing::random_tensor({pages, h_kv, ps, d}, dt, cpu, -1.5, 1.5);
+    Tensor v = wick::testing::random_tensor({pages, h_kv, ps, d}, dt);
+    Tensor table = table_tensor(tables), seq_t = Tensor::from_vec(seq, {t}, cpu);
+    Tensor pos_t = Tensor::from_vec(pos, {t}, cpu);
+    const double scale = 1 / std::sqrt(static_cast<double>(d));
+    for (size_t window : {size_t{0}, size_t{1}, size_t{6}, size_t{40}}) {
+      for (double cap : {0.0, 0.7, 5.0}) {
+        SCOPED_TRACE(::testing::Message() << dt << " window " << window << " cap " << cap);
+        double max_score = 0;
+        auto want = paged_reference(q, k, v, tables, seq, pos, scale, window, cap, &max_score);
+        // The score errors (the dot product's d-long sum of |q k| <= 2.25, the scaling and
+        // soft-cap roundings, in T where the composition rounds them) move the probabilities by
+        // twice as much relative, then a key-long sum and the output's rounding.
+        const double u = wick::numerics::unit_roundoff(dt);
+        const double uc = wick::numerics::compute_roundoff(dt);
+        const double score_error =
+            5 * u * max_score + 2 * std::sqrt(double(d)) * uc * 2.25 * d * scale;
+        const double bound = 2 * score_error + 2 * std::sqrt(30.0) * uc + 2 * u;
+        auto kernel = nn::paged_attention(q, k, v, table, seq_t, pos_t, 0, window, cap);
+        EXPECT_LE(wick::testing::max_abs_diff(kernel.to_vec_f64(), want), bound);
+        auto composed = wick::fused::PagedAttentionOp(scale, window, cap)
+                            .fallback({q, k, v, table, seq_t, pos_t})[0];
+        EXPECT_LE(wick::testing::max_abs_diff(composed.to_vec_f64(), want), bound);
+        double biggest = 0;
+        for (double x : want) biggest = std::max(biggest, std::abs(x));
+        EXPECT_GT(biggest, 4 * bound);  // zeros, or another window's outputs, would not pass
+      }
+    }
+  }
+  Tensor q = Tensor::ones({1, 4, 16}, DType::F32, cpu);
+  Tensor k = Tensor::zeros({2, 2, 4, 16}, DType::F32, cpu);
+  auto u32 = [&](uint32_t x) { return Tensor::from_vec(std::vector<uint32_t>{x}, {1}, cpu); };
+  Tensor table = Tensor::from_vec(std::vector<uint32_t>{0, 1}, {1, 2}, cpu);
+  EXPECT_THROW(nn::paged_attention(q, k, k, table, u32(0), u32(3), 0, 2, -1.0), Error);
+  EXPECT_THROW(nn::paged_attention(q, k, k, table, u32(0), u32(3), 0, 2, NAN), Error);
+}
+
+std::string family_data(const std::string& name) {
+  return std::string(WICK_TEST_DATA_DIR) + "/families/" + name;
+}
+
+class FamilyPaged : public ::testing::TestWithParam<std::string> {};
+
+// Both reference prompts (12 tokens, past the window of 8) and an unrelated sequence stepped
+// together over one pool: the first prompt prefilled in chunks of 5, the second 9 tokens then one
+// at a time, the third two at a time. Every row within 256 f32 roundoffs of the logits' range of
+// transformers' (logits.npy) and of the family's own forward_last over one sequence's cache.
+TEST_P(FamilyPaged, RaggedBatchStepsGiveTransformersAndPerSequenceLogits) {
+  const std::string dir = family_data(GetParam());
+  std::shared_ptr<const CausalLM> model = wick::models::load_causal_lm(dir, Device::cpu());
+  ASSERT_TRUE(model->has_paged_tensors());
+  Tensor prompts = wick::npy::load(dir + "/prompt.npy", Device::cpu());  // (2, 12)
+  Tensor ref = wick::npy::load(dir + "/logits.npy", Device::cpu());      // (2, 12, vocab)
+  const double bound =
+      256 * wick::numerics::unit_roundoff(DType::F32) * wick::testing::range_of(ref.to_vec_f64());
+  const size_t n = 12, ps = 4, context = model->config().max_position;
+  std::vector<std::vector<uint32_t>> prompt = {to_u32(prompts.get(0)), to_u32(prompts.get(1))};
+  std::vector<uint32_t> other;
+  for (size_t i = 0; i < 20; ++i) other.push_back(static_cast<uint32_t>((7 * i + 5) % 96));
+  wick::models::PagedKvCache cache = model->make_paged_cache(32, ps);
+  auto tables = scattered_tables({n, n, other.size()}, ps, 32);
+  // Per-sequence caches over the model's context (the rope tables forward_paged uses).
+  std::vector<wick::models::KvCache> alone = {model->make_cache(1, context),
+                                              model->make_cache(1, context)};
+  size_t at[3] = {0, 0, 0};
+  while (at[0] < n || at[1] < n) {
+    std::vector<PagedSequence> batch;
+    std::vector<size_t> which;
+    const size_t want[3] = {5, at[1] == 0 ? size_t{9} : size_t{1}, 2};
+    for (size_t i = 0; i < 3; ++i) {
+      const std::vector<uint32_t>& toks = i < 2 ? prompt[i] : other;
+      const size_t len = std::min(want[i], toks.size() - at[i]);
+      if (len == 0) continue;
+      batch.push_back({std::vector<uint32_t>(toks.begin() + at[i], toks.begin() + at[i] + len),
+                       at[i], tables[i]});
+      which.push_back(i);
+      at[i] += len;
+    }
+    Tensor logits = model->forward_paged(batch, cache);
+    ASSERT_EQ(logits.shape(), (Shape{batch.size(), 96}));
+    for (size_t r = 0; r < batch.size(); ++r) {
+      const size_t i = which[r];
+      if (i == 2) continue;
+      auto got = logits.get(r).to_vec_f64();
+      EXPECT_LE(wick::testing::max_abs_diff(got, ref.get(i).get(at[i] - 1).to_vec_f64()), bound)
+          << "prompt " << i << " at position " << at[i] - 1;
+      Tensor ids = Tensor::from_vec(batch[r].tokens, {1, batch[r].tokens.size()}, Device::cpu());
+      auto own = model->forward_last(ids, alone[i]).to_vec_f64();
+      EXPECT_LE(wick::testing::max_abs_diff(got, own), bound)
+          << "prompt " << i << " at position " << at[i] - 1 << " against forward_last";
+    }
+  }
+}
+
+// A sequence's logits are the same bits alone as among others, prefilling (10 tokens, past the
+// window) and decoding, in each float dtype.
+TEST_P(FamilyPaged, LogitsOfASequenceAreTheSameBitsInAnyBatch) {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    auto model = wick::models::load_causal_lm(family_data(GetParam()), Device::cpu(), dt);
+    auto [alone, batched] = alone_and_batched(*model, 96);
+    EXPECT_EQ(alone, batched) << dt;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyPaged,
+                         ::testing::Values("qwen3", "mistral", "phi3", "gemma2", "gemma3_text"));
+
+TEST(FamilyPaged, Errors) {
+  auto model = wick::models::load_causal_lm(family_data("gemma2"), Device::cpu());
+  const Device cpu = Device::cpu();
+  wick::models::PagedKvCache cache = model->make_paged_cache(4, 4);
+  std::vector<PagedSequence> batch = {{{1, 2, 3}, 0, {2}}};
+  EXPECT_THROW(model->forward_paged({{{1, 2, 3, 4, 5}, 0, {0}}}, cache), wick::IndexOutOfRange);
+  EXPECT_THROW(model->forward_paged({{{96}, 0, {0}}}, cache), wick::IndexOutOfRange);
+  wick::models::PagedKvCache plain = model->CausalLM::make_paged_cache(4, 4);
+  EXPECT_THROW(model->forward_paged(batch, plain), wick::ShapeMismatch);
+  wick::models::PagedBatchTensors b = wick::models::paged_batch_tensors(batch, 4, cpu);
+  EXPECT_EQ(to_u32(b.slots), (std::vector<uint32_t>{8, 9, 10}));
+  EXPECT_EQ(to_u32(b.last), (std::vector<uint32_t>{2}));
+  EXPECT_NO_THROW(model->forward_paged_tensors(b, cache));
+  wick::models::PagedBatchTensors bad = b;
+  bad.last = Tensor::from_vec(std::vector<uint32_t>{0, 1}, {2}, cpu);
+  EXPECT_THROW(model->forward_paged_tensors(bad, cache), wick::ShapeMismatch);
+  bad = b;
+  bad.positions = b.positions.to_dtype(DType::I64);
+  EXPECT_THROW(model->forward_paged_tensors(bad, cache), wick::ShapeMismatch);
+  EXPECT_THROW(wick::models::paged_batch_tensors({{{1}, 4, {0, 1}}}, 4, cpu, 1),
+               wick::IndexOutOfRange);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- decode steps padded to a batch-size bucket (src/serve/decode_graphs.h) ----
+
+TEST(DecodeGraphs, BucketsAndThePackedInputs) {
+  EXPECT_EQ(serve::decode_bucket(1), 1u);
+  EXPECT_EQ(serve::decode_bucket(2), 2u);
+  EXPECT_EQ(serve::decode_bucket(3), 4u);
+  EXPECT_EQ(serve::decode_bucket(64), 64u);
+  EXPECT_EQ(serve::decode_bucket(65), 128u);
+  // Two sequences in a bucket of 4, tables 3 pages wide, pages of 4, scratch page 9.
+  auto in = serve::decode_inputs({{{5}, 6, {3, 1}}, {{7}, 0, {2}}}, 4, 3, 4, 9);
+  const std::vector<uint32_t> want = {
+      5,         7,     0,     0,      // ids
+      6,         0,     0,     0,      // positions
+      0,         1,     2,     3,      // token_seq
+      1 * 4 + 2, 2 * 4, 9 * 4, 9 * 4,  // slots: position 6 is page 1 row 2; padding: scratch
+      0,         1,     2,     3,      // last
+      3,         1,     9,     2,     9, 9,
+      9,         9,     9,     9,     9, 9,  // tables, padded with the scratch page
+  };
+  EXPECT_EQ(in, want);
+  EXPECT_THROW(serve::decode_inputs({{{5}, 0, {1}}, {{7}, 0, {2}}}, 1, 3, 4, 9), Error);
+  EXPECT_THROW(serve::decode_inputs({{{5, 6}, 0, {1}}}, 1, 3, 4, 9), Error);
+  EXPECT_THROW(serve::decode_inputs({{{5}, 0, {1, 2, 3, 4}}}, 1, 3, 4, 9), Error);
+}
+
+// Decode steps of a ragged run (batches of 1 to 7 in buckets of 1 to 8) padded as the graphs pad
+// them give the same bits as the unpadded batch (the CPU's rows do not depend on the batch), and
+// the padding writes the scratch page alone.
+TEST(DecodeGraphs, PaddedStepsAreTheSameBitsAsTheBatchAndWriteOnlyTheScratchPage) {
+  for (const std::string& path : {llama_data("tiny_llama"), family_data("gemma2")}) {
+    SCOPED_TRACE(path);
+    std::shared_ptr<const CausalLM> model = wick::models::load_causal_lm(path, Device::cpu());
+    const size_t ps = 4, pages = 64, scratch = 63;
+    wick::models::PagedKvCache cache = model->make_paged_cache(pages, ps);
+    serve::DecodeGraphs graphs(model, cache, scratch, 8);
+    // The scratch page poisoned: padding rows overwrite its row 0.
+    for (size_t l = 0; l < cache.layers(); ++l) {
+      Tensor page = cache.k(l).narrow(0, scratch, 1);
+      page.assign(Tensor::ones(page.shape(), page.dtype(), Device::cpu()).affine(7, 0));
+    }
+    std::vector<std::vector<uint32_t>> tokens(7), tables(7);
+    for (size_t i = 0; i < 7; ++i) {
+      for (size_t j = 0; j < 2 + i; ++j) tokens[i].push_back(static_cast<uint32_t>(i * 11 + j));
+      for (size_t p = 0; p < 6; ++p) tables[i].push_back(static_cast<uint32_t>(i * 6 + p));
+      model->forward_paged({{tokens[i], 0, tables[i]}}, cache);
+    }
+    const std::vector<std::vector<size_t>> steps = {
+        {0}, {0, 1}, {0, 1, 2, 3, 4}, {1, 2, 3, 4, 5, 6}, {2, 6}, {4, 5, 6}, {5}};
+    for (const auto& members : steps) {
+      std::vector<PagedSequence> batch;
+      for (size_t i : members)
+        batch.push_back({{tokens[i].back()}, tokens[i].size() - 1, tables[i]});
+      // Each member re-feeds its last token at its last position: the keys written are the same.
+      ASSERT_TRUE(graphs.fits(batch));
+      Tensor padded = graphs.run(batch, false);
+      Tensor plain = model->forward_paged(batch, cache);
+      EXPECT_EQ(padded.to_vec_f64(), plain.to_vec_f64()) << members.size() << " sequences";
+      for (size_t r = 0; r < members.size(); ++r) {
+        tokens[members[r]].push_back(static_cast<uint32_t>((members[r] * 5 + r) % 96));
+      }
+    }
+    for (size_t l = 0; l < cache.layers(); ++l) {
+      for (size_t p = 42; p < pages; ++p) {
+        const double written = cache.k(l).get(p).abs().sum_all().to_vec_f64()[0];
+        if (p == scratch) {
+          EXPECT_NE(cache.k(l).get(p).narrow(1, 0, 1).to_vec_f64(),
+                    std::vector<double>(cache.k(l).get(p).narrow(1, 0, 1).elem_count(), 7.0));
+          EXPECT_EQ(cache.k(l).get(p).narrow(1, 1, 3).to_vec_f64(),
+                    std::vector<double>(cache.k(l).get(p).narrow(1, 1, 3).elem_count(), 7.0));
+        } else {
+          EXPECT_EQ(written, 0.0) << "page " << p;
+        }
+      }
+    }
+    EXPECT_FALSE(graphs.fits({{{1, 2}, 0, {0}}}));
+    EXPECT_THROW(graphs.run({{{1}, 4, {0}}}, false), wick::IndexOutOfRange);
+    // A graph needs a CUDA device.
+    EXPECT_THROW(graphs.run({{{1}, 0, {0}}}, true), Error);
+    EXPECT_EQ(graphs.graphs(), 0u);
+  }
+}
+
+TEST(DecodeGraphs, TheEngineOnTheCpuReplaysNoGraph) {
+  serve::EngineOptions o;
+  o.cuda_graphs = true;
+  serve::Engine engine(tiny_llama(), nullptr, o);
+  Collector c;
+  engine.submit(greedy_request(prompt_of(1), 6), c.callback());
+  EXPECT_EQ(c.wait().tokens, generate_alone(tiny_llama(), prompt_of(1), 6));
+  engine.drain();
+  EXPECT_EQ(engine.stats().graph_steps, 0u);
 }
 
 }  // namespace

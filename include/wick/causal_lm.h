@@ -30,6 +30,17 @@ struct CausalLMConfig {
   std::vector<uint32_t> eos_token_ids;
 };
 
+/// A ragged batch of T new tokens over n sequences in device memory, as forward_paged_tensors
+/// reads it (every tensor U32 on the model's device).
+struct PagedBatchTensors {
+  Tensor ids;         // (T) token ids
+  Tensor positions;   // (T) each token's position in its sequence
+  Tensor token_seq;   // (T) each token's sequence: its row of page_table
+  Tensor slots;       // (T) where its keys and values are written: page * page_size + row
+  Tensor page_table;  // (n, width) each sequence's pages
+  Tensor last;        // (n) the token of each sequence whose logits are returned (its last)
+};
+
 /// A decoder-only language model. Its methods are const and may be called from several threads
 /// at once, each with its own KvCache.
 class CausalLM {
@@ -64,11 +75,28 @@ class CausalLM {
   /// logits (batch.size(), vocab) of each sequence's last new token, as forward_last would give
   /// them (a sequence's row does not depend on the other sequences of the batch where the
   /// family implements it itself). This default runs each sequence alone through a KvCache
-  /// gathered from its pages (every family has it); Llama and Qwen2 run the batch as one.
+  /// gathered from its pages (every family has it); Llama, Qwen2 and the decoder families
+  /// (Qwen3, Mistral, Phi-3, Gemma 2 and 3) run the batch as one.
   /// IndexOutOfRange for a page table that does not cover a sequence or names a page outside
   /// the pool; Error for a sequence without new tokens.
   virtual Tensor forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const;
+  /// Whether forward_paged_tensors is implemented (a paged step whose inputs live in device
+  /// memory, so that it can be captured once as a CUDA graph per batch shape and replayed).
+  virtual bool has_paged_tensors() const { return false; }
+  /// forward_paged over a batch already in device memory (paged_batch_tensors): the logits
+  /// (n, vocab) of the tokens `last` names. The values are not read back: the caller checks the
+  /// batch (check_paged_batch) before writing it (on the CPU a page outside the pool is still
+  /// IndexOutOfRange; on CUDA such a token reads and writes nothing). ShapeMismatch for shapes
+  /// that do not agree or a cache not made by make_paged_cache; Error where has_paged_tensors()
+  /// is false.
+  virtual Tensor forward_paged_tensors(const PagedBatchTensors& batch, PagedKvCache& cache) const;
 };
+
+/// The tensors of `batch` on `device` for a pool of pages of `page_size` positions: its tokens in
+/// order, each sequence's table padded with page 0 to `width` pages (0: the longest table's).
+/// IndexOutOfRange for a table wider than `width`.
+PagedBatchTensors paged_batch_tensors(const std::vector<PagedSequence>& batch, size_t page_size,
+                                      const Device& device, size_t width = 0);
 
 /// The checks every forward_paged makes: each sequence has new tokens below `vocab_size`, its
 /// table covers its positions (within `max_position` when it is not 0) and names pages of the

@@ -106,6 +106,8 @@ class Llama : public CausalLM {
   /// The whole batch as one: projections over all new tokens at once, nn::paged_attention for
   /// each token over its own sequence's pages.
   Tensor forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const override;
+  bool has_paged_tensors() const override { return true; }
+  Tensor forward_paged_tensors(const PagedBatchTensors& batch, PagedKvCache& cache) const override;
 
   struct Impl;
 

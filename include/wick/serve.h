@@ -67,6 +67,12 @@ struct EngineOptions {
   /// bounds a step's time, so that long prompts arriving do not stall running streams.
   size_t max_step_tokens = 2048;
   bool prefix_caching = true;
+  /// On a CUDA device, steps where every sequence decodes one token replay a CUDA graph captured
+  /// once per batch-size bucket (1, 2, 4, ... up to max_batch's) instead of launching each op;
+  /// prefill steps run eagerly. The model must implement CausalLM::forward_paged_tensors; no
+  /// other thread may use the device while a graph is first captured; should a capture fail, the
+  /// engine runs every later step op by op. No effect on the CPU.
+  bool cuda_graphs = true;
 };
 
 /// A latency histogram in Prometheus' shape: `cumulative[i]` counts the observations <= bounds[i]
@@ -89,6 +95,7 @@ struct EngineStats {
   uint64_t cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;       // running sequences whose pages were taken back (prefilled again)
+  uint64_t graph_steps = 0;       // steps replayed as CUDA graphs (EngineOptions::cuda_graphs)
   Histogram time_to_first_token;  // submit to first token, per request
   Histogram inter_token_latency;  // between consecutive tokens of a request
 };

@@ -1,9 +1,10 @@
 // CPU halves of nn::paged_attention and nn::paged_kv_write.
 // A work item is one (query token, kv head): the group's query heads walk the token's pages in
-// position order, scores in f32 (f64 for f64) from 8-lane dot products whose lanes are summed in
-// one fixed order, then softmax and the weighted sum of the values. Every token's result comes
-// from its own sequence's keys in that order alone, so it is the same bits whichever tokens share
-// the batch and however the items are split across the workers. Pools: (pages, h_kv, P, d).
+// position order (from the first key of its window), scores (soft-capped when asked) in f32 (f64
+// for f64) from 8-lane dot products whose lanes are summed in one fixed order, then softmax and the
+// weighted sum of the values. Every token's result comes from its own sequence's keys in that order
+// alone, so it is the same bits whichever tokens share the batch and however the items are split
+// across the workers. Pools: (pages, h_kv, P, d).
 
 #include <cmath>
 #include <cstring>
@@ -87,7 +88,7 @@ void axpy(acc_t<T>* out, acc_t<T> p, const T* v, size_t d) {
 
 Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                            const Tensor& page_table, const Tensor& token_seq,
-                           const Tensor& token_pos, double scale) {
+                           const Tensor& token_pos, double scale, size_t window, double softcap) {
   const size_t tokens = q.dims()[0], h = q.dims()[1], d = q.dims()[2];
   const size_t pages = k_pages.dims()[0], h_kv = k_pages.dims()[1], ps = k_pages.dims()[2];
   const size_t group = h / h_kv;
@@ -117,25 +118,32 @@ Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor&
     const T* vp = data_of<T>(v_pages);
     T* op = out->template as<T>();
     const A sc = static_cast<A>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(d)));
+    const A cap = static_cast<A>(softcap);
+    auto first_key = [&](size_t p) { return window > 0 && p + 1 > window ? p + 1 - window : 0; };
     // Items of about 16k multiply-adds a chunk, from the batch's average key count.
     size_t keys = 0;
-    for (size_t t = 0; t < tokens; ++t) keys += pos[t] + 1;
+    for (size_t t = 0; t < tokens; ++t) keys += pos[t] + 1 - first_key(pos[t]);
     const size_t per_item = std::max<size_t>(1, keys * group * d / tokens);
     const size_t grain = std::max<size_t>(1, 16384 / per_item);
     cpu::parallel_for(tokens * h_kv, grain, [&](size_t begin, size_t end) {
       std::vector<A> qf(group * d), acc(d), scores;
       for (size_t item = begin; item < end; ++item) {
         const size_t t = item / h_kv, g = item % h_kv;
-        const size_t n = pos[t] + 1;
+        // Keys first..pos[t]: n of them, score i for position first + i.
+        const size_t first = first_key(pos[t]), n = pos[t] + 1 - first;
         const uint32_t* pt = table + seq[t] * width;
         scores.resize(group * n);
         for (size_t r = 0; r < group * d; ++r) {
           qf[r] = static_cast<A>(qp[(t * h + g * group) * d + r]);
         }
-        for (size_t j = 0; j < n; ++j) {
+        for (size_t i = 0; i < n; ++i) {
+          const size_t j = first + i;
           const T* kr = kp + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d;
-          for (size_t r = 0; r < group; ++r)
-            scores[r * n + j] = dot<T>(qf.data() + r * d, kr, d) * sc;
+          for (size_t r = 0; r < group; ++r) {
+            A x = dot<T>(qf.data() + r * d, kr, d) * sc;
+            if (cap > 0) x = cap * std::tanh(x / cap);
+            scores[r * n + i] = x;
+          }
         }
         for (size_t r = 0; r < group; ++r) {
           A* s = scores.data() + r * n;
@@ -147,8 +155,9 @@ Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor&
             sum += s[j];
           }
           std::fill(acc.begin(), acc.end(), A(0));
-          for (size_t j = 0; j < n; ++j) {
-            axpy<T>(acc.data(), s[j], vp + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d, d);
+          for (size_t i = 0; i < n; ++i) {
+            const size_t j = first + i;
+            axpy<T>(acc.data(), s[i], vp + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d, d);
           }
           const A inv = A(1) / sum;
           T* o = op + (t * h + g * group + r) * d;
@@ -199,7 +208,8 @@ void cpu_paged_kv_write(const Tensor& k_pages, const Tensor& v_pages, const Tens
 namespace wick::fused {
 
 std::optional<TensorList> PagedAttentionOp::cpu(const TensorList& in) const {
-  return TensorList{detail::cpu_paged_attention(in[0], in[1], in[2], in[3], in[4], in[5], scale)};
+  return TensorList{detail::cpu_paged_attention(in[0], in[1], in[2], in[3], in[4], in[5], scale,
+                                                window, softcap)};
 }
 
 std::optional<TensorList> PagedKvWriteOp::cpu(const TensorList& in) const {

@@ -1,5 +1,6 @@
 #include "cpu/parallel.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,7 +59,7 @@ constexpr size_t kSpinUs = 300;
 // Whether the machine has more runnable threads than CPUs (the running count of /proc/loadavg,
 // read at most every 20 ms). Spinning workers then only take CPU time from the threads with
 // work, while sleeping ones get the scheduler's wake-up preference: they sleep at once.
-bool oversubscribed() {
+bool loadavg_oversubscribed() {
   static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   static std::atomic<int64_t> next_check{0};
   static std::atomic<bool> over{false};
@@ -82,13 +83,26 @@ bool oversubscribed() {
   return over.load(std::memory_order_relaxed);
 }
 
+// Whether the calling thread runs under a real-time policy (SCHED_FIFO or SCHED_RR, e.g. under
+// `chrt`): the runnable threads of other processes, at the normal policy, never preempt it.
+bool realtime_policy() {
+  const int policy = sched_getscheduler(0);
+  return policy == SCHED_FIFO || policy == SCHED_RR;
+}
+
 uint64_t epoch_of(uint64_t w) {
   return w >> (2 * kCountBits);
 }
 
 class ThreadPool {
  public:
-  explicit ThreadPool(size_t threads) : size_(threads), spin_(std::chrono::microseconds(kSpinUs)) {
+  explicit ThreadPool(size_t threads)
+      : size_(threads),
+        spin_(std::chrono::microseconds(kSpinUs)),
+        // Workers inherit the creating thread's policy. Real-time threads no more than the CPUs
+        // own theirs whatever else is runnable: the load average says nothing about them.
+        watch_load_(!realtime_policy() ||
+                    threads > static_cast<size_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)))) {
     // The calling thread takes part in every job, so the pool needs threads - 1 workers.
     for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
   }
@@ -166,7 +180,7 @@ class ThreadPool {
   bool wait_for_job(uint64_t seen) {
     auto changed = [&] { return epoch_of(word_.load(std::memory_order_seq_cst)) != seen; };
     auto start = Clock::now();
-    const bool spin = spin_.count() > 0 && !oversubscribed();
+    const bool spin = spin_.count() > 0 && !(watch_load_ && loadavg_oversubscribed());
     for (unsigned i = 1; spin; ++i) {
       if (changed()) return true;
       cpu_relax();
@@ -193,6 +207,7 @@ class ThreadPool {
 
   const size_t size_;
   const Clock::duration spin_;
+  const bool watch_load_;  // whether an oversubscribed machine makes idle workers sleep at once
   // The job, written by the submitting thread before it stores word_ (release), read by a
   // thread only after it claimed a chunk from that word: never rewritten while chunks run.
   RangeFn fn_ = nullptr;

@@ -1,9 +1,10 @@
 #pragma once
 // The CPU backend's thread pool, built for many small parallel steps (a decode step is some 300
 // of them): persistent workers, a job handed over with one atomic store and its chunks claimed
-// with one fetch_add each. An idle worker spins briefly (kSpinUs) before it
-// sleeps, except while the machine has more runnable threads than CPUs: then it sleeps at once,
-// since spinning would only take CPU time from the threads with work.
+// with one fetch_add each. An idle worker spins briefly (kSpinUs) before it sleeps, except while
+// the machine has more runnable threads than CPUs and the pool runs at the normal scheduling
+// policy: then it sleeps at once, since spinning would only take CPU time from the threads with
+// work. Real-time threads (SCHED_FIFO/RR) are not preempted by that load, so they spin.
 
 #include <cstddef>
 #include <type_traits>

@@ -1,6 +1,7 @@
 // Attention over paged KV caches for a ragged batch: one block of 4 warps per (query token,
-// query head). Warp w takes the keys j = w, w + 4, ... of the token's own sequence (pages from its
-// table row), each key's dot product a warp sum in f32, with an online softmax over its keys;
+// query head). Warp w takes the keys j = first + w, first + w + 4, ... of the token's own sequence
+// (first: the start of its window; pages from its table row), each key's dot product a warp sum
+// in f32 (soft-capped when asked), with an online softmax over its keys;
 // the 4 warps' partial results are then merged in warp order. The split depends on the token's
 // position alone, so a token's output is the same bits whatever else the batch holds.
 // The KV write: one thread per element of the new keys and values.
@@ -40,7 +41,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   const T* kp = static_cast<const T*>(a.k);
   const T* vp = static_cast<const T*>(a.v);
   const uint32_t* row = a.table + (valid ? seq : 0) * a.width;
-  for (int64_t j = warp; valid && j <= pos; j += kWarps) {
+  const int64_t first = a.window > 0 && pos + 1 > a.window ? pos + 1 - a.window : 0;
+  for (int64_t j = first + warp; valid && j <= pos; j += kWarps) {
     const uint32_t page = row[j / a.page_size];
     if (page >= a.pages) continue;
     const int64_t base = ((page * a.h_kv + g) * a.page_size + j % a.page_size) * a.d;
@@ -52,6 +54,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     }
 #pragma unroll
     for (int mask = 16; mask > 0; mask >>= 1) part += shfl_xor(part, mask);
+    if (a.softcap > 0.0f) part = a.softcap * tanhf(part / a.softcap);
     const float m_new = fmaxf(m, part);
     const float keep = expf(m - m_new), p = expf(part - m_new);
     l = l * keep + p;

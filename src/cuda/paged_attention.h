@@ -20,7 +20,9 @@ struct PagedAttentionArgs {
   const uint32_t* seq;    // (tokens)
   const uint32_t* pos;    // (tokens)
   int64_t tokens, h, h_kv, d, pages, page_size, n_seqs, width;
+  int64_t window;  // > 0: keys pos - window < j <= pos only
   float scale;
+  float softcap;  // > 0: scores softcap tanh(score / softcap)
 };
 
 /// One block per (token, query head). d at most 256.

@@ -9,10 +9,12 @@ namespace wick::fused {
 
 /// Inputs: q (T, h, d), k_pages and v_pages (pages, h_kv, page_size, d), page_table (n_seqs,
 /// width), token_seq and token_pos (T) U32, all contiguous and checked by nn::paged_attention.
-/// Output: (T, h, d), token t attending to positions 0..token_pos[t] of sequence token_seq[t].
+/// Output: (T, h, d), token t attending to positions 0..token_pos[t] of sequence token_seq[t]
+/// (the `window` latest of them when window > 0), scores soft-capped when softcap > 0.
 class PagedAttentionOp final : public CustomOp {
  public:
-  explicit PagedAttentionOp(double scale) : scale(scale) {}
+  PagedAttentionOp(double scale, size_t window, double softcap)
+      : scale(scale), window(window), softcap(softcap) {}
   const char* name() const override { return "paged_attention"; }
   TensorList fallback(const TensorList& inputs) const override;
   std::optional<TensorList> cpu(const TensorList& inputs) const override;
@@ -22,7 +24,14 @@ class PagedAttentionOp final : public CustomOp {
   static std::optional<TensorList> cuda_kernel(const PagedAttentionOp& op,
                                                const TensorList& inputs);
 
-  double scale;  // resolved: never 0
+  double scale;    // resolved: never 0
+  size_t window;   // 0: every key up to the token's position
+  double softcap;  // 0: off
+
+  /// The first key position token position `pos` attends to.
+  size_t first_key(size_t pos) const {
+    return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+  }
 };
 
 /// Inputs: k_pages, v_pages, k and v (T, h_kv, d) contiguous, slots (T) U32 (page * page_size +

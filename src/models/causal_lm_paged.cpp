@@ -1,7 +1,9 @@
 // CausalLM's paged forward for every family: each sequence of the batch runs alone through
 // forward_last over a KvCache gathered from its pages, and its new keys and values go back into
-// its pages. Families that state their own batched forward (Llama, Qwen2) override it.
+// its pages. Families that state their own batched forward (Llama, Qwen2, the decoder families
+// of decoder_paged.cpp) override it. Also the batch's tensors (paged_batch_tensors).
 
+#include <algorithm>
 #include <string>
 
 #include "util.h"
@@ -40,6 +42,44 @@ void check_paged_batch(const std::vector<PagedSequence>& batch, const PagedKvCac
       }
     }
   }
+}
+
+PagedBatchTensors paged_batch_tensors(const std::vector<PagedSequence>& batch, size_t page_size,
+                                      const Device& device, size_t width) {
+  size_t widest = 0;
+  for (const PagedSequence& s : batch) widest = std::max(widest, s.pages.size());
+  if (width == 0) width = widest;
+  if (widest > width) {
+    throw IndexOutOfRange(
+        str("paged_batch_tensors: a page table of ", widest, " pages is wider than ", width));
+  }
+  std::vector<uint32_t> ids, positions, token_seq, slots, last, table(batch.size() * width, 0);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const PagedSequence& s = batch[i];
+    std::copy(s.pages.begin(), s.pages.end(), table.begin() + static_cast<ptrdiff_t>(i * width));
+    for (size_t j = 0; j < s.tokens.size(); ++j) {
+      const size_t p = s.cached + j;
+      ids.push_back(s.tokens[j]);
+      positions.push_back(static_cast<uint32_t>(p));
+      token_seq.push_back(static_cast<uint32_t>(i));
+      slots.push_back(static_cast<uint32_t>(s.pages.at(p / page_size) * page_size + p % page_size));
+    }
+    last.push_back(static_cast<uint32_t>(ids.size() - 1));
+  }
+  const size_t t = ids.size();
+  PagedBatchTensors b;
+  b.ids = Tensor::from_vec(ids, {t}, device);
+  b.positions = Tensor::from_vec(positions, {t}, device);
+  b.token_seq = Tensor::from_vec(token_seq, {t}, device);
+  b.slots = Tensor::from_vec(slots, {t}, device);
+  b.page_table = Tensor::from_vec(table, {batch.size(), width}, device);
+  b.last = Tensor::from_vec(last, {batch.size()}, device);
+  return b;
+}
+
+Tensor CausalLM::forward_paged_tensors(const PagedBatchTensors&, PagedKvCache&) const {
+  throw Error(str(config().architecture,
+                  " forward_paged_tensors: not implemented (has_paged_tensors() is false)"));
 }
 
 PagedKvCache CausalLM::make_paged_cache(size_t pages, size_t page_size) const {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "nn/batch_linear.h"
 #include "nn/kv_write.h"
 #include "util.h"
 #include "wick/error.h"
@@ -515,20 +516,26 @@ Tensor Decoder::head_norm(const Tensor& x, const Tensor& w, double eps) {
   return x.to_dtype(w.dtype()).rms_norm(w, eps).to_dtype(x.dtype());
 }
 
-Tensor Decoder::attend(const Tensor& in, size_t li, KvCache& cache, const Step& at) const {
+Tensor Decoder::linear(const QLinear& w, const Tensor& x, const Step& at) {
+  return at.pages != nullptr ? nn::detail::batch_linear(w, x) : w.forward(x);
+}
+
+Tensor Decoder::attend(const Tensor& in, size_t li, const Step& at) const {
   const size_t start = at.start;
   const Layer& l = w_.layers[li];
   const DecoderConfig& c = config_;
   const size_t b = in.dims()[0], s = in.dims()[1];
   const size_t h = c.num_heads, h_kv = c.num_kv_heads, hd = c.head_dim;
   const size_t len = start + s;
-  Tensor qkv = l.wqkv.forward(in);  // (b, s, (h + 2 h_kv) hd)
+  Tensor qkv = linear(l.wqkv, in, at);  // (b, s, (h + 2 h_kv) hd)
   auto heads = [&](size_t first, size_t n) {
     return qkv.narrow(2, first * hd, n * hd).contiguous().reshape({b, s, n, hd});
   };
   Tensor q = heads(0, h), k = heads(h, h_kv), v = heads(h + h_kv, h_kv);
   if (l.q_norm.defined()) q = head_norm(q, l.q_norm, c.rms_norm_eps);
   if (l.k_norm.defined()) k = head_norm(k, l.k_norm, c.rms_norm_eps);
+  if (at.pages != nullptr) return attend_paged(q, k, v, li, at);
+  KvCache& cache = *at.cache;
   const auto& [cos, sin] = at.rope.at(l.attention.rope);
   q = q.transpose(1, 2).contiguous().rope(cos, sin);  // (b, h, s, hd)
   k = k.transpose(1, 2).contiguous().rope(cos, sin);
@@ -577,8 +584,8 @@ void Decoder::check(const Tensor& ids, const KvCache& cache, const std::string& 
   }
 }
 
-Tensor Decoder::head(const Tensor& normed) const {
-  Tensor logits = w_.lm_head.forward(normed);
+Tensor Decoder::head(const Tensor& normed, const Step& at) const {
+  Tensor logits = linear(w_.lm_head, normed, at);
   if (config_.final_softcap > 0) {
     const double cap = config_.final_softcap;
     logits = logits.affine(1 / cap, 0).tanh().affine(cap, 0);
@@ -595,14 +602,15 @@ Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const cha
                               " new positions exceed the cache's max_len ", cache.max_len()));
   }
   Step at;
+  at.cache = &cache;
   at.start = start;
   for (const Rope& r : w_.ropes) {
     at.rope.push_back(r.tables(config_.head_dim, cache.max_len(), start, s, dtype_, device_));
   }
-  Tensor normed = hidden(ids, cache, at);
+  Tensor normed = hidden(ids, at);
   cache.set_length(start + s);
   if (last_only) normed = normed.narrow(1, s - 1, 1).squeeze(1);
-  return head(normed);
+  return head(normed, at);
 }
 
 Tensor Decoder::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
@@ -628,6 +636,7 @@ Tensor Decoder::decode_step(const Tensor& token, const Tensor& position, KvCache
                               " positions exceeds the model's context of ", config_.max_position));
   }
   Step at;
+  at.cache = &cache;
   at.position = position;
   at.keys = key_window;
   at.rope.emplace_back(cache.cos().index_select(position, 0),
@@ -653,7 +662,7 @@ Tensor Decoder::decode_step(const Tensor& token, const Tensor& position, KvCache
                         .reshape({1, key_window});
     at.mask_window = inside.where_cond(at.mask_all, cache.mask_fill().narrow(0, 0, 1));
   }
-  Tensor out = head(hidden(token, cache, at).squeeze(1));  // (b, vocab)
+  Tensor out = head(hidden(token, at).squeeze(1), at);  // (b, vocab)
   if (logits != nullptr) *logits = out;
   return out.argmax(1);
 }
@@ -666,14 +675,14 @@ Tensor Decoder::forward_last(const Tensor& ids, KvCache& cache) const {
   return run(ids, cache, true, "forward_last");
 }
 
-Tensor PreNormDecoder::hidden(const Tensor& ids, KvCache& cache, const Step& at) const {
+Tensor PreNormDecoder::hidden(const Tensor& ids, const Step& at) const {
   const double eps = config_.rms_norm_eps;
   Tensor x = w_.embed.embedding(ids);
   for (size_t li = 0; li < w_.layers.size(); ++li) {
     const Layer& l = w_.layers[li];
-    x = x.add(l.wo.forward(attend(x.rms_norm(l.attn_norm, eps), li, cache, at)));
-    Tensor act = nn::silu_mul(l.wgate_up.forward(x.rms_norm(l.ffn_norm, eps)));
-    x = x.add(l.wdown.forward(act));
+    x = x.add(linear(l.wo, attend(x.rms_norm(l.attn_norm, eps), li, at), at));
+    Tensor act = nn::silu_mul(linear(l.wgate_up, x.rms_norm(l.ffn_norm, eps), at));
+    x = x.add(linear(l.wdown, act, at));
   }
   return x.rms_norm(w_.norm, eps);
 }

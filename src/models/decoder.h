@@ -4,7 +4,8 @@
 // Llama 3 and long-rope frequencies), weights read by name from a model folder or a GGUF file,
 // the attention of one layer (optional per-head q/k RMS norms, rope, the KV-cache write, grouped-
 // query attention with an optional sliding window and score soft-cap), and a CausalLM base that
-// runs the layers a family states and its output head. Each family file states its layer math.
+// runs the layers a family states and its output head, over one cache or (decoder_paged.cpp) a
+// ragged batch over a paged cache. Each family file states its layer math.
 
 #include <map>
 #include <memory>
@@ -139,14 +140,19 @@ void read_projections(const WeightSource& src, const DecoderConfig& c, size_t i,
 /// The embedding, final norm and output head (the embedding when tied or absent).
 void read_embedding_and_head(const WeightSource& src, DecoderConfig& c, Weights& w);
 
-/// One forward call's positions: the first one and each rope's (cos, sin) tables for them; for a
-/// decode step, the position in device memory, the cache rows read and the additive masks.
+/// One forward call's cache and positions: the first one and each rope's (cos, sin) tables for
+/// them; for a decode step, the position in device memory, the cache rows read and the additive
+/// masks; for a paged step (forward_paged), the pool and the batch, its T tokens one row of ids
+/// (1, T) whose rope tables hold each token's own position.
 struct Step {
+  KvCache* cache = nullptr;  // forward and decode step
   size_t start = 0;
   std::vector<std::pair<Tensor, Tensor>> rope;  // per Weights::ropes entry, (s, head_dim / 2)
   Tensor position;                              // defined: a decode step (one U32 on the device)
   size_t keys = 0;                              // decode step: cache rows [0, keys) are read
   Tensor mask_all, mask_window;                 // decode step: (1, keys), 0 or -inf
+  PagedKvCache* pages = nullptr;                // set: a paged step
+  const PagedBatchTensors* batch = nullptr;     // paged step
 };
 
 /// A decoder whose layers a family states in hidden(); the embedding, KV cache, checks, output
@@ -165,14 +171,26 @@ class Decoder : public CausalLM {
   KvCache make_cache(size_t batch, size_t max_len) const override;
   Tensor forward(const Tensor& ids, KvCache& cache) const override;
   Tensor forward_last(const Tensor& ids, KvCache& cache) const override;
+  /// The cache's rope tables are the first rope's over the model's context (decoder_paged.cpp):
+  /// a paged step's context is max_position (long-rope: the long factors where it exceeds the
+  /// original context, as llama.cpp picks them for a context of that size).
+  PagedKvCache make_paged_cache(size_t pages, size_t page_size) const override;
+  /// The ragged batch as one row of tokens through the family's hidden(): each projection one
+  /// product over the batch (rows independent of the batch, nn/batch_linear.h), attention over
+  /// the pages with the layer's window and soft-cap.
+  Tensor forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const override;
+  bool has_paged_tensors() const override { return true; }
+  Tensor forward_paged_tensors(const PagedBatchTensors& batch, PagedKvCache& cache) const override;
 
  protected:
   /// The last norm's output (b, s, d) for ids at positions [at.start, at.start + s), writing
-  /// their keys and values into the cache.
-  virtual Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const = 0;
+  /// their keys and values into the cache (a paged step: (1, T, d) for the batch's tokens).
+  virtual Tensor hidden(const Tensor& ids, const Step& at) const = 0;
   /// Layer li's attention of `in` (b, s, d): q/k/v projection, the q/k norms when defined, rope,
   /// the cache write and attention; returns (b, s, heads * head_dim) before the output projection.
-  Tensor attend(const Tensor& in, size_t li, KvCache& cache, const Step& at) const;
+  Tensor attend(const Tensor& in, size_t li, const Step& at) const;
+  /// w x: in a paged step through batch_linear (a row's result does not depend on the batch).
+  static Tensor linear(const QLinear& w, const Tensor& x, const Step& at);
   /// rms_norm(x) * w: in x's dtype, or for a weight of another dtype (Gemma's f32 1 + w) in the
   /// weight's, rounded to x's dtype once (as transformers' Gemma norms compute).
   static Tensor head_norm(const Tensor& x, const Tensor& w, double eps);
@@ -185,7 +203,10 @@ class Decoder : public CausalLM {
  private:
   Tensor run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const;
   void check(const Tensor& ids, const KvCache& cache, const std::string& name) const;
-  Tensor head(const Tensor& normed) const;
+  Tensor head(const Tensor& normed, const Step& at) const;
+  /// attend's paged step: rope at each token's position, the write into its slot, paged attention.
+  Tensor attend_paged(const Tensor& q, const Tensor& k, const Tensor& v, size_t li,
+                      const Step& at) const;
   // The tables of ropes[1..] for positions [0, max_position): a decode step picks its row on the
   // device (ropes[0]'s are the cache's).
   std::vector<std::pair<Tensor, Tensor>> extra_rope_tables_;
@@ -199,7 +220,7 @@ class PreNormDecoder : public Decoder {
   using Decoder::Decoder;
 
  protected:
-  Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const override;
+  Tensor hidden(const Tensor& ids, const Step& at) const override;
 };
 
 }  // namespace wick::models::decoder

@@ -33,17 +33,17 @@ class Gemma : public Decoder {
   }
 
  protected:
-  Tensor hidden(const Tensor& ids, KvCache& cache, const Step& at) const override {
+  Tensor hidden(const Tensor& ids, const Step& at) const override {
     const double eps = config_.rms_norm_eps;
     const size_t ff = config_.intermediate_size;
     Tensor x = w_.embed.embedding(ids).affine(embed_scale_, 0);
     for (size_t li = 0; li < w_.layers.size(); ++li) {
       const Layer& l = w_.layers[li];
-      Tensor att = l.wo.forward(attend(head_norm(x, l.attn_norm, eps), li, cache, at));
+      Tensor att = linear(l.wo, attend(head_norm(x, l.attn_norm, eps), li, at), at);
       x = x.add(head_norm(att, l.post_attn_norm, eps));
-      Tensor gate_up = l.wgate_up.forward(head_norm(x, l.ffn_norm, eps));
+      Tensor gate_up = linear(l.wgate_up, head_norm(x, l.ffn_norm, eps), at);
       Tensor act = gate_up.narrow(2, 0, ff).gelu().mul(gate_up.narrow(2, ff, ff));
-      x = x.add(head_norm(l.wdown.forward(act), l.post_ffn_norm, eps));
+      x = x.add(head_norm(linear(l.wdown, act, at), l.post_ffn_norm, eps));
     }
     return head_norm(x, w_.norm, eps);
   }

@@ -496,41 +496,40 @@ Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
 // only; rope takes each token's own position, and attention each token's own sequence's pages.
 Tensor Llama::forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const {
   const Impl& m = *impl_;
+  check_paged_batch(batch, cache, m.config.vocab_size, m.config.max_position_embeddings,
+                    "Llama::forward_paged");
+  return forward_paged_tensors(paged_batch_tensors(batch, cache.page_size(), m.device), cache);
+}
+
+Tensor Llama::forward_paged_tensors(const PagedBatchTensors& b, PagedKvCache& cache) const {
+  const Impl& m = *impl_;
   const LlamaConfig& c = m.config;
   constexpr const char* kOp = "Llama::forward_paged";
-  check_paged_batch(batch, cache, c.vocab_size, c.max_position_embeddings, kOp);
   if (cache.layers() != m.layers.size() || !cache.cos().defined() ||
       cache.cos().dims()[0] < c.max_position_embeddings) {
     throw ShapeMismatch(str(kOp, ": a paged cache of ", cache.layers(),
                             " layers (with rope tables) for a model of ", m.layers.size(),
                             " layers: make it with make_paged_cache"));
   }
-  const size_t h = c.num_attention_heads, h_kv = c.num_key_value_heads, hd = c.head_dim;
-  const size_t ps = cache.page_size();
-  size_t width = 0;
-  for (const PagedSequence& s : batch) width = std::max(width, s.pages.size());
-  std::vector<uint32_t> ids, positions, token_seq, slots, last, table(batch.size() * width, 0);
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const PagedSequence& s = batch[i];
-    std::copy(s.pages.begin(), s.pages.end(), table.begin() + static_cast<ptrdiff_t>(i * width));
-    for (size_t j = 0; j < s.tokens.size(); ++j) {
-      const size_t p = s.cached + j;
-      ids.push_back(s.tokens[j]);
-      positions.push_back(static_cast<uint32_t>(p));
-      token_seq.push_back(static_cast<uint32_t>(i));
-      slots.push_back(static_cast<uint32_t>(s.pages[p / ps] * ps + p % ps));
+  const size_t t = b.ids.elem_count();
+  const Shape tokens{t};
+  const Tensor* all[] = {&b.ids, &b.positions, &b.token_seq, &b.slots, &b.page_table, &b.last};
+  for (const Tensor* x : all) {
+    if (!x->defined() || x->dtype() != DType::U32 || x->device() != m.device) {
+      throw ShapeMismatch(str(kOp, ": the batch's tensors must be u32 on ", m.device));
     }
-    last.push_back(static_cast<uint32_t>(ids.size() - 1));
   }
-  const size_t t = ids.size();
-  const Device& dev = m.device;
-  Tensor pos_t = Tensor::from_vec(positions, {t}, dev);
-  Tensor seq_t = Tensor::from_vec(token_seq, {t}, dev);
-  Tensor slot_t = Tensor::from_vec(slots, {t}, dev);
-  Tensor table_t = Tensor::from_vec(table, {batch.size(), width}, dev);
-  Tensor cos = cache.cos().index_select(pos_t, 0), sin = cache.sin().index_select(pos_t, 0);
+  if (t == 0 || b.ids.shape() != tokens || b.positions.shape() != tokens ||
+      b.token_seq.shape() != tokens || b.slots.shape() != tokens || b.page_table.rank() != 2 ||
+      b.last.shape() != Shape{b.page_table.dims()[0]}) {
+    throw ShapeMismatch(str(kOp, ": ids ", b.ids.shape(), ", page_table ", b.page_table.shape(),
+                            " and last ", b.last.shape(), " do not form a batch"));
+  }
+  const size_t h = c.num_attention_heads, h_kv = c.num_key_value_heads, hd = c.head_dim;
+  Tensor cos = cache.cos().index_select(b.positions, 0);
+  Tensor sin = cache.sin().index_select(b.positions, 0);
   const double eps = c.rms_norm_eps;
-  Tensor x = m.embed.embedding(Tensor::from_vec(ids, {1, t}, dev));  // (1, t, d)
+  Tensor x = m.embed.embedding(b.ids.reshape({1, t}));  // (1, t, d)
   Tensor normed = x.rms_norm(m.layers.at(0).ln1, eps);
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const Layer& l = m.layers[li];
@@ -544,10 +543,10 @@ Tensor Llama::forward_paged(const std::vector<PagedSequence>& batch, PagedKvCach
                     .transpose(1, 2)
                     .reshape({t, h + h_kv, hd});
     Tensor v = qkv.narrow(2, (h + h_kv) * hd, h_kv * hd).reshape({t, h_kv, hd});
-    nn::paged_kv_write(cache.k(li), cache.v(li), qk.narrow(1, h, h_kv), v, slot_t);
-    Tensor att =
-        nn::paged_attention(qk.narrow(1, 0, h), cache.k(li), cache.v(li), table_t, seq_t, pos_t)
-            .reshape({1, t, h * hd});
+    nn::paged_kv_write(cache.k(li), cache.v(li), qk.narrow(1, h, h_kv), v, b.slots);
+    Tensor att = nn::paged_attention(qk.narrow(1, 0, h), cache.k(li), cache.v(li), b.page_table,
+                                     b.token_seq, b.positions)
+                     .reshape({1, t, h * hd});
     nn::ResidualNorm r = nn::add_rms_norm(x, nn::detail::batch_linear(l.wo, att), l.ln2, eps);
     Tensor act = nn::silu_mul(nn::detail::batch_linear(l.wgate_up, r.normed));
     const Tensor& next_norm = li + 1 == m.layers.size() ? m.norm : m.layers[li + 1].ln1;
@@ -555,8 +554,7 @@ Tensor Llama::forward_paged(const std::vector<PagedSequence>& batch, PagedKvCach
     x = r.residual;
     normed = r.normed;
   }
-  Tensor rows = normed.reshape({t, c.hidden_size})
-                    .index_select(Tensor::from_vec(last, {batch.size()}, dev), 0);
+  Tensor rows = normed.reshape({t, c.hidden_size}).index_select(b.last, 0);
   // As forward_last: a quantized head on the CPU computes in f32.
   if (m.lm_head.quantized() && rows.device().is_cpu()) rows = rows.to_dtype(DType::F32);
   return nn::detail::batch_linear(m.lm_head, rows);

@@ -58,9 +58,12 @@ void check_index(const char* op, const char* name, const Tensor& t, size_t rank,
 
 Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                        const Tensor& page_table, const Tensor& token_seq, const Tensor& token_pos,
-                       double scale) {
+                       double scale, size_t window, double softcap) {
   constexpr const char* kOp = "paged_attention";
   check_pools(kOp, k_pages, v_pages);
+  if (!(softcap >= 0) || !std::isfinite(softcap)) {
+    throw Error(str(kOp, ": softcap must be finite and >= 0, got ", softcap));
+  }
   impl_of(q, kOp);
   const Device dev = k_pages.device();
   if (q.rank() != 3 || q.dims()[2] != k_pages.dims()[3] || q.dims()[1] == 0 ||
@@ -83,7 +86,7 @@ Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_p
   if (t == 0) return Tensor::zeros(q.shape(), q.dtype(), dev);
   const double resolved =
       scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(k_pages.dims()[3]));
-  return wick::apply(fused::PagedAttentionOp(resolved),
+  return wick::apply(fused::PagedAttentionOp(resolved, window, softcap),
                      {q.contiguous(), k_pages, v_pages, page_table.contiguous(),
                       token_seq.contiguous(), token_pos.contiguous()})[0];
 }
@@ -121,7 +124,7 @@ void paged_kv_write(const Tensor& k_pages, const Tensor& v_pages, const Tensor& 
 
 namespace wick::fused {
 
-// Each token's keys gathered from its pages, then plain attention over them.
+// Each token's keys (those of its window) gathered from its pages, then plain attention over them.
 TensorList PagedAttentionOp::fallback(const TensorList& in) const {
   const Tensor &q = in[0], &k_pages = in[1], &v_pages = in[2];
   const size_t tokens = q.dims()[0], h = q.dims()[1], d = q.dims()[2];
@@ -131,7 +134,7 @@ TensorList PagedAttentionOp::fallback(const TensorList& in) const {
   const std::vector<uint32_t> seq = in[4].to_vec1<uint32_t>(), pos = in[5].to_vec1<uint32_t>();
   std::vector<Tensor> rows;
   for (size_t t = 0; t < tokens; ++t) {
-    const size_t n = size_t{pos[t]} + 1, used = (n + ps - 1) / ps;
+    const size_t n = size_t{pos[t]} + 1, used = (n + ps - 1) / ps, first = first_key(pos[t]);
     if (seq[t] >= n_seqs || used > width) {
       throw IndexOutOfRange(str("paged_attention: token ", t, " at position ", pos[t],
                                 " of sequence ", seq[t], " is outside the page table ",
@@ -150,10 +153,11 @@ TensorList PagedAttentionOp::fallback(const TensorList& in) const {
       return pool.index_select(idx, 0)
           .transpose(0, 1)
           .reshape({1, h_kv, used * ps, d})
-          .narrow(2, 0, n);
+          .narrow(2, first, n - first);
     };
     nn::AttentionOptions o;
     o.scale = scale;
+    o.softcap = softcap;
     rows.push_back(nn::scaled_dot_product_attention(q.narrow(0, t, 1).reshape({1, h, 1, d}),
                                                     gather(k_pages), gather(v_pages), o)
                        .reshape({1, h, d}));

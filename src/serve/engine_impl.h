@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "serve/decode_graphs.h"
 #include "serve/page_pool.h"
 #include "serve/text_stream.h"
 #include "wick/generator.h"
@@ -54,7 +55,8 @@ struct Engine::Impl {
   size_t page_bytes = 0;
   size_t pages_total = 0;
   models::PagedKvCache cache;
-  std::unique_ptr<PagePool> pool;  // the engine thread's
+  std::unique_ptr<PagePool> pool;        // the engine thread's
+  std::unique_ptr<DecodeGraphs> graphs;  // CUDA decode steps; its scratch page is the cache's last
 
   mutable std::mutex mutex;
   std::condition_variable wake;     // the engine thread: work arrived or stop

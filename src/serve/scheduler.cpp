@@ -205,7 +205,18 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
   if (!batch.empty()) {
     Tensor logits;
     try {
-      logits = model->forward_paged(batch, cache).to_dtype(DType::F32);
+      if (graphs && graphs->fits(batch)) {
+        try {
+          logits = graphs->run(batch, true).to_dtype(DType::F32);
+          std::lock_guard<std::mutex> lock(mutex);
+          ++totals.graph_steps;
+        } catch (const std::exception&) {
+          // A step that cannot be captured runs op by op, now and from now on (graph_steps stays
+          // where it is); a replay's slots are written again with the same keys and values.
+          graphs.reset();
+        }
+      }
+      if (!logits.defined()) logits = model->forward_paged(batch, cache).to_dtype(DType::F32);
     } catch (const std::exception& e) {
       for (Sequence* s : members) {
         s->finish = FinishReason::Error;

@@ -1,8 +1,10 @@
 // The serving engine's CUDA kernels: nn::paged_attention against a float64 reference and the
-// same bits in any batch, nn::paged_kv_write against the CPU's, and Llama's forward_paged on the
-// GPU against transformers' logits (tests/data/llama).
+// same bits in any batch (windows and soft-caps too), nn::paged_kv_write against the CPU's, and
+// the batched forward_paged of Llama and the decoder families on the GPU against transformers'
+// logits (tests/data/llama, tests/data/families).
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "wick/formats.h"
 #include "wick/models.h"
 #include "wick/nn/paged_attention.h"
+#include "wick/numerics.h"
 
 namespace wick {
 namespace {
@@ -104,6 +107,76 @@ TEST(CudaPagedForward, RaggedBatchGivesTransformersLogits) {
     EXPECT_LE(max_abs_diff(logits.get(1).to_vec_f64(), ref.get(at + n - 1).to_vec_f64()),
               1e-5 * range)
         << "position " << at + n - 1;
+  }
+}
+
+// Windows shorter and longer than the positions and soft-caps, against the CPU's kernel run in
+// float64 on the same values. Values of one sign keep the outputs away from zero.
+TEST(CudaPagedAttention, WindowsAndSoftCapsWithinTheirBoundOfFloat64) {
+  WICK_REQUIRE_GPU();
+  const size_t h = 8, h_kv = 2, d = 64, ps = 16, pages = 12;
+  std::vector<uint32_t> table = {5, 2, 9, 0, 11, 0};
+  std::vector<uint32_t> seq = {0, 0, 1, 1, 1}, pos = {30, 39, 0, 7, 19};
+  const size_t t = seq.size();
+  const double scale = 1 / std::sqrt(static_cast<double>(d));
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    Tensor q = random_tensor({t, h, d}, dt, cpu, -0.5, 0.5);
+    Tensor k = random_tensor({pages, h_kv, ps, d}, dt);
+    Tensor v = random_tensor({pages, h_kv, ps, d}, dt, cpu, 0.5, 1.5);
+    for (size_t window : {size_t{0}, size_t{1}, size_t{7}, size_t{100}}) {
+      for (double cap : {0.0, 0.3, 5.0}) {
+        SCOPED_TRACE(::testing::Message() << dt << " window " << window << " cap " << cap);
+        Tensor want = nn::paged_attention(q.to_dtype(DType::F64), k.to_dtype(DType::F64),
+                                          v.to_dtype(DType::F64), u32(table, {2, 3}, cpu),
+                                          u32(seq, {t}, cpu), u32(pos, {t}, cpu), 0, window, cap);
+        Tensor got = nn::paged_attention(q.to_device(gpu()), k.to_device(gpu()), v.to_device(gpu()),
+                                         u32(table, {2, 3}, gpu()), u32(seq, {t}, gpu()),
+                                         u32(pos, {t}, gpu()), 0, window, cap)
+                         .to_device(cpu);
+        ASSERT_EQ(got.dtype(), dt);
+        // Scores from f32 dot products of |q k| <= 0.5 summed over d (errors moving the
+        // probabilities twice as much relative), a 40-long sum in f32, the output's rounding.
+        const double uc = numerics::compute_roundoff(dt), u = numerics::unit_roundoff(dt);
+        const double bound = 2 * (2 * std::sqrt(double(d)) * uc * 0.5 * d * scale + 5 * uc * 4) +
+                             2 * std::sqrt(40.0) * uc * 1.5 + 2 * u * 1.5;
+        EXPECT_LE(max_abs_diff(got.to_vec_f64(), want.to_vec_f64()), bound);
+      }
+    }
+  }
+}
+
+// The decoder families (q/k norms, windows, soft-caps, Gemma's norms and two ropes) batched on
+// the GPU: both reference prompts in chunks of 5 beside each other, each chunk's last logits
+// within transformers' (f32, no TF32).
+TEST(CudaPagedForward, DecoderFamiliesGiveTransformersLogits) {
+  WICK_REQUIRE_GPU();
+  for (const char* family : {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text"}) {
+    SCOPED_TRACE(family);
+    const std::string dir = std::string(WICK_TEST_DATA_DIR) + "/families/" + family;
+    auto model = models::load_causal_lm(dir, gpu());
+    Tensor prompts = npy::load(dir + "/prompt.npy", cpu);  // (2, 12)
+    Tensor ref = npy::load(dir + "/logits.npy", cpu);      // (2, 12, vocab)
+    const double bound = 256 * numerics::unit_roundoff(DType::F32) * range_of(ref.to_vec_f64());
+    std::vector<std::vector<uint32_t>> prompt(2);
+    for (size_t b = 0; b < 2; ++b) {
+      for (double x : prompts.get(b).to_vec_f64()) prompt[b].push_back(static_cast<uint32_t>(x));
+    }
+    models::PagedKvCache cache = model->make_paged_cache(16, 4);
+    std::vector<std::vector<uint32_t>> pages = {{7, 3, 12}, {2, 4, 5}};
+    for (size_t at = 0; at < 12; at += 5) {
+      const size_t n = std::min<size_t>(5, 12 - at);
+      std::vector<models::PagedSequence> batch;
+      for (size_t b = 0; b < 2; ++b) {
+        batch.push_back({std::vector<uint32_t>(prompt[b].begin() + at, prompt[b].begin() + at + n),
+                         at, pages[b]});
+      }
+      Tensor logits = model->forward_paged(batch, cache).to_device(cpu);
+      for (size_t b = 0; b < 2; ++b) {
+        EXPECT_LE(max_abs_diff(logits.get(b).to_vec_f64(), ref.get(b).get(at + n - 1).to_vec_f64()),
+                  bound)
+            << "prompt " << b << " position " << at + n - 1;
+      }
+    }
   }
 }
 
