@@ -709,13 +709,12 @@ int main(int argc, char** argv) {
                "every result the same bits whatever requests share its batch\n"
                "(CPU only): every dense product and f32 attention take the\n"
                "batch-invariant kernels (as WICK_BATCH_INVARIANT=1; docs/NUMERICS.md,\n"
-               "\"Determinism\"). Without it, completions of quantized GGUF and of\n"
-               "Llama/Qwen2 models are batch-invariant already (unless\n"
-               "WICK_BATCH_INVARIANT=0); embeddings and other dense families are not.\n"
-               "Cost: a dense product of 1 to 4 rows runs 3-4x slower (the decode of\n"
-               "other dense families); MiniLM embeddings and products of many rows\n"
-               "about the same; quantized products nothing. Sampled requests repeat\n"
-               "only with a seed.");
+               "\"Determinism\"). Without it, completions are batch-invariant already\n"
+               "(unless WICK_BATCH_INVARIANT=0) but embeddings are not. Cost:\n"
+               "completions none (their dense projections take the fixed-order kernel\n"
+               "anyway), MiniLM embeddings about the same (measured), any other dense\n"
+               "product of 1 to 4 rows 3-4x slower. Sampled requests repeat only with\n"
+               "a seed.");
 
   return tools::run(app, argc, argv, "wick-serve", common, [&]() -> int {
     if (opt.max_batch == 0) throw tools::UsageError("--max-batch must be at least 1");

@@ -494,8 +494,8 @@ class Serve(unittest.TestCase):
 
 
 def tiny_dense_model(folder):
-    """tests/data's tiny Qwen3 (f32, random weights; served by the per-sequence paged forward of
-    every family) in `folder`, with a tokenizer of its 96 ids: the printable ASCII characters."""
+    """tests/data's tiny Qwen3 (f32, random weights) in `folder`, with a tokenizer of its 96 ids:
+    the printable ASCII characters."""
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "families",
                        "qwen3")
     os.makedirs(folder, exist_ok=True)
