@@ -514,9 +514,9 @@ class Deterministic(unittest.TestCase):
     completions and MiniLM's embeddings give each request the same result alone or among others
     (embeddings compared bit for bit: without the switch they differ; completions token for
     token, which the API gives).
-    A KV pool of 24 pages (of 4096 bytes: 2 layers, 16 positions, 2 KV heads of 8 f32) makes 32
-    concurrent requests preempt each other (their tokens prefilled again as one chunk, where alone
-    they were decoded one by one)."""
+    A KV pool of 8 pages (of 4096 bytes: 2 layers, 16 positions, 2 KV heads of 8 f32; a request
+    takes up to 4) makes concurrent requests preempt each other (their tokens prefilled again as
+    one chunk, where alone they were decoded one by one)."""
 
     @classmethod
     def setUpClass(cls):
@@ -525,7 +525,7 @@ class Deterministic(unittest.TestCase):
         old = os.environ.get("WICK_BATCH_INVARIANT")
         os.environ["WICK_BATCH_INVARIANT"] = "0"
         try:
-            cls.server = WickServer("--deterministic", "--kv-memory", str(24 * 4096),
+            cls.server = WickServer("--deterministic", "--kv-memory", str(8 * 4096),
                                     models=[tiny, os.environ["WICK_MINILM_DIR"]])
         finally:
             if old is None:
@@ -540,7 +540,7 @@ class Deterministic(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_dense_completions_alone_equal_concurrent(self):
-        self.assertEqual(self.server.metrics()['wick_kv_pages_total{model="tiny_qwen3"}'], 24)
+        self.assertEqual(self.server.metrics()['wick_kv_pages_total{model="tiny_qwen3"}'], 8)
         prompts = [[(i * 37 + j * 11) % 93 + 3 for j in range(3 + i % 9)] for i in range(32)]
 
         def run(i, **sampling):
