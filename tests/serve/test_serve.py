@@ -525,7 +525,9 @@ class Deterministic(unittest.TestCase):
         old = os.environ.get("WICK_BATCH_INVARIANT")
         os.environ["WICK_BATCH_INVARIANT"] = "0"
         try:
+            # An embeddings batch waits 50 ms for more requests: the concurrent ones share one.
             cls.server = WickServer("--deterministic", "--kv-memory", str(8 * 4096),
+                                    "--embed-window-us", "50000",
                                     models=[tiny, os.environ["WICK_MINILM_DIR"]])
         finally:
             if old is None:
