@@ -1,11 +1,12 @@
 // Serving throughput of serve::Engine (continuous batching over the paged KV cache) at several
 // numbers of concurrent streams, beside a Generator's single-stream decode of the same model in
 // the same run: aggregate output tok/s, p50/p99 time to first token and inter-token latency.
-// WICK_BATCH_INVARIANT=0 in the environment measures the non-invariant dense projections.
+// WICK_BATCH_INVARIANT=0 in the environment measures the non-invariant dense projections;
+// --temperature above 0 samples each stream with its own seed (the cost of sampling).
 //
 //   bench_serve_engine --model PATH [--device cpu|cuda] [--dtype f32] [--streams 1,4,16,64]
 //                      [--prompt-len 32] [--new 64] [--dequantize] [--per-sequence]
-//                      [--compare-graphs]
+//                      [--compare-graphs] [--temperature 0] [--top-p 1]
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -67,8 +68,15 @@ struct Run {
   double decode_tok_s = 0;  // tokens after each stream's first, per second after the first one
 };
 
+// How the streams pick their tokens: greedy at temperature 0.
+struct Sampling {
+  double temperature = 0;
+  double top_p = 1;
+};
+
 Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size_t streams,
-                size_t prompt_len, size_t new_tokens, bool graphs = true) {
+                size_t prompt_len, size_t new_tokens, const Sampling& sampling,
+                bool graphs = true) {
   wick::serve::EngineOptions o;
   o.max_batch = std::max<size_t>(streams, 1);
   o.cuda_graphs = graphs;
@@ -82,7 +90,9 @@ Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size
   for (size_t s = 0; s < streams; ++s) {
     wick::serve::CompletionRequest r;
     r.prompt = prompt_for(s, prompt_len, model->config().vocab_size);
-    r.sampling.temperature = 0;
+    r.sampling.temperature = sampling.temperature;
+    r.sampling.top_p = sampling.top_p;
+    r.sampling.seed = s + 1;
     r.sampling.max_tokens = new_tokens;
     r.sampling.stop_tokens = {0xffffffffu};
     engine.submit(r, [&, s](const wick::serve::TokenEvent& e) {
@@ -131,6 +141,13 @@ int main(int argc, char** argv) {
   app.add_option("--streams", streams, "concurrent streams")->delimiter(',');
   app.add_option("--prompt-len", prompt_len)->capture_default_str();
   app.add_option("--new", new_tokens, "tokens generated per stream")->capture_default_str();
+  Sampling sampling;
+  app.add_option("--temperature", sampling.temperature, "0: greedy; above: sampled, seeded")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--top-p", sampling.top_p, "nucleus sampling's p, in (0, 1]")
+      ->check(CLI::Range(1e-9, 1.0))
+      ->capture_default_str();
   bool dequantize = false, per_sequence = false, compare_graphs = false;
   app.add_flag("--dequantize", dequantize, "a GGUF's matrices dequantised to --dtype at load");
   app.add_flag("--per-sequence", per_sequence,
@@ -153,15 +170,17 @@ int main(int argc, char** argv) {
     wick::GenerateOptions g;
     g.max_new_tokens = new_tokens;
     g.stop_tokens = {0xffffffffu};
+    g.temperature = sampling.temperature;
+    g.top_p = sampling.top_p;
     wick::Generator gen(model, g);
     const auto prompt = prompt_for(0, prompt_len, model->config().vocab_size);
     gen.generate(prompt);
-    run_streams(model, 1, prompt_len, 4);  // warm-up
+    run_streams(model, 1, prompt_len, 4, sampling);  // warm-up
     std::vector<double> gen_rates, engine_rates;
     for (int i = 0; i < 3; ++i) {
       gen.generate(prompt);
       gen_rates.push_back(gen.stats().decode_tokens_per_second());
-      engine_rates.push_back(run_streams(model, 1, prompt_len, new_tokens).decode_tok_s);
+      engine_rates.push_back(run_streams(model, 1, prompt_len, new_tokens, sampling).decode_tok_s);
     }
     std::printf(
         "1 stream decode, median of 3 interleaved: generator %.1f tok/s, engine %.1f tok/s\n",
@@ -174,16 +193,16 @@ int main(int argc, char** argv) {
     };
     auto per_seq = std::make_shared<const PerSequence>(model);
     for (size_t s : streams) {
-      print("", s, run_streams(model, s, prompt_len, new_tokens));
+      print("", s, run_streams(model, s, prompt_len, new_tokens, sampling));
       if (per_sequence) {
-        print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens));
-        print("", s, run_streams(model, s, prompt_len, new_tokens));
-        print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens));
+        print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens, sampling));
+        print("", s, run_streams(model, s, prompt_len, new_tokens, sampling));
+        print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens, sampling));
       }
       if (compare_graphs) {
-        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, false));
-        print("", s, run_streams(model, s, prompt_len, new_tokens));
-        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, false));
+        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, sampling, false));
+        print("", s, run_streams(model, s, prompt_len, new_tokens, sampling));
+        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, sampling, false));
       }
     }
   } catch (const std::exception& e) {

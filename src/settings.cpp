@@ -1,5 +1,6 @@
 #include "settings.h"
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "util.h"
+#include "wick/cpu.h"
 #include "wick/error.h"
 
 namespace wick::settings {
@@ -136,7 +138,13 @@ const std::string& qmatmul_activations() {
   return acts;
 }
 
+namespace {
+// set_batch_invariant's value: -1 none (the environment's), 0 off, 1 on.
+std::atomic<int> g_batch_invariant{-1};
+}  // namespace
+
 std::optional<bool> batch_invariant_setting() {
+  if (const int set = g_batch_invariant.load(std::memory_order_relaxed); set >= 0) return set == 1;
   static const std::optional<bool> on = []() -> std::optional<bool> {
     const char* v = env("WICK_BATCH_INVARIANT");
     if (v == nullptr || *v == '\0') return std::nullopt;
@@ -155,3 +163,11 @@ const Cuda& cuda() {
 }
 
 }  // namespace wick::settings
+
+namespace wick {
+
+void set_batch_invariant(bool on) {
+  settings::g_batch_invariant.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+}  // namespace wick

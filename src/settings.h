@@ -22,7 +22,8 @@ const std::string& cpu_isa();
 /// WICK_QMATMUL_ACTIVATIONS: "int16" (default), "int8" or "f32".
 const std::string& qmatmul_activations();
 /// WICK_BATCH_INVARIANT=0|1 as given, nullopt when unset: the serving engine's projections
-/// (src/nn/batch_linear.cpp) default to on, everything else to off (batch_invariant()).
+/// (src/nn/batch_linear.cpp) default to on, everything else to off (batch_invariant()). A value
+/// set by set_batch_invariant (wick/cpu.h) takes the place of the variable's.
 std::optional<bool> batch_invariant_setting();
 /// WICK_BATCH_INVARIANT=0|1 (default 0): the CPU products whose kernel would otherwise depend on
 /// the number of rows (f32/f64/f16/bf16 matmul) take one path for every row count, so that a

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -419,6 +420,80 @@ TEST(ServeEngine, DrainWaitsForEveryRequestThenRefusesNewOnes) {
   EXPECT_EQ(engine.stats().requests_done, 4u);
   for (auto& c : cs) EXPECT_EQ(c->wait().tokens.size(), 6u);
   EXPECT_THROW(engine.submit(greedy_request({1}, 1), [](const serve::TokenEvent&) {}), Error);
+}
+
+// The tiny Llama with the logits made NaN for every sequence prefilled from position 0 with
+// `poison` first: that request's sampling fails.
+class PoisonedLogits final : public CausalLM {
+ public:
+  PoisonedLogits(std::shared_ptr<const CausalLM> m, uint32_t poison)
+      : m_(std::move(m)), poison_(poison) {}
+  const wick::models::CausalLMConfig& config() const override { return m_->config(); }
+  Device device() const override { return m_->device(); }
+  DType dtype() const override { return m_->dtype(); }
+  wick::models::KvCache make_cache(size_t batch, size_t max_len) const override {
+    return m_->make_cache(batch, max_len);
+  }
+  Tensor forward(const Tensor& ids, wick::models::KvCache& cache) const override {
+    return m_->forward(ids, cache);
+  }
+  Tensor forward_last(const Tensor& ids, wick::models::KvCache& cache) const override {
+    return m_->forward_last(ids, cache);
+  }
+  wick::models::PagedKvCache make_paged_cache(size_t pages, size_t page_size) const override {
+    return m_->make_paged_cache(pages, page_size);
+  }
+  Tensor forward_paged(const std::vector<PagedSequence>& batch,
+                       wick::models::PagedKvCache& cache) const override {
+    Tensor logits = m_->forward_paged(batch, cache);
+    std::vector<float> v = logits.flatten_all().to_vec1<float>();
+    const size_t vocab = logits.dims()[1];
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].cached != 0 || batch[i].tokens[0] != poison_) continue;
+      for (size_t j = 0; j < vocab; ++j) v[i * vocab + j] = std::numeric_limits<float>::quiet_NaN();
+    }
+    return Tensor::from_vec(v, logits.shape(), logits.device());
+  }
+
+ private:
+  std::shared_ptr<const CausalLM> m_;
+  uint32_t poison_;
+};
+
+// A request whose logits are not finite ends with an Error event naming the token (the sampler's
+// check), greedy or sampled; the others of its steps go on and give what they give alone.
+TEST(ServeEngine, NonFiniteLogitsEndTheirRequestAlone) {
+  auto model = std::make_shared<const PoisonedLogits>(tiny_llama(), 95);
+  serve::Engine engine(model, nullptr);
+  std::vector<std::vector<uint32_t>> prompts;
+  for (size_t i = 0; i < 6; ++i) {
+    prompts.push_back(prompt_of(i));
+    if (i % 3 == 1) prompts.back()[0] = 95;
+  }
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    collectors.push_back(std::make_unique<Collector>());
+    serve::CompletionRequest r = greedy_request(prompts[i], 6);
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8;
+      r.sampling.seed = i;
+    }
+    engine.submit(r, collectors.back()->callback());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Result r = collectors[i]->wait();
+    if (i % 3 == 1) {
+      EXPECT_EQ(r.last.finish, serve::FinishReason::Error) << i;
+      EXPECT_NE(r.last.error.find("is nan"), std::string::npos) << r.last.error;
+      EXPECT_TRUE(r.tokens.empty()) << i;
+    } else {
+      EXPECT_EQ(r.last.finish, serve::FinishReason::Length) << i;
+      if (i % 2 == 0) {
+        EXPECT_EQ(r.tokens, generate_alone(tiny_llama(), prompts[i], 6)) << i;
+      }
+      EXPECT_EQ(r.tokens.size(), 6u) << i;
+    }
+  }
 }
 
 TEST(ServeEngine, DestructorCancelsWhatIsLeft) {

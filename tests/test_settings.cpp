@@ -148,4 +148,33 @@ TEST(SettingsDeathTest, ValidValuesAccepted) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// set_batch_invariant (wick/cpu.h) takes the place of WICK_BATCH_INVARIANT, either way, from the
+// call on (the default and the variable's value before it).
+TEST(SettingsDeathTest, SetBatchInvariantOverridesTheVariable) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("WICK_BATCH_INVARIANT", "0", 1);
+        const bool before = !wick::settings::batch_invariant() &&
+                            wick::settings::batch_invariant_setting() == false;
+        wick::set_batch_invariant(true);
+        const bool on =
+            wick::settings::batch_invariant() && wick::settings::batch_invariant_setting() == true;
+        wick::set_batch_invariant(false);
+        const bool off = !wick::settings::batch_invariant() &&
+                         wick::settings::batch_invariant_setting() == false;
+        std::exit(before && on && off ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        unsetenv("WICK_BATCH_INVARIANT");
+        const bool before = !wick::settings::batch_invariant() &&
+                            !wick::settings::batch_invariant_setting().has_value();
+        wick::set_batch_invariant(true);
+        std::exit(before && wick::settings::batch_invariant() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace

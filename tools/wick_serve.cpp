@@ -32,6 +32,7 @@
 #include "serve/openai.h"
 #include "wick/bert.h"
 #include "wick/causal_lm.h"
+#include "wick/cpu.h"
 #include "wick/llama.h"
 #include "wick/serve.h"
 #include "wick/tokenizer.h"
@@ -59,6 +60,7 @@ struct ServeOptions {
   size_t http_threads = 256;
   size_t timeout_s = 30;
   size_t embed_window_us = 5000;
+  bool deterministic = false;
 };
 
 // A decoder served for completions.
@@ -128,6 +130,18 @@ class Server {
 
   void load(const std::vector<std::string>& paths) {
     wick::Device device = tools::parse_device(opt_.device);
+    if (opt_.deterministic) {
+      // CUDA's products and attention splits follow the batch (docs/NUMERICS.md): no promise.
+      if (!device.is_cpu()) {
+        throw tools::UsageError(
+            "--deterministic needs --device cpu (CUDA results depend on the "
+            "batch; docs/NUMERICS.md, \"Determinism\")");
+      }
+      wick::set_batch_invariant(true);
+      std::fprintf(stderr,
+                   "wick-serve: deterministic: each result's bits do not depend on the requests "
+                   "sharing its batch (batch-invariant CPU kernels)\n");
+    }
     wick::DType dtype = opt_.dtype == "f16"    ? wick::DType::F16
                         : opt_.dtype == "bf16" ? wick::DType::BF16
                                                : wick::DType::F32;
@@ -691,6 +705,16 @@ int main(int argc, char** argv) {
                  "microseconds an embeddings batch waits for more requests")
       ->check(tools::count_in(1000000))
       ->capture_default_str();
+  app.add_flag("--deterministic", opt.deterministic,
+               "every result the same bits whatever requests share its batch\n"
+               "(CPU only): every dense product and f32 attention take the\n"
+               "batch-invariant kernels (as WICK_BATCH_INVARIANT=1; docs/NUMERICS.md,\n"
+               "\"Determinism\"). Without it, completions are batch-invariant already\n"
+               "(unless WICK_BATCH_INVARIANT=0) but embeddings are not. Cost:\n"
+               "completions none (their dense projections take the fixed-order kernel\n"
+               "anyway), MiniLM embeddings about the same (measured), any other dense\n"
+               "product of 1 to 4 rows 3-4x slower. Sampled requests repeat only with\n"
+               "a seed.");
 
   return tools::run(app, argc, argv, "wick-serve", common, [&]() -> int {
     if (opt.max_batch == 0) throw tools::UsageError("--max-batch must be at least 1");

@@ -17,6 +17,13 @@ std::string cpu_isa();
 /// count other than the one running throws Error, as does `n` outside [1, 1024].
 void set_cpu_threads(size_t n);
 
+/// Batch invariance (docs/NUMERICS.md, "Determinism") for the whole process, in place of
+/// WICK_BATCH_INVARIANT: on, the CPU's f32/f64/f16/bf16 matmuls and f32 attention give a row the
+/// same bits whatever the other rows of its batch (slower for products of a few rows); off, each
+/// shape takes its fastest kernel, the serving engine's dense projections included. Ops started
+/// after the call follow it. `wick-serve --deterministic` sets it on.
+void set_batch_invariant(bool on);
+
 /// The BLAS behind the CPU's f32 and f64 matmuls and the kernels it runs, e.g. "OpenBLAS 0.3.21
 /// DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64 [avx512]". OpenBLAS is set up, at wick's
 /// first matmul (or this call), to run the kernels of the best instruction set the CPU offers

@@ -1,6 +1,7 @@
 #include "wick/generator.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -139,61 +140,224 @@ std::vector<double> penalised_logits(const std::vector<float>& logits,
   return v;
 }
 
+// Scratch buffers of sample(), kept per thread between calls (a vocabulary's worth each), so that
+// a draw allocates nothing.
+struct SampleScratch {
+  std::vector<uint32_t> pool;    // top-k's candidates
+  std::vector<double> weights;   // by id
+  std::vector<uint8_t> bands;    // by id (kNoBand: not a candidate)
+  std::vector<uint32_t> tokens;  // the candidates band by band
+};
+
+SampleScratch& sample_scratch() {
+  thread_local SampleScratch s;
+  return s;
+}
+
+constexpr size_t kBands = 17;
+constexpr uint8_t kNoBand = 0xff;
+
+// The band of a token whose scaled logit lies `below` (>= 0, or +inf) under the largest: band b
+// holds [b, b + 1) x 4 ln 2 (weights in (2^(-4(b+1)), 2^(-4b)]), the last band every token further.
+size_t band_of(double below) {
+  constexpr double kWidth = 4 * 0.69314718055994530942;  // 4 ln 2
+  return below < (kBands - 1) * kWidth ? static_cast<size_t>(below / kWidth) : kBands - 1;
+}
+
+// The candidates of one draw in sampling order (the larger logit first, the lower id among equals),
+// grouped in bands (band_of). Every token of a band comes before every token of the next, so the
+// top-p cut and the draw step over whole bands by their weight sums and sort only the band they
+// end in, and that only as far as they read it: at(b, i) selects (nth_element over the rest of the
+// band) and sorts 64 tokens, then 3 times what the band has sorted, at a time. A nucleus of a few
+// hundred tokens out of tens of thousands costs a few linear passes over the vocabulary and the
+// sort of a few hundred tokens.
+template <class T>
+class BandedOrder {
+ public:
+  // `bands[id]` for every id of `ids` (id order, or the top-k's order), its weight `weights[id]`.
+  BandedOrder(const std::vector<T>& logits, const std::vector<uint32_t>* ids, SampleScratch& s)
+      : logits_(logits), tokens_(s.tokens) {
+    auto each = [&](auto&& f) {
+      if (ids == nullptr) {
+        for (uint32_t id = 0; id < logits.size(); ++id) f(id);
+      } else {
+        for (uint32_t id : *ids) f(id);
+      }
+    };
+    each([&](uint32_t id) {
+      if (s.bands[id] == kNoBand) return;
+      ++begin_[s.bands[id] + 1];
+      sums_[s.bands[id]] += s.weights[id];
+    });
+    for (size_t b = 0; b < kBands; ++b) begin_[b + 1] += begin_[b];
+    std::array<size_t, kBands> next;
+    std::copy(begin_.begin(), begin_.end() - 1, next.begin());
+    tokens_.resize(begin_[kBands]);
+    each([&](uint32_t id) {
+      if (s.bands[id] != kNoBand) tokens_[next[s.bands[id]]++] = id;
+    });
+  }
+
+  size_t size(size_t b) const { return begin_[b + 1] - begin_[b]; }
+  // Band b's weight, summed in the candidates' order.
+  double sum(size_t b) const { return sums_[b]; }
+
+  // The i-th token of band b in sampling order.
+  uint32_t at(size_t b, size_t i) {
+    if (i >= sorted_[b]) sort(b, i + 1);
+    return tokens_[begin_[b] + i];
+  }
+
+ private:
+  void sort(size_t b, size_t need) {
+    const size_t to =
+        std::min(size(b), std::max(need, sorted_[b] + std::max<size_t>(64, 3 * sorted_[b])));
+    auto by_logit = [&](uint32_t x, uint32_t y) {
+      return logits_[x] > logits_[y] || (logits_[x] == logits_[y] && x < y);
+    };
+    const auto band = tokens_.begin() + static_cast<ptrdiff_t>(begin_[b]);
+    const auto from = band + static_cast<ptrdiff_t>(sorted_[b]);
+    const auto mid = band + static_cast<ptrdiff_t>(to);
+    const auto last = band + static_cast<ptrdiff_t>(size(b));
+    if (mid != last) std::nth_element(from, mid, last, by_logit);
+    std::sort(from, mid, by_logit);
+    sorted_[b] = to;
+  }
+
+  const std::vector<T>& logits_;
+  std::vector<uint32_t>& tokens_;
+  std::array<size_t, kBands + 1> begin_{};  // each band's first position in tokens_, then the end
+  std::array<size_t, kBands> sorted_{};     // each band's positions sorted so far
+  std::array<double, kBands> sums_{};
+};
+
+// The first largest logit (ties to the lowest id); Error for a NaN or +inf logit (the first in id
+// order) or when every logit is -inf.
+template <class T>
+size_t checked_argmax(const std::vector<T>& logits) {
+  size_t best = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<T>::infinity()) {
+      throw Error(str("Generator::sample: the logit of token ", i, " is ", logits[i],
+                      " (the model's output is not finite)"));
+    }
+    if (logits[i] > logits[best]) best = i;
+  }
+  if (logits[best] == -std::numeric_limits<T>::infinity()) {
+    throw Error("Generator::sample: every logit is -inf");
+  }
+  return best;
+}
+
+// Sampling at temperature o.temperature > 0 from `v` (its largest at `best`), in the order of the
+// tokens by logit: each token's weight is exp(logit / temperature - top) (top: the largest scaled
+// logit), over the candidates (every token, or the top_k first), those of weight at least min_p
+// (the first token's weight is 1), then the shortest prefix whose weight reaches top_p of the
+// candidates' (top_p = 1: all of them); one draw u in [0, 1) times that prefix's weight picks the
+// token where the prefix's running weight passes it. Weights are summed in id order, by band
+// (BandedOrder): sums differ from the sorted order's only by rounding.
+template <class T>
+uint32_t draw(const std::vector<T>& v, size_t best, const GenerateOptions& o, uint64_t& rng) {
+  const double t = o.temperature;
+  const double top = static_cast<double>(v[best]) / t;
+  if (!std::isfinite(top)) {
+    throw Error(str("Generator::sample: temperature ", t, " scales the logit of token ", best, " (",
+                    v[best], ") to a non-finite value; use temperature 0 for greedy"));
+  }
+  SampleScratch& s = sample_scratch();
+  s.weights.resize(v.size());
+  s.bands.resize(v.size());
+  // The candidates: every token, or top-k's (the rest marked kNoBand).
+  const std::vector<uint32_t>* ids = nullptr;
+  if (o.top_k > 0 && o.top_k < v.size()) {
+    s.pool.resize(v.size());
+    std::iota(s.pool.begin(), s.pool.end(), 0u);
+    std::nth_element(
+        s.pool.begin(), s.pool.begin() + static_cast<ptrdiff_t>(o.top_k), s.pool.end(),
+        [&](uint32_t a, uint32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+    for (size_t i = o.top_k; i < v.size(); ++i) s.bands[s.pool[i]] = kNoBand;
+    s.pool.resize(o.top_k);
+    ids = &s.pool;
+  }
+  // Weights and bands; min-p keeps the tokens at least min_p times as likely as the first.
+  double total = 0;
+  auto weigh = [&](uint32_t id) {
+    const double d = static_cast<double>(v[id]) / t - top;
+    const double x = std::exp(d);
+    if (o.min_p > 0 && x < o.min_p) {
+      s.bands[id] = kNoBand;
+      return;
+    }
+    s.weights[id] = x;
+    total += x;
+    s.bands[id] = static_cast<uint8_t>(band_of(-d));
+  };
+  if (ids == nullptr) {
+    for (uint32_t id = 0; id < v.size(); ++id) weigh(id);
+  } else {
+    for (uint32_t id : *ids) weigh(id);
+  }
+  BandedOrder<T> order(v, ids, s);
+  const std::vector<double>& w = s.weights;
+  // top-p: the whole bands before band `cut` and the first `cut_len` tokens of that one.
+  size_t cut = kBands - 1, cut_len = order.size(kBands - 1);
+  double mass = total;
+  if (o.top_p < 1) {
+    double acc = 0;
+    bool found = false;
+    for (size_t b = 0; b < kBands && !found; ++b) {
+      if ((acc + order.sum(b)) / total < o.top_p) {
+        acc += order.sum(b);
+        continue;
+      }
+      for (size_t i = 0; i < order.size(b); ++i) {
+        acc += w[order.at(b, i)];
+        if (acc / total >= o.top_p) {
+          cut = b;
+          cut_len = i + 1;
+          found = true;
+          break;
+        }
+      }
+    }
+    mass = acc;
+  }
+  // The draw: u in [0, mass), the token where the prefix's running weight passes it.
+  double u = static_cast<double>(next_random(rng) >> 11) * 0x1.0p-53 * mass;
+  for (size_t b = 0; b <= cut; ++b) {
+    if (b < cut && u >= order.sum(b)) {
+      u -= order.sum(b);
+      continue;
+    }
+    const size_t len = b < cut ? order.size(b) : cut_len;
+    for (size_t i = 0; i < len; ++i) {
+      u -= w[order.at(b, i)];
+      if (u < 0) return order.at(b, i);
+    }
+  }
+  // Rounding left u at or above the nucleus' weight: its last token.
+  for (size_t b = cut + 1; b-- > 0;) {
+    const size_t len = b < cut ? order.size(b) : cut_len;
+    if (len > 0) return order.at(b, len - 1);
+  }
+  throw Error("Generator::sample: no candidate token");  // unreachable: the top token weighs 1
+}
+
 }  // namespace
 
 uint32_t Generator::sample(const std::vector<float>& logits, const std::vector<uint32_t>& history) {
   if (logits.empty()) throw Error("Generator::sample: no logits");
   check_sampling_options(options_);
-  std::vector<double> v = penalised_logits(logits, history, options_);
-  // Greedy: the first largest value, so ties go to the lowest id.
-  const size_t best = static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
-  if (v[best] == -std::numeric_limits<double>::infinity()) {
-    throw Error("Generator::sample: every logit is -inf");
+  if (!penalises(options_) || history.empty()) {
+    // The logits as they are, no copy.
+    const size_t best = checked_argmax(logits);
+    if (options_.temperature == 0) return static_cast<uint32_t>(best);
+    return draw(logits, best, options_, rng_state_);
   }
+  const std::vector<double> v = penalised_logits(logits, history, options_);
+  const size_t best = checked_argmax(v);
   if (options_.temperature == 0) return static_cast<uint32_t>(best);
-  std::vector<uint32_t> order(v.size());
-  std::iota(order.begin(), order.end(), 0u);
-  size_t keep = options_.top_k > 0 ? std::min(options_.top_k, v.size()) : v.size();
-  auto by_logit = [&](uint32_t a, uint32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-  std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(keep), order.end(),
-                    by_logit);
-  order.resize(keep);
-  const double top = v[order[0]] / options_.temperature;
-  if (!std::isfinite(top)) {
-    throw Error(str("Generator::sample: temperature ", options_.temperature,
-                    " scales the logit of token ", order[0], " (", v[order[0]],
-                    ") to a non-finite value; use temperature 0 for greedy"));
-  }
-  std::vector<double> probs(keep);
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp(v[order[i]] / options_.temperature - top);
-    total += probs[i];
-  }
-  // min-p: tokens at least min_p times as likely as the first (probs[0] is 1).
-  size_t kept = keep;
-  if (options_.min_p > 0) {
-    kept = static_cast<size_t>(
-        std::find_if(probs.begin(), probs.end(), [&](double p) { return p < options_.min_p; }) -
-        probs.begin());
-    total = std::accumulate(probs.begin(), probs.begin() + static_cast<ptrdiff_t>(kept), 0.0);
-  }
-  // top-p: the smallest prefix of the sorted tokens whose probability reaches p.
-  double cumulative = 0;
-  for (size_t i = 0; i < kept; ++i) {
-    cumulative += probs[i] / total;
-    if (cumulative >= options_.top_p) {
-      kept = i + 1;
-      break;
-    }
-  }
-  double mass = std::accumulate(probs.begin(), probs.begin() + static_cast<ptrdiff_t>(kept), 0.0);
-  double u = static_cast<double>(next_random(rng_state_) >> 11) * 0x1.0p-53 * mass;
-  for (size_t i = 0; i < kept; ++i) {
-    u -= probs[i];
-    if (u < 0) return order[i];
-  }
-  return order[kept - 1];
+  return draw(v, best, options_, rng_state_);
 }
 
 namespace {

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """wick-serve against the official `openai` client (and raw HTTP where a client would not send
 what the test needs): every endpoint streaming and not, every error status, a stream cancelled by
-its client freeing its pages, 12 concurrent greedy requests equal to each alone, a bounded load
-test with 0 failures and flat memory, SIGTERM finishing a request in flight.
+its client freeing its pages, 32 concurrent greedy requests (and 32 sampled with a seed each)
+equal to each alone, --deterministic (a dense model's completions and embeddings alone equal to
+them among others), a bounded load test with 0 failures and flat memory, SIGTERM finishing a
+request in flight.
 
 References: the completions are compared with `wick-generate` (the Generator path, no engine,
 no HTTP) and the embeddings with `wick-embed`; the server must give the same tokens and vectors.
@@ -23,11 +25,13 @@ import concurrent.futures as cf
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -60,9 +64,10 @@ MINI = None  # the MiniLM folder's name
 class WickServer:
     """A wick-serve process on a free port; its stderr is kept (one line per request)."""
 
-    def __init__(self, *extra):
-        cmd = [ARGS.server, "--port", "0", os.environ["WICK_SMOLLM2_GGUF"],
-               os.environ["WICK_MINILM_DIR"], *extra]
+    def __init__(self, *extra, models=None):
+        if models is None:
+            models = [os.environ["WICK_SMOLLM2_GGUF"], os.environ["WICK_MINILM_DIR"]]
+        cmd = [ARGS.server, "--port", "0", *models, *extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
         self.lines = []
@@ -148,6 +153,14 @@ def embed_reference(texts):
     out = subprocess.run([ARGS.embed, os.environ["WICK_MINILM_DIR"], "-q", "--batch", "1"],
                          input="\n".join(texts) + "\n", capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
+
+
+def concurrent_prompts(n):
+    """n prompts of different lengths and subjects."""
+    subjects = ["the sea", "Rome", "a fox", "tea", "jazz", "rain", "maps", "code"]
+    return [f"Question {i}: what is {i} plus {i + 3}? Answer:" if i % 4 == 0 else
+            f"Write {i % 3 + 1} short lines about {subjects[i % 8]}" + " please" * (i % 5) + "."
+            for i in range(n)]
 
 
 def close_to(a, b, tol):
@@ -408,18 +421,34 @@ class Serve(unittest.TestCase):
         self.assertEqual(m["wick_kv_pages_used" + key], 0)
         self.assertEqual(m["wick_running_batch_size" + key], 0)
 
-    def test_concurrent_greedy_equals_alone(self):
-        prompts = [f"Question {i}: what is {i} plus {i + 3}? Answer:" for i in range(6)] + \
-                  ["Write a haiku about the sea.", "List three colors:", "The history of Rome",
-                   "def fibonacci(n):", "My favourite food is", "In 1969, humans"]
-        def run(p):
-            return self.client.completions.create(model=SMOL, prompt=p, max_tokens=24,
-                                                  temperature=0).choices[0].text
-        alone = [run(p) for p in prompts]
+    def concurrent_equals_alone(self, prompts, **sampling):
+        """Each prompt's completion alone (one after another), then all at once: equal."""
+        def run(i):
+            return self.client.completions.create(model=SMOL, prompt=prompts[i], max_tokens=12,
+                                                  **{k: v(i) if callable(v) else v
+                                                     for k, v in sampling.items()}
+                                                  ).choices[0].text
+        alone = [run(i) for i in range(len(prompts))]
         with cf.ThreadPoolExecutor(len(prompts)) as pool:
-            together = list(pool.map(run, prompts))
+            together = list(pool.map(run, range(len(prompts))))
         self.assertEqual(together, alone)
-        self.assertGreater(len(set(alone)), 6)
+        return alone
+
+    def test_concurrent_greedy_equals_alone(self):
+        # 32 prompts of different lengths (the batch's prefill chunks and rows differ from the
+        # solo runs'), greedy.
+        alone = self.concurrent_equals_alone(concurrent_prompts(32), temperature=0)
+        self.assertGreater(len(set(alone)), 16)
+
+    def test_concurrent_seeded_sampling_equals_alone(self):
+        # The same at temperature 0.8 with a seed per request: each request's own draws.
+        alone = self.concurrent_equals_alone(concurrent_prompts(32), temperature=0.8, top_p=0.95,
+                                             seed=lambda i: 1000 + i)
+        self.assertGreater(len(set(alone)), 16)
+        greedy = [self.client.completions.create(model=SMOL, prompt=p, max_tokens=12,
+                                                 temperature=0).choices[0].text
+                  for p in concurrent_prompts(4)]
+        self.assertNotEqual(alone[:4], greedy)  # it sampled
 
     def test_load(self):
         seconds = float(os.environ.get("WICK_SERVE_LOAD_SECONDS", "20"))
@@ -462,6 +491,92 @@ class Serve(unittest.TestCase):
         print(f"\nload: {streams} streams, {seconds:.0f} s, {done[0]} requests, RSS first half "
               f"{first / 1024:.0f} MiB, second half {second / 1024:.0f} MiB", file=sys.stderr)
         self.assertLessEqual(second, first * 1.10 + 16 * 1024)
+
+
+def tiny_dense_model(folder):
+    """tests/data's tiny Qwen3 (f32, random weights) in `folder`, with a tokenizer of its 96 ids:
+    the printable ASCII characters."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "families",
+                       "qwen3")
+    os.makedirs(folder, exist_ok=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(src, name), folder)
+    vocab = {chr(32 + i): i for i in range(96)}
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump({"version": "1.0", "added_tokens": [], "normalizer": None,
+                   "pre_tokenizer": None, "post_processor": None, "decoder": None,
+                   "model": {"type": "BPE", "vocab": vocab, "merges": []}}, f)
+    return folder
+
+
+class Deterministic(unittest.TestCase):
+    """--deterministic (over WICK_BATCH_INVARIANT=0 in the environment): a dense f32 model's
+    completions and MiniLM's embeddings give each request the same result alone or among others
+    (embeddings compared bit for bit: without the switch they differ; completions token for
+    token, which the API gives).
+    A KV pool of 8 pages (of 4096 bytes: 2 layers, 16 positions, 2 KV heads of 8 f32; a request
+    takes up to 4) makes concurrent requests preempt each other (their tokens prefilled again as
+    one chunk, where alone they were decoded one by one)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="wick-serve-det-")
+        tiny = tiny_dense_model(os.path.join(cls.tmp, "tiny_qwen3"))
+        old = os.environ.get("WICK_BATCH_INVARIANT")
+        os.environ["WICK_BATCH_INVARIANT"] = "0"
+        try:
+            # An embeddings batch waits 50 ms for more requests: the concurrent ones share one.
+            cls.server = WickServer("--deterministic", "--kv-memory", str(8 * 4096),
+                                    "--embed-window-us", "50000",
+                                    models=[tiny, os.environ["WICK_MINILM_DIR"]])
+        finally:
+            if old is None:
+                del os.environ["WICK_BATCH_INVARIANT"]
+            else:
+                os.environ["WICK_BATCH_INVARIANT"] = old
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_dense_completions_alone_equal_concurrent(self):
+        self.assertEqual(self.server.metrics()['wick_kv_pages_total{model="tiny_qwen3"}'], 8)
+        prompts = [[(i * 37 + j * 11) % 93 + 3 for j in range(3 + i % 9)] for i in range(32)]
+
+        def run(i, **sampling):
+            return self.client.completions.create(model="tiny_qwen3", prompt=prompts[i],
+                                                  max_tokens=40, **sampling).choices[0].text
+        for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 7}):
+            alone = [run(i, **sampling) for i in range(32)]
+            with cf.ThreadPoolExecutor(32) as pool:
+                together = list(pool.map(lambda i: run(i, **sampling), range(32)))
+            self.assertEqual(together, alone, sampling)
+            self.assertGreater(len(set(alone)), 8)
+        self.assertGreater(self.server.metrics()['wick_preemptions_total{model="tiny_qwen3"}'], 0)
+
+    def test_embeddings_alone_equal_batched_bits(self):
+        texts = [f"sentence {i} of {'several ' * (i % 6)}words about {w}" for i, w in
+                 enumerate(["cats", "dogs", "stocks", "rain", "tea", "code", "maps", "jazz"] * 2)]
+
+        def bits(text):
+            status, _, body = http(self.server, "POST", "/v1/embeddings",
+                                   {"model": MINI, "input": text, "encoding_format": "base64"})
+            self.assertEqual(status, 200)
+            return json.loads(body)["data"][0]["embedding"]
+        key = f'wick_embedding_batches_total{{model="{MINI}"}}'
+        alone = [bits(t) for t in texts]
+        before = self.server.metrics()[key]
+        with cf.ThreadPoolExecutor(len(texts)) as pool:
+            together = list(pool.map(bits, texts))
+        self.assertLess(self.server.metrics()[key] - before, len(texts))  # some shared a batch
+        self.assertEqual(together, alone)
+        # One request of all of them: one batch.
+        r = self.client.embeddings.create(model=MINI, input=texts)
+        self.assertEqual([d.embedding for d in r.data],
+                         [list(struct.unpack(f"<{len(base64.b64decode(a)) // 4}f",
+                                             base64.b64decode(a))) for a in alone])
 
 
 class Strict(unittest.TestCase):
@@ -522,7 +637,7 @@ class Cli(unittest.TestCase):
         r = self.run_serve("--help")
         self.assertEqual(r.returncode, 0)
         for option in ("--host", "--port", "--api-key", "--device", "--dtype", "--max-batch",
-                       "--kv-memory", "--max-queue"):
+                       "--kv-memory", "--max-queue", "--deterministic"):
             self.assertIn(option, r.stdout)
         self.assertEqual(self.run_serve().returncode, 2)  # no PATH
         self.assertEqual(self.run_serve("--port", "70000", "x.gguf").returncode, 2)
