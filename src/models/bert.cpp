@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "json_file.h"
+#include "nn/dense.h"
 #include "wick/error.h"
 #include "wick/nn.h"
 
@@ -68,18 +69,14 @@ BertConfig BertConfig::from_file(const fs::path& config_json) {
 
 namespace {
 
-// x (..., in) times the transpose of w (out, in), plus b (out): one GEMM over all leading dims.
+// x (..., in) times the transpose of w (out, in), plus b (out), then the activation when `gelu`:
+// one GEMM over all leading dims.
 struct Dense {
   Tensor weight;  // (out, in)
   Tensor bias;    // (out)
 
-  Tensor forward(const Tensor& x) const {
-    auto dims = x.dims();
-    size_t in = dims.back();
-    size_t rows = x.elem_count() / std::max<size_t>(in, 1);
-    auto y = x.reshape({rows, in}).matmul(weight.t()).broadcast_add(bias);
-    dims.back() = weight.dim(0);
-    return y.reshape(Shape(dims));
+  Tensor forward(const Tensor& x, bool gelu = false) const {
+    return nn::detail::dense(x, weight, bias, gelu);
   }
 };
 
@@ -153,6 +150,7 @@ struct Bert::Impl {
   BertConfig config;
   Device device = Device::cpu();
   DType dtype = DType::F32;
+  DType matmul_dtype = DType::F32;
   Tensor word_embeddings;      // (vocab, hidden)
   Tensor position_embeddings;  // (max_positions, hidden)
   Tensor token_type_row;       // (hidden): token type 0
@@ -161,15 +159,25 @@ struct Bert::Impl {
 };
 
 Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype) {
+  return load(model_dir, device, dtype, dtype);
+}
+
+Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype, DType matmul_dtype) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) {
     throw UnsupportedDType(std::string("Bert::load: dtype ") + dtype_name(dtype) +
                            " (expected f32, f16 or bf16)");
+  }
+  if (matmul_dtype != dtype && !(dtype == DType::F32 && matmul_dtype == DType::BF16)) {
+    throw UnsupportedDType(std::string("Bert::load: matmul dtype ") + dtype_name(matmul_dtype) +
+                           " with dtype " + dtype_name(dtype) +
+                           " (expected the dtype itself, or bf16 with f32)");
   }
   json_file::require_model_folder(model_dir);
   auto impl = std::make_shared<Impl>();
   impl->config = BertConfig::from_file(model_dir / "config.json");
   impl->device = device;
   impl->dtype = dtype;
+  impl->matmul_dtype = matmul_dtype;
   const auto& c = impl->config;
   const size_t h = c.hidden_size;
 
@@ -202,6 +210,11 @@ Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype) {
         ld.dense(lw.pp("output").pp("dense"), c.intermediate_size, h),
         ld.norm(lw.pp("output").pp("LayerNorm"), h, c.layer_norm_eps),
     };
+    if (matmul_dtype != dtype) {
+      for (Dense* d : {&layer.qkv, &layer.attn_out, &layer.intermediate, &layer.out}) {
+        d->weight = d->weight.to_dtype(matmul_dtype);
+      }
+    }
     impl->layers.push_back(std::move(layer));
   }
   device.synchronize();
@@ -216,6 +229,9 @@ Device Bert::device() const {
 }
 DType Bert::dtype() const {
   return impl_->dtype;
+}
+DType Bert::matmul_dtype() const {
+  return impl_->matmul_dtype;
 }
 
 Tensor Bert::encode(const Tensor& ids_in, const Tensor& mask_in) const {
@@ -255,7 +271,7 @@ Tensor Bert::encode(const Tensor& ids_in, const Tensor& mask_in) const {
     auto ctx = nn::scaled_dot_product_attention(part(0), part(1), part(2), options);
     ctx = ctx.transpose(1, 2).reshape({b, s, h});
     auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
-    auto inner = layer.intermediate.forward(a).gelu_erf();
+    auto inner = layer.intermediate.forward(a, /*gelu=*/true);
     x = layer.out_norm.forward(layer.out.forward(inner) + a);
   }
   return x;

@@ -150,7 +150,11 @@ SentenceEmbedder SentenceEmbedder::load(const fs::path& model_dir, const Device&
   if (!file_exists(tokenizer_file)) {
     throw FormatError(tokenizer_file.string() + ": missing (vocab.txt alone is not read)");
   }
-  auto bert = models::Bert::load(mods.transformer, device, options.dtype);
+  // bf16 on the CPU: bf16 products with f32 activations (the AMX tile GEMM where the CPU has
+  // it); the CPU's own bf16 elementwise and attention kernels gain nothing over f32.
+  auto bert = device.is_cpu() && options.dtype == DType::BF16
+                  ? models::Bert::load(mods.transformer, device, DType::F32, DType::BF16)
+                  : models::Bert::load(mods.transformer, device, options.dtype);
   const auto& c = bert.config();
   auto impl = std::make_shared<Impl>(Impl{bert, Tokenizer::from_file(tokenizer_file.string())});
   impl->pooling = read_pooling(mods.pooling, c.hidden_size);
