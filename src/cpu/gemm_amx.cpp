@@ -98,8 +98,8 @@ __m256i to_bf16(__m512 x) {
 
 // Rows [r0, r0 + 32) of a (zero past m and past k) as bf16 tiles: tile t (rows r0 + 16 t ...),
 // k block kb at dst + (t * kb_count + kb) * kTileElems, 16 rows of 32.
-void pack_a(size_t m, size_t k, const float* a, size_t lda, size_t r0, size_t kb_count,
-            uint16_t* dst) {
+[[gnu::noinline]] void pack_a(size_t m, size_t k, const float* a, size_t lda, size_t r0,
+                              size_t kb_count, uint16_t* dst) {
   for (size_t i = 0; i < kBlock; ++i) {
     const size_t r = r0 + i;
     uint16_t* row = dst + (i / kRows) * kb_count * kTileElems + (i % kRows) * kK;
@@ -124,27 +124,48 @@ void pack_a(size_t m, size_t k, const float* a, size_t lda, size_t r0, size_t kb
 }
 
 // Columns [16 nb, 16 nb + 16) of w^T as VNNI tiles: k block kb at dst + kb * kTileElems, row kk
-// holding (w[j][2 kk], w[j][2 kk + 1]) for the 16 columns j; zero past n and past k.
-void pack_b(size_t n, size_t k, const bf16* w, size_t ldw, size_t nb, size_t kb_count,
-            uint16_t* dst) {
-  for (size_t kb = 0; kb < kb_count; ++kb) {
-    uint16_t* out = dst + kb * kTileElems;
-    for (size_t j = 0; j < kRows; ++j) {
-      const size_t col = nb * kRows + j;
+// holding (w[j][2 kk], w[j][2 kk + 1]) for the 16 columns j; zero past n and past k. A pair of
+// bf16 moves as one 32-bit word.
+[[gnu::noinline]] void pack_b(size_t n, size_t k, const bf16* w, size_t ldw, size_t nb,
+                              size_t kb_count, uint16_t* dst) {
+  const size_t full_kb = k / kK;
+  for (size_t j = 0; j < kRows; ++j) {
+    const size_t col = nb * kRows + j;
+    if (col >= n) {
+      for (size_t kb = 0; kb < kb_count; ++kb) {
+        for (size_t p = 0; p < kRows; ++p) {
+          std::memset(dst + kb * kTileElems + p * kK + j * 2, 0, 2 * sizeof(uint16_t));
+        }
+      }
+      continue;
+    }
+    const bf16* src = w + col * ldw;
+    for (size_t kb = 0; kb < full_kb; ++kb) {
+      uint32_t pairs[kRows];
+      std::memcpy(pairs, src + kb * kK, sizeof(pairs));
+      uint16_t* out = dst + kb * kTileElems + j * 2;
+      for (size_t p = 0; p < kRows; ++p) std::memcpy(out + p * kK, &pairs[p], sizeof(uint32_t));
+    }
+    for (size_t kb = full_kb; kb < kb_count; ++kb) {
+      uint16_t* out = dst + kb * kTileElems + j * 2;
       for (size_t kk = 0; kk < kK; ++kk) {
         const size_t kx = kb * kK + kk;
-        out[(kk / 2) * kK + j * 2 + kk % 2] = col < n && kx < k ? w[col * ldw + kx].bits : 0;
+        out[(kk / 2) * kK + kk % 2] = kx < k ? src[kx].bits : 0;
       }
     }
   }
 }
 
-// bias + optional exact GELU over one accumulator row of 32 values.
-void finish_row(const float* acc, const float* bias, bool gelu, float* out) {
+// bias, then the exact GELU when `gelu`, over one accumulator row of 32 values (two loops: one
+// with a branch inside would evaluate erf for every projection).
+[[gnu::noinline]] void finish_row(const float* acc, const float* bias, bool gelu, float* out) {
+  if (!gelu) {
+    for (size_t j = 0; j < kBlock; ++j) out[j] = acc[j] + bias[j];
+    return;
+  }
   for (size_t j = 0; j < kBlock; ++j) {
-    float v = acc[j] + bias[j];
-    if (gelu) v = 0.5f * v * (1.0f + ops::math::vec_erff(v * 0.7071067811865476f));
-    out[j] = v;
+    const float v = acc[j] + bias[j];
+    out[j] = 0.5f * v * (1.0f + ops::math::vec_erff(v * 0.7071067811865476f));
   }
 }
 
