@@ -31,7 +31,9 @@ const T* data_of(const Tensor& t) {
 
 std::optional<TensorList> DenseOp::cpu(const TensorList& in) const {
   const Tensor &x = in[0], &w = in[1], &b = in[2];
-  if (w.dtype() != DType::BF16 || *cpu::bf16_gemm_kernel() == '\0') return std::nullopt;
+  if (x.dtype() != DType::F32 || w.dtype() != DType::BF16 || *cpu::bf16_gemm_kernel() == '\0') {
+    return std::nullopt;
+  }
   const size_t lda = row_stride(x), ldw = row_stride(w);
   if (lda == 0 || ldw == 0 || (b.dim(0) > 1 && b.impl()->layout.strides()[0] != 1)) {
     return std::nullopt;

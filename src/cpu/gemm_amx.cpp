@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "cpu/gemm_bf16.h"
 #include "cpu/parallel.h"
@@ -259,3 +260,11 @@ void gemm_bf16(size_t m, size_t n, size_t k, const float* a, size_t lda, const b
 }
 
 }  // namespace wick::cpu
+
+namespace wick {
+
+std::string cpu_bf16_gemm() {
+  return cpu::bf16_gemm_kernel();
+}
+
+}  // namespace wick
