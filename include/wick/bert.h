@@ -60,6 +60,14 @@ class Bert {
   /// are moved to the model's.
   Tensor encode(const Tensor& ids, const Tensor& attention_mask) const;
 
+  /// Last hidden states (t, hidden_size) of sequences packed without padding: `ids` (t), U32 or
+  /// I64, holds them one after another, `lengths` their token counts (each 1 to
+  /// max_position_embeddings, summing to t). Each sequence attends to its own tokens only, so its
+  /// rows are encode()'s for it alone, within the bounds of the ops (the projections and the
+  /// FFN run over the t tokens, no padding). Token types are all 0. ShapeMismatch for other
+  /// lengths, UnsupportedDType for other ids.
+  Tensor encode_packed(const Tensor& ids, const std::vector<size_t>& lengths) const;
+
   const BertConfig& config() const;
   Device device() const;
   DType dtype() const;

@@ -11,6 +11,7 @@
 
 #include "json_file.h"
 #include "nn/dense.h"
+#include "nn/varlen_attention.h"
 #include "wick/error.h"
 #include "wick/nn.h"
 
@@ -270,6 +271,54 @@ Tensor Bert::encode(const Tensor& ids_in, const Tensor& mask_in) const {
     auto part = [&](size_t i) { return qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2); };
     auto ctx = nn::scaled_dot_product_attention(part(0), part(1), part(2), options);
     ctx = ctx.transpose(1, 2).reshape({b, s, h});
+    auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
+    auto inner = layer.intermediate.forward(a, /*gelu=*/true);
+    x = layer.out_norm.forward(layer.out.forward(inner) + a);
+  }
+  return x;
+}
+
+Tensor Bert::encode_packed(const Tensor& ids_in, const std::vector<size_t>& lengths) const {
+  const auto& m = *impl_;
+  const auto& c = m.config;
+  if (ids_in.rank() != 1) {
+    throw ShapeMismatch("Bert::encode_packed: ids must be (tokens), got " +
+                        ids_in.shape().to_string());
+  }
+  if (ids_in.dtype() != DType::U32 && ids_in.dtype() != DType::I64) {
+    throw UnsupportedDType(std::string("Bert::encode_packed: ids must be u32 or i64, got ") +
+                           dtype_name(ids_in.dtype()));
+  }
+  const size_t t = ids_in.dim(0), h = c.hidden_size, heads = c.num_attention_heads;
+  std::vector<uint32_t> positions, offsets{0};
+  positions.reserve(t);
+  for (size_t len : lengths) {
+    if (len == 0 || len > c.max_position_embeddings || positions.size() + len > t) {
+      throw ShapeMismatch("Bert::encode_packed: sequence lengths must be 1.." +
+                          std::to_string(c.max_position_embeddings) + " and sum to the " +
+                          std::to_string(t) + " ids, got a length " + std::to_string(len));
+    }
+    for (size_t p = 0; p < len; ++p) positions.push_back(static_cast<uint32_t>(p));
+    offsets.push_back(static_cast<uint32_t>(positions.size()));
+  }
+  if (positions.size() != t) {
+    throw ShapeMismatch("Bert::encode_packed: the lengths sum to " +
+                        std::to_string(positions.size()) + ", not the " + std::to_string(t) +
+                        " ids");
+  }
+  auto ids = ids_in.to_device(m.device);
+  auto pos = Tensor::from_vec(positions, {t}, Device::cpu()).to_device(m.device);
+  auto off = Tensor::from_vec(offsets, {offsets.size()}, Device::cpu()).to_device(m.device);
+
+  // Embeddings: word + position (each token's place in its own sequence) + token type 0.
+  auto x = m.word_embeddings.embedding(ids)
+               .add(m.position_embeddings.embedding(pos))
+               .broadcast_add(m.token_type_row);
+  x = m.embeddings_norm.forward(x);
+
+  const double scale = 1.0 / std::sqrt(static_cast<double>(h / heads));
+  for (const auto& layer : m.layers) {
+    auto ctx = nn::detail::varlen_attention(layer.qkv.forward(x), off, heads, scale);
     auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
     auto inner = layer.intermediate.forward(a, /*gelu=*/true);
     x = layer.out_norm.forward(layer.out.forward(inner) + a);

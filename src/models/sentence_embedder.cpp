@@ -247,16 +247,25 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
     }
     count = std::min(m.batch_size, n - start);
     if (m.max_batch_tokens) count = std::clamp<size_t>(m.max_batch_tokens / len, 1, count);
-    std::vector<uint32_t> batch_ids(count * len, 0);
+    // The batch packed without padding for the encoder; its hidden states then spread into
+    // (count, len) rows for the pooling, padded places pointing at row 0 under a zero mask.
+    std::vector<uint32_t> batch_ids, rows(count * len, 0);
+    std::vector<size_t> lengths(count);
     std::vector<float> batch_mask(count * len, 0.0f);
     for (size_t r = 0; r < count; ++r) {
       const auto& row = ids[order[start + r]];
-      std::copy(row.begin(), row.end(), batch_ids.begin() + r * len);
+      lengths[r] = row.size();
+      for (size_t t = 0; t < row.size(); ++t) rows[r * len + t] = uint32_t(batch_ids.size() + t);
+      batch_ids.insert(batch_ids.end(), row.begin(), row.end());
       std::fill_n(batch_mask.begin() + r * len, row.size(), 1.0f);
     }
-    auto id_t = Tensor::from_vec(batch_ids, {count, len}, Device::cpu()).to_device(device);
+    auto id_t = Tensor::from_vec(batch_ids, {batch_ids.size()}, Device::cpu()).to_device(device);
     auto mask_t = Tensor::from_vec(batch_mask, {count, len}, Device::cpu()).to_device(device);
-    auto hidden = m.bert.encode(id_t, mask_t).to_dtype(DType::F32);
+    auto rows_t = Tensor::from_vec(rows, {count * len}, Device::cpu()).to_device(device);
+    auto hidden = m.bert.encode_packed(id_t, lengths)
+                      .to_dtype(DType::F32)
+                      .index_select(rows_t, 0)
+                      .reshape({count, len, m.dim});
     auto emb = pool(hidden, mask_t, m.pooling);
     if (m.normalize) {
       emb = emb.broadcast_div(emb.sqr().sum_keepdim({1}).sqrt().clamp(1e-12, 1e300));
