@@ -3,7 +3,8 @@
 // the batch, on their lengths or on the thread count. An item copies its keys transposed (d rows
 // of the sequence's length, padded to 16) and its values (s rows of d), then takes the queries
 // four at a time: scores for 16 keys at once (each key vector loaded once for the four queries),
-// the softmax in f32 with the vectorised exp, and p v summed over the keys in order.
+// the softmax in f32 with the vectorised exp, and p v summed over the keys in order, 16 columns
+// of the four queries at a time.
 
 #include "fused/varlen_attention.h"
 
@@ -15,8 +16,8 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/fused.h"
 #include "cpu/parallel.h"
+#include "cpu/vec_exp.h"
 #include "fused_op.h"
-#include "ops/unary_math.h"
 #include "tensor_internal.h"
 
 namespace wick::fused {
@@ -72,24 +73,57 @@ void run_item(const Item& it, float* kt, float* v, float* scores, float* acc) {
         cpu::store8(scores + r * sp + j0 + 8, a[r][1] * it.scale);
       }
     }
-    for (size_t r = 0; r < nq; ++r) {
+    // Softmax of each row over its s keys: max and sum in eight lanes (then across them), exp
+    // in a loop of its own so that it vectorises; 1 / sum folded into the probabilities.
+    for (size_t r = 0; r < kQueries; ++r) {
       float* p = scores + r * sp;
+      const size_t s8 = s / 8 * 8;
       float m = p[0];
-      for (size_t j = 1; j < s; ++j) m = std::max(m, p[j]);
-      float sum = 0;
-      for (size_t j = 0; j < s; ++j) {
-        p[j] = ops::math::vec_expf(p[j] - m);
-        sum += p[j];
+      if (s8 > 0) {
+        cpu::v8f mv = cpu::load8(p);
+        for (size_t j = 8; j < s8; j += 8) {
+          cpu::v8f x = cpu::load8(p + j);
+          mv = mv > x ? mv : x;
+        }
+        for (int l = 0; l < 8; ++l) m = std::max(m, mv[l]);
       }
-      std::fill(acc, acc + d, 0.0f);
-      for (size_t j = 0; j < s; ++j) {
-        const float pj = p[j];
-        const float* vr = v + j * d;
-        for (size_t c = 0; c < d; ++c) acc[c] += pj * vr[c];
-      }
+      for (size_t j = s8; j < s; ++j) m = std::max(m, p[j]);
+      for (size_t j = 0; j < s; ++j) p[j] = cpu::exp_nonpositive(p[j] - m);
+      cpu::v8f sv = {};
+      for (size_t j = 0; j < s8; j += 8) sv += cpu::load8(p + j);
+      float sum = cpu::hsum8(sv);
+      for (size_t j = s8; j < s; ++j) sum += p[j];
       const float inv = 1.0f / sum;
-      float* o = it.out + (it.first + i0 + r) * it.h + it.col;
-      for (size_t c = 0; c < d; ++c) o[c] = acc[c] * inv;
+      for (size_t j = 0; j < s; ++j) p[j] *= inv;
+    }
+    // out = p v: 16 columns at a time for the four queries (each value vector loaded once).
+    const float* p[kQueries];
+    for (size_t r = 0; r < kQueries; ++r) p[r] = scores + r * sp;
+    size_t c0 = 0;
+    for (; c0 + 16 <= d; c0 += 16) {
+      cpu::v8f a[kQueries][2] = {};
+      for (size_t j = 0; j < s; ++j) {
+        const cpu::v8f v0 = cpu::load8(v + j * d + c0), v1 = cpu::load8(v + j * d + c0 + 8);
+        for (size_t r = 0; r < kQueries; ++r) {
+          a[r][0] += p[r][j] * v0;
+          a[r][1] += p[r][j] * v1;
+        }
+      }
+      for (size_t r = 0; r < nq; ++r) {
+        float* o = it.out + (it.first + i0 + r) * it.h + it.col + c0;
+        cpu::store8(o, a[r][0]);
+        cpu::store8(o + 8, a[r][1]);
+      }
+    }
+    for (size_t r = 0; r < nq && c0 < d; ++r) {
+      std::fill(acc, acc + (d - c0), 0.0f);
+      for (size_t j = 0; j < s; ++j) {
+        const float pj = p[r][j];
+        const float* vr = v + j * d + c0;
+        for (size_t c = 0; c < d - c0; ++c) acc[c] += pj * vr[c];
+      }
+      float* o = it.out + (it.first + i0 + r) * it.h + it.col + c0;
+      std::copy(acc, acc + (d - c0), o);
     }
   }
 }
