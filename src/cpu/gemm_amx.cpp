@@ -157,16 +157,24 @@ __m256i to_bf16(__m512 x) {
   }
 }
 
-// bias, then the exact GELU when `gelu`, over one accumulator row of 32 values (two loops: one
-// with a branch inside would evaluate erf for every projection).
-[[gnu::noinline]] void finish_row(const float* acc, const float* bias, bool gelu, float* out) {
-  if (!gelu) {
-    for (size_t j = 0; j < kBlock; ++j) out[j] = acc[j] + bias[j];
-    return;
-  }
-  for (size_t j = 0; j < kBlock; ++j) {
-    const float v = acc[j] + bias[j];
-    out[j] = 0.5f * v * (1.0f + ops::math::vec_erff(v * 0.7071067811865476f));
+// bias, then the exact GELU when `gelu`, over the valid rows x cols of one 32 x 32 accumulator
+// block, written to c (whole rows in place, a partial one through a row buffer). Two loops: one
+// with the branch inside would evaluate erf for every projection.
+[[gnu::noinline]] void finish_block(const float* __restrict acc, const float* __restrict bias,
+                                    bool gelu, size_t rows, size_t cols, float* c, size_t ldc) {
+  alignas(64) float row[kBlock];
+  for (size_t i = 0; i < rows; ++i) {
+    const float* __restrict a = acc + i * kBlock;
+    float* __restrict out = cols == kBlock ? c + i * ldc : row;
+    if (gelu) {
+      for (size_t j = 0; j < kBlock; ++j) {
+        const float v = a[j] + bias[j];
+        out[j] = 0.5f * v * (1.0f + ops::math::vec_erff(v * 0.7071067811865476f));
+      }
+    } else {
+      for (size_t j = 0; j < kBlock; ++j) out[j] = a[j] + bias[j];
+    }
+    if (cols != kBlock) std::memcpy(c + i * ldc, row, cols * sizeof(float));
   }
 }
 
@@ -201,7 +209,6 @@ void gemm(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* 
     uint16_t* pa =
         reinterpret_cast<uint16_t*>(round_up(reinterpret_cast<uintptr_t>(a_buf.get()), 64));
     alignas(64) float acc[kBlock * kBlock];
-    alignas(64) float row[kBlock];
     for (size_t item = begin; item < end; ++item) {
       const size_t mb = item / n_groups, group = item % n_groups;
       const size_t r0 = mb * kBlock;
@@ -230,12 +237,9 @@ void gemm(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* 
         _tile_stored(1, acc + kRows, kBlock * sizeof(float));
         _tile_stored(2, acc + kRows * kBlock, kBlock * sizeof(float));
         _tile_stored(3, acc + kRows * kBlock + kRows, kBlock * sizeof(float));
-        const size_t c0 = nb * kBlock, cols = std::min(kBlock, n - c0);
-        const size_t rows = std::min(kBlock, m - r0);
-        for (size_t i = 0; i < rows; ++i) {
-          finish_row(acc + i * kBlock, bias_pad.get() + c0, gelu, row);
-          std::memcpy(c + (r0 + i) * ldc + c0, row, cols * sizeof(float));
-        }
+        const size_t c0 = nb * kBlock;
+        finish_block(acc, bias_pad.get() + c0, gelu, std::min(kBlock, m - r0),
+                     std::min(kBlock, n - c0), c + r0 * ldc + c0, ldc);
       }
     }
     _tile_release();

@@ -3,9 +3,9 @@
 // over the sequence's own tokens only, so a sequence's result does not depend on the others in the
 // batch, on their lengths or on the thread count. An item copies its keys transposed (d rows of the
 // sequence's length, padded to two vectors) and its values (s rows of d), then takes the queries
-// four at a time: scores for two vectors of keys at once (each key vector loaded once for the four
+// kQueries at a time: scores for two vectors of keys at once (each key vector loaded once for all
 // queries), the softmax in f32 with the vectorised exp, and p v summed over the keys in order,
-// two vectors of columns of the four queries at a time.
+// two vectors of columns of the kQueries queries at a time.
 
 #include <algorithm>
 #include <cmath>
@@ -25,10 +25,14 @@ inline namespace WICK_ISA_NS {
 
 namespace {
 
+// Queries per pass over the keys: their accumulators take 16 of AVX-512's 32 vector registers,
+// 8 of AVX2's 16.
 #if defined(WICK_ISA_AVX512)
 constexpr size_t kLanes = 16;
+constexpr size_t kQueries = 8;
 #else
 constexpr size_t kLanes = 8;
+constexpr size_t kQueries = 4;
 #endif
 using vf = float __attribute__((vector_size(kLanes * sizeof(float))));
 
@@ -46,7 +50,6 @@ float hsum(vf v) {
   return s;
 }
 
-constexpr size_t kQueries = 4;        // queries per pass over the keys
 constexpr size_t kKeys = 2 * kLanes;  // keys per block of scores (two vectors)
 
 // One (sequence, head): s tokens from row `first`, the head's d columns at `col` of q (k, v
@@ -113,7 +116,7 @@ void run_item(const Item& it, float* kt, float* v, float* scores, float* acc) {
       const float inv = 1.0f / sum;
       for (size_t j = 0; j < s; ++j) p[j] *= inv;
     }
-    // out = p v: two vectors of columns at a time for the four queries (each value vector
+    // out = p v: two vectors of columns at a time for the kQueries queries (each value vector
     // loaded once).
     const float* p[kQueries];
     for (size_t r = 0; r < kQueries; ++r) p[r] = scores + r * sp;
