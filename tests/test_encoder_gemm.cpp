@@ -48,17 +48,24 @@ struct Case {
   size_t m, n, k;
 };
 
-// dense(x, w, b, gelu) for f32 x and bias and bf16 w against float64, element by element.
-void check_dense(const Case& c, bool gelu) {
+// dense(x, w, b, gelu[, residual]) for f32 x, bias and residual and bf16 (or f32) w against
+// float64, element by element.
+void check_dense(const Case& c, bool gelu, bool with_residual = false, DType wdtype = DType::BF16) {
+  const bool bf = wdtype == DType::BF16;
   auto xv = random_values(c.m * c.k), wv = random_values(c.n * c.k), bv = random_values(c.n);
+  auto rv = random_values(c.m * c.n);
   std::vector<double> wr(wv.size()), xr(xv.size());
-  for (size_t i = 0; i < wv.size(); ++i) wr[i] = round_bf16(wv[i]);
-  for (size_t i = 0; i < xv.size(); ++i) xr[i] = round_bf16(static_cast<float>(xv[i]));
+  for (size_t i = 0; i < wv.size(); ++i) wr[i] = bf ? round_bf16(wv[i]) : float(wv[i]);
+  for (size_t i = 0; i < xv.size(); ++i) {
+    xr[i] = bf ? round_bf16(static_cast<float>(xv[i])) : float(xv[i]);
+  }
   for (auto& v : bv) v = static_cast<float>(v);
+  for (auto& v : rv) v = static_cast<float>(v);
   auto x = Tensor::from_vec(xv, {c.m, c.k}, Device::cpu()).to_dtype(DType::F32);
-  auto w = Tensor::from_vec(wr, {c.n, c.k}, Device::cpu()).to_dtype(DType::BF16);
+  auto w = Tensor::from_vec(wr, {c.n, c.k}, Device::cpu()).to_dtype(wdtype);
   auto b = Tensor::from_vec(bv, {c.n}, Device::cpu()).to_dtype(DType::F32);
-  auto y = nn::detail::dense(x, w, b, gelu);
+  auto r = Tensor::from_vec(rv, {c.m, c.n}, Device::cpu()).to_dtype(DType::F32);
+  auto y = with_residual ? nn::detail::dense(x, w, b, gelu, r) : nn::detail::dense(x, w, b, gelu);
   ASSERT_EQ(y.shape(), Shape({c.m, c.n}));
   ASSERT_EQ(y.dtype(), DType::F32);
   auto got = y.to_vec_f64();
@@ -72,12 +79,17 @@ void check_dense(const Case& c, bool gelu) {
       }
       double want = sum + bv[j];
       // The bias joins the f32 sum: one more term of the k + 1 long sum.
-      double bound = numerics::matmul_bound(DType::BF16, c.k + 1, want, abs_sum + std::abs(bv[j]));
+      double bound = numerics::matmul_bound(wdtype, c.k + 1, want, abs_sum + std::abs(bv[j]));
       if (gelu) {
         // |gelu'| <= 1.13: the sum's error carries over; then gelu's own f32 error.
         double g = 0.5 * want * (1 + std::erf(want / std::sqrt(2.0)));
         bound = 1.13 * bound + 16 * 0x1p-24 * (std::abs(g) + std::abs(want)) + 1e-30;
         want = g;
+      }
+      if (with_residual) {
+        // One more f32 addition.
+        want += rv[i * c.n + j];
+        bound += 0x1p-24 * std::abs(want);
       }
       double e = std::abs(got[i * c.n + j] - want);
       if (!(e <= bound) && ++bad <= 5) {
@@ -96,6 +108,21 @@ const std::vector<Case> kCases = {{1, 1, 1},     {3, 5, 7},     {16, 16, 32},   
 
 TEST(Bf16Gemm, MatchesFloat64AtTheBf16MatmulBound) {
   for (const Case& c : kCases) check_dense(c, false);
+}
+
+TEST(Bf16Gemm, ResidualEpilogueMatchesFloat64) {
+  for (const Case& c : {Case{3, 5, 7}, Case{45, 100, 65}, Case{64, 384, 1536}}) {
+    check_dense(c, false, true);
+  }
+  check_dense({33, 70, 40}, true, true);
+}
+
+// f32 weights: sgemm, then bias, GELU and residual in one pass (the same op, f32 bounds).
+TEST(DenseF32, EpilogueMatchesFloat64) {
+  for (const Case& c : {Case{3, 5, 7}, Case{45, 100, 65}}) {
+    check_dense(c, false, false, DType::F32);
+    check_dense(c, true, true, DType::F32);
+  }
 }
 
 TEST(Bf16Gemm, GeluEpilogueMatchesFloat64) {
@@ -160,6 +187,10 @@ TEST(Bf16Gemm, BadOperandsThrow) {
   EXPECT_BAD(DTypeMismatch, "dense", nn::detail::dense(x, w, b.to_dtype(DType::BF16)));
   EXPECT_BAD(ShapeMismatch, "dense", nn::detail::dense(x, w.narrow(1, 0, 7), b));
   EXPECT_BAD(ShapeMismatch, "dense", nn::detail::dense(x, w, b.narrow(0, 0, 5)));
+  EXPECT_BAD(ShapeMismatch, "dense",
+             nn::detail::dense(x, w, b, false, Tensor::zeros({4, 5}, DType::F32, Device::cpu())));
+  EXPECT_BAD(DTypeMismatch, "dense",
+             nn::detail::dense(x, w, b, false, Tensor::zeros({4, 6}, DType::F16, Device::cpu())));
 }
 
 }  // namespace

@@ -157,11 +157,13 @@ __m256i to_bf16(__m512 x) {
   }
 }
 
-// bias, then the exact GELU when `gelu`, over the valid rows x cols of one 32 x 32 accumulator
-// block, written to c (whole rows in place, a partial one through a row buffer). Two loops: one
-// with the branch inside would evaluate erf for every projection.
+// bias, then the exact GELU when `gelu`, then the residual (when not null) over the valid rows x
+// cols of one 32 x 32 accumulator block, written to c (whole rows in place, a partial one through
+// a row buffer). Separate loops: one with the branches inside would evaluate erf for every
+// projection.
 [[gnu::noinline]] void finish_block(const float* __restrict acc, const float* __restrict bias,
-                                    bool gelu, size_t rows, size_t cols, float* c, size_t ldc) {
+                                    bool gelu, const float* residual, size_t ldr, size_t rows,
+                                    size_t cols, float* c, size_t ldc) {
   alignas(64) float row[kBlock];
   for (size_t i = 0; i < rows; ++i) {
     const float* __restrict a = acc + i * kBlock;
@@ -174,6 +176,14 @@ __m256i to_bf16(__m512 x) {
     } else {
       for (size_t j = 0; j < kBlock; ++j) out[j] = a[j] + bias[j];
     }
+    if (residual != nullptr) {
+      const float* __restrict r = residual + i * ldr;
+      if (cols == kBlock) {
+        for (size_t j = 0; j < kBlock; ++j) out[j] += r[j];
+      } else {
+        for (size_t j = 0; j < cols; ++j) out[j] += r[j];
+      }
+    }
     if (cols != kBlock) std::memcpy(c + i * ldc, row, cols * sizeof(float));
   }
 }
@@ -181,7 +191,7 @@ __m256i to_bf16(__m512 x) {
 }  // namespace
 
 void gemm(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* w, size_t ldw,
-          const float* bias, bool gelu, float* c, size_t ldc) {
+          const float* bias, bool gelu, const float* residual, size_t ldr, float* c, size_t ldc) {
   const size_t kb_count = round_up(k, kK) / kK;
   const size_t n_pad = round_up(n, kBlock), m_blocks = round_up(m, kBlock) / kBlock;
   const size_t n_blocks = n_pad / kBlock;
@@ -238,8 +248,9 @@ void gemm(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* 
         _tile_stored(2, acc + kRows * kBlock, kBlock * sizeof(float));
         _tile_stored(3, acc + kRows * kBlock + kRows, kBlock * sizeof(float));
         const size_t c0 = nb * kBlock;
-        finish_block(acc, bias_pad.get() + c0, gelu, std::min(kBlock, m - r0),
-                     std::min(kBlock, n - c0), c + r0 * ldc + c0, ldc);
+        finish_block(acc, bias_pad.get() + c0, gelu,
+                     residual == nullptr ? nullptr : residual + r0 * ldr + c0, ldr,
+                     std::min(kBlock, m - r0), std::min(kBlock, n - c0), c + r0 * ldc + c0, ldc);
       }
     }
     _tile_release();
@@ -253,13 +264,14 @@ void gemm(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* 
 #endif  // WICK_AMX_KERNELS
 
 void gemm_bf16(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* w, size_t ldw,
-               const float* bias, bool gelu, float* c, size_t ldc) {
+               const float* bias, bool gelu, const float* residual, size_t ldr, float* c,
+               size_t ldc) {
 #if defined(WICK_AMX_KERNELS)
   if (m == 0 || n == 0) return;
-  avx512amx::gemm(m, n, k, a, lda, w, ldw, bias, gelu, c, ldc);
+  avx512amx::gemm(m, n, k, a, lda, w, ldw, bias, gelu, residual, ldr, c, ldc);
 #else
   (void)m, (void)n, (void)k, (void)a, (void)lda, (void)w, (void)ldw, (void)bias, (void)gelu,
-      (void)c, (void)ldc;
+      (void)residual, (void)ldr, (void)c, (void)ldc;
 #endif
 }
 

@@ -14,11 +14,13 @@ namespace wick::cpu {
 /// product from f32 ops). Decided once, at the first call.
 const char* bf16_gemm_kernel();
 
-/// c (m x n, row stride ldc) = act(round_bf16(a) w^T + bias): a (m x k, row stride lda) f32, w
-/// (n x k, row stride ldw) bf16, bias (n) f32 or null, act the exact GELU when `gelu`, else the
-/// identity. Products exact, sums in f32 in a fixed k order: a row's result does not depend on m,
-/// on the other rows or on the thread count. Requires bf16_gemm_kernel() to be non-empty.
+/// c (m x n, row stride ldc) = act(round_bf16(a) w^T + bias) + residual: a (m x k, row stride
+/// lda) f32, w (n x k, row stride ldw) bf16, bias (n) f32 or null, act the exact GELU when `gelu`,
+/// else the identity, residual (m x n, row stride ldr) f32 or null. Products exact, sums in f32
+/// in a fixed k order: a row's result does not depend on m, on the other rows or on the thread
+/// count. Requires bf16_gemm_kernel() to be non-empty.
 void gemm_bf16(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* w, size_t ldw,
-               const float* bias, bool gelu, float* c, size_t ldc);
+               const float* bias, bool gelu, const float* residual, size_t ldr, float* c,
+               size_t ldc);
 
 }  // namespace wick::cpu

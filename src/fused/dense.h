@@ -7,10 +7,10 @@
 
 namespace wick::fused {
 
-/// Inputs: x (rows, in), weight (out, in), bias (out): one float dtype, or x and bias f32 with a
-/// bf16 weight. Output (rows, out) in x's dtype: act(x' weight^T + bias), where x' is x rounded to
-/// the weight's dtype (the products of two bf16 values are exact in f32, the sums f32) and act is
-/// the exact GELU when `gelu`.
+/// Inputs: x (rows, in), weight (out, in), bias (out), optionally residual (rows, out): one float
+/// dtype, or x, bias and residual f32 with a bf16 weight. Output (rows, out) in x's dtype:
+/// act(x' weight^T + bias) + residual, where x' is x rounded to the weight's dtype (the products of
+/// two bf16 values are exact in f32, the sums f32) and act is the exact GELU when `gelu`.
 class DenseOp final : public CustomOp {
  public:
   explicit DenseOp(bool gelu) : gelu(gelu) {}

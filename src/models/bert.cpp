@@ -70,14 +70,14 @@ BertConfig BertConfig::from_file(const fs::path& config_json) {
 
 namespace {
 
-// x (..., in) times the transpose of w (out, in), plus b (out), then the activation when `gelu`:
-// one GEMM over all leading dims.
+// x (..., in) times the transpose of w (out, in), plus b (out), then the activation when `gelu`,
+// then the residual when given: one GEMM over all leading dims.
 struct Dense {
   Tensor weight;  // (out, in)
   Tensor bias;    // (out)
 
-  Tensor forward(const Tensor& x, bool gelu = false) const {
-    return nn::detail::dense(x, weight, bias, gelu);
+  Tensor forward(const Tensor& x, bool gelu = false, const Tensor& residual = {}) const {
+    return nn::detail::dense(x, weight, bias, gelu, residual);
   }
 };
 
@@ -271,9 +271,9 @@ Tensor Bert::encode(const Tensor& ids_in, const Tensor& mask_in) const {
     auto part = [&](size_t i) { return qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2); };
     auto ctx = nn::scaled_dot_product_attention(part(0), part(1), part(2), options);
     ctx = ctx.transpose(1, 2).reshape({b, s, h});
-    auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
+    auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx, false, x));
     auto inner = layer.intermediate.forward(a, /*gelu=*/true);
-    x = layer.out_norm.forward(layer.out.forward(inner) + a);
+    x = layer.out_norm.forward(layer.out.forward(inner, false, a));
   }
   return x;
 }
@@ -319,9 +319,9 @@ Tensor Bert::encode_packed(const Tensor& ids_in, const std::vector<size_t>& leng
   const double scale = 1.0 / std::sqrt(static_cast<double>(h / heads));
   for (const auto& layer : m.layers) {
     auto ctx = nn::detail::varlen_attention(layer.qkv.forward(x), off, heads, scale);
-    auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
+    auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx, false, x));
     auto inner = layer.intermediate.forward(a, /*gelu=*/true);
-    x = layer.out_norm.forward(layer.out.forward(inner) + a);
+    x = layer.out_norm.forward(layer.out.forward(inner, false, a));
   }
   return x;
 }

@@ -10,8 +10,8 @@ namespace wick {
 namespace fused {
 
 void DenseOp::check(const TensorList& in) const {
-  if (in.size() != 3 || !in[0].defined() || !in[1].defined() || !in[2].defined()) {
-    throw Error("dense: expected x, weight and bias");
+  if (in.size() < 3 || in.size() > 4 || !in[0].defined() || !in[1].defined() || !in[2].defined()) {
+    throw Error("dense: expected x, weight, bias and an optional residual");
   }
   const Tensor &x = in[0], &w = in[1], &b = in[2];
   const bool same = w.dtype() == x.dtype();
@@ -27,6 +27,17 @@ void DenseOp::check(const TensorList& in) const {
                         x.shape().to_string() + " weight " + w.shape().to_string() + " bias " +
                         b.shape().to_string());
   }
+  if (in.size() == 4 && in[3].defined()) {
+    const Tensor& r = in[3];
+    if (r.dtype() != x.dtype()) {
+      throw DTypeMismatch(
+          str("dense: residual ", dtype_name(r.dtype()), ", x ", dtype_name(x.dtype())));
+    }
+    if (r.shape() != Shape{x.dim(0), w.dim(0)}) {
+      throw ShapeMismatch("dense: residual " + r.shape().to_string() + ", expected (" +
+                          std::to_string(x.dim(0)) + ", " + std::to_string(w.dim(0)) + ")");
+    }
+  }
 }
 
 TensorList DenseOp::fallback(const TensorList& in) const {
@@ -36,19 +47,30 @@ TensorList DenseOp::fallback(const TensorList& in) const {
                                           .to_dtype(x.dtype())
                                           .matmul(w.to_dtype(x.dtype()).t())
                                           .broadcast_add(b);
-  return {gelu ? y.gelu_erf() : y};
+  if (gelu) y = y.gelu_erf();
+  if (in.size() == 4 && in[3].defined()) y = y + in[3];
+  return {y};
 }
 
 }  // namespace fused
 
 namespace nn::detail {
 
-Tensor dense(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu) {
+Tensor dense(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
+             const Tensor& residual) {
   if (x.rank() < 1) throw ShapeMismatch("dense: x must have at least one dim, got a scalar");
   auto dims = x.dims();
   const size_t in = dims.back(), rows = in == 0 ? 0 : x.elem_count() / in;
-  auto y = wick::apply(fused::DenseOp(gelu), {x.reshape({rows, in}), weight, bias})[0];
   dims.back() = weight.rank() == 2 ? weight.dim(0) : 0;
+  TensorList inputs{x.reshape({rows, in}), weight, bias};
+  if (residual.defined()) {
+    if (residual.shape() != Shape(dims)) {
+      throw ShapeMismatch("dense: residual " + residual.shape().to_string() + ", expected " +
+                          Shape(dims).to_string());
+    }
+    inputs.push_back(residual.reshape({rows, dims.back()}));
+  }
+  auto y = wick::apply(fused::DenseOp(gelu), inputs)[0];
   return y.reshape(Shape(dims));
 }
 
