@@ -249,8 +249,9 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
     if (m.max_batch_tokens) count = std::clamp<size_t>(m.max_batch_tokens / len, 1, count);
     // On the CPU the batch goes to the encoder packed without padding (its hidden states then
     // spread into (count, len) rows for the pooling, padded places pointing at row 0 under a zero
-    // mask); a GPU encodes it padded, with one fused attention call per layer.
-    const bool packed = device.is_cpu();
+    // mask); a GPU, and f16/bf16 activations (whose packed attention has no kernel), encode it
+    // padded, with one fused attention call per layer.
+    const bool packed = device.is_cpu() && m.bert.dtype() == DType::F32;
     std::vector<uint32_t> batch_ids(packed ? 0 : count * len, 0), rows(count * len, 0);
     std::vector<size_t> lengths(count);
     std::vector<float> batch_mask(count * len, 0.0f);
