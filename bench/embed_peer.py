@@ -8,7 +8,7 @@ Runtime, in the same run, on the same sentences, batch 128, three sets:
 
     bench/embed_peer.py MODEL_DIR [--wick build/bench/bench_embed] [--sets short,long,mixed]
                         [--threads 2] [--rounds 3] [--device cpu|cuda] [--dtype f32|bf16|f16]
-                        [--batch 128]
+                        [--wick-dtypes f32,bf16] [--batch 128]
 
 Every program runs in its own process with the thread count given (WICK_NUM_THREADS,
 torch.set_num_threads, ONNX Runtime's intra-op threads), one after the other within a round, so
@@ -17,7 +17,9 @@ the rounds, in sentences/s, with the load average of each round and the worst co
 wick's embeddings and each peer's (all must compute the same thing). ONNX Runtime runs the model
 exported from the same checkpoint by torch.onnx (kept in ~/.cache/wick-bench), with the
 sentences sorted by length as sentence-transformers does; mean pooling and normalisation in
-numpy. A peer that is not installed is left out (pip install sentence-transformers onnxruntime
+numpy. --wick-dtypes runs wick once per dtype listed (each a row of the table) beside the peers
+run in --dtype: `--wick-dtypes f32,bf16` shows wick's bf16 projections (AMX where the CPU has them)
+and its f32 beside f32 peers. A peer that is not installed is left out (pip install sentence-transformers onnxruntime
 onnx).
 """
 
@@ -185,9 +187,9 @@ def run_peer(peer, args, text_file, out_file):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_wick(args, text_file, out_file):
+def run_wick(args, text_file, out_file, dtype):
     env = dict(os.environ, WICK_NUM_THREADS=str(args.threads))
-    cmd = [args.wick, args.model_dir, text_file, "--device", args.device, "--dtype", args.dtype,
+    cmd = [args.wick, args.model_dir, text_file, "--device", args.device, "--dtype", dtype,
            "--batch", str(args.batch), "--runs", "1", "--output", out_file]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -225,6 +227,8 @@ def main():
     ap.add_argument("--rounds", "--runs", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
+    ap.add_argument("--wick-dtypes", default="",
+                    help="wick's dtypes, comma-separated (default: --dtype)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--worker", choices=["st", "ort"], help=argparse.SUPPRESS)
     ap.add_argument("--text", help=argparse.SUPPRESS)
@@ -236,10 +240,11 @@ def main():
         return
 
     sets = args.sets.split(",")
+    wick_dtypes = (args.wick_dtypes or args.dtype).split(",")
     peers = [p for p in ("st", "ort") if peer_available(p)]
     if "ort" in peers and args.device != "cpu":
         peers.remove("ort")
-    names = {"wick": "wick", "st": "sentence-transformers", "ort": "onnxruntime"}
+    names = {"st": "sentence-transformers", "ort": "onnxruntime"}
     best, cos, versions, loads = {}, {}, {}, []
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
@@ -250,10 +255,12 @@ def main():
         for r in range(args.rounds):
             start = loadavg()
             for s in sets:
-                wick_npy = os.path.join(tmp, f"{s}-wick.npy")
-                rate = run_wick(args, files[s], wick_npy)
-                best[("wick", s)] = max(rate, best.get(("wick", s), 0))
-                wick_emb = np.load(wick_npy)
+                wick_emb = {}
+                for dt in wick_dtypes:
+                    wick_npy = os.path.join(tmp, f"{s}-wick-{dt}.npy")
+                    rate = run_wick(args, files[s], wick_npy, dt)
+                    best[(dt, s)] = max(rate, best.get((dt, s), 0))
+                    wick_emb[dt] = np.load(wick_npy)
                 for p in peers:
                     npy = os.path.join(tmp, f"{s}-{p}.npy")
                     res = run_peer(p, args, files[s], npy)
@@ -262,35 +269,41 @@ def main():
                     versions[p] = res["version"]
                     best[(p, s)] = max(res["rate"], best.get((p, s), 0))
                     e = np.load(npy)
-                    c = (wick_emb * e).sum(1) / (np.linalg.norm(wick_emb, axis=1) *
-                                                 np.linalg.norm(e, axis=1))
-                    cos[(p, s)] = min(float(c.min()), cos.get((p, s), 1.0))
+                    for dt in wick_dtypes:
+                        w = wick_emb[dt]
+                        c = (w * e).sum(1) / (np.linalg.norm(w, axis=1) * np.linalg.norm(e, axis=1))
+                        cos[(dt, p, s)] = min(float(c.min()), cos.get((dt, p, s), 1.0))
             loads.append(f"{start}-{loadavg()}")
             print(f"round {r + 1}/{args.rounds} done (load average {loads[-1]})", file=sys.stderr)
 
     with open("/proc/cpuinfo") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
     print(f"CPU: {cpu}, {os.cpu_count()} logical CPUs; {args.threads} threads, batch "
-          f"{args.batch}, {args.device} {args.dtype}; load average per round: {', '.join(loads)}")
+          f"{args.batch}, {args.device}, peers {args.dtype}; load average per round: "
+          f"{', '.join(loads)}")
     for p in peers:
         if p in versions:
             print(f"peer: {versions[p]}")
     shown = [p for p in peers if p in versions]
     print("sentences/s, best of the rounds (ratio: wick / peer; min cosine wick vs peer)")
-    print(f"{'set':>6} {'n':>5} {'wick':>9}" + "".join(f" {names[p]:>22}" for p in shown))
+    print(f"{'set':>6} {'n':>5} {'wick':>10} {'rate':>9}" + "".join(f" {names[p]:>22}"
+                                                               for p in shown))
     for s in sets:
-        line = f"{s:>6} {args.n or SETS[s]:>5} {best[('wick', s)]:9.1f}"
-        for p in shown:
-            if (p, s) in best:
-                rate = best[(p, s)]
-                line += f" {rate:9.1f} {best[('wick', s)] / rate:5.2f}x {cos[(p, s)]:.4f}"
-            else:
-                line += f" {'-':>22}"
-        print(line)
-        for p in shown:
-            if (p, s) in best:
-                print(f"RESULT embed_{s}_{p}_ratio {best[('wick', s)] / best[(p, s)]:.4f}")
-
+        for dt in wick_dtypes:
+            w = best[(dt, s)]
+            line = f"{s:>6} {args.n or SETS[s]:>5} {'wick ' + dt:>10} {w:9.1f}"
+            for p in shown:
+                if (p, s) in best:
+                    rate = best[(p, s)]
+                    line += f" {rate:9.1f} {w / rate:5.2f}x {cos[(dt, p, s)]:.4f}"
+                else:
+                    line += f" {'-':>22}"
+            print(line)
+        for dt in wick_dtypes:
+            suffix = "" if dt == args.dtype else f"_{dt}"
+            for p in shown:
+                if (p, s) in best:
+                    print(f"RESULT embed_{s}_{p}_ratio{suffix} {best[(dt, s)] / best[(p, s)]:.4f}")
 
 if __name__ == "__main__":
     main()

@@ -82,6 +82,45 @@ TEST(BertTiny, MatchesFloat64ReferenceInEveryDtype) {
   }
 }
 
+// f32 activations with bf16 projections (Bert::load's matmul dtype): the reference is the f64
+// forward pass of the same bf16-rounded projection weights; the activations' bf16 rounding at
+// each projection input is the remaining error, a few bf16 units at most after the layer norms.
+TEST(BertTiny, Bf16ProjectionsMatchFloat64Reference) {
+  TinyConfig c;
+  auto w = tiny_weights(c, 505);
+  TempDir dir("bf16-proj");
+  write_tiny_model(dir.path, c, w);
+  auto bert = models::Bert::load(dir.path, Device::cpu(), DType::F32, DType::BF16);
+  EXPECT_EQ(bert.dtype(), DType::F32);
+  EXPECT_EQ(bert.matmul_dtype(), DType::BF16);
+  WeightMap rounded = w;
+  for (auto& [name, v] : rounded) {
+    bool projection = name.find("LayerNorm") == std::string::npos &&
+                      name.find("embeddings") == std::string::npos && name.size() > 7 &&
+                      name.compare(name.size() - 7, 7, ".weight") == 0;
+    if (projection) {
+      v = Tensor::from_vec(v, {v.size()}, Device::cpu()).to_dtype(DType::BF16).to_vec_f64();
+    }
+  }
+  TinyBatch batch;
+  auto want = reference_encode(c, rounded, batch.padded_ids(), batch.mask);
+  auto out = bert.encode(Tensor::from_vec(batch.flat_ids, {3, batch.len}, Device::cpu()),
+                         Tensor::from_vec(batch.flat_mask, {3, batch.len}, Device::cpu()));
+  EXPECT_EQ(out.dtype(), DType::F32);
+  double err = max_rel_error_unpadded(out.to_vec_f64(), want, batch, c.hidden);
+  std::printf("    bf16 projections: max error %.3g of the largest value (f32 weights: ", err);
+  // Far tighter than the all-bf16 model (8e-2), and far looser than f32 (2e-5): the products
+  // must have been rounded, within 16 bf16 units of the largest value.
+  double err_f32 = max_rel_error_unpadded(
+      out.to_vec_f64(), reference_encode(c, w, batch.padded_ids(), batch.mask), batch, c.hidden);
+  std::printf("%.3g)\n", err_f32);
+  EXPECT_LE(err, 16 * 0x1p-8);
+  EXPECT_THROW(models::Bert::load(dir.path, Device::cpu(), DType::BF16, DType::F32),
+               UnsupportedDType);
+  EXPECT_THROW(models::Bert::load(dir.path, Device::cpu(), DType::F32, DType::F16),
+               UnsupportedDType);
+}
+
 TEST(BertTiny, PaddingDoesNotChangeRealTokens) {
   TinyConfig c;
   auto w = tiny_weights(c, 202);
@@ -366,6 +405,36 @@ TEST(MiniLM, EmbeddingsBf16OnCpu) {
   auto ref = reference_embeddings(dir);
   ref.resize(32);
   EXPECT_TRUE(rows_match(embedder.embed(texts), ref, 0.999));
+}
+
+// The CPU's bf16 (bf16 projections, f32 elsewhere) against the f32 embeddings of the same
+// sentences, at docs/NUMERICS.md's bound for bf16 projections: cosine >= 1 - 2^-10 and every
+// element of the unit-length embeddings within 2^-8 (bf16's unit roundoff).
+TEST(MiniLM, Bf16EmbeddingsWithinTheBoundOfF32) {
+  WICK_REQUIRE_MINILM(dir);
+  SentenceEmbedderOptions options;
+  auto texts = sentences();
+  texts.resize(64);
+  auto f32 = SentenceEmbedder::load(dir, Device::cpu(), options).embed(texts).to_vec2<float>();
+  options.dtype = DType::BF16;
+  auto embedder = SentenceEmbedder::load(dir, Device::cpu(), options);
+  EXPECT_EQ(embedder.bert().matmul_dtype(), DType::BF16);
+  EXPECT_EQ(embedder.bert().dtype(), DType::F32);
+  auto bf = embedder.embed(texts).to_vec2<float>();
+  ASSERT_EQ(bf.size(), f32.size());
+  double worst_cos = 2, worst_elem = 0;
+  for (size_t i = 0; i < bf.size(); ++i) {
+    worst_cos = std::min(worst_cos, cosine(bf[i], f32[i]));
+    for (size_t j = 0; j < bf[i].size(); ++j) {
+      worst_elem = std::max(worst_elem, std::abs(double(bf[i][j]) - f32[i][j]));
+    }
+  }
+  std::printf("    bf16 vs f32: min cosine %.9f, max |element difference| %.3g\n", worst_cos,
+              worst_elem);
+  EXPECT_GE(worst_cos, 1 - 0x1p-10);
+  EXPECT_LE(worst_elem, 0x1p-8);
+  // bf16 products change the result: identical embeddings would mean f32 ran.
+  EXPECT_GT(worst_elem, 0.0);
 }
 
 TEST(MiniLM, EmptyInputGivesNoRows) {

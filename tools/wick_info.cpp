@@ -199,6 +199,12 @@ std::string to_text(const json& info, bool tensors) {
         << "\n";
   }
   if (info.contains("note")) out << "note: " << info["note"].get<std::string>() << "\n";
+  if (info.contains("cpu")) {
+    const auto& cpu = info["cpu"];
+    out << "cpu kernels: " << cpu["isa"].get<std::string>() << ", f32 GEMM "
+        << cpu["gemm"].get<std::string>() << ", bf16 GEMM " << cpu["bf16_gemm"].get<std::string>()
+        << "\n";
+  }
   if (info.contains("config")) print_section(out, "config", info["config"]);
   if (info.contains("tokenizer")) print_section(out, "tokenizer", info["tokenizer"]);
   if (info.contains("metadata")) print_section(out, "metadata", info["metadata"]);
@@ -247,6 +253,11 @@ int main(int argc, char** argv) {
                               "folder");
     }
     if (no_tensors) info.erase("tensors");
+    // The kernels this machine runs the model with (a bf16 GEMM of "none": f32 ops composed).
+    const std::string bf16_gemm = wick::cpu_bf16_gemm();
+    info["cpu"] = {{"isa", wick::cpu_isa()},
+                   {"gemm", wick::cpu_gemm()},
+                   {"bf16_gemm", bf16_gemm.empty() ? "none" : bf16_gemm}};
     std::string text = as_json ? info.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"
                                : to_text(info, !no_tensors);
     tools::write_stdout(text.data(), text.size());

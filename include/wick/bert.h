@@ -44,15 +44,35 @@ class Bert {
   static Bert load(const std::filesystem::path& model_dir, const Device& device,
                    DType dtype = DType::F32);
 
+  /// As load(model_dir, device, dtype), with the weights of the dense projections (query, key,
+  /// value, attention output, intermediate, output) stored in `matmul_dtype` and their products
+  /// computed in it. `matmul_dtype` == `dtype` is load(); the other pair accepted is F32 with BF16:
+  /// each projection rounds its f32 input to bf16, multiplies exactly and sums in f32, while the
+  /// embeddings, norms, attention, GELU and hidden states stay f32 (within a bf16 matmul's bound
+  /// of the f32 model). The CPU runs these products on AMX tiles where it has them
+  /// (wick-info's "bf16 GEMM" line). UnsupportedDType for any other pair.
+  static Bert load(const std::filesystem::path& model_dir, const Device& device, DType dtype,
+                   DType matmul_dtype);
+
   /// Last hidden states (b, s, hidden_size) in the model's dtype. `ids` is (b, s), U32 or I64,
   /// s <= max_position_embeddings; `attention_mask` is (b, s), any dtype, 1 for a token and 0
   /// for padding (padded keys get no attention). Token types are all 0. Inputs on another device
   /// are moved to the model's.
   Tensor encode(const Tensor& ids, const Tensor& attention_mask) const;
 
+  /// Last hidden states (t, hidden_size) of sequences packed without padding: `ids` (t), U32 or
+  /// I64, holds them one after another, `lengths` their token counts (each 1 to
+  /// max_position_embeddings, summing to t). Each sequence attends to its own tokens only, so its
+  /// rows are encode()'s for it alone, within the bounds of the ops (the projections and the
+  /// FFN run over the t tokens, no padding). Token types are all 0. ShapeMismatch for other
+  /// lengths, UnsupportedDType for other ids.
+  Tensor encode_packed(const Tensor& ids, const std::vector<size_t>& lengths) const;
+
   const BertConfig& config() const;
   Device device() const;
   DType dtype() const;
+  /// The dtype of the dense projections' weights and products (load's matmul_dtype).
+  DType matmul_dtype() const;
 
   struct Impl;
 
@@ -70,7 +90,9 @@ enum class Pooling { Mean, Cls, Max, MeanSqrtLen };
 
 /// Options of SentenceEmbedder::load; the folder's own files decide everything else.
 struct SentenceEmbedderOptions {
-  /// Compute dtype of the encoder (F32, F16, BF16); embeddings are always returned as F32.
+  /// Compute dtype of the encoder (F32, F16, BF16); embeddings are always returned as F32. BF16 on
+  /// the CPU computes the dense projections in bf16 (bf16 weights, f32 sums) and keeps the rest in
+  /// f32: Bert::load(dir, device, F32, BF16).
   DType dtype = DType::F32;
   /// Sentences per forward pass (at most).
   size_t batch_size = 32;

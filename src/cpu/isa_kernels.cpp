@@ -10,7 +10,10 @@ const Kernels kAvx512Kernels
 #else
 const Kernels kAvx2Kernels
 #endif
-    {&copy_bytes, &to_dtype,         &unary,        &binary, &cmp, &where_cond,
-     &reduce,     &softmax_last_dim, &attention_f32};
+    {&copy_bytes,    &to_dtype,
+     &unary,         &binary,
+     &cmp,           &where_cond,
+     &reduce,        &softmax_last_dim,
+     &attention_f32, &varlen_attention_f32};
 
 }  // namespace wick::cpu

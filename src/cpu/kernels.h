@@ -1,8 +1,8 @@
 #pragma once
-// The CPU kernels built once per instruction set: unary.cpp, binary.cpp, copy.cpp, reduce.cpp and
-// attention_f32.cpp are compiled twice, into wick::cpu::avx2 (the baseline) and wick::cpu::avx512,
-// and each build fills one Kernels table (isa_kernels.cpp). isa.cpp picks the table once, at first
-// use.
+// The CPU kernels built once per instruction set: unary.cpp, binary.cpp, copy.cpp, reduce.cpp,
+// attention_f32.cpp and varlen_attention_f32.cpp are compiled twice, into wick::cpu::avx2 (the
+// baseline) and wick::cpu::avx512, and each build fills one Kernels table (isa_kernels.cpp).
+// isa.cpp picks the table once, at first use.
 
 #include <vector>
 
@@ -30,6 +30,8 @@ struct Kernels {
   StoragePtr (*softmax_last_dim)(const CpuStorage& in, const Layout& layout);
   void (*attention_f32)(const AttentionParams& params, const std::vector<KernelOperand>& operands,
                         float* out);
+  void (*varlen_attention_f32)(const float* qkv, const uint32_t* offsets, size_t n, size_t heads,
+                               size_t d, float scale, float* out);
 };
 
 /// The tables of the two builds (isa_kernels.cpp).
@@ -59,6 +61,10 @@ StoragePtr reduce(const CpuStorage& in, ReduceKind op, const Layout& layout,
 StoragePtr softmax_last_dim(const CpuStorage& in, const Layout& layout);
 void attention_f32(const AttentionParams& params, const std::vector<KernelOperand>& operands,
                    float* out);
+/// fused::VarlenAttentionOp on f32: qkv (t, 3 heads d) rows, sequence i at rows
+/// [offsets[i], offsets[i + 1]) of the n, out (t, heads d).
+void varlen_attention_f32(const float* qkv, const uint32_t* offsets, size_t n, size_t heads,
+                          size_t d, float scale, float* out);
 }  // namespace WICK_ISA_NS
 
 }  // namespace wick::cpu

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "json_file.h"
+#include "nn/dense.h"
+#include "nn/varlen_attention.h"
 #include "wick/error.h"
 #include "wick/nn.h"
 
@@ -68,18 +70,14 @@ BertConfig BertConfig::from_file(const fs::path& config_json) {
 
 namespace {
 
-// x (..., in) times the transpose of w (out, in), plus b (out): one GEMM over all leading dims.
+// x (..., in) times the transpose of w (out, in), plus b (out), then the activation when `gelu`,
+// then the residual when given: one GEMM over all leading dims.
 struct Dense {
   Tensor weight;  // (out, in)
   Tensor bias;    // (out)
 
-  Tensor forward(const Tensor& x) const {
-    auto dims = x.dims();
-    size_t in = dims.back();
-    size_t rows = x.elem_count() / std::max<size_t>(in, 1);
-    auto y = x.reshape({rows, in}).matmul(weight.t()).broadcast_add(bias);
-    dims.back() = weight.dim(0);
-    return y.reshape(Shape(dims));
+  Tensor forward(const Tensor& x, bool gelu = false, const Tensor& residual = {}) const {
+    return nn::detail::dense(x, weight, bias, gelu, residual);
   }
 };
 
@@ -153,6 +151,7 @@ struct Bert::Impl {
   BertConfig config;
   Device device = Device::cpu();
   DType dtype = DType::F32;
+  DType matmul_dtype = DType::F32;
   Tensor word_embeddings;      // (vocab, hidden)
   Tensor position_embeddings;  // (max_positions, hidden)
   Tensor token_type_row;       // (hidden): token type 0
@@ -161,15 +160,25 @@ struct Bert::Impl {
 };
 
 Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype) {
+  return load(model_dir, device, dtype, dtype);
+}
+
+Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype, DType matmul_dtype) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) {
     throw UnsupportedDType(std::string("Bert::load: dtype ") + dtype_name(dtype) +
                            " (expected f32, f16 or bf16)");
+  }
+  if (matmul_dtype != dtype && !(dtype == DType::F32 && matmul_dtype == DType::BF16)) {
+    throw UnsupportedDType(std::string("Bert::load: matmul dtype ") + dtype_name(matmul_dtype) +
+                           " with dtype " + dtype_name(dtype) +
+                           " (expected the dtype itself, or bf16 with f32)");
   }
   json_file::require_model_folder(model_dir);
   auto impl = std::make_shared<Impl>();
   impl->config = BertConfig::from_file(model_dir / "config.json");
   impl->device = device;
   impl->dtype = dtype;
+  impl->matmul_dtype = matmul_dtype;
   const auto& c = impl->config;
   const size_t h = c.hidden_size;
 
@@ -202,6 +211,11 @@ Bert Bert::load(const fs::path& model_dir, const Device& device, DType dtype) {
         ld.dense(lw.pp("output").pp("dense"), c.intermediate_size, h),
         ld.norm(lw.pp("output").pp("LayerNorm"), h, c.layer_norm_eps),
     };
+    if (matmul_dtype != dtype) {
+      for (Dense* d : {&layer.qkv, &layer.attn_out, &layer.intermediate, &layer.out}) {
+        d->weight = d->weight.to_dtype(matmul_dtype);
+      }
+    }
     impl->layers.push_back(std::move(layer));
   }
   device.synchronize();
@@ -216,6 +230,9 @@ Device Bert::device() const {
 }
 DType Bert::dtype() const {
   return impl_->dtype;
+}
+DType Bert::matmul_dtype() const {
+  return impl_->matmul_dtype;
 }
 
 Tensor Bert::encode(const Tensor& ids_in, const Tensor& mask_in) const {
@@ -254,9 +271,57 @@ Tensor Bert::encode(const Tensor& ids_in, const Tensor& mask_in) const {
     auto part = [&](size_t i) { return qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2); };
     auto ctx = nn::scaled_dot_product_attention(part(0), part(1), part(2), options);
     ctx = ctx.transpose(1, 2).reshape({b, s, h});
-    auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
-    auto inner = layer.intermediate.forward(a).gelu_erf();
-    x = layer.out_norm.forward(layer.out.forward(inner) + a);
+    auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx, false, x));
+    auto inner = layer.intermediate.forward(a, /*gelu=*/true);
+    x = layer.out_norm.forward(layer.out.forward(inner, false, a));
+  }
+  return x;
+}
+
+Tensor Bert::encode_packed(const Tensor& ids_in, const std::vector<size_t>& lengths) const {
+  const auto& m = *impl_;
+  const auto& c = m.config;
+  if (ids_in.rank() != 1) {
+    throw ShapeMismatch("Bert::encode_packed: ids must be (tokens), got " +
+                        ids_in.shape().to_string());
+  }
+  if (ids_in.dtype() != DType::U32 && ids_in.dtype() != DType::I64) {
+    throw UnsupportedDType(std::string("Bert::encode_packed: ids must be u32 or i64, got ") +
+                           dtype_name(ids_in.dtype()));
+  }
+  const size_t t = ids_in.dim(0), h = c.hidden_size, heads = c.num_attention_heads;
+  std::vector<uint32_t> positions, offsets{0};
+  positions.reserve(t);
+  for (size_t len : lengths) {
+    if (len == 0 || len > c.max_position_embeddings || positions.size() + len > t) {
+      throw ShapeMismatch("Bert::encode_packed: sequence lengths must be 1.." +
+                          std::to_string(c.max_position_embeddings) + " and sum to the " +
+                          std::to_string(t) + " ids, got a length " + std::to_string(len));
+    }
+    for (size_t p = 0; p < len; ++p) positions.push_back(static_cast<uint32_t>(p));
+    offsets.push_back(static_cast<uint32_t>(positions.size()));
+  }
+  if (positions.size() != t) {
+    throw ShapeMismatch("Bert::encode_packed: the lengths sum to " +
+                        std::to_string(positions.size()) + ", not the " + std::to_string(t) +
+                        " ids");
+  }
+  auto ids = ids_in.to_device(m.device);
+  auto pos = Tensor::from_vec(positions, {t}, Device::cpu()).to_device(m.device);
+  auto off = Tensor::from_vec(offsets, {offsets.size()}, Device::cpu()).to_device(m.device);
+
+  // Embeddings: word + position (each token's place in its own sequence) + token type 0.
+  auto x = m.word_embeddings.embedding(ids)
+               .add(m.position_embeddings.embedding(pos))
+               .broadcast_add(m.token_type_row);
+  x = m.embeddings_norm.forward(x);
+
+  const double scale = 1.0 / std::sqrt(static_cast<double>(h / heads));
+  for (const auto& layer : m.layers) {
+    auto ctx = nn::detail::varlen_attention(layer.qkv.forward(x), off, heads, scale);
+    auto a = layer.attn_norm.forward(layer.attn_out.forward(ctx, false, x));
+    auto inner = layer.intermediate.forward(a, /*gelu=*/true);
+    x = layer.out_norm.forward(layer.out.forward(inner, false, a));
   }
   return x;
 }

@@ -150,7 +150,11 @@ SentenceEmbedder SentenceEmbedder::load(const fs::path& model_dir, const Device&
   if (!file_exists(tokenizer_file)) {
     throw FormatError(tokenizer_file.string() + ": missing (vocab.txt alone is not read)");
   }
-  auto bert = models::Bert::load(mods.transformer, device, options.dtype);
+  // bf16 on the CPU: bf16 products with f32 activations (the AMX tile GEMM where the CPU has
+  // it); the CPU's own bf16 elementwise and attention kernels gain nothing over f32.
+  auto bert = device.is_cpu() && options.dtype == DType::BF16
+                  ? models::Bert::load(mods.transformer, device, DType::F32, DType::BF16)
+                  : models::Bert::load(mods.transformer, device, options.dtype);
   const auto& c = bert.config();
   auto impl = std::make_shared<Impl>(Impl{bert, Tokenizer::from_file(tokenizer_file.string())});
   impl->pooling = read_pooling(mods.pooling, c.hidden_size);
@@ -243,16 +247,38 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
     }
     count = std::min(m.batch_size, n - start);
     if (m.max_batch_tokens) count = std::clamp<size_t>(m.max_batch_tokens / len, 1, count);
-    std::vector<uint32_t> batch_ids(count * len, 0);
+    // On the CPU the batch goes to the encoder packed without padding (its hidden states then
+    // spread into (count, len) rows for the pooling, padded places pointing at row 0 under a zero
+    // mask); a GPU, and f16/bf16 activations (whose packed attention has no kernel), encode it
+    // padded, with one fused attention call per layer.
+    const bool packed = device.is_cpu() && m.bert.dtype() == DType::F32;
+    std::vector<uint32_t> batch_ids(packed ? 0 : count * len, 0), rows(count * len, 0);
+    std::vector<size_t> lengths(count);
     std::vector<float> batch_mask(count * len, 0.0f);
     for (size_t r = 0; r < count; ++r) {
       const auto& row = ids[order[start + r]];
-      std::copy(row.begin(), row.end(), batch_ids.begin() + r * len);
+      lengths[r] = row.size();
+      if (packed) {
+        for (size_t t = 0; t < row.size(); ++t) rows[r * len + t] = uint32_t(batch_ids.size() + t);
+        batch_ids.insert(batch_ids.end(), row.begin(), row.end());
+      } else {
+        std::copy(row.begin(), row.end(), batch_ids.begin() + r * len);
+      }
       std::fill_n(batch_mask.begin() + r * len, row.size(), 1.0f);
     }
-    auto id_t = Tensor::from_vec(batch_ids, {count, len}, Device::cpu()).to_device(device);
     auto mask_t = Tensor::from_vec(batch_mask, {count, len}, Device::cpu()).to_device(device);
-    auto hidden = m.bert.encode(id_t, mask_t).to_dtype(DType::F32);
+    Tensor hidden;
+    if (packed) {
+      auto id_t = Tensor::from_vec(batch_ids, {batch_ids.size()}, Device::cpu());
+      auto rows_t = Tensor::from_vec(rows, {count * len}, Device::cpu());
+      hidden = m.bert.encode_packed(id_t, lengths)
+                   .to_dtype(DType::F32)
+                   .index_select(rows_t, 0)
+                   .reshape({count, len, m.dim});
+    } else {
+      auto id_t = Tensor::from_vec(batch_ids, {count, len}, Device::cpu()).to_device(device);
+      hidden = m.bert.encode(id_t, mask_t).to_dtype(DType::F32);
+    }
     auto emb = pool(hidden, mask_t, m.pooling);
     if (m.normalize) {
       emb = emb.broadcast_div(emb.sqr().sum_keepdim({1}).sqrt().clamp(1e-12, 1e300));
