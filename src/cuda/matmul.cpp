@@ -125,10 +125,9 @@ StoragePtr CudaStorage::matmul(const BackendStorage& rhs_storage, MatmulDims dim
   // Auto takes wick's GEMM while cuBLASLt warms up (a process's first matmuls return without
   // waiting for it), except under batch invariance (WICK_BATCH_INVARIANT=1, set_batch_invariant),
   // where it waits: a matmul's path, and so its bits, then never depend on timing.
-  bool use_cublas =
-      path == CudaMatmulPath::Cublas ||
-      (path == CudaMatmulPath::Auto &&
-       (engine.ready() || (settings::batch_invariant() && engine.wait_warm_up())));
+  bool use_cublas = path == CudaMatmulPath::Cublas ||
+                    (path == CudaMatmulPath::Auto &&
+                     (engine.ready() || (settings::batch_invariant() && engine.wait_warm_up())));
   if (path == CudaMatmulPath::Cublas) engine.wait_ready();
   if (engine.failed()) use_cublas = false;
 
