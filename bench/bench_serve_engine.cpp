@@ -76,7 +76,7 @@ struct Sampling {
 
 Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size_t streams,
                 size_t prompt_len, size_t new_tokens, const Sampling& sampling,
-                bool graphs = true) {
+                bool graphs = false) {
   wick::serve::EngineOptions o;
   o.max_batch = std::max<size_t>(streams, 1);
   o.cuda_graphs = graphs;
@@ -153,7 +153,8 @@ int main(int argc, char** argv) {
   app.add_flag("--per-sequence", per_sequence,
                "also the engine over CausalLM's per-sequence forward_paged, interleaved");
   app.add_flag("--compare-graphs", compare_graphs,
-               "also the engine without CUDA graphs (EngineOptions::cuda_graphs), interleaved");
+               "also the engine with CUDA graphs (EngineOptions::cuda_graphs, off by default), "
+               "interleaved");
   CLI11_PARSE(app, argc, argv);
   try {
     const wick::Device dev = wick::Device::parse(device_name);
@@ -200,9 +201,9 @@ int main(int argc, char** argv) {
         print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens, sampling));
       }
       if (compare_graphs) {
-        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, sampling, false));
+        print("graphs", s, run_streams(model, s, prompt_len, new_tokens, sampling, true));
         print("", s, run_streams(model, s, prompt_len, new_tokens, sampling));
-        print("no graphs", s, run_streams(model, s, prompt_len, new_tokens, sampling, false));
+        print("graphs", s, run_streams(model, s, prompt_len, new_tokens, sampling, true));
       }
     }
   } catch (const std::exception& e) {
