@@ -70,9 +70,13 @@ Tensor Decoder::attend_paged(const Tensor& q, const Tensor& k, const Tensor& v, 
   const size_t hd = config_.head_dim;
   const PagedKvCache& cache = *at.pages;
   const PagedBatchTensors& b = *at.batch;
-  const auto& [cos, sin] = at.rope.at(l.attention.rope);
+  const std::pair<Tensor, Tensor>& table = at.rope.at(l.attention.rope);  // (cos, sin)
   auto rotated = [&](const Tensor& x, size_t heads) {  // (1, T, heads, hd) -> (T, heads, hd)
-    return x.transpose(1, 2).contiguous().rope(cos, sin).transpose(1, 2).reshape({t, heads, hd});
+    return x.transpose(1, 2)
+        .contiguous()
+        .rope(table.first, table.second)
+        .transpose(1, 2)
+        .reshape({t, heads, hd});
   };
   nn::paged_kv_write(cache.k(li), cache.v(li), rotated(k, h_kv), v.reshape({t, h_kv, hd}), b.slots);
   return nn::paged_attention(rotated(q, h), cache.k(li), cache.v(li), b.page_table, b.token_seq,
