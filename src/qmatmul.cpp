@@ -21,26 +21,7 @@ std::shared_ptr<QCache> make_qcache() {
 }  // namespace detail
 
 bool qmatmul_supports(GgmlType type) {
-  switch (type) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_K:
-    case GgmlType::Q6_K:
-    case GgmlType::Q5_1:
-    case GgmlType::Q2_K:
-    case GgmlType::Q3_K:
-    case GgmlType::Q5_K:
-    case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS:
-      return true;
-    default:
-      return false;
-  }
+  return ggml_can_dequantize(type);  // rows of any type it can dequantise, kernels or not
 }
 
 int qmatmul_cpu_activation_bits(GgmlType type) {

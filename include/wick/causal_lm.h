@@ -98,6 +98,12 @@ class CausalLM {
 PagedBatchTensors paged_batch_tensors(const std::vector<PagedSequence>& batch, size_t page_size,
                                       const Device& device, size_t width = 0);
 
+/// The checks every forward, forward_last and decode_step makes: `ids` is (batch, seq) with
+/// seq > 0, u32 or i64, on `device`, and `cache` holds `layers` layers for that batch. `op` names
+/// the caller in the messages.
+void check_forward_ids(const Tensor& ids, const KvCache& cache, size_t layers, const Device& device,
+                       const std::string& op);
+
 /// The checks every forward_paged makes: each sequence has new tokens below `vocab_size`, its
 /// table covers its positions (within `max_position` when it is not 0) and names pages of the
 /// pool. `op` names the caller in the messages.

@@ -27,6 +27,23 @@ Tensor CausalLM::decode_step(const Tensor&, const Tensor&, KvCache&, Tensor*, si
                   " model has no device-side decode step (has_decode_step() is false)"));
 }
 
+void check_forward_ids(const Tensor& ids, const KvCache& cache, size_t layers, const Device& device,
+                       const std::string& op) {
+  if (ids.rank() != 2 || ids.dims()[1] == 0) {
+    throw ShapeMismatch(str(op, ": ids must be (batch, seq) with seq > 0, got ", ids.shape()));
+  }
+  if (ids.dtype() != DType::U32 && ids.dtype() != DType::I64) {
+    throw DTypeMismatch(str(op, ": ids must be u32 or i64, got ", ids.dtype()));
+  }
+  if (cache.layers() != layers || cache.batch() != ids.dims()[0]) {
+    throw ShapeMismatch(str(op, ": cache for batch ", cache.batch(), " and ", cache.layers(),
+                            " layers, ids ", ids.shape(), " for a model of ", layers, " layers"));
+  }
+  if (ids.device() != device) {
+    throw DeviceMismatch(str(op, ": ids on ", ids.device(), ", model on ", device));
+  }
+}
+
 namespace {
 
 namespace fs = std::filesystem;

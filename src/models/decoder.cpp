@@ -578,23 +578,6 @@ Tensor Decoder::attend(const Tensor& in, size_t li, const Step& at) const {
   return att.transpose(1, 2).reshape({b, s, h * hd});
 }
 
-void Decoder::check(const Tensor& ids, const KvCache& cache, const std::string& name) const {
-  if (ids.rank() != 2 || ids.dims()[1] == 0) {
-    throw ShapeMismatch(str(name, ": ids must be (batch, seq) with seq > 0, got ", ids.shape()));
-  }
-  if (ids.dtype() != DType::U32 && ids.dtype() != DType::I64) {
-    throw DTypeMismatch(str(name, ": ids must be u32 or i64, got ", ids.dtype()));
-  }
-  if (cache.layers() != w_.layers.size() || cache.batch() != ids.dims()[0]) {
-    throw ShapeMismatch(str(name, ": cache for batch ", cache.batch(), " and ", cache.layers(),
-                            " layers, ids ", ids.shape(), " for a model of ", w_.layers.size(),
-                            " layers"));
-  }
-  if (ids.device() != device_) {
-    throw DeviceMismatch(str(name, ": ids on ", ids.device(), ", model on ", device_));
-  }
-}
-
 Tensor Decoder::head(const Tensor& normed, const Step& at) const {
   Tensor logits = linear(w_.lm_head, normed, at);
   if (config_.final_softcap > 0) {
@@ -606,7 +589,7 @@ Tensor Decoder::head(const Tensor& normed, const Step& at) const {
 
 Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const {
   const std::string name = str(config_.architecture, " ", op);
-  check(ids, cache, name);
+  check_forward_ids(ids, cache, w_.layers.size(), device_, name);
   const size_t s = ids.dims()[1], start = cache.length();
   if (start + s > cache.max_len()) {
     throw IndexOutOfRange(str(name, ": ", start, " cached + ", s,
@@ -627,7 +610,7 @@ Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const cha
 Tensor Decoder::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
                             Tensor* logits, size_t key_window) const {
   const std::string name = str(config_.architecture, " decode_step");
-  check(token, cache, name);
+  check_forward_ids(token, cache, w_.layers.size(), device_, name);
   if (token.dims()[1] != 1 || token.dtype() != DType::U32) {
     throw ShapeMismatch(
         str(name, ": token must be (batch, 1) u32, got ", token.shape(), " ", token.dtype()));

@@ -206,7 +206,6 @@ class Decoder : public CausalLM {
 
  private:
   Tensor run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const;
-  void check(const Tensor& ids, const KvCache& cache, const std::string& name) const;
   Tensor head(const Tensor& normed, const Step& at) const;
   /// attend's paged step: rope at each token's position, the write into its slot, paged attention.
   Tensor attend_paged(const Tensor& q, const Tensor& k, const Tensor& v, size_t li,

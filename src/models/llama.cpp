@@ -444,23 +444,6 @@ Hidden run_layers(const Llama::Impl& m, const Tensor& ids, KvCache& cache, const
   return {x, normed};
 }
 
-void check_ids(const Llama::Impl& m, const Tensor& ids, const KvCache& cache, const char* op) {
-  if (ids.rank() != 2 || ids.dims()[1] == 0) {
-    throw ShapeMismatch(str(op, ": ids must be (batch, seq) with seq > 0, got ", ids.shape()));
-  }
-  if (ids.dtype() != DType::U32 && ids.dtype() != DType::I64) {
-    throw DTypeMismatch(str(op, ": ids must be u32 or i64, got ", ids.dtype()));
-  }
-  if (cache.layers() != m.layers.size() || cache.batch() != ids.dims()[0]) {
-    throw ShapeMismatch(str(op, ": cache for batch ", cache.batch(), " and ", cache.layers(),
-                            " layers, ids ", ids.shape(), " for a model of ", m.layers.size(),
-                            " layers"));
-  }
-  if (ids.device() != m.device) {
-    throw DeviceMismatch(str(op, ": ids on ", ids.device(), ", model on ", m.device));
-  }
-}
-
 void check_room(const KvCache& cache, size_t s, const char* op) {
   if (cache.length() + s > cache.max_len()) {
     throw IndexOutOfRange(str(op, ": ", cache.length(), " cached + ", s,
@@ -471,7 +454,7 @@ void check_room(const KvCache& cache, size_t s, const char* op) {
 }  // namespace
 
 Tensor Llama::forward(const Tensor& ids, KvCache& cache) const {
-  check_ids(*impl_, ids, cache, "Llama::forward");
+  check_forward_ids(ids, cache, impl_->layers.size(), impl_->device, "Llama::forward");
   size_t s = ids.dims()[1];
   check_room(cache, s, "Llama::forward");
   Hidden hidden = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
@@ -480,7 +463,7 @@ Tensor Llama::forward(const Tensor& ids, KvCache& cache) const {
 }
 
 Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
-  check_ids(*impl_, ids, cache, "Llama::forward_last");
+  check_forward_ids(ids, cache, impl_->layers.size(), impl_->device, "Llama::forward_last");
   size_t s = ids.dims()[1];
   check_room(cache, s, "Llama::forward_last");
   Hidden hidden = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
@@ -562,7 +545,7 @@ Tensor Llama::forward_paged_tensors(const PagedBatchTensors& b, PagedKvCache& ca
 
 Tensor Llama::decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
                           Tensor* logits, size_t key_window) const {
-  check_ids(*impl_, token, cache, "Llama::decode_step");
+  check_forward_ids(token, cache, impl_->layers.size(), impl_->device, "Llama::decode_step");
   if (token.dims()[1] != 1 || token.dtype() != DType::U32) {
     throw ShapeMismatch(str("Llama::decode_step: token must be (batch, 1) u32, got ", token.shape(),
                             " ", token.dtype()));
