@@ -2,11 +2,13 @@
 // numbers of concurrent streams, beside a Generator's single-stream decode of the same model in
 // the same run: aggregate output tok/s, p50/p99 time to first token and inter-token latency.
 // WICK_BATCH_INVARIANT=0 in the environment measures the non-invariant dense projections;
-// --temperature above 0 samples each stream with its own seed (the cost of sampling).
+// --compare-invariant adds rows under wick::set_batch_invariant(true) (wick-serve
+// --deterministic), interleaved with the default's; --temperature above 0 samples each stream
+// with its own seed (the cost of sampling).
 //
 //   bench_serve_engine --model PATH [--device cpu|cuda] [--dtype f32] [--streams 1,4,16,64]
 //                      [--prompt-len 32] [--new 64] [--dequantize] [--per-sequence]
-//                      [--compare-graphs] [--temperature 0] [--top-p 1]
+//                      [--compare-graphs] [--compare-invariant] [--temperature 0] [--top-p 1]
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -148,13 +150,16 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", sampling.top_p, "nucleus sampling's p, in (0, 1]")
       ->check(CLI::Range(1e-9, 1.0))
       ->capture_default_str();
-  bool dequantize = false, per_sequence = false, compare_graphs = false;
+  bool dequantize = false, per_sequence = false, compare_graphs = false, compare_invariant = false;
   app.add_flag("--dequantize", dequantize, "a GGUF's matrices dequantised to --dtype at load");
   app.add_flag("--per-sequence", per_sequence,
                "also the engine over CausalLM's per-sequence forward_paged, interleaved");
   app.add_flag("--compare-graphs", compare_graphs,
                "also the engine with CUDA graphs (EngineOptions::cuda_graphs, off by default), "
                "interleaved");
+  app.add_flag("--compare-invariant", compare_invariant,
+               "also the engine under batch invariance (wick::set_batch_invariant(true), as "
+               "wick-serve --deterministic), interleaved");
   CLI11_PARSE(app, argc, argv);
   try {
     const wick::Device dev = wick::Device::parse(device_name);
@@ -199,6 +204,18 @@ int main(int argc, char** argv) {
         print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens, sampling));
         print("", s, run_streams(model, s, prompt_len, new_tokens, sampling));
         print("per-sequence", s, run_streams(per_seq, s, prompt_len, new_tokens, sampling));
+      }
+      if (compare_invariant) {
+        const bool was = wick::batch_invariant();
+        auto invariant = [&] {
+          wick::set_batch_invariant(true);
+          Run r = run_streams(model, s, prompt_len, new_tokens, sampling);
+          wick::set_batch_invariant(was);
+          return r;
+        };
+        print("invariant", s, invariant());
+        print("", s, run_streams(model, s, prompt_len, new_tokens, sampling));
+        print("invariant", s, invariant());
       }
       if (compare_graphs) {
         print("graphs", s, run_streams(model, s, prompt_len, new_tokens, sampling, true));

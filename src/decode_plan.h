@@ -1,10 +1,11 @@
 #pragma once
 // The decode plan: how a backend runs the one-token decode step of a standard decoder (pre-norm
-// RMS norms, fused q/k/v with optional bias, rotate-half rope, grouped-query attention over a
-// KvCache, SiLU-gated FFN, tied or separate output head). A model hands its weights over once
-// (BackendDevice::decode_plan); the backend may answer with a plan that fuses, prefetches and
-// launches as it sees fit, or with none, and the model then composes the step from its own ops.
-// Models never see what a plan does; plans never see a model's class.
+// RMS norms, fused q/k/v with optional bias, optional per-head q/k RMS norms before rope,
+// rotate-half rope, grouped-query attention over a KvCache with an optional sliding window,
+// SiLU-gated FFN, tied or separate output head): Llama, Qwen2, Qwen3, Mistral, Phi-3. A model hands
+// its weights over once (BackendDevice::decode_plan); the backend may answer with a plan that
+// fuses, prefetches and launches as it sees fit, or with none, and the model then composes the step
+// from its own ops. Models never see what a plan does; plans never see a model's class.
 
 #include <cstddef>
 #include <vector>
@@ -18,12 +19,14 @@ namespace wick {
 /// The weights of a standard decoder as they are held after loading.
 struct DecoderWeights {
   struct Layer {
-    Tensor ln1, ln2;       // attention and FFN input RMS norms
-    nn::QLinear wqkv;      // (q_out + 2 kv_out, d): q, k, v rows
-    Tensor bqkv;           // their bias, or undefined
-    nn::QLinear wo;        // (d, q_out)
-    nn::QLinear wgate_up;  // (2 intermediate, d): gate rows, then up rows
-    nn::QLinear wdown;     // (d, intermediate)
+    Tensor ln1, ln2;        // attention and FFN input RMS norms
+    nn::QLinear wqkv;       // (q_out + 2 kv_out, d): q, k, v rows
+    Tensor bqkv;            // their bias, or undefined
+    nn::QLinear wo;         // (d, q_out)
+    nn::QLinear wgate_up;   // (2 intermediate, d): gate rows, then up rows
+    nn::QLinear wdown;      // (d, intermediate)
+    Tensor q_norm, k_norm;  // (head_dim): RMS norms of each q and k head before rope, or undefined
+    size_t window = 0;      // > 0: the position p attends keys (p - window, p] only
   };
   size_t heads = 0, kv_heads = 0, head_dim = 0;
   double eps = 0;  // of every RMS norm
@@ -37,7 +40,8 @@ class DecodePlan {
   virtual ~DecodePlan() = default;
   /// CausalLM::decode_step for the weights the plan was made for (arguments already checked).
   /// Returns an undefined tensor, doing nothing, for a step it does not take (a batch of
-  /// several sequences); the model composes that step itself.
+  /// several sequences; a sliding window shorter than key_window); the model composes that step
+  /// itself.
   virtual Tensor step(const Tensor& token, const Tensor& position, models::KvCache& cache,
                       Tensor* logits, size_t key_window) const = 0;
 };

@@ -170,4 +170,8 @@ void set_batch_invariant(bool on) {
   settings::g_batch_invariant.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
+bool batch_invariant() {
+  return settings::batch_invariant();
+}
+
 }  // namespace wick

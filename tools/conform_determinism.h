@@ -738,7 +738,7 @@ inline std::vector<Diff> batch_suite_cuda_unpromised(size_t max_rows, uint64_t s
                                                      const Device& device) {
   Inputs in(seed, device);
   std::vector<Diff> diffs;
-  for (DType dt : {DType::F32, DType::BF16}) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     Tensor x = in.uniform({max_rows, 384}, dt), w = in.uniform({200, 384}, dt);
     check_rows(
         std::string("matmul/linear ") + dtype_name(dt), x,

@@ -710,6 +710,12 @@ int run_determinism(const Device& device, const std::string& minilm) {
       for (const auto& d : info) std::printf("INFO %s\n", diff_line(d).substr(5).c_str());
       std::printf("%-58s %s\n", "matmul, qmatmul rows alone vs batches (not promised)",
                   info.empty() ? "same bits" : str(info.size(), " differ (not counted)").c_str());
+      // Promised under the switch: wick's GEMM and the quantized kernel for every row count.
+      const bool was = wick::batch_invariant();
+      wick::set_batch_invariant(true);
+      auto switched = determinism::batch_suite_cuda_unpromised(64, 57, device);
+      wick::set_batch_invariant(was);
+      report(switched, "matmul, qmatmul rows alone vs batches (WICK_BATCH_INVARIANT=1)");
     } else {
       std::string dir = std::filesystem::temp_directory_path().string() + "/wick_conform_" +
                         std::to_string(getpid());

@@ -131,16 +131,11 @@ class Server {
   void load(const std::vector<std::string>& paths) {
     wick::Device device = tools::parse_device(opt_.device);
     if (opt_.deterministic) {
-      // CUDA's products and attention splits follow the batch (docs/NUMERICS.md): no promise.
-      if (!device.is_cpu()) {
-        throw tools::UsageError(
-            "--deterministic needs --device cpu (CUDA results depend on the "
-            "batch; docs/NUMERICS.md, \"Determinism\")");
-      }
       wick::set_batch_invariant(true);
       std::fprintf(stderr,
                    "wick-serve: deterministic: each result's bits do not depend on the requests "
-                   "sharing its batch (batch-invariant CPU kernels)\n");
+                   "sharing its batch (batch-invariant kernels%s)\n",
+                   device.is_cpu() ? "" : "; embeddings one text at a time");
     }
     wick::DType dtype = opt_.dtype == "f16"    ? wick::DType::F16
                         : opt_.dtype == "bf16" ? wick::DType::BF16
@@ -160,7 +155,9 @@ class Server {
         e->embedder = std::make_unique<wick::SentenceEmbedder>(
             wick::SentenceEmbedder::load(path, device, eo));
         e->batcher = std::make_unique<sh::EmbedBatcher>(
-            *e->embedder, std::chrono::microseconds(opt_.embed_window_us), 256);
+            *e->embedder, std::chrono::microseconds(opt_.embed_window_us), 256,
+            // CUDA's encoder attention splits by the batch's padded length: alone is exact.
+            opt_.deterministic && !device.is_cpu());
         std::fprintf(stderr, "wick-serve: embeddings model '%s' (%zu dims) from %s in %.1f s\n",
                      id.c_str(), e->embedder->dim(), path.c_str(), seconds_since(t0));
         embedders_[id] = std::move(e);
@@ -706,15 +703,15 @@ int main(int argc, char** argv) {
       ->check(tools::count_in(1000000))
       ->capture_default_str();
   app.add_flag("--deterministic", opt.deterministic,
-               "every result the same bits whatever requests share its batch\n"
-               "(CPU only): every dense product and f32 attention take the\n"
-               "batch-invariant kernels (as WICK_BATCH_INVARIANT=1; docs/NUMERICS.md,\n"
-               "\"Determinism\"). Without it, completions are batch-invariant already\n"
-               "(unless WICK_BATCH_INVARIANT=0) but embeddings are not. Cost:\n"
-               "completions none (their dense projections take the fixed-order kernel\n"
-               "anyway), MiniLM embeddings about the same (measured), any other dense\n"
-               "product of 1 to 4 rows 3-4x slower. Sampled requests repeat only with\n"
-               "a seed.");
+               "every result the same bits whatever requests share its batch:\n"
+               "every dense product and f32 attention take the batch-invariant\n"
+               "kernels (as WICK_BATCH_INVARIANT=1; docs/NUMERICS.md, \"Determinism\");\n"
+               "on CUDA, wick's own GEMM and quantized kernel, and embeddings one text\n"
+               "at a time. Without it, CPU completions are batch-invariant already\n"
+               "(unless WICK_BATCH_INVARIANT=0) but embeddings are not. Cost on the\n"
+               "CPU: completions none, MiniLM embeddings about the same (measured),\n"
+               "any other dense product of 1 to 4 rows 3-4x slower; on CUDA see\n"
+               "docs/perf. Sampled requests repeat only with a seed.");
 
   return tools::run(app, argc, argv, "wick-serve", common, [&]() -> int {
     if (opt.max_batch == 0) throw tools::UsageError("--max-batch must be at least 1");

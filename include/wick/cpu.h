@@ -18,11 +18,15 @@ std::string cpu_isa();
 void set_cpu_threads(size_t n);
 
 /// Batch invariance (docs/NUMERICS.md, "Determinism") for the whole process, in place of
-/// WICK_BATCH_INVARIANT: on, the CPU's f32/f64/f16/bf16 matmuls and f32 attention give a row the
-/// same bits whatever the other rows of its batch (slower for products of a few rows); off, each
-/// shape takes its fastest kernel, the serving engine's dense projections included. Ops started
-/// after the call follow it. `wick-serve --deterministic` sets it on.
+/// WICK_BATCH_INVARIANT: on, f32/f64/f16/bf16 matmuls (CPU and CUDA), CUDA's quantized matmuls
+/// and the CPU's f32 attention give a row the same bits whatever the other rows of its batch
+/// (slower for products of a few rows on the CPU, and for every product on CUDA, which then takes
+/// wick's own GEMM); off, each shape takes its fastest kernel, the serving engine's dense
+/// projections included. Ops started after the call follow it. `wick-serve --deterministic`
+/// sets it on.
 void set_batch_invariant(bool on);
+/// Whether batch invariance is on: set_batch_invariant's last call, else WICK_BATCH_INVARIANT.
+bool batch_invariant();
 
 /// The BLAS behind the CPU's f32 and f64 matmuls and the kernels it runs, e.g. "OpenBLAS 0.3.21
 /// DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64 [avx512]". OpenBLAS is set up, at wick's

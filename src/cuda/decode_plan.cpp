@@ -26,6 +26,9 @@ class CudaDecodePlan final : public DecodePlan {
               size_t key_window) const override {
     if (token.elem_count() != 1) return Tensor();  // batches: the model composes the step
     const DecoderWeights& m = w_;
+    for (const DecoderWeights::Layer& l : m.layers) {
+      if (l.window > 0 && l.window < key_window) return Tensor();  // a window that masks
+    }
     const size_t h = m.heads, h_kv = m.kv_heads, hd = m.head_dim, len = key_window;
     const double eps = m.eps;
     Tensor mask;  // made once per step where attention needs it
@@ -54,9 +57,26 @@ class CudaDecodePlan final : public DecodePlan {
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const DecoderWeights::Layer& l = m.layers[li];
       Tensor q;
-      if (normed.defined() ||
-          !fused_qkv_rope(x, l.ln1, eps, l.wqkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
-                          cache.k(li), cache.v(li), position, &q)) {
+      if (l.q_norm.defined()) {
+        // Per-head q/k norms between the projection and rope: the projection fused with the
+        // norm before it, the head norms composed.
+        Tensor qkv, bias = l.bqkv;
+        if (normed.defined() || !fused_linear(x, l.ln1, eps, l.wqkv, &qkv)) {
+          qkv = nn::detail::project_qkv(normed_by(l.ln1), l.wqkv, l.bqkv, &bias);
+        }
+        if (bias.defined()) qkv = qkv.broadcast_add(bias);  // the bias comes before the norms
+        auto heads = [&](size_t first, size_t n) {
+          return qkv.narrow(2, first * hd, n * hd).reshape({1, 1, n, hd});
+        };
+        qkv = Tensor::cat({heads(0, h).rms_norm(l.q_norm, eps).reshape({1, 1, h * hd}),
+                           heads(h, h_kv).rms_norm(l.k_norm, eps).reshape({1, 1, h_kv * hd}),
+                           qkv.narrow(2, (h + h_kv) * hd, h_kv * hd)},
+                          2);
+        q = nn::detail::rope_write_at_position(qkv, Tensor(), h, h_kv, cache.cos(), cache.sin(),
+                                               cache.k(li), cache.v(li), position);
+      } else if (normed.defined() ||
+                 !fused_qkv_rope(x, l.ln1, eps, l.wqkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
+                                 cache.k(li), cache.v(li), position, &q)) {
         Tensor bias;
         Tensor qkv = nn::detail::project_qkv(normed_by(l.ln1), l.wqkv, l.bqkv, &bias);
         q = nn::detail::rope_write_at_position(qkv, bias, h, h_kv, cache.cos(), cache.sin(),

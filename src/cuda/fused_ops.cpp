@@ -11,6 +11,7 @@
 #include "fused/quantized.h"
 #include "fused/rope.h"
 #include "fused_op.h"
+#include "settings.h"
 #include "tensor_internal.h"
 #include "util.h"
 
@@ -133,8 +134,9 @@ std::optional<TensorList> QMatmulOp::cuda_kernel(const QMatmulOp& op, const Tens
   auto locks = wick::detail::lock_inputs(op, in);
   const Tensor &raw = in[0], &x = in[1];
   const size_t m = x.dims()[0];
-  // Prefill: the fallback dequantises once, then cuBLAS.
-  if (m > cuda::kQmatmulMaxRows) return std::nullopt;
+  // Prefill: the fallback dequantises once, then the matmul; under batch invariance the kernel
+  // takes every row count, so that a row's bits never depend on how many rows came with it.
+  if (m > cuda::kQmatmulMaxRows && !settings::batch_invariant()) return std::nullopt;
   return TensorList{detail::from_storage(
       cuda::qmatmul(op.type, detail::backend_of(raw), raw.layout().start_offset(), op.n, op.k,
                     detail::backend_of(x), x.layout().start_offset(), m, x.dtype()),

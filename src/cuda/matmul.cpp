@@ -122,12 +122,14 @@ StoragePtr CudaStorage::matmul(const BackendStorage& rhs_storage, MatmulDims dim
                  static_cast<double>(dims.n) * static_cast<double>(dims.k);
   MatmulEngine& engine = dev.matmul_engine();
   CudaMatmulPath path = cuda_matmul_path();
-  // Auto takes wick's GEMM while cuBLASLt warms up (a process's first matmuls return without
-  // waiting for it), except under batch invariance (WICK_BATCH_INVARIANT=1, set_batch_invariant),
-  // where it waits: a matmul's path, and so its bits, then never depend on timing.
-  bool use_cublas = path == CudaMatmulPath::Cublas ||
-                    (path == CudaMatmulPath::Auto &&
-                     (engine.ready() || (settings::batch_invariant() && engine.wait_warm_up())));
+  // Auto takes cuBLASLt once it is warm, and wick's GEMM while it warms up (a process's first
+  // matmuls return without waiting for it). Under batch invariance (WICK_BATCH_INVARIANT=1,
+  // set_batch_invariant) it takes wick's GEMM always: one tiling for every m and no split of k, so
+  // a row's bits depend neither on the other rows nor on timing (cuBLASLt's kernel, and so its
+  // order of summation, follows m).
+  bool use_cublas =
+      path == CudaMatmulPath::Cublas ||
+      (path == CudaMatmulPath::Auto && !settings::batch_invariant() && engine.ready());
   if (path == CudaMatmulPath::Cublas) engine.wait_ready();
   if (engine.failed()) use_cublas = false;
 

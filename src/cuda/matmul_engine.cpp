@@ -129,14 +129,6 @@ void MatmulEngine::wait_ready() {
   ready_cv_.wait(lock, [&] { return ready(); });
 }
 
-bool MatmulEngine::wait_warm_up() {
-  if (ready()) return true;
-  std::unique_lock lock(init_mutex_);
-  if (!started_) return false;
-  ready_cv_.wait(lock, [&] { return ready(); });
-  return true;
-}
-
 bool MatmulEngine::run(const PlanKey& key, const void* a, const void* b, void* c, cudaStream_t s) {
   std::lock_guard lock(plans_mutex_);
   Plan* plan = plan_locked(key);
@@ -293,6 +285,14 @@ std::unique_ptr<MatmulEngine::Plan> MatmulEngine::make_plan(const PlanKey& key) 
   if (st == CUBLAS_STATUS_SUCCESS) {
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                               &al_c, sizeof(al_c));
+  }
+  // f16/bf16: split-K parts are summed in f32 (the compute type) or not split at all, never
+  // added up in the 16-bit output type, which loses several bits on long sums (a weight
+  // gradient's k is the batch) and rounds differently from one split to the next.
+  if (st == CUBLAS_STATUS_SUCCESS && (key.dtype == DType::F16 || key.dtype == DType::BF16)) {
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                              &schemes, sizeof(schemes));
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;

@@ -52,9 +52,6 @@ class MatmulEngine {
   bool ready() const { return ready_.load(std::memory_order_acquire); }
   /// Makes cuBLASLt ready on this thread (no warm-up thread) or waits for the warm-up thread.
   void wait_ready();
-  /// Waits for the warm-up thread when there is one (or cuBLASLt was made ready on a thread) and
-  /// returns true; false at once when nothing makes cuBLASLt ready (WICK_CUDA_WARMUP=0).
-  bool wait_warm_up();
   /// cuBLASLt could not be set up: every matmul stays on wick's GEMM.
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   /// Enqueues one cuBLASLt matmul on `s`; false when cuBLASLt has no algorithm for it.

@@ -4,6 +4,7 @@
 // ops/ggml_blocks.h) and multiplies them with every activation row, in
 // f32; the warp then sums its lanes. Larger m is dequantise-then-cuBLAS (src/qmatmul.cpp).
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/cuda_storage.h"
@@ -286,9 +287,6 @@ StoragePtr qmatmul(GgmlType type, const BackendStorage& w_storage, size_t w_offs
   const CudaStorage& w = as_cuda(w_storage);
   const CudaStorage& x = as_cuda(x_storage);
   CudaDevice& dev = w.cuda_device();
-  if (m > static_cast<size_t>(kMaxRows)) {
-    throw Error(str("qmatmul: cuda kernel takes at most ", kMaxRows, " rows, got ", m));
-  }
   if (w_offset % 2 != 0 || n > INT32_MAX || k > INT32_MAX) {
     throw Error(
         str("qmatmul: weights at odd byte offset ", w_offset, " or too large (", n, ", ", k, ")"));
@@ -302,28 +300,36 @@ StoragePtr qmatmul(GgmlType type, const BackendStorage& w_storage, size_t w_offs
   if (dtype == DType::F32 && reinterpret_cast<uintptr_t>(xp) % 16 != 0) {
     throw Error("qmatmul: f32 activations must be 16-byte aligned on cuda");
   }
-  dev.queue().enqueue(
-      "qmatmul", dtype,
-      [&](cudaStream_t s) {
-        switch (dtype) {
-          case DType::F32:
-            launch_typed(type, wp, static_cast<const float*>(xp), static_cast<float*>(yp),
-                         static_cast<int>(n), static_cast<int>(k), static_cast<int>(m), s);
-            break;
-          case DType::F16:
-            launch_typed(type, wp, static_cast<const __half*>(xp), static_cast<__half*>(yp),
-                         static_cast<int>(n), static_cast<int>(k), static_cast<int>(m), s);
-            break;
-          case DType::BF16:
-            launch_typed(type, wp, static_cast<const __nv_bfloat16*>(xp),
-                         static_cast<__nv_bfloat16*>(yp), static_cast<int>(n), static_cast<int>(k),
-                         static_cast<int>(m), s);
-            break;
-          default:
-            throw UnsupportedDType(str("qmatmul: x must be f32, f16 or bf16, got ", dtype));
-        }
-      },
-      2.0 * static_cast<double>(m * n * k));
+  // More than kMaxRows rows (batch invariance, fused_ops.cpp): launches of kMaxRows rows each,
+  // every row computed as it is in a launch of its own.
+  const size_t es = size_in_bytes(dtype);
+  for (size_t r0 = 0; r0 < m; r0 += kMaxRows) {
+    const int rows = static_cast<int>(std::min<size_t>(kMaxRows, m - r0));
+    const void* xr = static_cast<const char*>(xp) + r0 * k * es;
+    void* yr = static_cast<char*>(yp) + r0 * n * es;
+    dev.queue().enqueue(
+        "qmatmul", dtype,
+        [&](cudaStream_t s) {
+          switch (dtype) {
+            case DType::F32:
+              launch_typed(type, wp, static_cast<const float*>(xr), static_cast<float*>(yr),
+                           static_cast<int>(n), static_cast<int>(k), rows, s);
+              break;
+            case DType::F16:
+              launch_typed(type, wp, static_cast<const __half*>(xr), static_cast<__half*>(yr),
+                           static_cast<int>(n), static_cast<int>(k), rows, s);
+              break;
+            case DType::BF16:
+              launch_typed(type, wp, static_cast<const __nv_bfloat16*>(xr),
+                           static_cast<__nv_bfloat16*>(yr), static_cast<int>(n),
+                           static_cast<int>(k), rows, s);
+              break;
+            default:
+              throw UnsupportedDType(str("qmatmul: x must be f32, f16 or bf16, got ", dtype));
+          }
+        },
+        2.0 * static_cast<double>(rows) * static_cast<double>(n * k));
+  }
   dev.queue().retain(w.buffer());
   dev.queue().retain(x.buffer());
   return out;

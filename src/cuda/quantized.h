@@ -12,11 +12,12 @@ namespace wick::cuda {
 
 /// qmatmul.cu: y (m, n) in `dtype` (F32, F16 or BF16) = x (m, k) of `dtype`, contiguous from
 /// element `x_offset` of `x`, times the transposed w (n, k): GGML blocks from byte `w_offset` of
-/// `w` (a U8 buffer on the same device). Enqueued on the device's queue.
+/// `w` (a U8 buffer on the same device). Enqueued on the device's queue, one launch per
+/// kQmatmulMaxRows rows.
 StoragePtr qmatmul(GgmlType type, const BackendStorage& w, size_t w_offset, size_t n, size_t k,
                    const BackendStorage& x, size_t x_offset, size_t m, DType dtype);
 
-/// The most rows qmatmul's kernels take.
+/// The most rows one launch of qmatmul's kernels takes.
 inline constexpr size_t kQmatmulMaxRows = 8;
 
 /// dequant.cu: F32 values of `n` elements of `type` dequantised on the device from the raw

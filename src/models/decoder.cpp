@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "backend.h"
+#include "decode_plan.h"
 #include "models/llama_impl.h"
 #include "nn/batch_linear.h"
 #include "nn/kv_write.h"
@@ -511,6 +513,8 @@ Decoder::Decoder(DecoderConfig config, Weights weights, const Device& device, DT
   }
 }
 
+Decoder::~Decoder() = default;
+
 KvCache Decoder::make_cache(size_t batch, size_t max_len) const {
   if (batch == 0 || max_len == 0) {
     throw Error(str(config_.architecture, " make_cache: batch ", batch, " and max_len ", max_len,
@@ -629,6 +633,10 @@ Tensor Decoder::decode_step(const Tensor& token, const Tensor& position, KvCache
     throw IndexOutOfRange(str(name, ": a cache of ", cache.max_len(),
                               " positions exceeds the model's context of ", config_.max_position));
   }
+  if (plan_) {
+    Tensor next = plan_->step(token, position, cache, logits, key_window);
+    if (next.defined()) return next;
+  }
   Step at;
   at.cache = &cache;
   at.position = position;
@@ -667,6 +675,39 @@ Tensor Decoder::forward(const Tensor& ids, KvCache& cache) const {
 
 Tensor Decoder::forward_last(const Tensor& ids, KvCache& cache) const {
   return run(ids, cache, true, "forward_last");
+}
+
+PreNormDecoder::PreNormDecoder(DecoderConfig config, Weights weights, const Device& device,
+                               DType dtype)
+    : Decoder(std::move(config), std::move(weights), device, dtype) {
+  if (config_.final_softcap > 0 || w_.ropes.size() != 1) return;
+  DecoderWeights plan;
+  plan.heads = config_.num_heads;
+  plan.kv_heads = config_.num_kv_heads;
+  plan.head_dim = config_.head_dim;
+  plan.eps = config_.rms_norm_eps;
+  plan.embed = w_.embed;
+  plan.norm = w_.norm;
+  plan.lm_head = w_.lm_head;
+  for (const Layer& l : w_.layers) {
+    if (l.attention.softcap > 0 || l.attention.rope != 0 || l.post_attn_norm.defined() ||
+        l.post_ffn_norm.defined() || l.q_norm.defined() != l.k_norm.defined() ||
+        l.attention.scale != 1.0 / std::sqrt(static_cast<double>(config_.head_dim))) {
+      return;
+    }
+    DecoderWeights::Layer p;
+    p.ln1 = l.attn_norm;
+    p.ln2 = l.ffn_norm;
+    p.wqkv = l.wqkv;
+    p.wo = l.wo;
+    p.wgate_up = l.wgate_up;
+    p.wdown = l.wdown;
+    p.q_norm = l.q_norm;
+    p.k_norm = l.k_norm;
+    p.window = l.attention.window;
+    plan.layers.push_back(std::move(p));
+  }
+  plan_ = backend_device(device_).decode_plan(plan);
 }
 
 Tensor PreNormDecoder::hidden(const Tensor& ids, const Step& at) const {

@@ -18,6 +18,9 @@
 #include "nn/qlinear.h"
 #include "wick/causal_lm.h"
 
+namespace wick {
+class DecodePlan;
+}
 namespace wick::gguf {
 class File;
 }
@@ -160,12 +163,14 @@ struct Step {
 };
 
 /// A decoder whose layers a family states in hidden(); the embedding, KV cache, checks, output
-/// head and the device-side decode step are common. No backend decode plan is asked for: the
-/// plans cover the standard Llama layout only, and these families compose every step from their
-/// ops (all on the device, so that a step can be captured as a CUDA graph).
+/// head and the device-side decode step are common. A one-token decode step runs through the
+/// backend's decode plan (decode_plan.h) where the family asked for one and the plan takes the
+/// step; otherwise it is composed from the family's ops (all on the device, so that a step can be
+/// captured as a CUDA graph).
 class Decoder : public CausalLM {
  public:
   Decoder(DecoderConfig config, Weights weights, const Device& device, DType dtype);
+  ~Decoder() override;
   bool has_decode_step() const override { return true; }
   Tensor decode_step(const Tensor& token, const Tensor& position, KvCache& cache,
                      Tensor* logits = nullptr, size_t key_window = 0) const override;
@@ -203,6 +208,7 @@ class Decoder : public CausalLM {
   Weights w_;
   Device device_;
   DType dtype_;
+  std::unique_ptr<DecodePlan> plan_;  // the backend's, for the layouts it covers, or null
 
  private:
   Tensor run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const;
@@ -220,7 +226,9 @@ class Decoder : public CausalLM {
 /// x += o(attend(rms_norm(x))), x += down(silu(gate) * up of rms_norm(x)); then the last rms_norm.
 class PreNormDecoder : public Decoder {
  public:
-  using Decoder::Decoder;
+  /// Asks the backend for a decode plan (the standard layout of decode_plan.h) unless a layer
+  /// soft-caps its scores, the logits are soft-capped or layers take ropes of their own.
+  PreNormDecoder(DecoderConfig config, Weights weights, const Device& device, DType dtype);
 
  protected:
   Tensor hidden(const Tensor& ids, const Step& at) const override;

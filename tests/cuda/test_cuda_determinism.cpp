@@ -4,7 +4,8 @@
 // same bits whatever the duplicates, within the bounds of wick/numerics.h of a float64 reference;
 // and a row's result is the same alone or inside batches of 1..64 rows for the ops CUDA keeps
 // batch-invariant: norms, softmax, row reductions, attention sequences and decode attention
-// (sequences of different lengths by a mask). The reference of each bit comparison is the same
+// (sequences of different lengths by a mask), and under the batch-invariance switch matmul and
+// quantized matmul rows. The reference of each bit comparison is the same
 // op computed another way (another run, another batch); the comparison itself is checked to see a
 // one-ulp difference.
 
@@ -305,6 +306,17 @@ TEST(CudaDeterminism, IndexAddIdOutOfRange) {
 TEST(CudaDeterminism, RowsAloneVsBatches) {
   WICK_REQUIRE_GPU();
   for (const Diff& d : determinism::batch_suite_cuda(64, 56, gpu())) ADD_FAILURE() << describe(d);
+}
+
+// Under batch invariance (WICK_BATCH_INVARIANT=1, wick-serve --deterministic) matmul rows (wick's
+// GEMM) and quantized matmul rows (its kernel for every row count, 1..64 here) too.
+TEST(CudaDeterminism, MatmulAndQmatmulRowsUnderTheSwitch) {
+  WICK_REQUIRE_GPU();
+  const bool was = wick::batch_invariant();
+  wick::set_batch_invariant(true);
+  auto diffs = determinism::batch_suite_cuda_unpromised(64, 57, gpu());
+  wick::set_batch_invariant(was);
+  for (const Diff& d : diffs) ADD_FAILURE() << describe(d);
 }
 
 // The decode kernel's batched result is attention itself (so the bit comparisons above compare

@@ -21,9 +21,15 @@ namespace wick::serve_http {
 class EmbedBatcher {
  public:
   /// `window`: how long the thread waits for more requests after the first; `max_texts`: the
-  /// texts that end the wait at once.
-  EmbedBatcher(const SentenceEmbedder& embedder, std::chrono::microseconds window, size_t max_texts)
-      : embedder_(embedder), window_(window), max_texts_(max_texts), thread_([this] { loop(); }) {}
+  /// texts that end the wait at once; `text_by_text`: each text through the encoder alone (where
+  /// the encoder's bits would depend on the batch: wick-serve --deterministic on CUDA).
+  EmbedBatcher(const SentenceEmbedder& embedder, std::chrono::microseconds window, size_t max_texts,
+               bool text_by_text = false)
+      : embedder_(embedder),
+        window_(window),
+        max_texts_(max_texts),
+        text_by_text_(text_by_text),
+        thread_([this] { loop(); }) {}
   ~EmbedBatcher() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -60,7 +66,14 @@ class EmbedBatcher {
   };
 
   std::vector<std::vector<float>> run(const std::vector<std::string>& texts) const {
-    return embedder_.embed(texts).to_device(Device::cpu()).template to_vec2<float>();
+    if (!text_by_text_) {
+      return embedder_.embed(texts).to_device(Device::cpu()).template to_vec2<float>();
+    }
+    std::vector<std::vector<float>> rows;
+    for (const std::string& t : texts) {
+      rows.push_back(embedder_.embed({t}).to_device(Device::cpu()).template to_vec2<float>()[0]);
+    }
+    return rows;
   }
 
   void loop() {
@@ -114,6 +127,7 @@ class EmbedBatcher {
   const SentenceEmbedder& embedder_;
   std::chrono::microseconds window_;
   size_t max_texts_;
+  bool text_by_text_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
