@@ -6,7 +6,8 @@
 #
 #   scripts/fuzz.sh [target ...]     default: every fuzz/fuzz_*.cpp
 #
-# Environment: WICK_FUZZ_BUILD (default build-fuzz), WICK_FUZZ_SECONDS, WICK_JOBS,
+# Environment: WICK_FUZZ_BUILD (default build-fuzz; a build configured with WICK_BUILD_FUZZ=ON is
+# used as configured), WICK_FUZZ_SECONDS, WICK_JOBS,
 # WICK_FUZZ_SERIAL=1 (one target after another, for a long local run on a shared machine),
 # WICK_FUZZ_MINIMISE=1 (after the run, merge the new inputs into a minimised fuzz/corpus/<target>:
 # commit that, and copy any crash file into fuzz/crashes/<target>/ with its fix).
@@ -19,9 +20,13 @@ if [[ ${#targets[@]} -eq 0 ]]; then
   for f in fuzz/fuzz_*.cpp; do targets+=("$(basename "$f" .cpp)"); done
 fi
 
-CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DWICK_BUILD_FUZZ=ON -DWICK_CUDA=OFF -DWICK_SANITIZE=address,undefined -DWICK_AVX512_KERNELS=OFF \
-  -DWICK_BUILD_TESTS=OFF -DWICK_BUILD_BENCH=OFF -DWICK_BUILD_TOOLS=OFF >/dev/null
+# A build already configured for the fuzzers (scripts/test.sh's sanitized build) is used as it is.
+if ! grep -q '^WICK_BUILD_FUZZ:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DWICK_BUILD_FUZZ=ON -DWICK_CUDA=OFF -DWICK_SANITIZE=address,undefined \
+    -DWICK_AVX512_KERNELS=OFF -DWICK_BUILD_TESTS=OFF -DWICK_BUILD_BENCH=OFF \
+    -DWICK_BUILD_TOOLS=OFF >/dev/null
+fi
 cmake --build "$build" -j "${WICK_JOBS:-$(nproc)}" --target "${targets[@]}"
 
 start() {

@@ -108,12 +108,13 @@ TEST(CpuGemmIsa, ProductsOfTheChosenKernelsAreRight) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   auto dev = wick::Device::cpu();
   // (b, m, n, k)
-  for (auto [bt, m, n, k] : {std::array<size_t, 4>{1, 300, 257, 413},
-                             {1, 37, 700, 129},
-                             {1, 1, 700, 520},
-                             {1, 700, 1, 520},
-                             {1, 64, 64, 64},
-                             {3, 90, 70, 50}}) {
+  for (const auto& dims : {std::array<size_t, 4>{1, 300, 257, 413},
+                           {1, 37, 700, 129},
+                           {1, 1, 700, 520},
+                           {1, 700, 1, 520},
+                           {1, 64, 64, 64},
+                           {3, 90, 70, 50}}) {
+    const size_t bt = dims[0], m = dims[1], n = dims[2], k = dims[3];
     for (int trans = 0; trans < 4; ++trans) {
       const bool ta = trans & 1, tb = trans & 2;
       std::vector<float> a(bt * m * k), b(bt * k * n);
