@@ -474,6 +474,28 @@ class Serve(unittest.TestCase):
                                            temperature=0)
         self.assertEqual((r.choices[0].finish_reason, r.usage.completion_tokens), ("length", 3))
 
+    def test_client_timeout_cancels_chat(self):
+        # The `openai` client giving up on a non-streamed chat completion (its read timed out)
+        # closes the connection: the server cancels the generation.
+        import openai
+        key = f'{{model="{SMOL}"}}'
+        cancelled = 'wick_requests_cancelled_total{endpoint="/v1/chat/completions"}'
+        before = self.server.metrics().get(cancelled, 0)
+        impatient = self.server.client(timeout=1.0)
+        with self.assertRaises(openai.APITimeoutError):
+            impatient.chat.completions.create(
+                model=SMOL, max_tokens=4000, temperature=0,
+                messages=[{"role": "user", "content": "Write a very long story about a dragon."}])
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            m = self.server.metrics()
+            if m["wick_kv_pages_used" + key] == 0 and m["wick_running_batch_size" + key] == 0:
+                break
+            time.sleep(0.1)
+        self.assertEqual(m["wick_kv_pages_used" + key], 0)
+        self.assertEqual(m["wick_running_batch_size" + key], 0)
+        self.assertEqual(m.get(cancelled, 0), before + 1)
+
     def concurrent_equals_alone(self, prompts, **sampling):
         """Each prompt's completion alone (one after another), then all at once: equal."""
         def run(i):
