@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "serve/client_socket.h"
 #include "serve/embed_batcher.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
@@ -87,6 +88,7 @@ struct RequestLog {
   Clock::time_point start;
   size_t prompt_tokens = 0, completion_tokens = 0;
   double ttft_ms = -1;
+  bool client_gone = false;  // the client disconnected: the request was cancelled
 };
 thread_local RequestLog t_log;
 
@@ -229,6 +231,12 @@ class Server {
   }
 
  private:
+  // How often a non-streamed completion checks that its client is still connected.
+  static constexpr std::chrono::milliseconds kClientCheck{250};
+  // The status logged for a request whose client disconnected (nginx's "client closed request");
+  // no client reads it.
+  static constexpr int kClientClosed = 499;
+
   static double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -296,9 +304,10 @@ class Server {
       if (t_log.ttft_ms >= 0) std::snprintf(ttft, sizeof ttft, "%.1f", t_log.ttft_ms);
       std::fprintf(stderr,
                    "wick-serve: req-%llu %s %s %d prompt_tokens=%zu completion_tokens=%zu "
-                   "ttft_ms=%s total_ms=%.1f\n",
+                   "ttft_ms=%s total_ms=%.1f%s\n",
                    static_cast<unsigned long long>(t_log.id), req.method.c_str(), req.path.c_str(),
-                   res.status, t_log.prompt_tokens, t_log.completion_tokens, ttft, total_ms);
+                   res.status, t_log.prompt_tokens, t_log.completion_tokens, ttft, total_ms,
+                   t_log.client_gone ? " cancelled=client_gone" : "");
     });
 
     http_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
@@ -447,13 +456,29 @@ class Server {
     if (!params.stream) {
       std::vector<std::string> texts(prompts.size());
       std::vector<wick::serve::TokenEvent> finals(prompts.size());
-      size_t done = 0;
+      size_t done = 0, generated = 0;
+      // Nothing is written until the end, so the connection's socket is watched: a client that
+      // leaves (timed out, killed) cancels the request's generations and frees their pages.
+      sh::ClientWatch client(req, kClientCheck);
       while (done < prompts.size()) {
-        auto [i, e] = next_event(*gens, std::nullopt).value();
-        texts[i] += e.text;
-        if (e.finish != wick::serve::FinishReason::None) {
-          finals[i] = e;
-          ++done;
+        if (auto ev = next_event(*gens, kClientCheck)) {
+          auto& [i, e] = *ev;
+          texts[i] += e.text;
+          if (e.finish != wick::serve::FinishReason::None) {
+            finals[i] = e;
+            ++done;
+          } else {
+            ++generated;
+          }
+        }
+        if (done < prompts.size() && client.gone()) {
+          for (uint64_t id : ids) d.engine->cancel(id);
+          metrics_.count_cancelled(req.path);
+          t_log.client_gone = true;
+          t_log.completion_tokens = generated;
+          res.status = kClientClosed;
+          res.set_header("Connection", "close");
+          return;
         }
       }
       json choices = json::array();
@@ -494,11 +519,12 @@ class Server {
     head["object"] = chat ? "chat.completion.chunk" : "text_completion";
     res.set_header("Cache-Control", "no-cache");
     wick::serve::Engine* engine = d.engine.get();
+    sh::Metrics* metrics = &metrics_;
     size_t n = prompts.size();
     bool include_usage = params.include_usage;
     auto start = Clock::now();
-    res.set_chunked_content_provider("text/event-stream", [gens, guard, engine, ids, n, chat, head,
-                                                           include_usage,
+    res.set_chunked_content_provider("text/event-stream", [gens, guard, engine, metrics, ids, n,
+                                                           chat, head, include_usage,
                                                            start](size_t, httplib::DataSink& sink) {
       auto chunk = [&](size_t i, json delta_or_text, json finish) {
         json c = head;
@@ -510,6 +536,8 @@ class Server {
       };
       auto cancel_all = [&] {
         for (uint64_t id : ids) engine->cancel(id);
+        metrics->count_cancelled(chat ? "/v1/chat/completions" : "/v1/completions");
+        t_log.client_gone = true;
       };
       auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
       if (chat) {

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """wick-serve against the official `openai` client (and raw HTTP where a client would not send
 what the test needs): every endpoint streaming and not, every error status, a stream cancelled by
-its client freeing its pages, 32 concurrent greedy requests (and 32 sampled with a seed each)
-equal to each alone, --deterministic (a dense model's completions and embeddings alone equal to
-them among others), a bounded load test with 0 failures and flat memory, SIGTERM finishing a
-request in flight.
+its client freeing its pages (and a non-streamed request whose client disconnects), 32 concurrent
+greedy requests (and 32 sampled with a seed each) equal to each alone, --deterministic (a dense
+model's completions and embeddings alone equal to them among others), a bounded load test with 0
+failures and flat memory, SIGTERM finishing a request in flight.
 
 References: the completions are compared with `wick-generate` (the Generator path, no engine,
 no HTTP) and the embeddings with `wick-embed`; the server must give the same tokens and vectors.
@@ -401,6 +401,8 @@ class Serve(unittest.TestCase):
     # --- cancellation, batch invariance, load --------------------------------------------------
     def test_cancelled_stream_frees_pages(self):
         key = f'{{model="{SMOL}"}}'
+        cancelled = 'wick_requests_cancelled_total{endpoint="/v1/completions"}'
+        before = self.server.metrics().get(cancelled, 0)
         # Greedy from this prompt runs hundreds of tokens without an end of text.
         stream = self.client.completions.create(model=SMOL,
                                                 prompt="Once upon a time, in a land far away,",
@@ -420,6 +422,79 @@ class Serve(unittest.TestCase):
             time.sleep(0.2)
         self.assertEqual(m["wick_kv_pages_used" + key], 0)
         self.assertEqual(m["wick_running_batch_size" + key], 0)
+        self.assertEqual(m.get(cancelled, 0), before + 1)
+
+    def test_disconnected_client_cancels_non_streamed(self):
+        # A non-streamed request for two long completions over a raw socket; the client leaves
+        # while they generate (as one whose read timed out): both are cancelled, their pages
+        # freed, the cancel counted and logged, and the server answers the next request.
+        key = f'{{model="{SMOL}"}}'
+        cancelled = 'wick_requests_cancelled_total{endpoint="/v1/completions"}'
+        before = self.server.metrics()
+        logged = len(self.server.lines)
+        body = json.dumps({"model": SMOL, "max_tokens": 4000, "temperature": 0,
+                           "prompt": ["Once upon a time, in a land far away,",
+                                      "Once upon a time, in a land far away, there"]}).encode()
+        client = socket.create_connection(("127.0.0.1", self.server.port))
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                       b"Content-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        gen = "wick_generated_tokens_total" + key
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            m = self.server.metrics()
+            if m[gen] >= before[gen] + 8:
+                break
+            time.sleep(0.1)
+        self.assertGreater(m["wick_kv_pages_used" + key], 0)
+        self.assertEqual(m["wick_running_batch_size" + key], 2)
+        client.close()
+        closed = time.time()
+        while time.time() < closed + 10:
+            m = self.server.metrics()
+            if m["wick_kv_pages_used" + key] == 0 and m["wick_running_batch_size" + key] == 0:
+                break
+            time.sleep(0.1)
+        self.assertEqual(m["wick_kv_pages_used" + key], 0)
+        self.assertEqual(m["wick_running_batch_size" + key], 0)
+        self.assertEqual(m.get(cancelled, 0), before.get(cancelled, 0) + 1)
+        # Nothing generates any more.
+        stopped = m[gen]
+        time.sleep(0.5)
+        self.assertEqual(self.server.metrics()[gen], stopped)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            gone = [line for line in self.server.lines[logged:] if "cancelled=client_gone" in line]
+            if gone:
+                break
+            time.sleep(0.1)
+        self.assertEqual(len(gone), 1, self.server.lines[logged:])
+        self.assertIn("POST /v1/completions 499 ", gone[0])
+        r = self.client.completions.create(model=SMOL, prompt="Hello", max_tokens=3,
+                                           temperature=0)
+        self.assertEqual((r.choices[0].finish_reason, r.usage.completion_tokens), ("length", 3))
+
+    def test_client_timeout_cancels_chat(self):
+        # The `openai` client giving up on a non-streamed chat completion (its read timed out)
+        # closes the connection: the server cancels the generation.
+        import openai
+        key = f'{{model="{SMOL}"}}'
+        cancelled = 'wick_requests_cancelled_total{endpoint="/v1/chat/completions"}'
+        before = self.server.metrics().get(cancelled, 0)
+        impatient = self.server.client(timeout=1.0)
+        with self.assertRaises(openai.APITimeoutError):
+            impatient.chat.completions.create(
+                model=SMOL, max_tokens=4000, temperature=0,
+                messages=[{"role": "user", "content": "Write a very long story about a dragon."}])
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            m = self.server.metrics()
+            if m["wick_kv_pages_used" + key] == 0 and m["wick_running_batch_size" + key] == 0:
+                break
+            time.sleep(0.1)
+        self.assertEqual(m["wick_kv_pages_used" + key], 0)
+        self.assertEqual(m["wick_running_batch_size" + key], 0)
+        self.assertEqual(m.get(cancelled, 0), before + 1)
 
     def concurrent_equals_alone(self, prompts, **sampling):
         """Each prompt's completion alone (one after another), then all at once: equal."""

@@ -21,6 +21,11 @@ class Metrics {
     std::lock_guard<std::mutex> lock(mutex_);
     ++requests_[{endpoint, status}];
   }
+  /// Counts a completion request cancelled because its client went away (streamed or not).
+  void count_cancelled(const std::string& endpoint) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++cancelled_[endpoint];
+  }
   /// Counts the tokens of an embeddings request.
   void count_embedding(const std::string& model, uint64_t inputs, uint64_t tokens) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -42,6 +47,13 @@ class Metrics {
       for (const auto& [key, n] : requests_) {
         out << "wick_requests_total{endpoint=\"" << escape(key.first) << "\",status=\""
             << key.second << "\"} " << n << "\n";
+      }
+      out << "# HELP wick_requests_cancelled_total Completion requests cancelled because their "
+             "client disconnected, by endpoint.\n"
+          << "# TYPE wick_requests_cancelled_total counter\n";
+      for (const auto& [endpoint, n] : cancelled_) {
+        out << "wick_requests_cancelled_total{endpoint=\"" << escape(endpoint) << "\"} " << n
+            << "\n";
       }
       out << "# HELP wick_embedding_inputs_total Texts embedded.\n"
           << "# TYPE wick_embedding_inputs_total counter\n";
@@ -127,6 +139,7 @@ class Metrics {
 
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, uint64_t> cancelled_;
   std::map<std::string, std::pair<uint64_t, uint64_t>> embeddings_;
 };
 
