@@ -3,8 +3,9 @@
 
   make_family_refs.py [--out tests/data/families]
 
-For each family (qwen3, mistral, phi3, gemma2, gemma3_text) a tiny random model with seeded
-weights is built by transformers itself (hidden 32, 2-3 layers, vocabulary 96, a sliding window of
+For each family (qwen3, mistral, phi3, gemma2, gemma3_text, and Phi-3 with partial rotary:
+phi3_partial, phi3_partial_longrope) a tiny random model with seeded weights is built by
+transformers itself (hidden 32, 2-3 layers, vocabulary 96, a sliding window of
 8 where the family has one, Gemma's soft-caps on) and saved as a model folder (config.json and f32
 model.safetensors), with:
   prompt.npy   (2, 12) token ids: two 12-token prompts, so that a window of 8 is exceeded
@@ -19,7 +20,13 @@ as llama.attention.sliding_window (gguf's key; llama.cpp's converter leaves it o
 
   make_family_refs.py --gguf-only mistral
 
-rewrites only that family's model.gguf, from its committed folder.
+rewrites only that family's model.gguf, from its committed folder, and
+
+  make_family_refs.py --only phi3_partial
+
+makes only that family's folder (the seeds are per family, so the others' stay as committed).
+phi3_partial_longrope's config.json is rewritten in Phi-4-mini's style (partial_rotary_factor at
+the top level, rope_scaling instead of rope_parameters), checked to load to the same logits.
 Needs torch, transformers (5.x) and gguf (/work/main/.whl/gguf-0.19.0-py3-none-any.whl).
 """
 
@@ -62,6 +69,18 @@ FAMILIES = {
                                                "rope_theta": 1000000.0},
                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                         }),
+    # Partial rotary: rope on the first int(8 * f) dims of each head, the rest passing through.
+    "phi3_partial": dict(TINY, model_type="phi3", tie_word_embeddings=False, sliding_window=8,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                          "partial_rotary_factor": 0.5}),
+    # Phi-4-mini's layout: long-rope over 6 of 8 dims (3 factors each), no window.
+    "phi3_partial_longrope": dict(TINY, model_type="phi3", tie_word_embeddings=False,
+                                  original_max_position_embeddings=8,
+                                  rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                   "partial_rotary_factor": 0.75,
+                                                   "short_factor": [1.0, 1.4, 2.1],
+                                                   "long_factor": [1.2, 2.5, 4.0],
+                                                   "original_max_position_embeddings": 8}),
 }
 
 
@@ -95,6 +114,29 @@ def save_folder(model, out_dir):
     save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
 
 
+def phi4_mini_style_config(d, logits):
+    """Rewrites d/config.json as Phi-4-mini's: partial_rotary_factor at the top level and the
+    rope object as rope_scaling (transformers 4's name); checks transformers reads it the same."""
+    import json
+    import torch
+    from transformers import AutoModelForCausalLM
+    path = os.path.join(d, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    rope = cfg.pop("rope_parameters")
+    cfg["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
+    cfg["rope_theta"] = rope.pop("rope_theta")
+    cfg["rope_scaling"] = rope
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+    again = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    assert again.config.rope_parameters["partial_rotary_factor"] == 0.75
+    with torch.no_grad():
+        same = again(torch.tensor(PROMPTS)).logits.double().numpy()
+    assert np.array_equal(same, logits), "the rewritten config reads differently"
+
+
 def greedy(model, ids, n):
     """Plain argmax of the last position, n times, with the model's own cache."""
     import torch
@@ -114,7 +156,7 @@ def write_gguf(model, family, path):
     import gguf
     cfg = model.config
     arch = {"qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3", "phi3": "phi3",
-            "mistral": "llama"}[family]
+            "mistral": "llama"}[model.config.model_type]
     gemma = arch.startswith("gemma")
     w = gguf.GGUFWriter(path, arch)
     w.add_context_length(cfg.max_position_embeddings)
@@ -124,8 +166,9 @@ def write_gguf(model, family, path):
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
+    if arch != "phi3":  # llama.cpp's Phi-3 converter writes the rotated dims only
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
     w.add_bos_token_id(cfg.bos_token_id)
     w.add_eos_token_id(cfg.eos_token_id)
     rope = cfg.rope_parameters
@@ -150,13 +193,16 @@ def write_gguf(model, family, path):
         w.add_vocab_size(cfg.vocab_size)
         w.add_sliding_window(cfg.sliding_window)
     if arch == "phi3":
-        w.add_rope_dimension_count(cfg.head_dim)
-        w.add_sliding_window(cfg.sliding_window)
-        w.add_rope_scaling_attn_factors(
-            float(np.sqrt(1 + np.log(cfg.max_position_embeddings /
-                                     rope["original_max_position_embeddings"]) /
-                          np.log(rope["original_max_position_embeddings"]))))
-        w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        # As llama.cpp: int(factor * hidden) // heads rotated dims; window 0 for none.
+        w.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * cfg.hidden_size)
+                                   // cfg.num_attention_heads)
+        w.add_sliding_window(cfg.sliding_window or 0)
+        if rope["rope_type"] == "longrope":
+            w.add_rope_scaling_attn_factors(
+                float(np.sqrt(1 + np.log(cfg.max_position_embeddings /
+                                         rope["original_max_position_embeddings"]) /
+                              np.log(rope["original_max_position_embeddings"]))))
+            w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
 
     def t(name, tensor):
         w.add_tensor(name, tensor.detach().float().numpy().astype(np.float32))
@@ -167,7 +213,7 @@ def write_gguf(model, family, path):
     t("output_norm.weight", norm + 1 if gemma else norm)
     if not cfg.tie_word_embeddings:
         t("output.weight", state["lm_head.weight"])
-    if arch == "phi3":
+    if arch == "phi3" and rope["rope_type"] == "longrope":
         t("rope_factors_long.weight", __import__("torch").tensor(rope["long_factor"]))
         t("rope_factors_short.weight", __import__("torch").tensor(rope["short_factor"]))
     names = {
@@ -212,6 +258,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests",
                                                   "data", "families"))
     ap.add_argument("--gguf-only", metavar="FAMILY")
+    ap.add_argument("--only", metavar="FAMILY", action="append")
     args = ap.parse_args()
     if args.gguf_only:
         from transformers import AutoModelForCausalLM
@@ -220,11 +267,15 @@ def main():
         write_gguf(model, args.gguf_only, os.path.join(d, "model.gguf"))
         return
     for i, (family, cfg) in enumerate(FAMILIES.items()):
+        if args.only and family not in args.only:
+            continue
         model = make_model(cfg, seed=5000 + i)
         d = os.path.join(args.out, family)
         save_folder(model, d)
         with torch.no_grad():
             logits = model(torch.tensor(PROMPTS)).logits.double().numpy()
+        if family == "phi3_partial_longrope":
+            phi4_mini_style_config(d, logits)
         np.save(os.path.join(d, "logits.npy"), logits.astype(np.float32))
         # The same folder loaded by transformers in bf16 (from_pretrained keeps the rotary
         # frequencies f32, where .to(bfloat16) would round them).

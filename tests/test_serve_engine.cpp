@@ -1130,7 +1130,8 @@ TEST_P(FamilyPaged, LogitsOfASequenceAreTheSameBitsInAnyBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyPaged,
-                         ::testing::Values("qwen3", "mistral", "phi3", "gemma2", "gemma3_text"));
+                         ::testing::Values("qwen3", "mistral", "phi3", "gemma2", "gemma3_text",
+                                           "phi3_partial", "phi3_partial_longrope"));
 
 TEST(FamilyPaged, Errors) {
   auto model = wick::models::load_causal_lm(family_data("gemma2"), Device::cpu());

@@ -16,7 +16,8 @@ class KvCache {
  public:
   KvCache() = default;
   /// Zero-filled keys and values of `layers` layers, each (batch, kv_heads, max_len, head_dim) in
-  /// `dtype` on `device`; `cos` and `sin` (max_len, head_dim / 2) the rope tables of the positions.
+  /// `dtype` on `device`; `cos` and `sin` (max_len, r / 2) the rope tables of the positions, for
+  /// the first r dims of a head that rotate (r = head_dim but for partial rotary, r even).
   /// Throws Error when batch or max_len is 0, ShapeMismatch when the tables do not fit.
   static KvCache allocate(size_t layers, size_t batch, size_t kv_heads, size_t max_len,
                           size_t head_dim, DType dtype, const Device& device, Tensor cos,

@@ -18,9 +18,9 @@ class PagedKvCache {
  public:
   PagedKvCache() = default;
   /// Zero-filled pools of `layers` layers, each (pages, kv_heads, page_size, head_dim) in `dtype`
-  /// on `device`; `cos` and `sin` (positions, head_dim / 2) the rope tables of the positions a
-  /// sequence may reach (empty handles for a model that keeps its own). Throws Error when pages
-  /// or page_size is 0.
+  /// on `device`; `cos` and `sin` (positions, r / 2) the rope tables of the positions a sequence
+  /// may reach, for the first r dims of a head that rotate (r = head_dim but for partial rotary),
+  /// or empty handles for a model that keeps its own. Throws Error when pages or page_size is 0.
   static PagedKvCache allocate(size_t layers, size_t pages, size_t page_size, size_t kv_heads,
                                size_t head_dim, DType dtype, const Device& device, Tensor cos = {},
                                Tensor sin = {});

@@ -76,11 +76,16 @@ void check_positive(double v, const char* what, const std::string& origin) {
 
 // ---- rope ----
 
+size_t Rope::rotated_dims(size_t head_dim) const {
+  if (rotary_dim > 0) return rotary_dim;
+  return static_cast<size_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+}
+
 std::vector<double> Rope::inverse_frequencies(size_t head_dim, size_t context) const {
-  size_t half = head_dim / 2;
+  const size_t dims = rotated_dims(head_dim), half = dims / 2;
   std::vector<double> inv(half);
   for (size_t i = 0; i < half; ++i) {
-    inv[i] = 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(head_dim));
+    inv[i] = 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(dims));
   }
   if (type == "linear") {
     for (double& f : inv) f /= factor;
@@ -126,6 +131,19 @@ std::pair<Tensor, Tensor> Rope::tables(size_t head_dim, size_t context, size_t s
 
 void Rope::validate(size_t head_dim, const std::string& origin) const {
   check_positive(theta, "rope_theta", origin);
+  if (!(std::isfinite(partial_rotary_factor) && partial_rotary_factor > 0 &&
+        partial_rotary_factor <= 1)) {
+    throw FormatError(
+        str(origin, ": partial_rotary_factor ", partial_rotary_factor, " must be in (0, 1]"));
+  }
+  const size_t dims = rotated_dims(head_dim);
+  if (dims == 0 || dims % 2 != 0 || dims > head_dim) {
+    throw FormatError(str(origin, ": rope rotates ", dims, " dims of head_dim ", head_dim,
+                          rotary_dim > 0
+                              ? " (rope dimension_count)"
+                              : str(" (partial_rotary_factor ", partial_rotary_factor, ")"),
+                          "; they must be even, positive and at most head_dim"));
+  }
   check_positive(factor, "rope factor", origin);
   check_positive(attention_factor, "rope attention_factor", origin);
   if (type == "llama3") {
@@ -138,10 +156,10 @@ void Rope::validate(size_t head_dim, const std::string& origin) const {
   } else if (type == "longrope") {
     check_positive(original_max_position, "rope original_max_position_embeddings", origin);
     for (const auto* f : {&short_factor, &long_factor}) {
-      if (f->size() != head_dim / 2) {
+      if (f->size() != dims / 2) {
         throw FormatError(str(origin, ": longrope ", f == &short_factor ? "short" : "long",
-                              "_factor has ", f->size(), " entries, head_dim / 2 is ",
-                              head_dim / 2));
+                              "_factor has ", f->size(), " entries, the rotated dims / 2 are ",
+                              dims / 2));
       }
       for (double v : *f) check_positive(v, "longrope factor", origin);
     }
@@ -149,6 +167,12 @@ void Rope::validate(size_t head_dim, const std::string& origin) const {
     throw FormatError(str(origin, ": rope type \"", type,
                           "\" is not supported (default, linear, llama3, longrope)"));
   }
+}
+
+Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const size_t d = x.dims().back(), dims = 2 * cos.dims().back();
+  if (dims == d) return x.rope(cos, sin);
+  return Tensor::cat({x.narrow(3, 0, dims).rope(cos, sin), x.narrow(3, dims, d - dims)}, 3);
 }
 
 Rope parse_rope(const Json& p, Rope r, const std::string& origin) {
@@ -163,12 +187,10 @@ Rope parse_rope(const Json& p, Rope r, const std::string& origin) {
   r.high_freq_factor = number_or(p, "high_freq_factor", r.high_freq_factor, origin);
   r.original_max_position =
       number_or(p, "original_max_position_embeddings", r.original_max_position, origin);
+  r.partial_rotary_factor = number_or(p, "partial_rotary_factor", r.partial_rotary_factor, origin);
   if (r.type == "longrope") {
     r.short_factor = numbers(p, "short_factor", origin);
     r.long_factor = numbers(p, "long_factor", origin);
-    if (number_or(p, "partial_rotary_factor", 1.0, origin) != 1.0) {
-      throw FormatError(str(origin, ": partial_rotary_factor other than 1 is not supported"));
-    }
   }
   auto af = p.find("attention_factor");
   if (af != p.end() && !af->is_null())
@@ -181,6 +203,7 @@ Rope parse_config_rope(const Json& j, double default_theta, size_t max_position,
   Rope r;
   r.theta = number_or(j, "rope_theta", default_theta, origin);
   r.original_max_position = number_or(j, "original_max_position_embeddings", 0, origin);
+  r.partial_rotary_factor = number_or(j, "partial_rotary_factor", 1.0, origin);
   auto rp = j.find("rope_parameters");
   auto rs = j.find("rope_scaling");
   bool explicit_attention_factor = false;
@@ -552,8 +575,8 @@ Tensor Decoder::attend(const Tensor& in, size_t li, const Step& at) const {
   if (at.pages != nullptr) return attend_paged(q, k, v, li, at);
   KvCache& cache = *at.cache;
   const auto& [cos, sin] = at.rope.at(l.attention.rope);
-  q = q.transpose(1, 2).contiguous().rope(cos, sin);  // (b, h, s, hd)
-  k = k.transpose(1, 2).contiguous().rope(cos, sin);
+  q = rotate(q.transpose(1, 2).contiguous(), cos, sin);  // (b, h, s, hd)
+  k = rotate(k.transpose(1, 2).contiguous(), cos, sin);
   v = v.transpose(1, 2).contiguous();
   nn::AttentionOptions opt;
   opt.scale = l.attention.scale;
@@ -680,7 +703,10 @@ Tensor Decoder::forward_last(const Tensor& ids, KvCache& cache) const {
 PreNormDecoder::PreNormDecoder(DecoderConfig config, Weights weights, const Device& device,
                                DType dtype)
     : Decoder(std::move(config), std::move(weights), device, dtype) {
-  if (config_.final_softcap > 0 || w_.ropes.size() != 1) return;
+  if (config_.final_softcap > 0 || w_.ropes.size() != 1 ||
+      w_.ropes[0].rotated_dims(config_.head_dim) != config_.head_dim) {
+    return;
+  }
   DecoderWeights plan;
   plan.heads = config_.num_heads;
   plan.kv_heads = config_.num_kv_heads;

@@ -29,35 +29,51 @@ namespace wick::models::decoder {
 
 using nn::QLinear;
 
-/// Rotary position embedding of one kind of layer (rotate-half form).
+/// Rotary position embedding of one kind of layer (rotate-half form), over the first
+/// rotated_dims(head_dim) dims of each q/k head (all of them but for partial rotary); the other
+/// dims pass through.
 struct Rope {
   std::string type = "default";  // default, linear, llama3, longrope
   double theta = 10000.0;
-  double factor = 1.0;               // linear: frequencies / factor; llama3 and longrope too
-  double low_freq_factor = 1.0;      // llama3
-  double high_freq_factor = 4.0;     // llama3
-  double original_max_position = 0;  // llama3 and longrope
-  double attention_factor = 1.0;     // multiplies cos and sin (longrope)
-  std::vector<double> short_factor;  // longrope: per frequency, divides it
-  std::vector<double> long_factor;   // longrope: when the cache exceeds original_max_position
+  double factor = 1.0;                 // linear: frequencies / factor; llama3 and longrope too
+  double low_freq_factor = 1.0;        // llama3
+  double high_freq_factor = 4.0;       // llama3
+  double original_max_position = 0;    // llama3 and longrope
+  double attention_factor = 1.0;       // multiplies cos and sin (longrope)
+  std::vector<double> short_factor;    // longrope: per frequency, divides it
+  std::vector<double> long_factor;     // longrope: when the cache exceeds original_max_position
+  double partial_rotary_factor = 1.0;  // config.json: int(head_dim * f) dims rotate
+  size_t rotary_dim = 0;               // > 0: the dims that rotate (GGUF's rope.dimension_count)
 
-  /// 1 / theta^(2i / head_dim) with the type's scaling; longrope picks the long factors when
-  /// `context` (the cache's max_len) exceeds original_max_position, as llama.cpp does for its
-  /// context size (transformers does the same per forward call from the sequence length).
+  /// The rotated dims of a head: rotary_dim when set, else int(head_dim * partial_rotary_factor)
+  /// (as transformers truncates it).
+  size_t rotated_dims(size_t head_dim) const;
+  /// 1 / theta^(2i / r) for i < r / 2, r = rotated_dims(head_dim), with the type's scaling;
+  /// longrope picks the long factors when `context` (the cache's max_len) exceeds
+  /// original_max_position, as llama.cpp does for its context size (transformers does the same
+  /// per forward call from the sequence length).
   std::vector<double> inverse_frequencies(size_t head_dim, size_t context) const;
-  /// (cos, sin) of positions [start, start + n): each (n, head_dim / 2), `dtype` on `device`;
-  /// angles formed in f32 as transformers forms them, times attention_factor.
+  /// (cos, sin) of positions [start, start + n): each (n, rotated_dims(head_dim) / 2), `dtype` on
+  /// `device`; angles formed in f32 as transformers forms them, times attention_factor.
   std::pair<Tensor, Tensor> tables(size_t head_dim, size_t context, size_t start, size_t n,
                                    DType dtype, const Device& device) const;
-  /// FormatError naming `origin` for a non-positive or non-finite parameter.
+  /// FormatError naming `origin` for a non-positive or non-finite parameter, a
+  /// partial_rotary_factor outside (0, 1], rotated dims that are zero, odd or above head_dim, or
+  /// longrope factors other than one per rotated pair.
   void validate(size_t head_dim, const std::string& origin) const;
 };
 
+/// Rope over the first 2 * cos.dims()[1] dims of x (b, h, s, d) (x.rope when that is all of d),
+/// the rest of each head passing through.
+Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
 /// A config.json rope object (transformers 5 `rope_parameters`, or 4's `rope_scaling`) over the
-/// defaults in `base`: rope_type/type, rope_theta, factor, the llama3 and longrope fields.
+/// defaults in `base`: rope_type/type, rope_theta, factor, partial_rotary_factor, the llama3 and
+/// longrope fields.
 Rope parse_rope(const json_file::Json& params, Rope base, const std::string& origin);
 /// The rope of a config without per-layer-type parameters: `rope_parameters`, else `rope_theta`
-/// and `rope_scaling` at the top level (longrope's original_max_position_embeddings may be there).
+/// and `rope_scaling` at the top level (longrope's original_max_position_embeddings and
+/// partial_rotary_factor may be there; the rope object's own partial_rotary_factor wins).
 Rope parse_config_rope(const json_file::Json& j, double default_theta, size_t max_position,
                        const std::string& origin);
 
@@ -154,7 +170,7 @@ void read_embedding_and_head(const WeightSource& src, DecoderConfig& c, Weights&
 struct Step {
   KvCache* cache = nullptr;  // forward and decode step
   size_t start = 0;
-  std::vector<std::pair<Tensor, Tensor>> rope;  // per Weights::ropes entry, (s, head_dim / 2)
+  std::vector<std::pair<Tensor, Tensor>> rope;  // per Weights::ropes entry, (s, rotated / 2)
   Tensor position;                              // defined: a decode step (one U32 on the device)
   size_t keys = 0;                              // decode step: cache rows [0, keys) are read
   Tensor mask_all, mask_window;                 // decode step: (1, keys), 0 or -inf
@@ -227,7 +243,8 @@ class Decoder : public CausalLM {
 class PreNormDecoder : public Decoder {
  public:
   /// Asks the backend for a decode plan (the standard layout of decode_plan.h) unless a layer
-  /// soft-caps its scores, the logits are soft-capped or layers take ropes of their own.
+  /// soft-caps its scores, the logits are soft-capped, layers take ropes of their own or the rope
+  /// rotates part of each head only.
   PreNormDecoder(DecoderConfig config, Weights weights, const Device& device, DType dtype);
 
  protected:

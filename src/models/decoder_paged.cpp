@@ -72,9 +72,7 @@ Tensor Decoder::attend_paged(const Tensor& q, const Tensor& k, const Tensor& v, 
   const PagedBatchTensors& b = *at.batch;
   const std::pair<Tensor, Tensor>& table = at.rope.at(l.attention.rope);  // (cos, sin)
   auto rotated = [&](const Tensor& x, size_t heads) {  // (1, T, heads, hd) -> (T, heads, hd)
-    return x.transpose(1, 2)
-        .contiguous()
-        .rope(table.first, table.second)
+    return rotate(x.transpose(1, 2).contiguous(), table.first, table.second)
         .transpose(1, 2)
         .reshape({t, heads, hd});
   };

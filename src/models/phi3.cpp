@@ -1,8 +1,9 @@
 // Phi-3 (transformers' Phi3ForCausalLM; GGUF architecture phi3): Llama's pre-norm decoder whose
 // checkpoints hold q/k/v as one matrix (qkv_proj) and gate/up as one (gate_up_proj, gate rows
 // first), used fused as they are; long-rope scaling (rope type longrope, formerly su) with short
-// and long per-frequency factors and an attention factor on cos and sin; sliding-window attention
-// where the config sets a window. Per layer:
+// and long per-frequency factors and an attention factor on cos and sin; partial rotary
+// (Phi-4-mini: rope on the first partial_rotary_factor of each head's dims, the rest passing
+// through); sliding-window attention where the config sets a window. Per layer:
 //   x += wo attention(rope(q), rope(k), v) of qkv_proj rms_norm(x)
 //   x += wdown (silu(gate) * up) of gate_up_proj rms_norm(x)
 // logits = lm_head rms_norm(x).
@@ -33,7 +34,7 @@ std::vector<double> factors(const gguf::File& f, const char* name, size_t n) {
   Tensor t = f.get(name, Device::cpu());
   if (t.elem_count() != n) {
     throw FormatError(str("gguf ", f.path(), ": tensor '", name, "' has ", t.elem_count(),
-                          " values, head_dim / 2 is ", n));
+                          " values, one per rotated pair: ", n, " expected"));
   }
   return t.to_vec_f64();
 }
@@ -54,9 +55,6 @@ std::unique_ptr<CausalLM> load_phi3(const std::string& path, const Device& devic
     if (c.architecture != "phi3") {
       throw FormatError(str(origin, ": model_type \"", c.architecture, "\" is not phi3"));
     }
-    if (json_file::get_number(j, "partial_rotary_factor", origin, 1.0) != 1.0) {
-      throw FormatError(str(origin, ": partial_rotary_factor other than 1 is not supported"));
-    }
     rope = parse_config_rope(j, 10000.0, c.max_position, origin);
     auto it = j.find("sliding_window");
     if (it != j.end() && !it->is_null()) window = json_file::as_uint(*it, "sliding_window", origin);
@@ -65,14 +63,32 @@ std::unique_ptr<CausalLM> load_phi3(const std::string& path, const Device& devic
     origin = "gguf " + path;
     gguf::File f = gguf::File::open(path);
     c = DecoderConfig::from_gguf(f, "phi3");
+    // llama.cpp writes the rotated dims as rope.dimension_count (below head_dim for partial
+    // rotary) and no key_length: the head is hidden / heads, as llama.cpp takes it.
+    if (!f.contains_key("phi3.attention.key_length") && c.num_heads > 0) {
+      if (c.hidden_size % c.num_heads != 0) {
+        throw FormatError(str(origin, ": phi3.embedding_length ", c.hidden_size,
+                              " is not a multiple of phi3.attention.head_count ", c.num_heads));
+      }
+      c.head_dim = c.hidden_size / c.num_heads;
+    }
+    if (f.contains_key("phi3.rope.dimension_count")) {
+      const uint64_t dims = f.get_uint("phi3.rope.dimension_count");
+      if (dims == 0 || dims % 2 != 0 || dims > c.head_dim) {
+        throw FormatError(str(origin, ": phi3.rope.dimension_count ", dims,
+                              " must be even, positive and at most the head size ", c.head_dim));
+      }
+      rope.rotary_dim = static_cast<size_t>(dims);
+    }
     if (f.contains_key("phi3.rope.freq_base")) rope.theta = f.get_float("phi3.rope.freq_base");
     if (f.contains_key("phi3.attention.sliding_window")) {
       window = f.get_uint("phi3.attention.sliding_window");
     }
     if (f.contains("rope_factors_long.weight")) {
       rope.type = "longrope";
-      rope.long_factor = factors(f, "rope_factors_long.weight", c.head_dim / 2);
-      rope.short_factor = factors(f, "rope_factors_short.weight", c.head_dim / 2);
+      rope.long_factor = factors(f, "rope_factors_long.weight", rope.rotated_dims(c.head_dim) / 2);
+      rope.short_factor =
+          factors(f, "rope_factors_short.weight", rope.rotated_dims(c.head_dim) / 2);
       rope.original_max_position =
           static_cast<double>(f.get_uint("phi3.rope.scaling.original_context_length"));
       if (f.contains_key("phi3.rope.scaling.attn_factor")) {

@@ -13,7 +13,9 @@ KvCache KvCache::allocate(size_t layers, size_t batch, size_t kv_heads, size_t m
   if (batch == 0 || max_len == 0) {
     throw Error(str("KvCache: batch ", batch, " and max_len ", max_len, " must be positive"));
   }
-  if (cos.shape() != Shape{max_len, head_dim / 2} || sin.shape() != cos.shape()) {
+  // Partial rotary: fewer columns, for the first 2 * columns dims of a head.
+  if (cos.rank() != 2 || cos.dims()[0] != max_len || cos.dims()[1] == 0 ||
+      cos.dims()[1] > head_dim / 2 || sin.shape() != cos.shape()) {
     throw ShapeMismatch(str("KvCache: rope tables ", cos.shape(), " and ", sin.shape(), " for ",
                             max_len, " positions of head_dim ", head_dim));
   }

@@ -13,8 +13,8 @@ PagedKvCache PagedKvCache::allocate(size_t layers, size_t pages, size_t page_siz
                     page_size, " must be positive"));
   }
   if (cos.defined() != sin.defined() ||
-      (cos.defined() &&
-       (cos.rank() != 2 || cos.dims()[1] != head_dim / 2 || sin.shape() != cos.shape()))) {
+      (cos.defined() && (cos.rank() != 2 || cos.dims()[1] == 0 || cos.dims()[1] > head_dim / 2 ||
+                         sin.shape() != cos.shape()))) {
     throw ShapeMismatch(
         str("PagedKvCache: rope tables ", cos.defined() ? cos.shape().to_string() : "none", " and ",
             sin.defined() ? sin.shape().to_string() : "none", " for head_dim ", head_dim));

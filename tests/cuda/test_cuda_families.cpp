@@ -48,7 +48,8 @@ std::vector<uint32_t> to_u32(const Tensor& t) {
   return out;
 }
 
-const char* const kFamilies[] = {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text"};
+const char* const kFamilies[] = {
+    "qwen3", "mistral", "phi3", "gemma2", "gemma3_text", "phi3_partial", "phi3_partial_longrope"};
 
 // f32 as on the CPU (256 unit roundoffs of the logits' range, tests/test_families.cpp); bf16
 // within 16 of its unit roundoffs.

@@ -150,7 +150,8 @@ TEST(CudaPagedAttention, WindowsAndSoftCapsWithinTheirBoundOfFloat64) {
 // within transformers' (f32, no TF32).
 TEST(CudaPagedForward, DecoderFamiliesGiveTransformersLogits) {
   WICK_REQUIRE_GPU();
-  for (const char* family : {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text"}) {
+  for (const char* family : {"qwen3", "mistral", "phi3", "gemma2", "gemma3_text", "phi3_partial",
+                             "phi3_partial_longrope"}) {
     SCOPED_TRACE(family);
     const std::string dir = std::string(WICK_TEST_DATA_DIR) + "/families/" + family;
     auto model = models::load_causal_lm(dir, gpu());
