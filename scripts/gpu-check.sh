@@ -167,6 +167,12 @@ if ! skip serve; then
     --bench "$BUILD"/bench/bench_serve_engine --bench-args=--compare-graphs 2>&1 | grep -v ContinuousBatchingLogger |
     tee "$LOGS/serve.txt"
   check serve "${PIPESTATUS[0]}"
+  # The cost of batch invariance (wick-serve --deterministic: wick's GEMM for every product) at 64
+  # streams, beside the default in the same process.
+  PYTHONUNBUFFERED=1 timeout 300 python3 bench/cuda/serve_torch.py --skip-torch --streams 64 \
+    --bench "$BUILD"/bench/bench_serve_engine --bench-args=--compare-invariant 2>&1 |
+    tee -a "$LOGS/serve.txt"
+  check "serve invariant" "${PIPESTATUS[0]}"
 fi
 
 if ! skip families; then

@@ -9,6 +9,7 @@
 // llama.cpp's tensor names and metadata.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -153,11 +154,26 @@ TEST(Families, UnknownModelTypeIsAFormatErrorListingTheKnownOnes) {
   std::filesystem::remove_all(dir);
 }
 
+// The temporary files and folders this process wrote (edited_copy, edited_gguf): the process id in
+// their names, since ctest runs tests that edit the same family side by side; removed at exit.
+struct TempPaths {
+  std::vector<std::filesystem::path> paths;
+  std::filesystem::path add(const std::string& name, const std::string& extension = "") {
+    paths.push_back(std::filesystem::temp_directory_path() /
+                    (name + "_" + std::to_string(::getpid()) + extension));
+    return paths.back();
+  }
+  ~TempPaths() {
+    std::error_code ec;
+    for (const auto& p : paths) std::filesystem::remove_all(p, ec);
+  }
+} temp_paths;
+
 // A copy of a family's folder with its config.json edited by `edit`.
 std::string edited_copy(const std::string& family,
                         const std::function<void(nlohmann::json&)>& edit) {
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / ("wick_families_" + family + "_edited");
+  fs::path dir = temp_paths.add("wick_families_" + family + "_edited");
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::copy_file(family_dir(family) + "/model.safetensors", dir / "model.safetensors");
@@ -218,7 +234,7 @@ std::string edited_gguf(const std::string& family,
   for (const std::string& name : f.tensor_names()) tensors[name] = f.get(name);
   std::map<std::string, gguf::Value> metadata(f.metadata().begin(), f.metadata().end());
   edit(tensors, metadata);
-  auto path = std::filesystem::temp_directory_path() / ("wick_families_" + family + ".gguf");
+  auto path = temp_paths.add("wick_families_" + family, ".gguf");
   gguf::save(tensors, path.string(), metadata);
   return path.string();
 }
