@@ -122,6 +122,17 @@ class WickServer:
             out[name] = float(value)
         return out
 
+    def idle_metrics(self, model, seconds):
+        """/metrics once `model` holds no KV pages and runs no sequence, or after `seconds`."""
+        key = f'{{model="{model}"}}'
+        deadline = time.time() + seconds
+        while True:
+            m = self.metrics()
+            if (m["wick_kv_pages_used" + key] == 0 and m["wick_running_batch_size" + key] == 0) \
+                    or time.time() >= deadline:
+                return m
+            time.sleep(0.1)
+
 
 def http(server, method, path, body=None, headers=None, timeout=60):
     """(status, headers, body bytes) of one request by urllib."""
@@ -414,12 +425,7 @@ class Serve(unittest.TestCase):
         self.assertGreater(m["wick_kv_pages_used" + key], 0)
         self.assertGreater(m["wick_running_batch_size" + key], 0)
         stream.close()
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            m = self.server.metrics()
-            if m["wick_kv_pages_used" + key] == 0 and m["wick_running_batch_size" + key] == 0:
-                break
-            time.sleep(0.2)
+        m = self.server.idle_metrics(SMOL, 30)
         self.assertEqual(m["wick_kv_pages_used" + key], 0)
         self.assertEqual(m["wick_running_batch_size" + key], 0)
         self.assertEqual(m.get(cancelled, 0), before + 1)
@@ -449,12 +455,7 @@ class Serve(unittest.TestCase):
         self.assertGreater(m["wick_kv_pages_used" + key], 0)
         self.assertEqual(m["wick_running_batch_size" + key], 2)
         client.close()
-        closed = time.time()
-        while time.time() < closed + 10:
-            m = self.server.metrics()
-            if m["wick_kv_pages_used" + key] == 0 and m["wick_running_batch_size" + key] == 0:
-                break
-            time.sleep(0.1)
+        m = self.server.idle_metrics(SMOL, 10)
         self.assertEqual(m["wick_kv_pages_used" + key], 0)
         self.assertEqual(m["wick_running_batch_size" + key], 0)
         self.assertEqual(m.get(cancelled, 0), before.get(cancelled, 0) + 1)
@@ -486,12 +487,7 @@ class Serve(unittest.TestCase):
             impatient.chat.completions.create(
                 model=SMOL, max_tokens=4000, temperature=0,
                 messages=[{"role": "user", "content": "Write a very long story about a dragon."}])
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            m = self.server.metrics()
-            if m["wick_kv_pages_used" + key] == 0 and m["wick_running_batch_size" + key] == 0:
-                break
-            time.sleep(0.1)
+        m = self.server.idle_metrics(SMOL, 10)
         self.assertEqual(m["wick_kv_pages_used" + key], 0)
         self.assertEqual(m["wick_running_batch_size" + key], 0)
         self.assertEqual(m.get(cancelled, 0), before + 1)
