@@ -2,7 +2,8 @@
 // dequantises 32 weights at a time in registers (the GGML blocks as stored, read 2 bytes at a
 // time since blocks are only 2-byte aligned; the types added later byte by byte, through
 // ops/ggml_blocks.h) and multiplies them with every activation row, in
-// f32; the warp then sums its lanes. Larger m is dequantise-then-cuBLAS (src/qmatmul.cpp).
+// f32; the warp then sums its lanes. Larger m is dequantise-then-matmul (src/qmatmul.cpp), except
+// under batch invariance, where this kernel takes every m in launches of 8 rows (fused_ops.cpp).
 
 #include <algorithm>
 #include <cstdint>
