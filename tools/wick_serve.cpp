@@ -156,10 +156,12 @@ class Server {
         e->id = id;
         e->embedder = std::make_unique<wick::SentenceEmbedder>(
             wick::SentenceEmbedder::load(path, device, eo));
+        // CUDA's encoder attention splits by the batch's padded length: under --deterministic
+        // each text goes alone, and waiting for more requests to batch would only add latency.
+        const bool text_by_text = opt_.deterministic && !device.is_cpu();
         e->batcher = std::make_unique<sh::EmbedBatcher>(
-            *e->embedder, std::chrono::microseconds(opt_.embed_window_us), 256,
-            // CUDA's encoder attention splits by the batch's padded length: alone is exact.
-            opt_.deterministic && !device.is_cpu());
+            *e->embedder, std::chrono::microseconds(text_by_text ? 0 : opt_.embed_window_us), 256,
+            text_by_text);
         std::fprintf(stderr, "wick-serve: embeddings model '%s' (%zu dims) from %s in %.1f s\n",
                      id.c_str(), e->embedder->dim(), path.c_str(), seconds_since(t0));
         embedders_[id] = std::move(e);
@@ -520,11 +522,12 @@ class Server {
     res.set_header("Cache-Control", "no-cache");
     wick::serve::Engine* engine = d.engine.get();
     sh::Metrics* metrics = &metrics_;
+    std::string path = req.path;
     size_t n = prompts.size();
     bool include_usage = params.include_usage;
     auto start = Clock::now();
-    res.set_chunked_content_provider("text/event-stream", [gens, guard, engine, metrics, ids, n,
-                                                           chat, head, include_usage,
+    res.set_chunked_content_provider("text/event-stream", [gens, guard, engine, metrics, path, ids,
+                                                           n, chat, head, include_usage,
                                                            start](size_t, httplib::DataSink& sink) {
       auto chunk = [&](size_t i, json delta_or_text, json finish) {
         json c = head;
@@ -536,7 +539,7 @@ class Server {
       };
       auto cancel_all = [&] {
         for (uint64_t id : ids) engine->cancel(id);
-        metrics->count_cancelled(chat ? "/v1/chat/completions" : "/v1/completions");
+        metrics->count_cancelled(path);
         t_log.client_gone = true;
       };
       auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
