@@ -26,6 +26,7 @@
 
 #include "cpu/blas.h"
 #include "cpu/cpu_storage.h"
+#include "cpu/gemm_f32.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
 #include "settings.h"
@@ -452,7 +453,17 @@ void invariant_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, 
 template <class C>
 void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b, MatrixView bv,
              C* c) {
-  if (settings::batch_invariant()) {
+  const bool invariant = settings::batch_invariant();
+  if constexpr (std::is_same_v<C, float>) {
+    // wick's own GEMM, where the CPU has one: every shape under batch invariance (its rows never
+    // depend on m), else all but the matrix-vector products, which OpenBLAS's gemv runs faster.
+    const GemmF32& gemm = gemm_f32();
+    if (gemm.run != nullptr && ((m > 1 && n > 1) || invariant)) {
+      gemm.run(m, n, k, {a, av.ld, av.trans}, {b, bv.ld, bv.trans}, c, n);
+      return;
+    }
+  }
+  if (invariant) {
     invariant_product<C>(m, n, k, a, av, b, bv, c);
     return;
   }
