@@ -11,14 +11,17 @@
 // The AVX2 build of this file has no kernel (matmul keeps OpenBLAS there).
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <new>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #endif
+#include <sched.h>
 
 #include "cpu/gemm_f32.h"
 #include "cpu/isa_begin.h"  // last: the code below is compiled for this file's instruction set
@@ -190,86 +193,169 @@ void micro_kernel(size_t kc, const float* a, const float* b, float* c, size_t ld
   }
 }
 
-// One block of the product: b's columns jc..jc+nc and k values pc..pc+kc.
-struct Block {
-  size_t m, jc, nc, pc, kc;
-  const GemmF32Operand* a;
-  const float* packed_b;  // nc rounded up to micro-panels, kc rows each
-  float* c;
-  size_t ldc;
-  // Work items: row chunks of row_chunk micro-panels times column chunks of col_chunk panels.
-  size_t row_chunk, col_items, col_chunk;
-};
-
-// Work item `item` of the block: packs its rows of a, then multiplies them with its micro-panels
-// of b.
-void run_item(const Block& blk, size_t item) {
-  const size_t panels = (blk.nc + kNr - 1) / kNr;
-  const size_t r0 = item / blk.col_items * blk.row_chunk * kMr;
-  const size_t r1 = std::min(blk.m, r0 + blk.row_chunk * kMr);
-  const size_t q0 = item % blk.col_items * blk.col_chunk;
-  const size_t q1 = std::min(panels, q0 + blk.col_chunk);
-  if (r0 >= r1 || q0 >= q1) return;
-  const size_t tiles = (r1 - r0 + kMr - 1) / kMr;
-  float* packed_a = t_packed_a.get(tiles * kMr * blk.kc);
-  for (size_t t = 0; t < tiles; ++t) {
-    const size_t i0 = r0 + t * kMr;
-    pack_a(*blk.a, i0, std::min(kMr, r1 - i0), blk.pc, blk.kc, packed_a + t * kMr * blk.kc);
-  }
-  const bool accumulate = blk.pc > 0;
-  for (size_t q = q0; q < q1; ++q) {
-    const float* pb = blk.packed_b + q * kNr * blk.kc;
-    const size_t j0 = q * kNr, cols = std::min(kNr, blk.nc - j0);
-    for (size_t t = 0; t < tiles; ++t) {
-      const size_t i0 = r0 + t * kMr;
-      micro_kernel(blk.kc, packed_a + t * kMr * blk.kc, pb, blk.c + i0 * blk.ldc + blk.jc + j0,
-                   blk.ldc, std::min(kMr, r1 - i0), cols, accumulate);
+// The whole product as one job of the thread pool: a list of tasks, for each block of kNc columns
+// and kKc k values in turn (s = its index) first the packing of its b micro-panels (pack tasks),
+// then its work items (row runs of a times ranges of micro-panels). The pool's threads claim
+// tasks in list order with one fetch_add each, and a task waits only for tasks before it, all
+// claimed already by running threads: a work item for the packing of its block, and for the same
+// item of the block before when that block's k values precede its own (it adds to that c tile);
+// a pack task for the work items of block s - 2, whose buffer it refills (two are used in turn).
+// A thread that finishes early thus starts on the next block without a barrier, and a job run by
+// one thread alone (the pool busy, or a nested call) runs the tasks in order.
+class Job {
+ public:
+  Job(size_t m, size_t n, size_t k, const GemmF32Operand& a, const GemmF32Operand& b, float* c,
+      size_t ldc, size_t threads)
+      : m_(m), n_(n), k_(k), a_(a), b_(b), c_(c), ldc_(ldc) {
+    row_tiles_ = (m + kMr - 1) / kMr;
+    j_blocks_ = (n + kNc - 1) / kNc;
+    k_blocks_ = (k + kKc - 1) / kKc;
+    // Rows in runs of at most kMc, their count a multiple of the thread count (each thread gets
+    // as many rows); when there are fewer row tiles than threads, the micro-panels are split too.
+    const size_t runs = (row_tiles_ * kMr + kMc - 1) / kMc;
+    row_items_ = std::min(row_tiles_, (runs + threads - 1) / threads * threads);
+    for (size_t jb = 0; jb < 2 && jb < j_blocks_; ++jb) {
+      // Block columns: every j block has kNc but the last.
+      const size_t nc = jb == 0 && j_blocks_ > 1 ? kNc : n - (j_blocks_ - 1) * kNc;
+      Shape& sh = shape_[jb];
+      sh.nc = nc;
+      sh.panels = (nc + kNr - 1) / kNr;
+      sh.col_items = 1;
+      if (row_items_ < threads) {
+        sh.col_items = std::min(sh.panels, (threads + row_items_ - 1) / row_items_);
+      }
+      sh.items = row_items_ * sh.col_items;
+      sh.packs = std::min(sh.panels, threads > 1 ? 2 * threads : 1);
+    }
+    const size_t blocks = j_blocks_ * k_blocks_;
+    const size_t max_panels = (std::min(n, kNc) + kNr - 1) / kNr;
+    buffer_[0] = t_packed_b.get(2 * max_panels * kNr * kKc);
+    buffer_[1] = buffer_[0] + max_panels * kNr * kKc;
+    counters_ = std::make_unique<std::atomic<size_t>[]>(2 * blocks + max_items());
+    for (size_t i = 0; i < 2 * blocks + max_items(); ++i) counters_[i].store(0);
+    tasks_ = 0;
+    for (size_t jb = 0; jb < j_blocks_; ++jb) {
+      tasks_ += k_blocks_ * (shape(jb).packs + shape(jb).items);
     }
   }
-}
 
-void gemm(size_t m, size_t n, size_t k, const GemmF32Operand& a, const GemmF32Operand& b, float* c,
-          size_t ldc) {
-  const bool parallel = m * n * k >= kParallelMinFlops;
-  const size_t threads = parallel ? num_threads() : 1;
-  const size_t row_tiles = (m + kMr - 1) / kMr;
-  float* packed_b = t_packed_b.get(kKc * std::min(n + kNr - 1, kNc) / kNr * kNr);
-  for (size_t jc = 0; jc < n; jc += kNc) {
-    const size_t nc = std::min(kNc, n - jc);
-    const size_t panels = (nc + kNr - 1) / kNr;
-    // Rows in chunks of at most kMc, as many as needed to give every thread some; when the rows
-    // cannot, the block's micro-panels are split too.
-    Block blk{m, jc, nc, 0, 0, &a, packed_b, c, ldc, 0, 1, panels};
-    const size_t row_items_wanted = std::max<size_t>(threads, (row_tiles * kMr + kMc - 1) / kMc);
-    blk.row_chunk = std::max<size_t>(1, (row_tiles + row_items_wanted - 1) / row_items_wanted);
-    const size_t row_items = (row_tiles + blk.row_chunk - 1) / blk.row_chunk;
-    if (row_items < threads) {
-      blk.col_items = std::min(panels, (threads + row_items - 1) / row_items);
-      blk.col_chunk = (panels + blk.col_items - 1) / blk.col_items;
-      blk.col_items = (panels + blk.col_chunk - 1) / blk.col_chunk;
-    }
-    const size_t items = row_items * blk.col_items;
-    for (size_t pc = 0; pc < k; pc += kKc) {
-      blk.pc = pc;
-      blk.kc = std::min(kKc, k - pc);
-      auto pack = [&](size_t begin, size_t end) {
-        for (size_t q = begin; q < end; ++q) {
-          pack_b(b, pc, blk.kc, jc + q * kNr, std::min(kNr, nc - q * kNr),
-                 packed_b + q * kNr * blk.kc);
-        }
-      };
-      auto work = [&](size_t begin, size_t end) {
-        for (size_t item = begin; item < end; ++item) run_item(blk, item);
-      };
-      if (threads > 1) {
-        parallel_for(panels, 1, pack);
-        parallel_for(items, 1, work);
+  // One of the pool's threads: claims and runs tasks until none is left.
+  void participate() {
+    size_t s = 0, first = 0;  // the block of the last task claimed, and its first task's index
+    for (;;) {
+      const size_t t = next_.fetch_add(1, std::memory_order_relaxed);
+      if (t >= tasks_) return;
+      while (t >= first + tasks_of(s)) first += tasks_of(s++);
+      const size_t i = t - first;
+      const Shape& sh = shape(s / k_blocks_);
+      if (i < sh.packs) {
+        pack(s, i);
       } else {
-        pack(0, panels);
-        work(0, items);
+        work(s, i - sh.packs);
       }
     }
   }
+
+ private:
+  struct Shape {
+    size_t nc, panels, col_items, items, packs;
+  };
+
+  const Shape& shape(size_t jb) const { return shape_[jb + 1 < j_blocks_ ? 0 : 1 % j_blocks_]; }
+  size_t tasks_of(size_t s) const {
+    const Shape& sh = shape(s / k_blocks_);
+    return sh.packs + sh.items;
+  }
+  size_t max_items() const {
+    return std::max(shape_[0].items, j_blocks_ > 1 ? shape_[1].items : 0);
+  }
+  std::atomic<size_t>& packed(size_t s) { return counters_[2 * s]; }
+  std::atomic<size_t>& computed(size_t s) { return counters_[2 * s + 1]; }
+  // The blocks done so far (the index of the last one + 1) of each work item.
+  std::atomic<size_t>& progress(size_t item) { return counters_[2 * j_blocks_ * k_blocks_ + item]; }
+
+  template <class Ready>
+  static void wait_for(Ready ready) {
+    for (unsigned i = 1; !ready(); ++i) {
+      _mm_pause();
+      if (i % 64 == 0) sched_yield();
+    }
+  }
+
+  // Pack task i of block s: its share of the block's micro-panels of b.
+  void pack(size_t s, size_t i) {
+    const size_t jb = s / k_blocks_, pc = s % k_blocks_ * kKc, jc = jb * kNc;
+    const Shape& sh = shape(jb);
+    if (s >= 2) {
+      const size_t items = shape((s - 2) / k_blocks_).items;
+      wait_for([&] { return computed(s - 2).load(std::memory_order_acquire) == items; });
+    }
+    const size_t kc = std::min(kKc, k_ - pc);
+    float* dst = buffer_[s % 2];
+    for (size_t q = i * sh.panels / sh.packs; q < (i + 1) * sh.panels / sh.packs; ++q) {
+      pack_b(b_, pc, kc, jc + q * kNr, std::min(kNr, sh.nc - q * kNr), dst + q * kNr * kc);
+    }
+    packed(s).fetch_add(1, std::memory_order_release);
+  }
+
+  // Work item `item` of block s: packs its rows of a, then multiplies them with its micro-panels
+  // of b into c.
+  void work(size_t s, size_t item) {
+    const size_t jb = s / k_blocks_, pc = s % k_blocks_ * kKc, jc = jb * kNc;
+    const Shape& sh = shape(jb);
+    const size_t kc = std::min(kKc, k_ - pc);
+    const size_t ri = item / sh.col_items, ci = item % sh.col_items;
+    const size_t r0 = ri * row_tiles_ / row_items_ * kMr;
+    const size_t r1 = std::min(m_, (ri + 1) * row_tiles_ / row_items_ * kMr);
+    const size_t q0 = ci * sh.panels / sh.col_items, q1 = (ci + 1) * sh.panels / sh.col_items;
+    const size_t tiles = (r1 - r0 + kMr - 1) / kMr;
+    float* packed_a = t_packed_a.get(tiles * kMr * kc);
+    for (size_t t = 0; t < tiles; ++t) {
+      const size_t i0 = r0 + t * kMr;
+      pack_a(a_, i0, std::min(kMr, r1 - i0), pc, kc, packed_a + t * kMr * kc);
+    }
+    wait_for([&] { return packed(s).load(std::memory_order_acquire) == sh.packs; });
+    if (pc > 0) wait_for([&] { return progress(item).load(std::memory_order_acquire) >= s; });
+    const float* packed_b = buffer_[s % 2];
+    for (size_t q = q0; q < q1; ++q) {
+      const float* pb = packed_b + q * kNr * kc;
+      const size_t j0 = q * kNr, cols = std::min(kNr, sh.nc - j0);
+      for (size_t t = 0; t < tiles; ++t) {
+        const size_t i0 = r0 + t * kMr;
+        micro_kernel(kc, packed_a + t * kMr * kc, pb, c_ + i0 * ldc_ + jc + j0, ldc_,
+                     std::min(kMr, r1 - i0), cols, pc > 0);
+      }
+    }
+    // progress only grows: an item of the next j block may finish before this one.
+    size_t done = progress(item).load(std::memory_order_relaxed);
+    while (done < s + 1 &&
+           !progress(item).compare_exchange_weak(done, s + 1, std::memory_order_release)) {
+    }
+    computed(s).fetch_add(1, std::memory_order_release);
+  }
+
+  const size_t m_, n_, k_;
+  const GemmF32Operand a_, b_;
+  float* const c_;
+  const size_t ldc_;
+  size_t row_tiles_, row_items_, j_blocks_, k_blocks_, tasks_;
+  Shape shape_[2]{};  // the j blocks of kNc columns, and the last one
+  float* buffer_[2];
+  std::unique_ptr<std::atomic<size_t>[]> counters_;
+  alignas(64) std::atomic<size_t> next_{0};
+};
+
+void gemm(size_t m, size_t n, size_t k, const GemmF32Operand& a, const GemmF32Operand& b, float* c,
+          size_t ldc) {
+  const size_t threads = m * n * k >= kParallelMinFlops ? num_threads() : 1;
+  Job job(m, n, k, a, b, c, ldc, threads);
+  if (threads == 1) {
+    job.participate();
+    return;
+  }
+  parallel_for(threads, 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) job.participate();
+  });
 }
 
 }  // namespace
