@@ -157,6 +157,12 @@ void init_blas() {
   (void)done;
 }
 
+void stop_blas_threads() {
+  if (auto stop = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"))) {
+    stop();
+  }
+}
+
 std::string blas_core() {
   init_blas();
   return openblas_get_corename();

@@ -40,11 +40,14 @@ namespace {
 // OpenBLAS runs single-threaded, always: large products are split across wick's own pool, each
 // part one single-threaded BLAS call. Two thread pools on the same cores would oversubscribe
 // them (OpenBLAS's threads spin for a while after each call, as wick's workers do between
-// steps), and OpenBLAS's thread count is process-global, so a per-call setting would race.
+// steps), and OpenBLAS's thread count is process-global, so a per-call setting would race. Its
+// threads are stopped: openblas_set_num_threads starts them again when init_blas stopped them, and
+// a new one spins for some 0.1 s, against the pool's threads.
 void init_blas_threads() {
   static const bool done = [] {
     init_blas();
     openblas_set_num_threads(1);
+    stop_blas_threads();
     return true;
   }();
   (void)done;
