@@ -133,15 +133,14 @@ void pack_b(const GemmF32Operand& b, size_t p0, size_t kc, size_t j0, size_t col
   }
 }
 
-// Packs a's rows i0..i0+rows (rows <= kMr) and k values p0..p0+kc into dst: kc groups of kMr
-// floats, rows past `rows` zero.
+// Packs a's rows i0..i0+rows (rows <= kMr) and k values p0..p0+kc into dst: kc groups of `rows`
+// floats (the micro-panel of a tile of that many rows).
 void pack_a(const GemmF32Operand& a, size_t i0, size_t rows, size_t p0, size_t kc, float* dst) {
-  constexpr __mmask16 kTile = (1u << kMr) - 1;
+  const __mmask16 tile = lanes(rows);
   if (a.trans) {
-    const __mmask16 m = lanes(rows);
     const float* src = a.data + p0 * a.ld + i0;
-    for (size_t p = 0; p < kc; ++p, src += a.ld, dst += kMr) {
-      _mm512_mask_storeu_ps(dst, kTile, _mm512_maskz_loadu_ps(m, src));
+    for (size_t p = 0; p < kc; ++p, src += a.ld, dst += rows) {
+      _mm512_mask_storeu_ps(dst, tile, _mm512_maskz_loadu_ps(tile, src));
     }
     return;
   }
@@ -154,20 +153,21 @@ void pack_a(const GemmF32Operand& a, size_t i0, size_t rows, size_t p0, size_t k
       r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * a.ld + pb) : _mm512_setzero_ps();
     }
     transpose16(r);
-    for (size_t q = 0; q < len; ++q) _mm512_mask_storeu_ps(dst + (pb + q) * kMr, kTile, r[q]);
+    for (size_t q = 0; q < len; ++q) _mm512_mask_storeu_ps(dst + (pb + q) * rows, tile, r[q]);
   }
 }
 
-// c (rows x cols of a kMr x 32 tile, leading dimension ldc) = its packed a micro-panel times its
-// packed b micro-panel over kc, added to c's current values when `accumulate`, each element's
-// products added in k order.
-void micro_kernel(size_t kc, const float* a, const float* b, float* c, size_t ldc, size_t rows,
-                  size_t cols, bool accumulate) {
+// c (an R x cols tile, cols <= 32, leading dimension ldc) = its packed a micro-panel (R rows)
+// times its packed b micro-panel over kc, added to c's current values when `accumulate`, each
+// element's products added in k order. R = kMr but in a product's last row tile.
+template <size_t R>
+void micro_kernel(size_t kc, const float* a, const float* b, float* c, size_t ldc, size_t cols,
+                  bool accumulate) {
   const __mmask16 m0 = lanes(cols), m1 = lanes(cols > 16 ? cols - 16 : 0);
-  __m512 acc[kMr][2];
+  __m512 acc[R][2];
 #pragma GCC unroll 16
-  for (size_t i = 0; i < kMr; ++i) {
-    if (accumulate && i < rows) {
+  for (size_t i = 0; i < R; ++i) {
+    if (accumulate) {
       acc[i][0] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
       acc[i][1] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
     } else {
@@ -175,23 +175,29 @@ void micro_kernel(size_t kc, const float* a, const float* b, float* c, size_t ld
       acc[i][1] = _mm512_setzero_ps();
     }
   }
-  for (size_t p = 0; p < kc; ++p, a += kMr, b += kNr) {
+  for (size_t p = 0; p < kc; ++p, a += R, b += kNr) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 16
-    for (size_t i = 0; i < kMr; ++i) {
+    for (size_t i = 0; i < R; ++i) {
       const __m512 x = _mm512_set1_ps(a[i]);
       acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
     }
   }
 #pragma GCC unroll 16
-  for (size_t i = 0; i < kMr; ++i) {
-    if (i < rows) {
-      _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
-      _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
-    }
+  for (size_t i = 0; i < R; ++i) {
+    _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
+    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
   }
 }
+
+using MicroKernel = void (*)(size_t kc, const float* a, const float* b, float* c, size_t ldc,
+                             size_t cols, bool accumulate);
+// By the tile's rows.
+constexpr MicroKernel kMicroKernels[kMr + 1] = {
+    nullptr,           &micro_kernel<1>,  &micro_kernel<2>,  &micro_kernel<3>,  &micro_kernel<4>,
+    &micro_kernel<5>,  &micro_kernel<6>,  &micro_kernel<7>,  &micro_kernel<8>,  &micro_kernel<9>,
+    &micro_kernel<10>, &micro_kernel<11>, &micro_kernel<12>, &micro_kernel<13>, &micro_kernel<14>};
 
 // The whole product as one job of the thread pool: a list of tasks, for each block of kNc columns
 // and kKc k values in turn (s = its index) first the packing of its b micro-panels (pack tasks),
@@ -274,6 +280,13 @@ class Job {
   // The blocks done so far (the index of the last one + 1) of each work item.
   std::atomic<size_t>& progress(size_t item) { return counters_[2 * j_blocks_ * k_blocks_ + item]; }
 
+  // The first row of row item i: the multiple of kMr nearest to an even split of the rows (the
+  // last tile of the product, which may have fewer rows, runs its own smaller micro-kernel).
+  size_t row_bound(size_t i) const {
+    if (i >= row_items_) return m_;
+    return std::min(m_, (i * m_ / row_items_ + kMr / 2) / kMr * kMr);
+  }
+
   template <class Ready>
   static void wait_for(Ready ready) {
     for (unsigned i = 1; !ready(); ++i) {
@@ -305,8 +318,7 @@ class Job {
     const Shape& sh = shape(jb);
     const size_t kc = std::min(kKc, k_ - pc);
     const size_t ri = item / sh.col_items, ci = item % sh.col_items;
-    const size_t r0 = ri * row_tiles_ / row_items_ * kMr;
-    const size_t r1 = std::min(m_, (ri + 1) * row_tiles_ / row_items_ * kMr);
+    const size_t r0 = row_bound(ri), r1 = row_bound(ri + 1);
     const size_t q0 = ci * sh.panels / sh.col_items, q1 = (ci + 1) * sh.panels / sh.col_items;
     const size_t tiles = (r1 - r0 + kMr - 1) / kMr;
     float* packed_a = t_packed_a.get(tiles * kMr * kc);
@@ -322,8 +334,8 @@ class Job {
       const size_t j0 = q * kNr, cols = std::min(kNr, sh.nc - j0);
       for (size_t t = 0; t < tiles; ++t) {
         const size_t i0 = r0 + t * kMr;
-        micro_kernel(kc, packed_a + t * kMr * kc, pb, c_ + i0 * ldc_ + jc + j0, ldc_,
-                     std::min(kMr, r1 - i0), cols, pc > 0);
+        kMicroKernels[std::min(kMr, r1 - i0)](kc, packed_a + t * kMr * kc, pb,
+                                              c_ + i0 * ldc_ + jc + j0, ldc_, cols, pc > 0);
       }
     }
     // progress only grows: an item of the next j block may finish before this one.
