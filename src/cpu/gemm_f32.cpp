@@ -158,11 +158,12 @@ void pack_a(const GemmF32Operand& a, size_t i0, size_t rows, size_t p0, size_t k
 }
 
 // c (an R x cols tile, cols <= 32, leading dimension ldc) = its packed a micro-panel (R rows)
-// times its packed b micro-panel over kc, added to c's current values when `accumulate`, each
-// element's products added in k order. R = kMr but in a product's last row tile.
-template <size_t R>
-void micro_kernel(size_t kc, const float* a, const float* b, float* c, size_t ldc, size_t cols,
-                  bool accumulate) {
+// times its b micro-panel (kc rows of 32 floats, ldb apart: packed, or b's own rows when
+// !Packed) over kc, added to c's current values when `accumulate`, each element's products added
+// in k order. R = kMr but in a product's last row tile.
+template <size_t R, bool Packed>
+void micro_kernel(size_t kc, const float* a, const float* b, size_t ldb, float* c, size_t ldc,
+                  size_t cols, bool accumulate) {
   const __mmask16 m0 = lanes(cols), m1 = lanes(cols > 16 ? cols - 16 : 0);
   __m512 acc[R][2];
 #pragma GCC unroll 16
@@ -175,8 +176,15 @@ void micro_kernel(size_t kc, const float* a, const float* b, float* c, size_t ld
       acc[i][1] = _mm512_setzero_ps();
     }
   }
-  for (size_t p = 0; p < kc; ++p, a += R, b += kNr) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+  for (size_t p = 0; p < kc; ++p, a += R, b += ldb) {
+    __m512 b0, b1;
+    if constexpr (Packed) {
+      b0 = _mm512_load_ps(b);
+      b1 = _mm512_load_ps(b + 16);
+    } else {
+      b0 = _mm512_maskz_loadu_ps(m0, b);
+      b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+    }
 #pragma GCC unroll 16
     for (size_t i = 0; i < R; ++i) {
       const __m512 x = _mm512_set1_ps(a[i]);
@@ -191,13 +199,25 @@ void micro_kernel(size_t kc, const float* a, const float* b, float* c, size_t ld
   }
 }
 
-using MicroKernel = void (*)(size_t kc, const float* a, const float* b, float* c, size_t ldc,
-                             size_t cols, bool accumulate);
-// By the tile's rows.
-constexpr MicroKernel kMicroKernels[kMr + 1] = {
-    nullptr,           &micro_kernel<1>,  &micro_kernel<2>,  &micro_kernel<3>,  &micro_kernel<4>,
-    &micro_kernel<5>,  &micro_kernel<6>,  &micro_kernel<7>,  &micro_kernel<8>,  &micro_kernel<9>,
-    &micro_kernel<10>, &micro_kernel<11>, &micro_kernel<12>, &micro_kernel<13>, &micro_kernel<14>};
+using MicroKernel = void (*)(size_t kc, const float* a, const float* b, size_t ldb, float* c,
+                             size_t ldc, size_t cols, bool accumulate);
+// By b's packing and the tile's rows.
+template <bool P>
+constexpr MicroKernel kMicroKernels[kMr + 1] = {nullptr,
+                                                &micro_kernel<1, P>,
+                                                &micro_kernel<2, P>,
+                                                &micro_kernel<3, P>,
+                                                &micro_kernel<4, P>,
+                                                &micro_kernel<5, P>,
+                                                &micro_kernel<6, P>,
+                                                &micro_kernel<7, P>,
+                                                &micro_kernel<8, P>,
+                                                &micro_kernel<9, P>,
+                                                &micro_kernel<10, P>,
+                                                &micro_kernel<11, P>,
+                                                &micro_kernel<12, P>,
+                                                &micro_kernel<13, P>,
+                                                &micro_kernel<14, P>};
 
 // The whole product as one job of the thread pool: a list of tasks, for each block of kNc columns
 // and kKc k values in turn (s = its index) first the packing of its b micro-panels (pack tasks),
@@ -214,6 +234,8 @@ class Job {
       size_t ldc, size_t threads)
       : m_(m), n_(n), k_(k), a_(a), b_(b), c_(c), ldc_(ldc) {
     row_tiles_ = (m + kMr - 1) / kMr;
+    // One row tile uses each b micro-panel once: b's own rows are read in place of a copy.
+    direct_b_ = !b.trans && row_tiles_ == 1;
     j_blocks_ = (n + kNc - 1) / kNc;
     k_blocks_ = (k + kKc - 1) / kKc;
     // Rows in runs of at most kMc, their count a multiple of the thread count (each thread gets
@@ -231,7 +253,7 @@ class Job {
         sh.col_items = std::min(sh.panels, (threads + row_items_ - 1) / row_items_);
       }
       sh.items = row_items_ * sh.col_items;
-      sh.packs = std::min(sh.panels, threads > 1 ? 2 * threads : 1);
+      sh.packs = direct_b_ ? 0 : std::min(sh.panels, threads > 1 ? 2 * threads : 1);
     }
     const size_t blocks = j_blocks_ * k_blocks_;
     const size_t max_panels = (std::min(n, kNc) + kNr - 1) / kNr;
@@ -328,14 +350,18 @@ class Job {
     }
     wait_for([&] { return packed(s).load(std::memory_order_acquire) == sh.packs; });
     if (pc > 0) wait_for([&] { return progress(item).load(std::memory_order_acquire) >= s; });
-    const float* packed_b = buffer_[s % 2];
     for (size_t q = q0; q < q1; ++q) {
-      const float* pb = packed_b + q * kNr * kc;
       const size_t j0 = q * kNr, cols = std::min(kNr, sh.nc - j0);
       for (size_t t = 0; t < tiles; ++t) {
-        const size_t i0 = r0 + t * kMr;
-        kMicroKernels[std::min(kMr, r1 - i0)](kc, packed_a + t * kMr * kc, pb,
-                                              c_ + i0 * ldc_ + jc + j0, ldc_, cols, pc > 0);
+        const size_t i0 = r0 + t * kMr, rows = std::min(kMr, r1 - i0);
+        float* ct = c_ + i0 * ldc_ + jc + j0;
+        if (direct_b_) {
+          kMicroKernels<false>[rows](kc, packed_a + t * kMr * kc, b_.data + pc * b_.ld + jc + j0,
+                                     b_.ld, ct, ldc_, cols, pc > 0);
+        } else {
+          kMicroKernels<true>[rows](kc, packed_a + t * kMr * kc, buffer_[s % 2] + q * kNr * kc, kNr,
+                                    ct, ldc_, cols, pc > 0);
+        }
       }
     }
     // progress only grows: an item of the next j block may finish before this one.
@@ -351,6 +377,7 @@ class Job {
   float* const c_;
   const size_t ldc_;
   size_t row_tiles_, row_items_, j_blocks_, k_blocks_, tasks_;
+  bool direct_b_;     // b row-major and few rows of a: its own rows are read, unpacked
   Shape shape_[2]{};  // the j blocks of kNc columns, and the last one
   float* buffer_[2];
   std::unique_ptr<std::atomic<size_t>[]> counters_;

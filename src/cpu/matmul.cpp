@@ -365,6 +365,9 @@ void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const
   }
 }
 
+// Products of fewer columns stay with OpenBLAS outside batch invariance (gemm_f32.h's tiles are
+// 32 columns wide).
+constexpr size_t kGemmF32MinCols = 32;
 // Below this many multiply-adds, waking the workers costs more than the product.
 constexpr size_t kParallelMinFlops = size_t{1} << 18;
 // A large product is split into at most kMaxParts parts of at least kMinSpan rows (or columns).
@@ -459,9 +462,10 @@ void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b
   const bool invariant = settings::batch_invariant();
   if constexpr (std::is_same_v<C, float>) {
     // wick's own GEMM, where the CPU has one: every shape under batch invariance (its rows never
-    // depend on m), else all but the matrix-vector products, which OpenBLAS's gemv runs faster.
+    // depend on m), else all but the matrix-vector products (OpenBLAS's gemv is faster) and those
+    // of fewer than kGemmF32MinCols columns (most of its 32-column tiles would be padding).
     const GemmF32& gemm = gemm_f32();
-    if (gemm.run != nullptr && ((m > 1 && n > 1) || invariant)) {
+    if (gemm.run != nullptr && ((m > 1 && n >= kGemmF32MinCols) || invariant)) {
       gemm.run(m, n, k, {a, av.ld, av.trans}, {b, bv.ld, bv.trans}, c, n);
       return;
     }
