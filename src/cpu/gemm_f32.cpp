@@ -355,6 +355,19 @@ class Job {
       for (size_t t = 0; t < tiles; ++t) {
         const size_t i0 = r0 + t * kMr, rows = std::min(kMr, r1 - i0);
         float* ct = c_ + i0 * ldc_ + jc + j0;
+        // The next tile's lines of c are fetched while this one computes: a tile's first
+        // instructions read (or write) its 14 rows of c, lines far apart that a large c keeps
+        // out of the caches.
+        const bool last_tile = t + 1 == tiles;
+        if (!last_tile || q + 1 < q1) {
+          const size_t ni0 = last_tile ? r0 : i0 + kMr;
+          const size_t nrows = std::min(kMr, r1 - ni0);
+          const float* nc = c_ + ni0 * ldc_ + jc + (last_tile ? j0 + kNr : j0);
+          for (size_t i = 0; i < nrows; ++i) {
+            _mm_prefetch(reinterpret_cast<const char*>(nc + i * ldc_), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(nc + i * ldc_ + 16), _MM_HINT_T0);
+          }
+        }
         if (direct_b_) {
           kMicroKernels<false>[rows](kc, packed_a + t * kMr * kc, b_.data + pc * b_.ld + jc + j0,
                                      b_.ld, ct, ldc_, cols, pc > 0);
