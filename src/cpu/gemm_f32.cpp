@@ -261,6 +261,10 @@ class Job {
     buffer_[1] = buffer_[0] + max_panels * kNr * kKc;
     counters_ = std::make_unique<std::atomic<size_t>[]>(2 * blocks + max_items());
     for (size_t i = 0; i < 2 * blocks + max_items(); ++i) counters_[i].store(0);
+    max_tiles_ = 0;
+    for (size_t i = 0; i < row_items_; ++i) {
+      max_tiles_ = std::max(max_tiles_, (row_bound(i + 1) - row_bound(i) + kMr - 1) / kMr);
+    }
     tasks_ = 0;
     for (size_t jb = 0; jb < j_blocks_; ++jb) {
       tasks_ += k_blocks_ * (shape(jb).packs + shape(jb).items);
@@ -269,6 +273,9 @@ class Job {
 
   // One of the pool's threads: claims and runs tasks until none is left.
   void participate() {
+    // The thread's buffer for a's micro-panels is sized before it claims a task: a task never
+    // throws, so no other thread can wait for one that will not finish.
+    float* packed_a = t_packed_a.get(max_tiles_ * kMr * kKc);
     size_t s = 0, first = 0;  // the block of the last task claimed, and its first task's index
     for (;;) {
       const size_t t = next_.fetch_add(1, std::memory_order_relaxed);
@@ -279,7 +286,7 @@ class Job {
       if (i < sh.packs) {
         pack(s, i);
       } else {
-        work(s, i - sh.packs);
+        work(s, i - sh.packs, packed_a);
       }
     }
   }
@@ -333,9 +340,9 @@ class Job {
     packed(s).fetch_add(1, std::memory_order_release);
   }
 
-  // Work item `item` of block s: packs its rows of a, then multiplies them with its micro-panels
-  // of b into c.
-  void work(size_t s, size_t item) {
+  // Work item `item` of block s: packs its rows of a into packed_a, then multiplies them with its
+  // micro-panels of b into c.
+  void work(size_t s, size_t item, float* packed_a) {
     const size_t jb = s / k_blocks_, pc = s % k_blocks_ * kKc, jc = jb * kNc;
     const Shape& sh = shape(jb);
     const size_t kc = std::min(kKc, k_ - pc);
@@ -343,7 +350,6 @@ class Job {
     const size_t r0 = row_bound(ri), r1 = row_bound(ri + 1);
     const size_t q0 = ci * sh.panels / sh.col_items, q1 = (ci + 1) * sh.panels / sh.col_items;
     const size_t tiles = (r1 - r0 + kMr - 1) / kMr;
-    float* packed_a = t_packed_a.get(tiles * kMr * kc);
     for (size_t t = 0; t < tiles; ++t) {
       const size_t i0 = r0 + t * kMr;
       pack_a(a_, i0, std::min(kMr, r1 - i0), pc, kc, packed_a + t * kMr * kc);
@@ -389,7 +395,7 @@ class Job {
   const GemmF32Operand a_, b_;
   float* const c_;
   const size_t ldc_;
-  size_t row_tiles_, row_items_, j_blocks_, k_blocks_, tasks_;
+  size_t row_tiles_, row_items_, max_tiles_, j_blocks_, k_blocks_, tasks_;
   bool direct_b_;     // b row-major and few rows of a: its own rows are read, unpacked
   Shape shape_[2]{};  // the j blocks of kNc columns, and the last one
   float* buffer_[2];
