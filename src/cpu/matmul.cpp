@@ -365,9 +365,6 @@ void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const
   }
 }
 
-// Products of fewer columns stay with OpenBLAS outside batch invariance (gemm_f32.h's tiles are
-// 32 columns wide).
-constexpr size_t kGemmF32MinCols = 32;
 // Below this many multiply-adds, waking the workers costs more than the product.
 constexpr size_t kParallelMinFlops = size_t{1} << 18;
 // A large product is split into at most kMaxParts parts of at least kMinSpan rows (or columns).
@@ -380,6 +377,9 @@ constexpr size_t kInvariantRows = 256;
 constexpr double kSmallKernelMax = 1e6;
 // Above this many padding rows a call is left to plain loops instead.
 constexpr size_t kMaxPadRows = 64;
+// Products of fewer columns stay with OpenBLAS outside batch invariance (gemm_f32.h's tiles are
+// 32 columns wide).
+constexpr size_t kGemmF32MinCols = 32;
 
 // The rows (or columns) of each part when d of them are split: a multiple of 16 (the BLAS
 // kernels' tile) that depends on the product's size only, never on the thread count, so that
@@ -462,10 +462,13 @@ void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b
   const bool invariant = settings::batch_invariant();
   if constexpr (std::is_same_v<C, float>) {
     // wick's own GEMM, where the CPU has one: every shape under batch invariance (its rows never
-    // depend on m), else all but the matrix-vector products (OpenBLAS's gemv is faster) and those
-    // of fewer than kGemmF32MinCols columns (most of its 32-column tiles would be padding).
+    // depend on m); else all but the matrix-vector products (OpenBLAS's gemv is faster), those of
+    // fewer than kGemmF32MinCols columns (most of its 32-column tiles would be padding) and those
+    // OpenBLAS's small-matrix kernels take (no packing: faster below kSmallKernelMax).
     const GemmF32& gemm = gemm_f32();
-    if (gemm.run != nullptr && ((m > 1 && n >= kGemmF32MinCols) || invariant)) {
+    const bool small =
+        static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kSmallKernelMax;
+    if (gemm.run != nullptr && ((m > 1 && n >= kGemmF32MinCols && !small) || invariant)) {
       gemm.run(m, n, k, {a, av.ld, av.trans}, {b, bv.ld, bv.trans}, c, n);
       return;
     }
