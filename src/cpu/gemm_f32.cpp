@@ -157,13 +157,36 @@ void pack_a(const GemmF32Operand& a, size_t i0, size_t rows, size_t p0, size_t k
   }
 }
 
+// One k value of micro_kernel: acc[i] += a[i] * (the 32 floats at b).
+template <size_t R, bool Packed>
+inline void fma_step(const float* a, const float* b, __mmask16 m0, __mmask16 m1,
+                     __m512 (&acc)[R][2]) {
+  __m512 b0, b1;
+  if constexpr (Packed) {
+    b0 = _mm512_load_ps(b);
+    b1 = _mm512_load_ps(b + 16);
+  } else {
+    b0 = _mm512_maskz_loadu_ps(m0, b);
+    b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+  }
+#pragma GCC unroll 16
+  for (size_t i = 0; i < R; ++i) {
+    const __m512 x = _mm512_set1_ps(a[i]);
+    acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+    acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+  }
+}
+
 // c (an R x cols tile, cols <= 32, leading dimension ldc) = its packed a micro-panel (R rows)
 // times its b micro-panel (kc rows of 32 floats, ldb apart: packed, or b's own rows when
 // !Packed) over kc, added to c's current values when `accumulate`, each element's products added
-// in k order. R = kMr but in a product's last row tile.
+// in k order. R = kMr but in a product's last row tile. The `next_rows` rows of the next tile of c
+// (at next_c, none when null) are prefetched along the way, a line every 8 k values: a tile's
+// first instructions read (or write) its rows of c, lines far apart that a large c keeps out of
+// the caches.
 template <size_t R, bool Packed>
 void micro_kernel(size_t kc, const float* a, const float* b, size_t ldb, float* c, size_t ldc,
-                  size_t cols, bool accumulate) {
+                  size_t cols, bool accumulate, const float* next_c, size_t next_rows) {
   const __mmask16 m0 = lanes(cols), m1 = lanes(cols > 16 ? cols - 16 : 0);
   __m512 acc[R][2];
 #pragma GCC unroll 16
@@ -176,22 +199,17 @@ void micro_kernel(size_t kc, const float* a, const float* b, size_t ldb, float* 
       acc[i][1] = _mm512_setzero_ps();
     }
   }
-  for (size_t p = 0; p < kc; ++p, a += R, b += ldb) {
-    __m512 b0, b1;
-    if constexpr (Packed) {
-      b0 = _mm512_load_ps(b);
-      b1 = _mm512_load_ps(b + 16);
-    } else {
-      b0 = _mm512_maskz_loadu_ps(m0, b);
-      b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+  const size_t lines = next_c == nullptr ? 0 : 2 * next_rows;
+  size_t p = 0;
+  for (size_t line = 0; p + 8 <= kc; p += 8, ++line) {
+    if (line < lines) {
+      _mm_prefetch(reinterpret_cast<const char*>(next_c + line / 2 * ldc + line % 2 * 16),
+                   _MM_HINT_T0);
     }
-#pragma GCC unroll 16
-    for (size_t i = 0; i < R; ++i) {
-      const __m512 x = _mm512_set1_ps(a[i]);
-      acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-    }
+#pragma GCC unroll 8
+    for (size_t u = 0; u < 8; ++u, a += R, b += ldb) fma_step<R, Packed>(a, b, m0, m1, acc);
   }
+  for (; p < kc; ++p, a += R, b += ldb) fma_step<R, Packed>(a, b, m0, m1, acc);
 #pragma GCC unroll 16
   for (size_t i = 0; i < R; ++i) {
     _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
@@ -200,7 +218,8 @@ void micro_kernel(size_t kc, const float* a, const float* b, size_t ldb, float* 
 }
 
 using MicroKernel = void (*)(size_t kc, const float* a, const float* b, size_t ldb, float* c,
-                             size_t ldc, size_t cols, bool accumulate);
+                             size_t ldc, size_t cols, bool accumulate, const float* next_c,
+                             size_t next_rows);
 // By b's packing and the tile's rows.
 template <bool P>
 constexpr MicroKernel kMicroKernels[kMr + 1] = {nullptr,
@@ -361,25 +380,20 @@ class Job {
       for (size_t t = 0; t < tiles; ++t) {
         const size_t i0 = r0 + t * kMr, rows = std::min(kMr, r1 - i0);
         float* ct = c_ + i0 * ldc_ + jc + j0;
-        // The next tile's lines of c are fetched while this one computes: a tile's first
-        // instructions read (or write) its 14 rows of c, lines far apart that a large c keeps
-        // out of the caches.
         const bool last_tile = t + 1 == tiles;
+        const float* next_c = nullptr;
+        size_t next_rows = 0;
         if (!last_tile || q + 1 < q1) {
           const size_t ni0 = last_tile ? r0 : i0 + kMr;
-          const size_t nrows = std::min(kMr, r1 - ni0);
-          const float* nc = c_ + ni0 * ldc_ + jc + (last_tile ? j0 + kNr : j0);
-          for (size_t i = 0; i < nrows; ++i) {
-            _mm_prefetch(reinterpret_cast<const char*>(nc + i * ldc_), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(nc + i * ldc_ + 16), _MM_HINT_T0);
-          }
+          next_rows = std::min(kMr, r1 - ni0);
+          next_c = c_ + ni0 * ldc_ + jc + (last_tile ? j0 + kNr : j0);
         }
         if (direct_b_) {
           kMicroKernels<false>[rows](kc, packed_a + t * kMr * kc, b_.data + pc * b_.ld + jc + j0,
-                                     b_.ld, ct, ldc_, cols, pc > 0);
+                                     b_.ld, ct, ldc_, cols, pc > 0, next_c, next_rows);
         } else {
           kMicroKernels<true>[rows](kc, packed_a + t * kMr * kc, buffer_[s % 2] + q * kNr * kc, kNr,
-                                    ct, ldc_, cols, pc > 0);
+                                    ct, ldc_, cols, pc > 0, next_c, next_rows);
         }
       }
     }
