@@ -1,12 +1,14 @@
 // wick's f32 GEMM for AVX-512 CPUs (cpu/gemm_f32.h), BLIS-style. For each block of kNc columns
 // and kKc k values, b is packed once into micro-panels of kNr columns (kc rows of 32 floats, one
-// micro-panel fits L1), the packing shared out across the thread pool; then each work item (a
-// chunk of at most kMc rows of a, and a range of the block's micro-panels) packs its rows into
+// micro-panel fits L1), the packing shared out across the thread pool; then each work item (a run
+// of about kMc rows of a, and a range of the block's micro-panels) packs its rows into
 // micro-panels of kMr rows (the block stays in L2) and runs the register-blocked micro-kernel over
-// them: kMr x 32 accumulators in 2 * kMr zmm registers, one embedded-broadcast FMA per a value and
-// half-row of b. The first k block starts its accumulators at 0, later ones at c's current value,
-// so an output element is one chain of FMAs in k order whatever the blocking: edges are padded
-// with zeros in the packed operands and written under masks, never computed another way.
+// them: kMr x 32 accumulators in 2 * kMr zmm registers, one broadcast of an a value and two FMAs
+// per row and k value. A product of one row tile reads a row-major b in place instead of packing
+// it; the last row tile of a product runs a micro-kernel of its own row count.
+// The first k block starts its accumulators at 0, later ones at c's current value, so an output
+// element is one chain of FMAs in k order whatever the blocking: column edges are padded with zeros
+// in the packed operands and written under masks, never computed another way.
 //
 // The AVX2 build of this file has no kernel (matmul keeps OpenBLAS there).
 
@@ -276,8 +278,10 @@ class Job {
     }
     const size_t blocks = j_blocks_ * k_blocks_;
     const size_t max_panels = (std::min(n, kNc) + kNr - 1) / kNr;
-    buffer_[0] = t_packed_b.get(2 * max_panels * kNr * kKc);
-    buffer_[1] = buffer_[0] + max_panels * kNr * kKc;
+    if (!direct_b_) {
+      buffer_[0] = t_packed_b.get(2 * max_panels * kNr * kKc);
+      buffer_[1] = buffer_[0] + max_panels * kNr * kKc;
+    }
     counters_ = std::make_unique<std::atomic<size_t>[]>(2 * blocks + max_items());
     for (size_t i = 0; i < 2 * blocks + max_items(); ++i) counters_[i].store(0);
     max_tiles_ = 0;
@@ -412,7 +416,7 @@ class Job {
   size_t row_tiles_, row_items_, max_tiles_, j_blocks_, k_blocks_, tasks_;
   bool direct_b_;     // b row-major and few rows of a: its own rows are read, unpacked
   Shape shape_[2]{};  // the j blocks of kNc columns, and the last one
-  float* buffer_[2];
+  float* buffer_[2]{};
   std::unique_ptr<std::atomic<size_t>[]> counters_;
   alignas(64) std::atomic<size_t> next_{0};
 };
