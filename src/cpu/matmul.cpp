@@ -1,9 +1,11 @@
 // CpuStorage::matmul: OpenBLAS gemm/gemv reading the operands through their own strides whenever
 // BLAS can (transposes, padded rows, collapsible or broadcast batches), one packed copy when it
-// cannot. f16/bf16 are widened to f32, multiplied by sgemm and rounded once at the end. OpenBLAS
-// runs single-threaded; large products are split across wick's thread pool in parts from the
-// product's size (never the thread count), batches handed out whole. WICK_BATCH_INVARIANT=1
-// takes invariant_product, whose calls compute a row the same way for every row count.
+// cannot. f16/bf16 are widened to f32, multiplied in f32 and rounded once at the end. On AVX-512
+// CPUs the f32 products take wick's own GEMM (cpu/gemm_f32.h) but for the shapes OpenBLAS runs
+// faster (see product). OpenBLAS runs single-threaded; large products are split across wick's
+// thread pool in parts from the product's size (never the thread count), batches handed out
+// whole. WICK_BATCH_INVARIANT=1 takes wick's GEMM for every f32 shape where the CPU has it, else
+// invariant_product, whose calls compute a row the same way for every row count.
 
 #include <cblas.h>
 
