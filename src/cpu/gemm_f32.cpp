@@ -1,14 +1,14 @@
 // wick's f32 GEMM for AVX-512 CPUs (cpu/gemm_f32.h), BLIS-style. For each block of kNc columns
-// and kKc k values, b is packed once into micro-panels of kNr columns (kc rows of 32 floats, one
-// micro-panel fits L1), the packing shared out across the thread pool; then each work item (a run
+// and kKc k values, b is packed once into micro-panels of kNr columns (kc rows of 32 floats; the
+// block stays in L2), the packing shared out across the thread pool; then each work item (a run
 // of about kMc rows of a, and a range of the block's micro-panels) packs its rows into
-// micro-panels of kMr rows (the block stays in L2) and runs the register-blocked micro-kernel over
-// them: kMr x 32 accumulators in 2 * kMr zmm registers, one broadcast of an a value and two FMAs
-// per row and k value. A product of one row tile reads a row-major b in place instead of packing
-// it; the last row tile of a product runs a micro-kernel of its own row count.
-// The first k block starts its accumulators at 0, later ones at c's current value, so an output
-// element is one chain of FMAs in k order whatever the blocking: column edges are padded with zeros
-// in the packed operands and written under masks, never computed another way.
+// micro-panels of kMr rows and runs the register-blocked micro-kernel on each of them (which stays
+// in L1) against each b micro-panel in turn: kMr x 32 accumulators in 2 * kMr zmm registers, one
+// broadcast of an a value and two FMAs per row and k value. A product of one row tile reads a
+// row-major b in place instead of packing it; the last row tile of a product runs a micro-kernel of
+// its own row count. The first k block starts its accumulators at 0, later ones at c's current
+// value, so an output element is one chain of FMAs in k order whatever the blocking: column edges
+// are padded with zeros in the packed operands and written under masks, never computed another way.
 //
 // The AVX2 build of this file has no kernel (matmul keeps OpenBLAS there).
 
@@ -38,9 +38,9 @@ namespace {
 
 constexpr size_t kMr = 14;    // rows of a micro-tile
 constexpr size_t kNr = 32;    // columns of a micro-tile: two zmm
-constexpr size_t kKc = 256;   // k block: a packed b micro-panel is kKc * 128 bytes (L1)
-constexpr size_t kMc = 168;   // rows of a work item at most (12 micro-panels, its block in L2)
-constexpr size_t kNc = 1024;  // columns of a block of b packed at once
+constexpr size_t kKc = 256;   // k block: an a micro-panel is 14 KiB (L1)
+constexpr size_t kMc = 168;   // rows of a work item at most (12 micro-panels)
+constexpr size_t kNc = 1024;  // columns of a block of b packed at once: 1 MiB (L2)
 // Below this many multiply-adds the product runs on the calling thread alone.
 constexpr size_t kParallelMinFlops = size_t{1} << 18;
 
@@ -379,18 +379,20 @@ class Job {
     }
     wait_for([&] { return packed(s).load(std::memory_order_acquire) == sh.packs; });
     if (pc > 0) wait_for([&] { return progress(item).load(std::memory_order_acquire) >= s; });
-    for (size_t q = q0; q < q1; ++q) {
-      const size_t j0 = q * kNr, cols = std::min(kNr, sh.nc - j0);
-      for (size_t t = 0; t < tiles; ++t) {
-        const size_t i0 = r0 + t * kMr, rows = std::min(kMr, r1 - i0);
+    // Each a micro-panel stays in L1 while the block's b micro-panels stream past it from L2.
+    for (size_t t = 0; t < tiles; ++t) {
+      const size_t i0 = r0 + t * kMr, rows = std::min(kMr, r1 - i0);
+      for (size_t q = q0; q < q1; ++q) {
+        const size_t j0 = q * kNr, cols = std::min(kNr, sh.nc - j0);
         float* ct = c_ + i0 * ldc_ + jc + j0;
-        const bool last_tile = t + 1 == tiles;
         const float* next_c = nullptr;
         size_t next_rows = 0;
-        if (!last_tile || q + 1 < q1) {
-          const size_t ni0 = last_tile ? r0 : i0 + kMr;
-          next_rows = std::min(kMr, r1 - ni0);
-          next_c = c_ + ni0 * ldc_ + jc + (last_tile ? j0 + kNr : j0);
+        if (q + 1 < q1) {
+          next_c = ct + kNr;
+          next_rows = rows;
+        } else if (t + 1 < tiles) {
+          next_c = c_ + (i0 + kMr) * ldc_ + jc + q0 * kNr;
+          next_rows = std::min(kMr, r1 - i0 - kMr);
         }
         if (direct_b_) {
           kMicroKernels<false>[rows](kc, packed_a + t * kMr * kc, b_.data + pc * b_.ld + jc + j0,
