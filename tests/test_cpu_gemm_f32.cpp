@@ -19,6 +19,7 @@
 
 #include "cpu/gemm_f32.h"
 #include "wick/cpu.h"
+#include "wick/error.h"
 #include "wick/numerics.h"
 #include "wick/wick.h"
 
@@ -176,6 +177,23 @@ TEST(GemmF32, NamedByCpuGemm) {
     EXPECT_EQ(kernel().run, nullptr);
     EXPECT_EQ(gemm.find("wick"), std::string::npos) << gemm;
   }
+}
+
+// An unknown WICK_CPU_ISA makes cpu_gemm() throw cpu_isa()'s Error (in a fresh process: the
+// choice is made once).
+TEST(GemmF32DeathTest, CpuGemmThrowsOnAnUnknownIsa) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("WICK_CPU_ISA", "sse9", 1);
+        try {
+          (void)wick::cpu_gemm();
+        } catch (const wick::Error& e) {
+          std::exit(std::string(e.what()).find("WICK_CPU_ISA=sse9") != std::string::npos ? 0 : 1);
+        }
+        std::exit(2);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // Through matmul (the kernel where the CPU has it, OpenBLAS otherwise): transposed and strided

@@ -34,7 +34,8 @@ bool batch_invariant();
 /// for both, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64 [avx2]".
 /// OpenBLAS is set up, at wick's first matmul (or this call), to run the kernels of the best
 /// instruction set the CPU offers (unless OPENBLAS_CORETYPE is set), even where its own list of CPU
-/// models does not know the processor. WICK_TRACE=1 prints this line on stderr then.
+/// models does not know the processor. WICK_TRACE=1 prints this line on stderr then. Throws
+/// cpu_isa()'s Error when WICK_CPU_ISA is invalid.
 std::string cpu_gemm();
 
 /// The instruction set of the GEMM kernels of cpu_gemm(): "avx512", "avx2", "avx" or "sse" ("" for
