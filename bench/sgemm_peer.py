@@ -3,13 +3,15 @@
 (MKL / oneDNN) in the same run: square N x N products, N = 256 ... 4096, at 1 and 2 threads.
 
     bench/sgemm_peer.py [--wick-mm build/tools/wick-mm] [--sizes 256,512,1024,2048,4096]
-                        [--threads 1,2] [--rounds 3]
+                        [--threads 1,2] [--rounds 3] [--wick-base OTHER/wick-mm]
 
 Every (program, thread count) runs in a fresh process (thread counts are fixed at start-up), one
 after the other within a round, so that the load of a shared machine falls on all of them alike.
 Each process times every size: a warm-up product, then R products, and reports the median; the
 figure printed is the best of the rounds' medians, in GFLOP/s, with the ratio of wick to the best
-peer and the load average of each round. numpy and torch come from the Python running this script
+peer and the load average of each round. --wick-base adds a second wick-mm (another build, e.g. the
+tree before a change) to each round, as column "base", for an A/B in the same run; the medians of
+the rounds are printed too. numpy and torch come from the Python running this script
 (a venv with `pip install numpy torch`); a peer that is not installed is left out.
 """
 
@@ -120,6 +122,7 @@ def main():
     ap.add_argument("--sizes", default="256,512,1024,2048,4096")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--wick-base", help="another wick-mm timed in the same rounds (column base)")
     ap.add_argument("--worker", choices=["numpy", "torch"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -129,18 +132,24 @@ def main():
 
     threads = [int(t) for t in args.threads.split(",")]
     peers = [lib for lib in ("numpy", "torch") if peer_version(lib)]
-    best = {}  # (program, threads, n) -> best median seconds over the rounds
-    gemm = ""
+    medians = {}  # (program, threads, n) -> every round's median
+    gemm, base_gemm = "", ""
     loads = []
+
+    def record(prog, t, res):
+        for n, s in res.items():
+            medians.setdefault((prog, t, n), []).append(s)
+
     for r in range(args.rounds):
         load_start = loadavg()
         for t in threads:
             res, gemm = run_wick(args.wick_mm, sizes, t)
-            for n, s in res.items():
-                best[("wick", t, n)] = min(s, best.get(("wick", t, n), s))
+            record("wick", t, res)
+            if args.wick_base:
+                res, base_gemm = run_wick(args.wick_base, sizes, t)
+                record("base", t, res)
             for lib in peers:
-                for n, s in run_peer(lib, sizes, t).items():
-                    best[(lib, t, n)] = min(s, best.get((lib, t, n), s))
+                record(lib, t, run_peer(lib, sizes, t))
         loads.append(f"{load_start}-{loadavg()}")
         print(f"round {r + 1}/{args.rounds} done (load average {loads[-1]})", file=sys.stderr)
 
@@ -148,18 +157,24 @@ def main():
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
     print(f"CPU: {cpu}, {os.cpu_count()} logical CPUs; load average per round: {', '.join(loads)}")
     print(f"wick: {gemm}")
+    progs = ["wick"]
+    if args.wick_base:
+        print(f"base: {base_gemm} ({args.wick_base})")
+        progs.append("base")
     for lib in peers:
         print(f"peer: {peer_version(lib)}")
-    print("GFLOP/s, best of the rounds' medians (ratio: wick / best peer)")
-    head = f"{'N':>6} {'thr':>3} {'wick':>8}" + "".join(f" {lib:>8}" for lib in peers) + "   ratio"
-    print(head)
-    for t in threads:
-        for n in sizes:
-            gf = {p: 2.0 * n ** 3 / best[(p, t, n)] * 1e-9 for p in ["wick"] + peers}
-            line = f"{n:>6} {t:>3} {gf['wick']:8.1f}" + "".join(f" {gf[p]:8.1f}" for p in peers)
-            if peers:
-                line += f"   {gf['wick'] / max(gf[p] for p in peers):.2f}x"
-            print(line)
+    for title, pick in (("best of the rounds' medians", lambda v: min(v)),
+                        ("median of the rounds' medians", lambda v: sorted(v)[len(v) // 2])):
+        print(f"GFLOP/s, {title} (ratio: wick / best peer)")
+        head = "".join(f" {p:>8}" for p in progs + peers)
+        print(f"{'N':>6} {'thr':>3}{head}   ratio")
+        for t in threads:
+            for n in sizes:
+                gf = {p: 2.0 * n ** 3 / pick(medians[(p, t, n)]) * 1e-9 for p in progs + peers}
+                line = f"{n:>6} {t:>3}" + "".join(f" {gf[p]:8.1f}" for p in progs + peers)
+                if peers:
+                    line += f"   {gf['wick'] / max(gf[p] for p in peers):.2f}x"
+                print(line)
 
 
 if __name__ == "__main__":

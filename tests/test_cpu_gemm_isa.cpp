@@ -97,6 +97,11 @@ TEST(CpuGemmIsa, KernelsUseTheBestInstructionSetOfTheCpu) {
   EXPECT_EQ(core_isa(core), best) << "CPU GEMM: " << gemm << "; this CPU offers " << best;
   EXPECT_EQ(wick::cpu_gemm_isa(), best) << gemm;
   EXPECT_NE(gemm.find("[" + best + "]"), std::string::npos) << gemm;
+  // On an AVX-512 CPU the f32 products take wick's own AVX-512 GEMM, unless the CPU kernels are
+  // forced down to AVX2 (or the build has no AVX-512 kernels: its cpu_isa() is "avx2" then too).
+  if (best == "avx512" && wick::cpu_isa() == "avx512") {
+    EXPECT_NE(gemm.find("f32 wick avx512"), std::string::npos) << gemm;
+  }
 }
 
 // f32 products through the kernels chosen, against a float64 reference: sizes that take

@@ -28,11 +28,14 @@ void set_batch_invariant(bool on);
 /// Whether batch invariance is on: set_batch_invariant's last call, else WICK_BATCH_INVARIANT.
 bool batch_invariant();
 
-/// The BLAS behind the CPU's f32 and f64 matmuls and the kernels it runs, e.g. "OpenBLAS 0.3.21
-/// DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64 [avx512]". OpenBLAS is set up, at wick's
-/// first matmul (or this call), to run the kernels of the best instruction set the CPU offers
-/// (unless OPENBLAS_CORETYPE is set), even where its own list of CPU models does not know the
-/// processor. WICK_TRACE=1 prints this line on stderr then.
+/// The GEMMs behind the CPU's f32 and f64 matmuls and the kernels they run: on a CPU whose kernels
+/// run AVX-512 (cpu_isa()), wick's own f32 GEMM and OpenBLAS for f64, e.g. "f32 wick avx512 14x32,
+/// f64 OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64 [avx512]"; else OpenBLAS
+/// for both, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64 [avx2]".
+/// OpenBLAS is set up, at wick's first matmul (or this call), to run the kernels of the best
+/// instruction set the CPU offers (unless OPENBLAS_CORETYPE is set), even where its own list of CPU
+/// models does not know the processor. WICK_TRACE=1 prints this line on stderr then. Throws
+/// cpu_isa()'s Error when WICK_CPU_ISA is invalid.
 std::string cpu_gemm();
 
 /// The instruction set of the GEMM kernels of cpu_gemm(): "avx512", "avx2", "avx" or "sse" ("" for

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cpu/gemm_f32.h"
 #include "util.h"
 #include "wick/cpu.h"
 
@@ -141,6 +142,9 @@ void select_core() {
     std::fprintf(stderr, "wick: CPU GEMM: %s, kernels %s [%s]%s\n", openblas_get_config(),
                  openblas_get_corename(), blas_core_isa(openblas_get_corename()).c_str(),
                  how.c_str());
+    const GemmF32& f32 = gemm_f32();
+    std::fprintf(stderr, "wick: CPU f32 GEMM: %s\n",
+                 f32.run != nullptr ? f32.name : "OpenBLAS (the kernels above)");
   }
 }
 
@@ -153,9 +157,26 @@ void init_blas() {
   (void)done;
 }
 
+void stop_blas_threads() {
+  if (auto stop = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"))) {
+    stop();
+  }
+}
+
 std::string blas_core() {
   init_blas();
   return openblas_get_corename();
+}
+
+const GemmF32& gemm_f32() {
+  // Follows the CPU kernels' choice (WICK_CPU_ISA included); a throw leaves it unset.
+  static const GemmF32& gemm = []() -> const GemmF32& {
+#if !defined(WICK_NO_AVX512_KERNELS)
+    if (wick::cpu_isa() == "avx512") return kAvx512GemmF32;
+#endif
+    return kAvx2GemmF32;
+  }();
+  return gemm;
 }
 
 std::string blas_core_isa(const std::string& core) {
@@ -171,7 +192,10 @@ namespace wick {
 
 std::string cpu_gemm() {
   const std::string core = cpu::blas_core();
-  return str(openblas_get_config(), " [", cpu::blas_core_isa(core), "]");
+  const std::string blas = str(openblas_get_config(), " [", cpu::blas_core_isa(core), "]");
+  const cpu::GemmF32& f32 = cpu::gemm_f32();
+  if (f32.run == nullptr) return blas;
+  return str("f32 ", f32.name, ", f64 ", blas);
 }
 
 std::string cpu_gemm_isa() {

@@ -13,6 +13,12 @@ namespace wick::cpu {
 /// OPENBLAS_CORETYPE set by the user is kept. Called before any BLAS call of the CPU backend.
 void init_blas();
 
+/// Stops OpenBLAS's worker threads, if its build has them (it starts them again by itself should
+/// a multi-threaded call come). A thread it (re)starts busy-waits for work, yielding, for some
+/// 0.1 s before it sleeps: CPU time taken from wick's own pool, which runs OpenBLAS
+/// single-threaded.
+void stop_blas_threads();
+
 /// OpenBLAS's name of the kernels in use ("Cooperlake", "Haswell", ...), after init_blas().
 std::string blas_core();
 

@@ -1,9 +1,11 @@
 // CpuStorage::matmul: OpenBLAS gemm/gemv reading the operands through their own strides whenever
 // BLAS can (transposes, padded rows, collapsible or broadcast batches), one packed copy when it
-// cannot. f16/bf16 are widened to f32, multiplied by sgemm and rounded once at the end. OpenBLAS
-// runs single-threaded; large products are split across wick's thread pool in parts from the
-// product's size (never the thread count), batches handed out whole. WICK_BATCH_INVARIANT=1
-// takes invariant_product, whose calls compute a row the same way for every row count.
+// cannot. f16/bf16 are widened to f32, multiplied in f32 and rounded once at the end. On AVX-512
+// CPUs the f32 products take wick's own GEMM (cpu/gemm_f32.h) but for the shapes OpenBLAS runs
+// faster (see product). OpenBLAS runs single-threaded; large products are split across wick's
+// thread pool in parts from the product's size (never the thread count), batches handed out
+// whole. WICK_BATCH_INVARIANT=1 takes wick's GEMM for every f32 shape where the CPU has it, else
+// invariant_product, whose calls compute a row the same way for every row count.
 
 #include <cblas.h>
 
@@ -26,6 +28,7 @@
 
 #include "cpu/blas.h"
 #include "cpu/cpu_storage.h"
+#include "cpu/gemm_f32.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
 #include "settings.h"
@@ -39,11 +42,14 @@ namespace {
 // OpenBLAS runs single-threaded, always: large products are split across wick's own pool, each
 // part one single-threaded BLAS call. Two thread pools on the same cores would oversubscribe
 // them (OpenBLAS's threads spin for a while after each call, as wick's workers do between
-// steps), and OpenBLAS's thread count is process-global, so a per-call setting would race.
+// steps), and OpenBLAS's thread count is process-global, so a per-call setting would race. Its
+// threads are stopped: openblas_set_num_threads starts them again when init_blas stopped them, and
+// a new one spins for some 0.1 s, against the pool's threads.
 void init_blas_threads() {
   static const bool done = [] {
     init_blas();
     openblas_set_num_threads(1);
+    stop_blas_threads();
     return true;
   }();
   (void)done;
@@ -373,6 +379,9 @@ constexpr size_t kInvariantRows = 256;
 constexpr double kSmallKernelMax = 1e6;
 // Above this many padding rows a call is left to plain loops instead.
 constexpr size_t kMaxPadRows = 64;
+// Products of fewer columns stay with OpenBLAS outside batch invariance (gemm_f32.h's tiles are
+// 32 columns wide).
+constexpr size_t kGemmF32MinCols = 32;
 
 // The rows (or columns) of each part when d of them are split: a multiple of 16 (the BLAS
 // kernels' tile) that depends on the product's size only, never on the thread count, so that
@@ -452,7 +461,21 @@ void invariant_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, 
 template <class C>
 void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b, MatrixView bv,
              C* c) {
-  if (settings::batch_invariant()) {
+  const bool invariant = settings::batch_invariant();
+  if constexpr (std::is_same_v<C, float>) {
+    // wick's own GEMM, where the CPU has one: every shape under batch invariance (its rows never
+    // depend on m); else all but the matrix-vector products (OpenBLAS's gemv is faster), those of
+    // fewer than kGemmF32MinCols columns (most of its 32-column tiles would be padding) and those
+    // OpenBLAS's small-matrix kernels take (no packing: faster below kSmallKernelMax).
+    const GemmF32& gemm = gemm_f32();
+    const bool small =
+        static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kSmallKernelMax;
+    if (gemm.run != nullptr && ((m > 1 && n >= kGemmF32MinCols && !small) || invariant)) {
+      gemm.run(m, n, k, {a, av.ld, av.trans}, {b, bv.ld, bv.trans}, c, n);
+      return;
+    }
+  }
+  if (invariant) {
     invariant_product<C>(m, n, k, a, av, b, bv, c);
     return;
   }

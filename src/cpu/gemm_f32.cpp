@@ -1,0 +1,451 @@
+// wick's f32 GEMM for AVX-512 CPUs (cpu/gemm_f32.h), BLIS-style. For each block of kNc columns
+// and kKc k values, b is packed once into micro-panels of kNr columns (kc rows of 32 floats; the
+// block stays in L2), the packing shared out across the thread pool; then each work item (a run
+// of about kMc rows of a, and a range of the block's micro-panels) packs its rows into
+// micro-panels of kMr rows and runs the register-blocked micro-kernel on each of them (which stays
+// in L1) against each b micro-panel in turn: kMr x 32 accumulators in 2 * kMr zmm registers, one
+// broadcast of an a value and two FMAs per row and k value. A product of one row tile reads a
+// row-major b in place instead of packing it; the last row tile of a product runs a micro-kernel of
+// its own row count. The first k block starts its accumulators at 0, later ones at c's current
+// value, so an output element is one chain of FMAs in k order whatever the blocking: column edges
+// are padded with zeros in the packed operands and written under masks, never computed another way.
+//
+// The AVX2 build of this file has no kernel (matmul keeps OpenBLAS there).
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+#include <sched.h>
+
+#include "cpu/gemm_f32.h"
+#include "cpu/isa_begin.h"  // last: the code below is compiled for this file's instruction set
+#include "cpu/parallel.h"
+
+namespace wick::cpu {
+inline namespace WICK_ISA_NS {
+
+#if defined(WICK_ISA_AVX512)
+
+namespace {
+
+constexpr size_t kMr = 14;    // rows of a micro-tile
+constexpr size_t kNr = 32;    // columns of a micro-tile: two zmm
+constexpr size_t kKc = 256;   // k block: an a micro-panel is 14 KiB (L1)
+constexpr size_t kMc = 168;   // rows of a work item at most (12 micro-panels)
+constexpr size_t kNc = 1024;  // columns of a block of b packed at once: 1 MiB (L2)
+// Below this many multiply-adds the product runs on the calling thread alone.
+constexpr size_t kParallelMinFlops = size_t{1} << 18;
+
+// A growable 64-byte-aligned float buffer kept by its thread between calls.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { std::free(data_); }
+  float* get(size_t count) {
+    if (count > size_) {
+      std::free(data_);
+      data_ = nullptr;
+      size_ = 0;
+      const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
+      data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (data_ == nullptr) throw std::bad_alloc();
+      size_ = count;
+    }
+    return data_;
+  }
+
+ private:
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+thread_local Buffer t_packed_a;  // each thread's micro-panels of a
+thread_local Buffer t_packed_b;  // the calling thread's block of b, shared with the workers
+
+__mmask16 lanes(size_t count) {
+  return count >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << count) - 1);
+}
+
+// Transposes 16 rows of 16 floats in place: r[i][j] becomes r[j][i].
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  // r[4g + j] now holds, in 128-bit lane l, element j + 4l of rows 4g..4g+3.
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
+  }
+}
+
+// Packs b's columns j0..j0+cols (cols <= 32) and k values p0..p0+kc into dst: kc rows of 32
+// floats, columns past `cols` zero.
+void pack_b(const GemmF32Operand& b, size_t p0, size_t kc, size_t j0, size_t cols, float* dst) {
+  if (!b.trans) {
+    const __mmask16 m0 = lanes(cols), m1 = lanes(cols > 16 ? cols - 16 : 0);
+    const float* src = b.data + p0 * b.ld + j0;
+    for (size_t p = 0; p < kc; ++p, src += b.ld, dst += kNr) {
+      _mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src));
+      _mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+    }
+    return;
+  }
+  // Column j of b is row j of the stored matrix: 16 x 16 blocks transposed on the way.
+  for (size_t half = 0; half < 2; ++half) {
+    const size_t valid = cols > 16 * half ? std::min<size_t>(16, cols - 16 * half) : 0;
+    const float* src = b.data + (j0 + 16 * half) * b.ld + p0;
+    for (size_t pb = 0; pb < kc; pb += 16) {
+      const size_t len = std::min<size_t>(16, kc - pb);
+      const __mmask16 m = lanes(len);
+      __m512 r[16];
+      for (size_t j = 0; j < 16; ++j) {
+        r[j] = j < valid ? _mm512_maskz_loadu_ps(m, src + j * b.ld + pb) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (size_t q = 0; q < len; ++q) _mm512_store_ps(dst + (pb + q) * kNr + 16 * half, r[q]);
+    }
+  }
+}
+
+// Packs a's rows i0..i0+rows (rows <= kMr) and k values p0..p0+kc into dst: kc groups of `rows`
+// floats (the micro-panel of a tile of that many rows).
+void pack_a(const GemmF32Operand& a, size_t i0, size_t rows, size_t p0, size_t kc, float* dst) {
+  const __mmask16 tile = lanes(rows);
+  if (a.trans) {
+    const float* src = a.data + p0 * a.ld + i0;
+    for (size_t p = 0; p < kc; ++p, src += a.ld, dst += rows) {
+      _mm512_mask_storeu_ps(dst, tile, _mm512_maskz_loadu_ps(tile, src));
+    }
+    return;
+  }
+  const float* src = a.data + i0 * a.ld + p0;
+  for (size_t pb = 0; pb < kc; pb += 16) {
+    const size_t len = std::min<size_t>(16, kc - pb);
+    const __mmask16 m = lanes(len);
+    __m512 r[16];
+    for (size_t i = 0; i < 16; ++i) {
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * a.ld + pb) : _mm512_setzero_ps();
+    }
+    transpose16(r);
+    for (size_t q = 0; q < len; ++q) _mm512_mask_storeu_ps(dst + (pb + q) * rows, tile, r[q]);
+  }
+}
+
+// One k value of micro_kernel: acc[i] += a[i] * (the 32 floats at b).
+template <size_t R, bool Packed>
+inline void fma_step(const float* a, const float* b, __mmask16 m0, __mmask16 m1,
+                     __m512 (&acc)[R][2]) {
+  __m512 b0, b1;
+  if constexpr (Packed) {
+    b0 = _mm512_load_ps(b);
+    b1 = _mm512_load_ps(b + 16);
+  } else {
+    b0 = _mm512_maskz_loadu_ps(m0, b);
+    b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+  }
+#pragma GCC unroll 16
+  for (size_t i = 0; i < R; ++i) {
+    const __m512 x = _mm512_set1_ps(a[i]);
+    acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+    acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+  }
+}
+
+// c (an R x cols tile, cols <= 32, leading dimension ldc) = its packed a micro-panel (R rows)
+// times its b micro-panel (kc rows of 32 floats, ldb apart: packed, or b's own rows when
+// !Packed) over kc, added to c's current values when `accumulate`, each element's products added
+// in k order. R = kMr but in a product's last row tile. The `next_rows` rows of the next tile of c
+// (at next_c, none when null) are prefetched along the way, a line every 8 k values: a tile's
+// first instructions read (or write) its rows of c, lines far apart that a large c keeps out of
+// the caches.
+template <size_t R, bool Packed>
+void micro_kernel(size_t kc, const float* a, const float* b, size_t ldb, float* c, size_t ldc,
+                  size_t cols, bool accumulate, const float* next_c, size_t next_rows) {
+  const __mmask16 m0 = lanes(cols), m1 = lanes(cols > 16 ? cols - 16 : 0);
+  __m512 acc[R][2];
+#pragma GCC unroll 16
+  for (size_t i = 0; i < R; ++i) {
+    if (accumulate) {
+      acc[i][0] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
+      acc[i][1] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
+    } else {
+      acc[i][0] = _mm512_setzero_ps();
+      acc[i][1] = _mm512_setzero_ps();
+    }
+  }
+  const size_t lines = next_c == nullptr ? 0 : 2 * next_rows;
+  size_t p = 0;
+  for (size_t line = 0; p + 8 <= kc; p += 8, ++line) {
+    if (line < lines) {
+      _mm_prefetch(reinterpret_cast<const char*>(next_c + line / 2 * ldc + line % 2 * 16),
+                   _MM_HINT_T0);
+    }
+#pragma GCC unroll 8
+    for (size_t u = 0; u < 8; ++u, a += R, b += ldb) fma_step<R, Packed>(a, b, m0, m1, acc);
+  }
+  for (; p < kc; ++p, a += R, b += ldb) fma_step<R, Packed>(a, b, m0, m1, acc);
+#pragma GCC unroll 16
+  for (size_t i = 0; i < R; ++i) {
+    _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
+    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
+  }
+}
+
+using MicroKernel = void (*)(size_t kc, const float* a, const float* b, size_t ldb, float* c,
+                             size_t ldc, size_t cols, bool accumulate, const float* next_c,
+                             size_t next_rows);
+// By b's packing and the tile's rows.
+template <bool P>
+constexpr MicroKernel kMicroKernels[kMr + 1] = {nullptr,
+                                                &micro_kernel<1, P>,
+                                                &micro_kernel<2, P>,
+                                                &micro_kernel<3, P>,
+                                                &micro_kernel<4, P>,
+                                                &micro_kernel<5, P>,
+                                                &micro_kernel<6, P>,
+                                                &micro_kernel<7, P>,
+                                                &micro_kernel<8, P>,
+                                                &micro_kernel<9, P>,
+                                                &micro_kernel<10, P>,
+                                                &micro_kernel<11, P>,
+                                                &micro_kernel<12, P>,
+                                                &micro_kernel<13, P>,
+                                                &micro_kernel<14, P>};
+
+// The whole product as one job of the thread pool: a list of tasks, for each block of kNc columns
+// and kKc k values in turn (s = its index) first the packing of its b micro-panels (pack tasks),
+// then its work items (row runs of a times ranges of micro-panels). The pool's threads claim
+// tasks in list order with one fetch_add each, and a task waits only for tasks before it, all
+// claimed already by running threads: a work item for the packing of its block, and for the same
+// item of the block before when that block's k values precede its own (it adds to that c tile);
+// a pack task for the work items of block s - 2, whose buffer it refills (two are used in turn).
+// A thread that finishes early thus starts on the next block without a barrier, and a job run by
+// one thread alone (the pool busy, or a nested call) runs the tasks in order.
+class Job {
+ public:
+  Job(size_t m, size_t n, size_t k, const GemmF32Operand& a, const GemmF32Operand& b, float* c,
+      size_t ldc, size_t threads)
+      : m_(m), n_(n), k_(k), a_(a), b_(b), c_(c), ldc_(ldc) {
+    row_tiles_ = (m + kMr - 1) / kMr;
+    // One row tile uses each b micro-panel once: b's own rows are read in place of a copy.
+    direct_b_ = !b.trans && row_tiles_ == 1;
+    j_blocks_ = (n + kNc - 1) / kNc;
+    k_blocks_ = (k + kKc - 1) / kKc;
+    // Rows in runs of at most kMc, their count a multiple of the thread count (each thread gets
+    // as many rows); when there are fewer row tiles than threads, the micro-panels are split too.
+    const size_t runs = (row_tiles_ * kMr + kMc - 1) / kMc;
+    row_items_ = std::min(row_tiles_, (runs + threads - 1) / threads * threads);
+    for (size_t jb = 0; jb < 2 && jb < j_blocks_; ++jb) {
+      // Block columns: every j block has kNc but the last.
+      const size_t nc = jb == 0 && j_blocks_ > 1 ? kNc : n - (j_blocks_ - 1) * kNc;
+      Shape& sh = shape_[jb];
+      sh.nc = nc;
+      sh.panels = (nc + kNr - 1) / kNr;
+      sh.col_items = 1;
+      if (row_items_ < threads) {
+        sh.col_items = std::min(sh.panels, (threads + row_items_ - 1) / row_items_);
+      }
+      sh.items = row_items_ * sh.col_items;
+      sh.packs = direct_b_ ? 0 : std::min(sh.panels, threads > 1 ? 2 * threads : 1);
+    }
+    const size_t blocks = j_blocks_ * k_blocks_;
+    const size_t max_panels = (std::min(n, kNc) + kNr - 1) / kNr;
+    if (!direct_b_) {
+      buffer_[0] = t_packed_b.get(2 * max_panels * kNr * kKc);
+      buffer_[1] = buffer_[0] + max_panels * kNr * kKc;
+    }
+    counters_ = std::make_unique<std::atomic<size_t>[]>(2 * blocks + max_items());
+    for (size_t i = 0; i < 2 * blocks + max_items(); ++i) counters_[i].store(0);
+    max_tiles_ = 0;
+    for (size_t i = 0; i < row_items_; ++i) {
+      max_tiles_ = std::max(max_tiles_, (row_bound(i + 1) - row_bound(i) + kMr - 1) / kMr);
+    }
+    tasks_ = 0;
+    for (size_t jb = 0; jb < j_blocks_; ++jb) {
+      tasks_ += k_blocks_ * (shape(jb).packs + shape(jb).items);
+    }
+  }
+
+  // One of the pool's threads: claims and runs tasks until none is left.
+  void participate() {
+    // The thread's buffer for a's micro-panels is sized before it claims a task: a task never
+    // throws, so no other thread can wait for one that will not finish.
+    float* packed_a = t_packed_a.get(max_tiles_ * kMr * kKc);
+    size_t s = 0, first = 0;  // the block of the last task claimed, and its first task's index
+    for (;;) {
+      const size_t t = next_.fetch_add(1, std::memory_order_relaxed);
+      if (t >= tasks_) return;
+      while (t >= first + tasks_of(s)) first += tasks_of(s++);
+      const size_t i = t - first;
+      const Shape& sh = shape(s / k_blocks_);
+      if (i < sh.packs) {
+        pack(s, i);
+      } else {
+        work(s, i - sh.packs, packed_a);
+      }
+    }
+  }
+
+ private:
+  struct Shape {
+    size_t nc, panels, col_items, items, packs;
+  };
+
+  const Shape& shape(size_t jb) const { return shape_[jb + 1 < j_blocks_ ? 0 : 1 % j_blocks_]; }
+  size_t tasks_of(size_t s) const {
+    const Shape& sh = shape(s / k_blocks_);
+    return sh.packs + sh.items;
+  }
+  size_t max_items() const {
+    return std::max(shape_[0].items, j_blocks_ > 1 ? shape_[1].items : 0);
+  }
+  std::atomic<size_t>& packed(size_t s) { return counters_[2 * s]; }
+  std::atomic<size_t>& computed(size_t s) { return counters_[2 * s + 1]; }
+  // The blocks done so far (the index of the last one + 1) of each work item.
+  std::atomic<size_t>& progress(size_t item) { return counters_[2 * j_blocks_ * k_blocks_ + item]; }
+
+  // The first row of row item i: the multiple of kMr nearest to an even split of the rows (the
+  // last tile of the product, which may have fewer rows, runs its own smaller micro-kernel).
+  size_t row_bound(size_t i) const {
+    if (i >= row_items_) return m_;
+    return std::min(m_, (i * m_ / row_items_ + kMr / 2) / kMr * kMr);
+  }
+
+  template <class Ready>
+  static void wait_for(Ready ready) {
+    for (unsigned i = 1; !ready(); ++i) {
+      _mm_pause();
+      if (i % 64 == 0) sched_yield();
+    }
+  }
+
+  // Pack task i of block s: its share of the block's micro-panels of b.
+  void pack(size_t s, size_t i) {
+    const size_t jb = s / k_blocks_, pc = s % k_blocks_ * kKc, jc = jb * kNc;
+    const Shape& sh = shape(jb);
+    if (s >= 2) {
+      const size_t items = shape((s - 2) / k_blocks_).items;
+      wait_for([&] { return computed(s - 2).load(std::memory_order_acquire) == items; });
+    }
+    const size_t kc = std::min(kKc, k_ - pc);
+    float* dst = buffer_[s % 2];
+    for (size_t q = i * sh.panels / sh.packs; q < (i + 1) * sh.panels / sh.packs; ++q) {
+      pack_b(b_, pc, kc, jc + q * kNr, std::min(kNr, sh.nc - q * kNr), dst + q * kNr * kc);
+    }
+    packed(s).fetch_add(1, std::memory_order_release);
+  }
+
+  // Work item `item` of block s: packs its rows of a into packed_a, then multiplies them with its
+  // micro-panels of b into c.
+  void work(size_t s, size_t item, float* packed_a) {
+    const size_t jb = s / k_blocks_, pc = s % k_blocks_ * kKc, jc = jb * kNc;
+    const Shape& sh = shape(jb);
+    const size_t kc = std::min(kKc, k_ - pc);
+    const size_t ri = item / sh.col_items, ci = item % sh.col_items;
+    const size_t r0 = row_bound(ri), r1 = row_bound(ri + 1);
+    const size_t q0 = ci * sh.panels / sh.col_items, q1 = (ci + 1) * sh.panels / sh.col_items;
+    const size_t tiles = (r1 - r0 + kMr - 1) / kMr;
+    for (size_t t = 0; t < tiles; ++t) {
+      const size_t i0 = r0 + t * kMr;
+      pack_a(a_, i0, std::min(kMr, r1 - i0), pc, kc, packed_a + t * kMr * kc);
+    }
+    wait_for([&] { return packed(s).load(std::memory_order_acquire) == sh.packs; });
+    if (pc > 0) wait_for([&] { return progress(item).load(std::memory_order_acquire) >= s; });
+    // Each a micro-panel stays in L1 while the block's b micro-panels stream past it from L2.
+    for (size_t t = 0; t < tiles; ++t) {
+      const size_t i0 = r0 + t * kMr, rows = std::min(kMr, r1 - i0);
+      for (size_t q = q0; q < q1; ++q) {
+        const size_t j0 = q * kNr, cols = std::min(kNr, sh.nc - j0);
+        float* ct = c_ + i0 * ldc_ + jc + j0;
+        const float* next_c = nullptr;
+        size_t next_rows = 0;
+        if (q + 1 < q1) {
+          next_c = ct + kNr;
+          next_rows = rows;
+        } else if (t + 1 < tiles) {
+          next_c = c_ + (i0 + kMr) * ldc_ + jc + q0 * kNr;
+          next_rows = std::min(kMr, r1 - i0 - kMr);
+        }
+        if (direct_b_) {
+          kMicroKernels<false>[rows](kc, packed_a + t * kMr * kc, b_.data + pc * b_.ld + jc + j0,
+                                     b_.ld, ct, ldc_, cols, pc > 0, next_c, next_rows);
+        } else {
+          kMicroKernels<true>[rows](kc, packed_a + t * kMr * kc, buffer_[s % 2] + q * kNr * kc, kNr,
+                                    ct, ldc_, cols, pc > 0, next_c, next_rows);
+        }
+      }
+    }
+    // progress only grows: an item of the next j block may finish before this one.
+    size_t done = progress(item).load(std::memory_order_relaxed);
+    while (done < s + 1 &&
+           !progress(item).compare_exchange_weak(done, s + 1, std::memory_order_release)) {
+    }
+    computed(s).fetch_add(1, std::memory_order_release);
+  }
+
+  const size_t m_, n_, k_;
+  const GemmF32Operand a_, b_;
+  float* const c_;
+  const size_t ldc_;
+  size_t row_tiles_, row_items_, max_tiles_, j_blocks_, k_blocks_, tasks_;
+  bool direct_b_;     // b row-major and few rows of a: its own rows are read, unpacked
+  Shape shape_[2]{};  // the j blocks of kNc columns, and the last one
+  float* buffer_[2]{};
+  std::unique_ptr<std::atomic<size_t>[]> counters_;
+  alignas(64) std::atomic<size_t> next_{0};
+};
+
+void gemm(size_t m, size_t n, size_t k, const GemmF32Operand& a, const GemmF32Operand& b, float* c,
+          size_t ldc) {
+  const size_t threads = m * n * k >= kParallelMinFlops ? num_threads() : 1;
+  Job job(m, n, k, a, b, c, ldc, threads);
+  if (threads == 1) {
+    job.participate();
+    return;
+  }
+  parallel_for(threads, 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) job.participate();
+  });
+}
+
+}  // namespace
+
+#endif
+
+}  // namespace WICK_ISA_NS
+
+#if defined(WICK_ISA_AVX512)
+const GemmF32 kAvx512GemmF32{"wick avx512 14x32", &gemm};
+#else
+const GemmF32 kAvx2GemmF32{"", nullptr};
+#endif
+
+}  // namespace wick::cpu
