@@ -382,6 +382,10 @@ constexpr size_t kMaxPadRows = 64;
 // Products of fewer columns stay with OpenBLAS outside batch invariance (gemm_f32.h's tiles are
 // 32 columns wide).
 constexpr size_t kGemmF32MinCols = 32;
+// Products with a transposed b (x @ W^T, W a linear layer's weight) of fewer rows stay with
+// OpenBLAS outside batch invariance: wick's GEMM transposes all of b as it packs it, which a few
+// rows do not repay.
+constexpr size_t kGemmF32MinRowsTransposedB = 64;
 
 // The rows (or columns) of each part when d of them are split: a multiple of 16 (the BLAS
 // kernels' tile) that depends on the product's size only, never on the thread count, so that
@@ -465,12 +469,15 @@ void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b
   if constexpr (std::is_same_v<C, float>) {
     // wick's own GEMM, where the CPU has one: every shape under batch invariance (its rows never
     // depend on m); else all but the matrix-vector products (OpenBLAS's gemv is faster), those of
-    // fewer than kGemmF32MinCols columns (most of its 32-column tiles would be padding) and those
+    // fewer than kGemmF32MinCols columns (most of its 32-column tiles would be padding), those of
+    // few rows against a transposed b (kGemmF32MinRowsTransposedB) and those
     // OpenBLAS's small-matrix kernels take (no packing: faster below kSmallKernelMax).
     const GemmF32& gemm = gemm_f32();
     const bool small =
         static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kSmallKernelMax;
-    if (gemm.run != nullptr && ((m > 1 && n >= kGemmF32MinCols && !small) || invariant)) {
+    const bool few_rows = bv.trans && m < kGemmF32MinRowsTransposedB;
+    if (gemm.run != nullptr &&
+        ((m > 1 && n >= kGemmF32MinCols && !small && !few_rows) || invariant)) {
       gemm.run(m, n, k, {a, av.ld, av.trans}, {b, bv.ld, bv.trans}, c, n);
       return;
     }
