@@ -3,6 +3,12 @@
 // f32 weights through the matmul op (sgemm), then bias, activation and residual in one pass. Other
 // dtypes, and bf16 weights on a CPU without the GEMM, take the fallback.
 
+// The exact GELU's float compares (in vec_erff) only vectorise when GCC may assume they raise no
+// visible FP exceptions, as in unary.cpp; nothing in wick reads the FP flags.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 #include "fused/dense.h"
 
 #include <algorithm>
@@ -31,25 +37,29 @@ const T* data_of(const Tensor& t) {
   return cpu::as_cpu(detail::backend_of(t)).as<T>() + t.impl()->layout.start_offset();
 }
 
+// One row of finish_rows.
+void finish_row(size_t n, const float* __restrict bias, bool gelu, const float* __restrict residual,
+                float* __restrict row) {
+  if (gelu) {
+    for (size_t j = 0; j < n; ++j) {
+      const float v = row[j] + bias[j];
+      row[j] = 0.5f * v * (1.0f + ops::math::vec_erff(v * 0.7071067811865476f));
+    }
+  } else {
+    for (size_t j = 0; j < n; ++j) row[j] += bias[j];
+  }
+  if (residual != nullptr) {
+    for (size_t j = 0; j < n; ++j) row[j] += residual[j];
+  }
+}
+
 // y (m x n, dense) = act(y + bias) + residual, row by row across the pool.
 void finish_rows(size_t m, size_t n, const float* bias, bool gelu, const float* residual,
                  size_t ldr, float* y) {
   cpu::parallel_for(
       m, std::max<size_t>(1, 8192 / std::max<size_t>(n, 1)), [&](size_t lo, size_t hi) {
         for (size_t i = lo; i < hi; ++i) {
-          float* __restrict row = y + i * n;
-          if (gelu) {
-            for (size_t j = 0; j < n; ++j) {
-              const float v = row[j] + bias[j];
-              row[j] = 0.5f * v * (1.0f + ops::math::vec_erff(v * 0.7071067811865476f));
-            }
-          } else {
-            for (size_t j = 0; j < n; ++j) row[j] += bias[j];
-          }
-          if (residual != nullptr) {
-            const float* __restrict r = residual + i * ldr;
-            for (size_t j = 0; j < n; ++j) row[j] += r[j];
-          }
+          finish_row(n, bias, gelu, residual == nullptr ? nullptr : residual + i * ldr, y + i * n);
         }
       });
 }
