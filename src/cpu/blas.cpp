@@ -171,8 +171,10 @@ std::string blas_core() {
 const GemmF32& gemm_f32() {
   // Follows the CPU kernels' choice (WICK_CPU_ISA included); a throw leaves it unset.
   static const GemmF32& gemm = []() -> const GemmF32& {
+    // In every build: cpu_isa() rejects a bad WICK_CPU_ISA.
+    [[maybe_unused]] const std::string isa = wick::cpu_isa();
 #if !defined(WICK_NO_AVX512_KERNELS)
-    if (wick::cpu_isa() == "avx512") return kAvx512GemmF32;
+    if (isa == "avx512") return kAvx512GemmF32;
 #endif
     return kAvx2GemmF32;
   }();
