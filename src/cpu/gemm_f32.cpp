@@ -106,6 +106,16 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
+// r[q] = the q-th floats of `lines` lines (ld apart, from src), lane i from line i: a 16 x 16
+// block read line by line and transposed; lanes past `lines` and r past `len` are zero.
+inline void load_transposed(const float* src, size_t ld, size_t lines, size_t len, __m512 r[16]) {
+  const __mmask16 m = lanes(len);
+  for (size_t i = 0; i < 16; ++i) {
+    r[i] = i < lines ? _mm512_maskz_loadu_ps(m, src + i * ld) : _mm512_setzero_ps();
+  }
+  transpose16(r);
+}
+
 // Packs b's columns j0..j0+cols (cols <= 32) and k values p0..p0+kc into dst: kc rows of 32
 // floats, columns past `cols` zero.
 void pack_b(const GemmF32Operand& b, size_t p0, size_t kc, size_t j0, size_t cols, float* dst) {
@@ -124,12 +134,8 @@ void pack_b(const GemmF32Operand& b, size_t p0, size_t kc, size_t j0, size_t col
     const float* src = b.data + (j0 + 16 * half) * b.ld + p0;
     for (size_t pb = 0; pb < kc; pb += 16) {
       const size_t len = std::min<size_t>(16, kc - pb);
-      const __mmask16 m = lanes(len);
       __m512 r[16];
-      for (size_t j = 0; j < 16; ++j) {
-        r[j] = j < valid ? _mm512_maskz_loadu_ps(m, src + j * b.ld + pb) : _mm512_setzero_ps();
-      }
-      transpose16(r);
+      load_transposed(src + pb, b.ld, valid, len, r);
       for (size_t q = 0; q < len; ++q) _mm512_store_ps(dst + (pb + q) * kNr + 16 * half, r[q]);
     }
   }
@@ -149,12 +155,8 @@ void pack_a(const GemmF32Operand& a, size_t i0, size_t rows, size_t p0, size_t k
   const float* src = a.data + i0 * a.ld + p0;
   for (size_t pb = 0; pb < kc; pb += 16) {
     const size_t len = std::min<size_t>(16, kc - pb);
-    const __mmask16 m = lanes(len);
     __m512 r[16];
-    for (size_t i = 0; i < 16; ++i) {
-      r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * a.ld + pb) : _mm512_setzero_ps();
-    }
-    transpose16(r);
+    load_transposed(src + pb, a.ld, rows, len, r);
     for (size_t q = 0; q < len; ++q) _mm512_mask_storeu_ps(dst + (pb + q) * rows, tile, r[q]);
   }
 }
