@@ -110,9 +110,7 @@ bool force_core(const char* core) {
   auto quit = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
   auto init = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
   if (quit == nullptr || init == nullptr) return false;
-  if (auto stop = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"))) {
-    stop();
-  }
+  stop_blas_threads();
   setenv("OPENBLAS_CORETYPE", core, 1);
   quit();
   init();
