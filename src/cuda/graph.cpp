@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/trace.h"
@@ -25,6 +26,41 @@ constexpr uint64_t kKeySeed = 0xcbf29ce484222325ull;
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h * 0x100000001b3ull;
+}
+
+// Mixes into `key` what cudaGraphExecUpdate leaves as it is: the node count and types, and each
+// edge's type and ports. An update pairs edges by order but keeps the executable's own edge
+// types, so an executable whose edge into a kernel is programmatic (that kernel launched with
+// programmatic dependent launch, free to start before the kernel it follows ends) must never
+// take a capture whose kernel there was launched the ordinary way and so does not wait: the two
+// kernels would overlap. A GEMM whose library kernel changes with the shape is such a case.
+cudaError_t structure_key(cudaGraph_t graph, uint64_t& key, size_t& nodes, size_t& programmatic) {
+  cudaError_t st = cudaGraphGetNodes(graph, nullptr, &nodes);
+  if (st != cudaSuccess || nodes == 0) return st;
+  std::vector<cudaGraphNode_t> list(nodes);
+  st = cudaGraphGetNodes(graph, list.data(), &nodes);
+  if (st != cudaSuccess) return st;
+  key = mix(key, nodes);
+  for (cudaGraphNode_t n : list) {
+    cudaGraphNodeType type{};
+    st = cudaGraphNodeGetType(n, &type);
+    if (st != cudaSuccess) return st;
+    key = mix(key, static_cast<uint64_t>(type));
+  }
+  size_t edges = 0;
+  st = cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges);
+  if (st != cudaSuccess) return st;
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  std::vector<cudaGraphEdgeData> data(edges);
+  st = cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges);
+  if (st != cudaSuccess) return st;
+  key = mix(key, edges);
+  programmatic = 0;
+  for (const cudaGraphEdgeData& e : data) {
+    programmatic += e.type == cudaGraphDependencyTypeProgrammatic;
+    key = mix(key, (uint64_t{e.type} << 16) | (uint64_t{e.from_port} << 8) | e.to_port);
+  }
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -87,15 +123,16 @@ void GraphQueue::commit(const std::vector<const char*>& ops) {
     lose(ops, nullptr, str("cudaStreamEndCapture: ", cudaGetErrorName(st)));
     return;
   }
-  size_t nodes = 0;
-  st = cudaGraphGetNodes(graph, nullptr, &nodes);
+  size_t nodes = 0, programmatic = 0;
+  uint64_t key = key_;
+  st = structure_key(graph, key, nodes, programmatic);
   if (st != cudaSuccess || nodes == 0) {
     (void)cudaGetLastError();
     (void)cudaGraphDestroy(graph);
-    if (st != cudaSuccess) lose(ops, nullptr, str("cudaGraphGetNodes: ", cudaGetErrorName(st)));
+    if (st != cudaSuccess)
+      lose(ops, nullptr, str("reading the captured graph: ", cudaGetErrorName(st)));
     return;
   }
-  uint64_t key = mix(key_, nodes);
   const char* how = "miss";
   cudaGraphExec_t exec = nullptr;
   auto it = cache_.find(key);
@@ -137,7 +174,9 @@ void GraphQueue::commit(const std::vector<const char*>& ops) {
   }
   ++stats_.commits;
   if (trace_) {
-    trace_line("GRAPH", str("commit ", ops.size(), " ops, ", nodes, " nodes, ", how),
+    trace_line("GRAPH",
+               str("commit ", ops.size(), " ops, ", nodes, " nodes (", programmatic,
+                   " programmatic edges), ", how),
                now_ms() - t0);
   }
 }

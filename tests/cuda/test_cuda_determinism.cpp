@@ -78,9 +78,16 @@ TEST(CudaDeterminism, ComparisonSeesOneUlp) {
 }
 
 // Every op family, forward and backward (tools/conform_determinism.h), twice in this process and
-// once in a fresh one: the same bits.
+// once in a fresh one: the same bits. Matmuls take cuBLASLt in both processes: under the default
+// path the ones made while its warm-up runs take wick's GEMM, the one choice that follows timing
+// (docs/NUMERICS.md).
 TEST(CudaDeterminism, EveryOpRunToRun) {
   WICK_REQUIRE_GPU();
+  struct PathGuard {
+    CudaMatmulPath was = cuda_matmul_path();
+    ~PathGuard() { cuda_set_matmul_path(was); }
+  } guard;
+  cuda_set_matmul_path(CudaMatmulPath::Cublas);
   auto a = determinism::thread_suite(52, gpu());
   auto b = determinism::thread_suite(52, gpu());
   ASSERT_GT(a.size(), 100u);
@@ -91,8 +98,8 @@ TEST(CudaDeterminism, EveryOpRunToRun) {
     ADD_FAILURE() << describe(d);
   }
   std::string path = ::testing::TempDir() + "wick_cuda_determinism_" + std::to_string(getpid());
-  std::string cmd = "WICK_CUDA_DETERMINISM_CHILD=" + path + " '" + self_exe() +
-                    "' --gtest_filter=CudaDeterminismChild.Suite > /dev/null 2>&1";
+  std::string cmd = "WICK_CUDA_MATMUL=cublas WICK_CUDA_DETERMINISM_CHILD=" + path + " '" +
+                    self_exe() + "' --gtest_filter=CudaDeterminismChild.Suite > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto c = determinism::read_results(path);
   std::remove(path.c_str());

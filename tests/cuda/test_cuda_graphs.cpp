@@ -85,6 +85,33 @@ TEST_F(CudaGraphs, RepeatedBatchesHitTheCacheAndUpdateAddresses) {
   EXPECT_EQ(dev_->queue().open_batch_ops(), 0u);  // the read-back closed the batch
 }
 
+// exp then softmax over rows of 64 (the warp kernel, launched the ordinary way) and of 4096 (a
+// row kernel launched programmatically: it may start before exp ends and waits for it). The
+// batches have the same ops, dtypes and node count; only the type of the edge into softmax tells
+// them apart, and an executable keeps its own edge types through an update. So each structure
+// gets an executable of its own, and a batch of either updates only its own.
+TEST_F(CudaGraphs, AnUpdateNeverChangesAProgrammaticEdge) {
+  for (int round = 0; round < 4; ++round) {
+    const size_t cols = round % 2 == 0 ? 64 : 4096;
+    Pair x = pair_from(random_values(4 * cols), {4, cols});
+    gpu.synchronize();
+    cuda::GraphStats s0 = dev_->queue().graph_stats();
+    x.g = x.g.exp().softmax_last_dim();
+    x.c = x.c.exp().softmax_last_dim();
+    EXPECT_TRUE(same(x, 1e-6)) << "round " << round;
+    cuda::GraphStats s1 = dev_->queue().graph_stats();
+    ASSERT_EQ(s1.commits, s0.commits + 1) << "round " << round;
+    if (round == 1) {
+      EXPECT_EQ(s1.updates, s0.updates)
+          << "the programmatic batch updated the ordinary one's graph";
+      EXPECT_EQ(s1.instantiations, s0.instantiations + 1);
+    }
+    if (round >= 2) {
+      EXPECT_EQ(s1.updates, s0.updates + 1) << "round " << round;
+    }
+  }
+}
+
 TEST_F(CudaGraphs, ReadBacksAndUploadsMidBatch) {
   Pair a = pair_from(random_values(30), {5, 6});
   Pair b = pair_from(random_values(30), {5, 6});
