@@ -71,9 +71,9 @@ struct EngineOptions {
   /// once per batch-size bucket (1, 2, 4, ... up to max_batch's) instead of launching each op;
   /// prefill steps run eagerly. The model must implement CausalLM::forward_paged_tensors; no
   /// other thread may use the device while a graph is first captured; should a capture fail, the
-  /// engine runs every later step op by op. No effect on the CPU. Off by default: with the CUDA
-  /// queue's own graph mode (WICK_CUDA_GRAPHS, on by default) a bf16 model's replayed steps were
-  /// seen to disagree with its eager steps; with WICK_CUDA_GRAPHS=0 they agree bit for bit.
+  /// engine runs every later step op by op. No effect on the CPU. Off by default, since a
+  /// capture records whatever any thread enqueues on the device meanwhile (another model served
+  /// from the same GPU, say): turn it on where the engine has the device to itself.
   bool cuda_graphs = false;
 };
 

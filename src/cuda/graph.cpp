@@ -28,12 +28,20 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0x100000001b3ull;
 }
 
-// Mixes into `key` what cudaGraphExecUpdate leaves as it is: the node count and types, and each
-// edge's type and ports. An update pairs edges by order but keeps the executable's own edge
-// types, so an executable whose edge into a kernel is programmatic (that kernel launched with
-// programmatic dependent launch, free to start before the kernel it follows ends) must never
-// take a capture whose kernel there was launched the ordinary way and so does not wait: the two
-// kernels would overlap. A GEMM whose library kernel changes with the shape is such a case.
+uint64_t dims(const dim3& d) {
+  return (uint64_t{d.x} << 32) ^ (uint64_t{d.y} << 16) ^ d.z;
+}
+
+// Mixes into `key` what a captured batch must share with another for cudaGraphExecUpdate to turn
+// the other's executable into it: the node types; each kernel's function, grid, block, dynamic
+// shared memory and cluster shape; each copy's and memset's extent; the edges with their types
+// and ports. Updates given more than new addresses are not always carried out in full: between
+// batches of the same ops and the same kernels launched with other shapes or copying other sizes
+// (a bf16 decode step of 8 rows after steps of other sizes, on an H100), cudaGraphExecUpdate
+// succeeded and the executable then computed other numbers; and an update keeps the executable's
+// own edge types (a programmatic edge lets a kernel start before the one it follows ends). A
+// kernel whose parameters the runtime cannot read (a driver-API launch) counts by its type and
+// cluster shape.
 cudaError_t structure_key(cudaGraph_t graph, uint64_t& key, size_t& nodes, size_t& programmatic) {
   cudaError_t st = cudaGraphGetNodes(graph, nullptr, &nodes);
   if (st != cudaSuccess || nodes == 0) return st;
@@ -46,6 +54,40 @@ cudaError_t structure_key(cudaGraph_t graph, uint64_t& key, size_t& nodes, size_
     st = cudaGraphNodeGetType(n, &type);
     if (st != cudaSuccess) return st;
     key = mix(key, static_cast<uint64_t>(type));
+    if (type == cudaGraphNodeTypeKernel) {
+      cudaKernelNodeParams p{};
+      if (cudaGraphKernelNodeGetParams(n, &p) == cudaSuccess) {
+        key = mix(key, reinterpret_cast<uintptr_t>(p.func));
+        key = mix(key, dims(p.gridDim));
+        key = mix(key, dims(p.blockDim));
+        key = mix(key, p.sharedMemBytes);
+      } else {
+        (void)cudaGetLastError();
+      }
+      cudaLaunchAttributeValue cluster{};
+      if (cudaGraphKernelNodeGetAttribute(n, cudaLaunchAttributeClusterDimension, &cluster) ==
+          cudaSuccess) {
+        key =
+            mix(key, dims(dim3(cluster.clusterDim.x, cluster.clusterDim.y, cluster.clusterDim.z)));
+      } else {
+        (void)cudaGetLastError();
+      }
+    } else if (type == cudaGraphNodeTypeMemcpy) {
+      cudaMemcpy3DParms p{};
+      if (cudaGraphMemcpyNodeGetParams(n, &p) == cudaSuccess) {
+        key = mix(key, p.extent.width * 1000003 + p.extent.height * 1009 + p.extent.depth);
+        key = mix(key, static_cast<uint64_t>(p.kind));
+      } else {
+        (void)cudaGetLastError();
+      }
+    } else if (type == cudaGraphNodeTypeMemset) {
+      cudaMemsetParams p{};
+      if (cudaGraphMemsetNodeGetParams(n, &p) == cudaSuccess) {
+        key = mix(key, p.width * 1000003 + p.height * 1009 + p.elementSize);
+      } else {
+        (void)cudaGetLastError();
+      }
+    }
   }
   size_t edges = 0;
   st = cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges);

@@ -2,9 +2,10 @@
 // Graph mode of the device queue (WICK_CUDA_GRAPHS=1): the ops of a batch are captured from the
 // device stream into a CUDA graph instead of being launched one by one; closing the batch ends
 // the capture and launches the graph. Instantiated graphs are cached by the batch's structure
-// (the ops' names and dtypes and the captured node count); a repeated batch, whose buffers
-// usually sit at new addresses, updates the cached executable in place (cudaGraphExecUpdate) and
-// re-instantiates it only when the update is refused.
+// (the ops' names and dtypes, and of the captured graph its nodes, each kernel's function and
+// launch shape, each copy's size, its edges and their types: graph.cpp, structure_key); a
+// repeated batch, whose buffers usually sit at new addresses, updates the cached executable in
+// place (cudaGraphExecUpdate) and re-instantiates it only when the update is refused.
 //
 // Captures run in relaxed mode: the caching allocator may cudaMalloc during a capture (the
 // allocation is not part of the graph, and every launch is updated with the addresses of its own

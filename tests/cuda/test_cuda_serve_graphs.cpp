@@ -2,14 +2,10 @@
 // (sequences joining after their prefill and leaving, the batch moving between buckets), each
 // replayed step gives the same bits as the same padded step run eagerly, and (f32) the CPU's
 // logits of the same batches within bound; the engine with graphs gives each request what the
-// engine without them gives.
-//
-// The queue's own graph mode (WICK_CUDA_GRAPHS, which batches eager ops into cached graphs) is
-// off in this program: with it on, the bf16 models' eager steps of 5 and 7 sequences (bucket 8)
-// give other logits than their replays (and than the CPU), seen on an H100 (an open bug, which is
-// why EngineOptions::cuda_graphs is off by default); f32 agrees either way.
-
-#include <stdlib.h>
+// engine without them gives. The eager steps run in the queue's own graph mode (on by default):
+// their batches change kernels, launch shapes and input sizes from one bucket to the next, which
+// the queue's graph cache must tell apart (src/cuda/graph.cpp, structure_key; the bf16 steps of
+// bucket 8 computed other logits when it did not).
 
 #include <algorithm>
 #include <condition_variable>
@@ -30,9 +26,6 @@ namespace {
 
 using models::PagedSequence;
 using testing::max_abs_diff;
-
-// Before main, so before the first CUDA device reads its settings.
-[[maybe_unused]] const bool queue_graphs_off = setenv("WICK_CUDA_GRAPHS", "0", 1) == 0;
 
 const Device cpu = Device::cpu();
 
