@@ -38,10 +38,10 @@ uint64_t dims(const dim3& d) {
 // and ports. Updates given more than new addresses are not always carried out in full: between
 // batches of the same ops and the same kernels launched with other shapes or copying other sizes
 // (a bf16 decode step of 8 rows after steps of other sizes, on an H100), cudaGraphExecUpdate
-// succeeded and the executable then computed other numbers; and an update keeps the executable's
-// own edge types (a programmatic edge lets a kernel start before the one it follows ends). A
-// kernel whose parameters the runtime cannot read (a driver-API launch) counts by its type and
-// cluster shape.
+// succeeded and the executable then computed other numbers. Edge types are kept apart too: the
+// update's documentation does not say that it carries a changed type over, and a programmatic
+// edge lets a kernel start before the one it follows ends. A kernel whose parameters the runtime
+// cannot read (a driver-API launch, should it fail) counts by its type and cluster shape.
 cudaError_t structure_key(cudaGraph_t graph, uint64_t& key, size_t& nodes, size_t& programmatic) {
   cudaError_t st = cudaGraphGetNodes(graph, nullptr, &nodes);
   if (st != cudaSuccess || nodes == 0) return st;
