@@ -4,8 +4,9 @@
 // of about kMc rows of a, and a range of the block's micro-panels) packs its rows into
 // micro-panels of kMr rows and runs the register-blocked micro-kernel on each of them (which stays
 // in L1) against each b micro-panel in turn: kMr x 32 accumulators in 2 * kMr zmm registers, one
-// broadcast of an a value and two FMAs per row and k value. A product of one row tile reads a
-// row-major b in place instead of packing it; the last row tile of a product runs a micro-kernel of
+// broadcast of an a value and two FMAs per row and k value. A product of one row tile, or of a
+// small b shared by several threads, reads a row-major b in place instead of packing it; the last
+// row tile of a product runs a micro-kernel of
 // its own row count. The first k block starts its accumulators at 0, later ones at c's current
 // value, so an output element is one chain of FMAs in k order whatever the blocking: column edges
 // are padded with zeros in the packed operands and written under masks, never computed another way.
@@ -43,6 +44,10 @@ constexpr size_t kMc = 168;   // rows of a work item at most (12 micro-panels)
 constexpr size_t kNc = 1024;  // columns of a block of b packed at once: 1 MiB (L2)
 // Below this many multiply-adds the product runs on the calling thread alone.
 constexpr size_t kParallelMinFlops = size_t{1} << 18;
+// A row-major b of at most this many elements is read in place by every row tile when several
+// threads share the product: packing it first would make every work item wait for all the packs,
+// which costs more than the packed layout saves on a b this small (it stays in L2).
+constexpr size_t kDirectBMaxElements = size_t{1} << 17;
 
 // A growable 64-byte-aligned float buffer kept by its thread between calls.
 class Buffer {
@@ -257,8 +262,9 @@ class Job {
       size_t ldc, size_t threads)
       : m_(m), n_(n), k_(k), a_(a), b_(b), c_(c), ldc_(ldc) {
     row_tiles_ = (m + kMr - 1) / kMr;
-    // One row tile uses each b micro-panel once: b's own rows are read in place of a copy.
-    direct_b_ = !b.trans && row_tiles_ == 1;
+    // One row tile uses each b micro-panel once: b's own rows are read in place of a copy. So
+    // are a small b's when threads share the product (kDirectBMaxElements).
+    direct_b_ = !b.trans && (row_tiles_ == 1 || (threads > 1 && k * n <= kDirectBMaxElements));
     j_blocks_ = (n + kNc - 1) / kNc;
     k_blocks_ = (k + kKc - 1) / kKc;
     // Rows in runs of at most kMc, their count a multiple of the thread count (each thread gets
@@ -418,7 +424,7 @@ class Job {
   float* const c_;
   const size_t ldc_;
   size_t row_tiles_, row_items_, max_tiles_, j_blocks_, k_blocks_, tasks_;
-  bool direct_b_;     // b row-major and few rows of a: its own rows are read, unpacked
+  bool direct_b_;     // b row-major, and one row tile or a small b: its rows read, unpacked
   Shape shape_[2]{};  // the j blocks of kNc columns, and the last one
   float* buffer_[2]{};
   std::unique_ptr<std::atomic<size_t>[]> counters_;
