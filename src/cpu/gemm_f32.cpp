@@ -6,10 +6,10 @@
 // in L1) against each b micro-panel in turn: kMr x 32 accumulators in 2 * kMr zmm registers, one
 // broadcast of an a value and two FMAs per row and k value. A product of one row tile, or of a
 // small b shared by several threads, reads a row-major b in place instead of packing it; the last
-// row tile of a product runs a micro-kernel of
-// its own row count. The first k block starts its accumulators at 0, later ones at c's current
-// value, so an output element is one chain of FMAs in k order whatever the blocking: column edges
-// are padded with zeros in the packed operands and written under masks, never computed another way.
+// row tile of a product runs a micro-kernel of its own row count. The first k block starts its
+// accumulators at 0, later ones at c's current value, so an output element is one chain of FMAs
+// in k order whatever the blocking: column edges are padded with zeros in the packed operands and
+// written under masks, never computed another way.
 //
 // The AVX2 build of this file has no kernel (matmul keeps OpenBLAS there).
 
