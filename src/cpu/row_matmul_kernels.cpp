@@ -74,6 +74,21 @@ inline float reduce(Vec v) {
   return reduce8(_mm256_add_ps(_mm512_castps512_ps256(v),
                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
+// reduce() of four vectors at once, the same additions of the same pairs: each 128-bit quarter of
+// the vectors below holds one input's partial sums in reduce8's order.
+inline void reduce4(const Vec* v, float* out) {
+  const Vec ab = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const Vec cd = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  const Vec u = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  const Vec t = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
+  const Vec r = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, r);
+  for (size_t i = 0; i < 4; ++i) out[i] = lanes[4 * i];
+}
 #else
 constexpr size_t kLanes = 8, kRowsPerTile = 4, kColsPerTile = 3;
 using Vec = __m256;
@@ -124,9 +139,21 @@ void tile(const float* x, const W* w, size_t k, size_t n, size_t r0, size_t c0, 
       for (size_t c = 0; c < C; ++c) acc[r][c] = fma(xv, wv[c], acc[r][c]);
     }
   }
+#if defined(WICK_ISA_AVX512)
+  constexpr size_t kGroups = R * C / 4;
+  for (size_t g = 0; g < kGroups; ++g) {
+    Vec group[4];
+    float out[4];
+    for (size_t j = 0; j < 4; ++j) group[j] = acc[(4 * g + j) / C][(4 * g + j) % C];
+    reduce4(group, out);
+    for (size_t j = 0; j < 4; ++j) sums[(4 * g + j) / C][(4 * g + j) % C] = out[j];
+  }
+  for (size_t i = 4 * kGroups; i < R * C; ++i) sums[i / C][i % C] = reduce(acc[i / C][i % C]);
+#else
   for (size_t r = 0; r < R; ++r) {
     for (size_t c = 0; c < C; ++c) sums[r][c] = reduce(acc[r][c]);
   }
+#endif
 #else
   for (size_t r = 0; r < R; ++r) {
     for (size_t c = 0; c < C; ++c) {
