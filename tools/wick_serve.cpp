@@ -62,6 +62,7 @@ struct ServeOptions {
   size_t timeout_s = 30;
   size_t embed_window_us = 5000;
   bool deterministic = false;
+  bool cuda_graphs = false;
 };
 
 // A decoder served for completions.
@@ -189,6 +190,7 @@ class Server {
       eo.kv_memory = opt_.kv_memory;
       eo.max_batch = opt_.max_batch;
       eo.max_queue = opt_.max_queue;
+      eo.cuda_graphs = opt_.cuda_graphs;
       d->engine = std::make_unique<wick::serve::Engine>(d->model, d->tokenizer, eo);
       std::fprintf(stderr,
                    "wick-serve: completions model '%s' (%s, context %zu) from %s in %.1f s\n",
@@ -744,8 +746,18 @@ int main(int argc, char** argv) {
                "any other dense product of 1 to 4 rows 3-4x slower; on CUDA see\n"
                "docs/perf. Sampled requests repeat only with a seed.");
 
+  app.add_flag("--cuda-graphs", opt.cuda_graphs,
+               "on CUDA, decode steps replay a CUDA graph captured once per batch\n"
+               "size (EngineOptions::cuda_graphs); one model served only, since a\n"
+               "capture would record another model's work on the same GPU");
+
   return tools::run(app, argc, argv, "wick-serve", common, [&]() -> int {
     if (opt.max_batch == 0) throw tools::UsageError("--max-batch must be at least 1");
+    if (opt.cuda_graphs && (paths.size() != 1 || opt.device.rfind("cuda", 0) != 0)) {
+      throw tools::UsageError("--cuda-graphs needs --device cuda and one model (got --device " +
+                              opt.device + " and " + std::to_string(paths.size()) +
+                              (paths.size() == 1 ? " model)" : " models)"));
+    }
 
     Server server(opt);
     server.load(paths);

@@ -708,7 +708,7 @@ class Cli(unittest.TestCase):
         r = self.run_serve("--help")
         self.assertEqual(r.returncode, 0)
         for option in ("--host", "--port", "--api-key", "--device", "--dtype", "--max-batch",
-                       "--kv-memory", "--max-queue", "--deterministic"):
+                       "--kv-memory", "--max-queue", "--deterministic", "--cuda-graphs"):
             self.assertIn(option, r.stdout)
         self.assertEqual(self.run_serve().returncode, 2)  # no PATH
         self.assertEqual(self.run_serve("--port", "70000", "x.gguf").returncode, 2)
@@ -718,6 +718,9 @@ class Cli(unittest.TestCase):
         gguf = os.environ["WICK_SMOLLM2_GGUF"]
         self.assertEqual(self.run_serve("--device", "gpu", gguf).returncode, 2)
         self.assertEqual(self.run_serve(gguf, gguf).returncode, 2)  # the same id twice
+        r = self.run_serve("--cuda-graphs", gguf)  # graphs need CUDA
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--cuda-graphs needs --device cuda", r.stderr)
 
 
 class Sigterm(unittest.TestCase):
