@@ -18,6 +18,7 @@
 #endif
 
 #include "cpu/cpu_storage.h"
+#include "cpu/load8.h"
 #include "cpu/parallel.h"
 #include "dispatch.h"
 #include "fused/paged_attention.h"
@@ -37,20 +38,6 @@ T* data_of(const Tensor& t) {
   return cpu::as_cpu(backend_of(t)).as<T>() + t.impl()->layout.start_offset();
 }
 
-#if defined(WICK_PAGED_AVX2)
-template <class T>
-__m256 load8(const T* p) {
-  if constexpr (std::is_same_v<T, float>) {
-    return _mm256_loadu_ps(p);
-  } else if constexpr (std::is_same_v<T, f16>) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  } else {
-    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-  }
-}
-#endif
-
 // q . k over d elements with q already in f32 (f64 for f64): 8 lane sums, added pairwise.
 template <class T>
 acc_t<T> dot(const acc_t<T>* q, const T* k, size_t d) {
@@ -59,7 +46,8 @@ acc_t<T> dot(const acc_t<T>* q, const T* k, size_t d) {
 #if defined(WICK_PAGED_AVX2)
   if constexpr (!std::is_same_v<T, double>) {
     __m256 acc = _mm256_setzero_ps();
-    for (; e + 8 <= d; e += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), load8(k + e), acc);
+    for (; e + 8 <= d; e += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), cpu::load8(k + e), acc);
     _mm256_storeu_ps(lanes, acc);
   }
 #endif
@@ -79,7 +67,7 @@ void axpy(acc_t<T>* out, acc_t<T> p, const T* v, size_t d) {
   if constexpr (!std::is_same_v<T, double>) {
     const __m256 pv = _mm256_set1_ps(p);
     for (; e + 8 <= d; e += 8) {
-      _mm256_storeu_ps(out + e, _mm256_fmadd_ps(pv, load8(v + e), _mm256_loadu_ps(out + e)));
+      _mm256_storeu_ps(out + e, _mm256_fmadd_ps(pv, cpu::load8(v + e), _mm256_loadu_ps(out + e)));
     }
   }
 #endif

@@ -18,6 +18,7 @@
 #define WICK_ROW_MATMUL_SIMD 1
 #endif
 
+#include "cpu/load8.h"
 #include "cpu/row_matmul.h"
 #include "wick/half.h"
 // Last: the code below is compiled for this file's instruction set.
@@ -103,14 +104,7 @@ inline Vec load_x(const float* p) {
 }
 template <class W>
 Vec load_w(const W* p) {
-  if constexpr (std::is_same_v<W, float>) {
-    return _mm256_loadu_ps(p);
-  } else if constexpr (std::is_same_v<W, f16>) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  } else {
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  }
+  return load8(p);
 }
 inline float reduce(Vec v) {
   return reduce8(v);
