@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "nn/qlinear.h"
+#include "wick/causal_lm.h"
 #include "wick/kv_cache.h"
+#include "wick/paged_kv_cache.h"
 #include "wick/tensor.h"
 
 namespace wick {
@@ -44,6 +46,14 @@ class DecodePlan {
   /// itself.
   virtual Tensor step(const Tensor& token, const Tensor& position, models::KvCache& cache,
                       Tensor* logits, size_t key_window) const = 0;
+  /// CausalLM::forward_paged_tensors for the weights the plan was made for (arguments already
+  /// checked; the cache's rope tables are the model's): the logits (n, vocab) of each sequence's
+  /// last token. Returns an undefined tensor, doing nothing, for a batch it does not take; the
+  /// model composes that step itself.
+  virtual Tensor paged_step(const models::PagedBatchTensors& /*batch*/,
+                            models::PagedKvCache& /*cache*/) const {
+    return Tensor();
+  }
 };
 
 }  // namespace wick

@@ -154,5 +154,106 @@ TEST(DecoderOps, RopeWriteAtPositionMatchesComposition) {
   }
 }
 
+// Per-head norms before rope: with tables of cos 1 and sin 0 (rope the identity) the q heads
+// and the keys written are each head of qkv + bias normalised (norm_within), the values copied;
+// at a position and into a paged cache's slots alike.
+TEST(DecoderOps, RopeWriteNormsEachQAndKHead) {
+  const size_t b = 1, s = 3, h = 4, hkv = 2, d = 16, rows = 8, p = 2;
+  const double eps = 1e-6;
+  for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
+    Tensor qkv = random_tensor({b, s, (h + 2 * hkv) * d}, dt);
+    Tensor bias = random_tensor({(h + 2 * hkv) * d}, dt);
+    nn::detail::HeadNorms norms{random_tensor({d}, dt), random_tensor({d}, dt), eps};
+    Tensor cos = Tensor::ones({rows, d / 2}, dt, cpu), sin = Tensor::zeros({rows, d / 2}, dt, cpu);
+    Tensor x = qkv.broadcast_add(bias);        // rounded as the op reads it
+    auto heads = [&](size_t from, size_t n) {  // (s, n, d)
+      return x.narrow(2, from * d, n * d).reshape({s, n, d});
+    };
+    // At a position: q (1, h, s, d), the caches' rows p..p+s.
+    Tensor kc = Tensor::zeros({b, hkv, rows, d}, dt, cpu), vc = Tensor::zeros(kc.shape(), dt, cpu);
+    Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, cpu);
+    Tensor q = nn::detail::rope_write_at_position(qkv, bias, h, hkv, cos, sin, kc, vc, pos, norms);
+    EXPECT_TRUE(
+        norm_within(q.squeeze(0).transpose(0, 1), heads(0, h), norms.q, Tensor(), eps, true))
+        << dt;
+    EXPECT_TRUE(norm_within(kc.narrow(2, p, s).squeeze(0).transpose(0, 1), heads(h, hkv), norms.k,
+                            Tensor(), eps, true))
+        << dt;
+    EXPECT_EQ(vc.narrow(2, p, s).squeeze(0).transpose(0, 1).to_vec_f64(),
+              heads(h + hkv, hkv).to_vec_f64());
+    // Paged: q (s, h, d), each token's keys at its slot of pools (pages, hkv, 4, d).
+    Tensor kp = Tensor::zeros({3, hkv, 4, d}, dt, cpu), vp = Tensor::zeros(kp.shape(), dt, cpu);
+    std::vector<uint32_t> slots = {9, 2, 7};
+    Tensor q_paged = nn::detail::rope_write_paged(
+        qkv.reshape({s, (h + 2 * hkv) * d}), bias, h, hkv, cos, sin, kp, vp,
+        Tensor::from_vec(std::vector<uint32_t>{5, 0, 3}, {s}, cpu),
+        Tensor::from_vec(slots, {s}, cpu), norms);
+    EXPECT_TRUE(norm_within(q_paged, heads(0, h), norms.q, Tensor(), eps, true)) << dt;
+    for (size_t t = 0; t < s; ++t) {
+      auto at_slot = [&](const Tensor& pool) {
+        return pool.get(slots[t] / 4).narrow(1, slots[t] % 4, 1).squeeze(1);  // (hkv, d)
+      };
+      EXPECT_TRUE(norm_within(at_slot(kp), heads(h, hkv).get(t), norms.k, Tensor(), eps, true))
+          << dt << " token " << t;
+      EXPECT_EQ(at_slot(vp).to_vec_f64(), heads(h + hkv, hkv).get(t).to_vec_f64());
+    }
+    EXPECT_THROW(nn::detail::rope_write_at_position(
+                     qkv, bias, h, hkv, cos, sin, kc, vc, pos,
+                     nn::detail::HeadNorms{random_tensor({d + 1}, dt), Tensor(), eps}),
+                 ShapeMismatch);
+  }
+}
+
+// A paged step's tokens at their own positions (not consecutive), rotated by their own rows of
+// the tables (rope_ref), their keys and values at their slots and nowhere else.
+TEST(DecoderOps, RopeWritePagedRotatesEachTokenAtItsPosition) {
+  const size_t t = 4, h = 4, hkv = 2, d = 8, ps = 4, pages = 5, rows = 12;
+  for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
+    Tensor qkv = random_tensor({t, (h + 2 * hkv) * d}, dt);
+    Tensor cos = random_tensor({rows, d / 2}, dt), sin = random_tensor({rows, d / 2}, dt);
+    Tensor kp = Tensor::zeros({pages, hkv, ps, d}, dt, cpu),
+           vp = Tensor::zeros(kp.shape(), dt, cpu);
+    std::vector<uint32_t> positions = {11, 0, 4, 7}, slots = {17, 1, 6, 12};
+    Tensor pos_t = Tensor::from_vec(positions, {t}, cpu),
+           slot_t = Tensor::from_vec(slots, {t}, cpu);
+    Tensor q = nn::detail::rope_write_paged(qkv, Tensor(), h, hkv, cos, sin, kp, vp, pos_t, slot_t);
+    ASSERT_EQ(q.shape(), Shape({t, h, d}));
+    auto heads = [&](size_t from, size_t n) {  // (1, n, t, d)
+      return qkv.narrow(1, from * d, n * d).reshape({t, n, d}).transpose(0, 1).unsqueeze(0);
+    };
+    Tensor c = cos.index_select(pos_t, 0), sn = sin.index_select(pos_t, 0);
+    EXPECT_TRUE(rope_within(q.transpose(0, 1).unsqueeze(0), heads(0, h), c, sn, false)) << dt;
+    std::vector<Tensor> keys, values;
+    for (size_t i = 0; i < t; ++i) {
+      keys.push_back(kp.get(slots[i] / ps).narrow(1, slots[i] % ps, 1));  // (hkv, 1, d)
+      values.push_back(vp.get(slots[i] / ps).narrow(1, slots[i] % ps, 1));
+    }
+    EXPECT_TRUE(rope_within(Tensor::cat(keys, 1).unsqueeze(0), heads(h, hkv), c, sn, false)) << dt;
+    EXPECT_EQ(Tensor::cat(values, 1).unsqueeze(0).to_vec_f64(), heads(h + hkv, hkv).to_vec_f64());
+    // Nothing else written: zeros once the t tokens' rows are cleared.
+    for (const Tensor& pool : {kp, vp}) {
+      Tensor rest = pool.to_dtype(DType::F64);  // a copy
+      for (uint32_t slot : slots) {
+        rest.narrow(0, slot / ps, 1)
+            .narrow(2, slot % ps, 1)
+            .assign(Tensor::zeros({1, hkv, 1, d}, DType::F64, cpu));
+      }
+      EXPECT_EQ(rest.abs().sum_all().to_scalar<double>(), 0.0) << dt;
+    }
+    Tensor past = Tensor::from_vec(std::vector<uint32_t>{17, 1, 6, 20}, {t}, cpu);
+    EXPECT_THROW(nn::detail::rope_write_paged(qkv, Tensor(), h, hkv, cos, sin, kp, vp, pos_t, past),
+                 IndexOutOfRange);
+    Tensor far = Tensor::from_vec(std::vector<uint32_t>{11, 0, 12, 7}, {t}, cpu);
+    EXPECT_THROW(nn::detail::rope_write_paged(qkv, Tensor(), h, hkv, cos, sin, kp, vp, far, slot_t),
+                 IndexOutOfRange);
+    EXPECT_THROW(nn::detail::rope_write_paged(qkv, Tensor(), h, hkv, cos, sin, kp, vp,
+                                              pos_t.narrow(0, 0, 3), slot_t),
+                 ShapeMismatch);
+    EXPECT_THROW(nn::detail::rope_write_paged(qkv, Tensor(), h, hkv, cos, sin, kp, vp,
+                                              pos_t.to_dtype(DType::I64), slot_t),
+                 DTypeMismatch);
+  }
+}
+
 }  // namespace
 }  // namespace wick

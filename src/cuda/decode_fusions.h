@@ -30,10 +30,12 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
 
 /// q (1, h, 1, d) from norm(x) (x (1, 1, k)) times wqkv (n, k)^T plus bias, rope at the position,
 /// keys and values into the caches: rms_norm + linear + rope_write_at_position in one kernel.
+/// With `slot` (one U32 on the device) the caches are a paged cache's pools (pages, h_kv,
+/// page_size, d) and the keys and values go to that slot (nn::paged_kv_write's).
 bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& wqkv,
                     const Tensor& bias, size_t h, size_t h_kv, const Tensor& cos, const Tensor& sin,
-                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position,
-                    Tensor* q);
+                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position, Tensor* q,
+                    const Tensor& slot = Tensor());
 
 /// silu_mul(linear(norm(x), w_gate_up)): (1, 1, n / 2). `next`: the projection after this one,
 /// whose first rows this one's blocks ask the L2 for (GemvArgs::l2_next): every block as it starts

@@ -158,12 +158,15 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
 
 bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& wqkv,
                     const Tensor& bias, size_t h, size_t h_kv, const Tensor& cos, const Tensor& sin,
-                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position,
-                    Tensor* q) {
+                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& position, Tensor* q,
+                    const Tensor& slot) {
   Launch l;
+  const bool one_slot = slot.defined() && slot.elem_count() == 1 && slot.dtype() == DType::U32 &&
+                        slot.device() == x.device();
   if (!prepare(cuda::GemvEpilogue::QkvRope, x, norm_weight, eps, wqkv, &l) ||
-      k_cache.dims()[0] != 1 || !k_cache.is_contiguous() || !v_cache.is_contiguous() ||
-      !cos.is_contiguous() || !sin.is_contiguous() ||
+      (slot.defined() ? !one_slot : k_cache.dims()[0] != 1) || !k_cache.is_contiguous() ||
+      !v_cache.is_contiguous() || k_cache.shape() != v_cache.shape() || !cos.is_contiguous() ||
+      !sin.is_contiguous() ||
       (bias.defined() && (!bias.is_contiguous() || bias.dtype() != x.dtype()))) {
     return false;
   }
@@ -175,6 +178,7 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   a.k_cache = ptr_of(k_cache);
   a.v_cache = ptr_of(v_cache);
   a.position = static_cast<const uint32_t*>(ptr_of(position));
+  a.slot = slot.defined() ? static_cast<const uint32_t*>(ptr_of(slot)) : nullptr;
   a.h = static_cast<int64_t>(h);
   a.h_kv = static_cast<int64_t>(h_kv);
   a.d = static_cast<int64_t>(d);
@@ -186,6 +190,7 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   if (!cuda::gemv_fits(x.dtype(), a)) return false;
   for (const Tensor* t : {&cos, &sin, &position}) l.reads.push_back(t);
   if (bias.defined()) l.reads.push_back(&bias);
+  if (slot.defined()) l.reads.push_back(&slot);
   std::lock_guard write_k(k_cache.impl()->storage->mutex());
   std::lock_guard write_v(v_cache.impl()->storage->mutex());
   *q = run("qkv_rope_gemv", l, x, h * d, Shape{1, h, 1, d});

@@ -4,7 +4,8 @@
 // blocks, times x (k) -- or times RMSNorm(x) * norm_weight when norm_weight is given -- f32
 // accumulation, the product rounded to the dtype as a separate matmul would leave it, then
 //   Store:   the product -> out;
-//   QkvRope: + bias, rope of the q and k heads at *position, q out, k and v into the caches;
+//   QkvRope: + bias, rope of the q and k heads at *position, q out, k and v into the caches
+//            (or into the pools of a paged cache);
 //   SiluMul: rows j and n/2 + j give silu(gate) * up -> out;
 //   Add:     residual + product -> out.
 
@@ -44,8 +45,12 @@ struct GemvArgs {
   const void* sin;
   void* q;  // (h, d)
   void* k_cache;
-  void* v_cache;  // (h_kv, max_len, d)
-  const uint32_t* position;
+  void* v_cache;             // (h_kv, max_len, d)
+  const uint32_t* position;  // the token's position: its rows of cos and sin
+  // Null: the caches are (h_kv, max_len, d) and the token's row is *position (none past max_len).
+  // Set: they are pools of pages (pages, h_kv, max_len, d), and the row is *slot (page
+  // *slot / max_len, row *slot % max_len): a paged step's one token.
+  const uint32_t* slot = nullptr;
   int64_t h, h_kv, d, max_len;
   // Store, SiluMul, Add
   void* out;             // (n), (n / 2), (n)

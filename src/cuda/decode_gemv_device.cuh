@@ -472,7 +472,15 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
   if (a.epilogue == GemvEpilogue::QkvRope) {
     const int64_t half = a.d / 2, head = p / half, i = p % half;
     const int64_t pos = static_cast<int64_t>(*a.position);
-    if (pos >= a.max_len) return;
+    // The cache row: the position's in (h_kv, max_len, d) caches, or the slot's in pools of
+    // pages (pages, h_kv, max_len, d) whose pages are max_len rows long.
+    int64_t row = pos, page = 0;
+    if (a.slot != nullptr) {
+      row = static_cast<int64_t>(*a.slot) % a.max_len;
+      page = static_cast<int64_t>(*a.slot) / a.max_len;
+    } else if (pos >= a.max_len) {
+      return;
+    }
     if (head < a.h + a.h_kv) {
       // Each product rounded, then the sum: transformers' q * cos + rotate_half(q) * sin in the
       // model's dtype (f32: plain products).
@@ -487,9 +495,10 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
     if (head < a.h) {
       dst = static_cast<T*>(a.q) + head * a.d;
     } else if (head < a.h + a.h_kv) {
-      dst = static_cast<T*>(a.k_cache) + ((head - a.h) * a.max_len + pos) * a.d;
+      dst = static_cast<T*>(a.k_cache) + (((page * a.h_kv) + head - a.h) * a.max_len + row) * a.d;
     } else {
-      dst = static_cast<T*>(a.v_cache) + ((head - a.h - a.h_kv) * a.max_len + pos) * a.d;
+      dst = static_cast<T*>(a.v_cache) +
+            (((page * a.h_kv) + head - a.h - a.h_kv) * a.max_len + row) * a.d;
     }
     dst[i] = convert<T>(a0);
     dst[i + half] = convert<T>(a1);
@@ -546,7 +555,7 @@ __device__ __forceinline__ void finish_pairs(const GemvArgs& a, int64_t p0,
 // kernel's weight stream.
 template <class T>
 __device__ __forceinline__ void prefetch_cache_rows(const GemvArgs& a) {
-  if (a.epilogue != GemvEpilogue::QkvRope || threadIdx.x != 0) return;
+  if (a.epilogue != GemvEpilogue::QkvRope || a.slot != nullptr || threadIdx.x != 0) return;
   const int64_t region = blockIdx.x;
   if (region >= 2 * a.h_kv || (a.d * static_cast<int64_t>(sizeof(T))) % 16 != 0) return;
   const int64_t rows = min(static_cast<int64_t>(*a.position), a.max_len);

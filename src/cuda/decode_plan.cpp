@@ -4,15 +4,18 @@
 // output head with its argmax in one kernel. Any part whose operands a fused kernel does not take
 // (weight format, dtype, alignment) runs composed from the same ops the model uses, so the step
 // stays correct for every model; projections also ask the L2 for the weights the next kernel
-// reads, and let it launch early where that kernel only loads weights before it waits.
+// reads, and let it launch early where that kernel only loads weights before it waits. A paged
+// step of one sequence and one token runs the same kernels over the pools of the paged cache.
 
 #include "decode_plan.h"
 
 #include "cuda/cuda_device.h"
 #include "cuda/decode_fusions.h"
 #include "nn/kv_write.h"
+#include "settings.h"
 #include "wick/nn/attention.h"
 #include "wick/nn/decoder_ops.h"
+#include "wick/nn/paged_attention.h"
 
 namespace wick::cuda {
 
@@ -29,24 +32,110 @@ class CudaDecodePlan final : public DecodePlan {
     for (const DecoderWeights::Layer& l : m.layers) {
       if (l.window > 0 && l.window < key_window) return Tensor();  // a window that masks
     }
-    const size_t h = m.heads, h_kv = m.kv_heads, hd = m.head_dim, len = key_window;
-    const double eps = m.eps;
+    const size_t len = key_window;
     Tensor mask;  // made once per step where attention needs it
-    auto position_mask = [&] {
-      if (!mask.defined()) mask = nn::detail::position_mask(cache, position, len);
-      return mask;
+    auto attend = [&](size_t li, const Tensor& x, const Tensor& normed) {
+      const DecoderWeights::Layer& l = m.layers[li];
+      Tensor q = project_rope(li, x, normed, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
+                              position, Tensor());
+      Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
+      // A plain output projection launches as the attention starts and asks the L2 for its
+      // rows, and a side branch asks for gate/up's, while the attention leaves HBM idle.
+      Attended a;
+      a.early = !l.wo.quantized();
+      if (a.early) ask_l2_aside(q, l.wgate_up);
+      if (!nn::detail::attend_to_position(q, keys, values, position, &a.out, a.early)) {
+        if (!mask.defined()) mask = nn::detail::position_mask(cache, position, len);
+        nn::AttentionOptions opts;
+        opts.mask = mask;
+        a.out = nn::scaled_dot_product_attention(q, keys, values, opts);
+        a.early = false;
+      }
+      a.out = a.out.transpose(1, 2).reshape({1, 1, m.heads * m.head_dim});
+      return a;
     };
-    Tensor x = m.embed.embedding(token);  // (1, 1, d): the residual stream
-    Tensor normed;                        // x.rms_norm(the next norm), when a composed add made it
+    Tensor next;
+    Tensor out = layers_and_head(m.embed.embedding(token), attend, &next);
+    if (logits != nullptr) *logits = out;
+    return next.defined() ? next : out.argmax(1);
+  }
+
+  // One sequence's one token (a single stream's decode step), unless batch-invariant products
+  // were asked for: the fused projections of `step` over the pools, and attention over the
+  // sequence's pages. Its logits are not those the same token gets inside a larger batch (whose
+  // projections are matrix products), as on this backend without the switch.
+  Tensor paged_step(const models::PagedBatchTensors& b,
+                    models::PagedKvCache& cache) const override {
+    if (b.ids.elem_count() != 1 || settings::batch_invariant()) {
+      return Tensor();
+    }
+    const DecoderWeights& m = w_;
+    auto attend = [&](size_t li, const Tensor& x, const Tensor& normed) {
+      Tensor q = project_rope(li, x, normed, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
+                              b.positions, b.slots);  // (1, h, hd)
+      Attended a;
+      a.out = nn::paged_attention(q.reshape({1, m.heads, m.head_dim}), cache.k(li), cache.v(li),
+                                  b.page_table, b.token_seq, b.positions, 0, m.layers[li].window)
+                  .reshape({1, 1, m.heads * m.head_dim});
+      return a;
+    };
+    return layers_and_head(m.embed.embedding(b.ids.reshape({1, 1})), attend, nullptr);
+  }
+
+ private:
+  struct Attended {
+    Tensor out;          // (1, 1, heads * head_dim)
+    bool early = false;  // its kernel lets the output projection launch early
+  };
+
+  // Layer li's q (1, h, 1, hd) from the residual stream x (1, 1, d), or from `normed` (x's ln1
+  // norm) where a composed add made it: the projection, the bias, the per-head norms, rope at
+  // `position`, the keys and values written into the caches at the position or, with `slot`,
+  // into the pools of a paged cache at that slot.
+  Tensor project_rope(size_t li, const Tensor& x, const Tensor& normed, const Tensor& cos,
+                      const Tensor& sin, const Tensor& k_cache, const Tensor& v_cache,
+                      const Tensor& position, const Tensor& slot) const {
+    const DecoderWeights& m = w_;
+    const DecoderWeights::Layer& l = m.layers[li];
+    const size_t h = m.heads, h_kv = m.kv_heads, hd = m.head_dim;
+    Tensor q;
+    if (!l.q_norm.defined() && !normed.defined() &&
+        fused_qkv_rope(x, l.ln1, m.eps, l.wqkv, l.bqkv, h, h_kv, cos, sin, k_cache, v_cache,
+                       position, &q, slot)) {
+      return q;
+    }
+    Tensor qkv, bias = l.bqkv;
+    if (normed.defined() || !fused_linear(x, l.ln1, m.eps, l.wqkv, &qkv)) {
+      Tensor in = normed.defined() ? normed : x.rms_norm(l.ln1, m.eps);
+      qkv = nn::detail::project_qkv(in, l.wqkv, l.bqkv, &bias);
+    }
+    const nn::detail::HeadNorms norms{l.q_norm, l.k_norm, m.eps};
+    if (!slot.defined()) {
+      return nn::detail::rope_write_at_position(qkv, bias, h, h_kv, cos, sin, k_cache, v_cache,
+                                                position, norms);
+    }
+    return nn::detail::rope_write_paged(qkv.reshape({1, (h + 2 * h_kv) * hd}), bias, h, h_kv, cos,
+                                        sin, k_cache, v_cache, position, slot, norms)
+        .reshape({1, h, 1, hd});
+  }
+
+  // The layers from the embedded token x (1, 1, d), each attending through `attend`, then the
+  // output head: the logits (1, vocab); *next, where given, their argmax where the head's kernel
+  // gives it.
+  template <class Attend>
+  Tensor layers_and_head(Tensor x, const Attend& attend, Tensor* next) const {
+    const DecoderWeights& m = w_;
+    const double eps = m.eps;
+    Tensor normed;  // x.rms_norm(the next norm), when a composed add made it
     auto normed_by = [&](const Tensor& w) {
       if (!normed.defined()) normed = x.rms_norm(w, eps);
       return normed;
     };
     // Each residual add: fused into the projection, or composed with the norm that follows.
     auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm, bool early,
-                           const QLinear* next) {
+                           const QLinear* after) {
       Tensor sum;
-      if (fused_project_add(in, w, x, &sum, early, next)) {
+      if (fused_project_add(in, w, x, &sum, early, after)) {
         x = sum;
       } else {
         nn::ResidualNorm r = nn::add_rms_norm(x, w.forward(in), next_norm, eps);
@@ -56,48 +145,9 @@ class CudaDecodePlan final : public DecodePlan {
     };
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const DecoderWeights::Layer& l = m.layers[li];
-      Tensor q;
-      if (l.q_norm.defined()) {
-        // Per-head q/k norms between the projection and rope: the projection fused with the
-        // norm before it, the head norms composed.
-        Tensor qkv, bias = l.bqkv;
-        if (normed.defined() || !fused_linear(x, l.ln1, eps, l.wqkv, &qkv)) {
-          qkv = nn::detail::project_qkv(normed_by(l.ln1), l.wqkv, l.bqkv, &bias);
-        }
-        if (bias.defined()) qkv = qkv.broadcast_add(bias);  // the bias comes before the norms
-        auto heads = [&](size_t first, size_t n) {
-          return qkv.narrow(2, first * hd, n * hd).reshape({1, 1, n, hd});
-        };
-        qkv = Tensor::cat({heads(0, h).rms_norm(l.q_norm, eps).reshape({1, 1, h * hd}),
-                           heads(h, h_kv).rms_norm(l.k_norm, eps).reshape({1, 1, h_kv * hd}),
-                           qkv.narrow(2, (h + h_kv) * hd, h_kv * hd)},
-                          2);
-        q = nn::detail::rope_write_at_position(qkv, Tensor(), h, h_kv, cache.cos(), cache.sin(),
-                                               cache.k(li), cache.v(li), position);
-      } else if (normed.defined() ||
-                 !fused_qkv_rope(x, l.ln1, eps, l.wqkv, l.bqkv, h, h_kv, cache.cos(), cache.sin(),
-                                 cache.k(li), cache.v(li), position, &q)) {
-        Tensor bias;
-        Tensor qkv = nn::detail::project_qkv(normed_by(l.ln1), l.wqkv, l.bqkv, &bias);
-        q = nn::detail::rope_write_at_position(qkv, bias, h, h_kv, cache.cos(), cache.sin(),
-                                               cache.k(li), cache.v(li), position);
-      }
+      Attended att = attend(li, x, normed);
       normed = Tensor();
-      Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
-      // A plain output projection launches as the attention starts and asks the L2 for its
-      // rows, and a side branch asks for gate/up's, while the attention leaves HBM idle.
-      const bool plain_o = !l.wo.quantized();
-      if (plain_o) ask_l2_aside(q, l.wgate_up);
-      Tensor att;  // (1, h, 1, hd)
-      const bool attended =
-          nn::detail::attend_to_position(q, keys, values, position, &att, plain_o);
-      if (!attended) {
-        nn::AttentionOptions opts;
-        opts.mask = position_mask();
-        att = nn::scaled_dot_product_attention(q, keys, values, opts);
-      }
-      att = att.transpose(1, 2).reshape({1, 1, h * hd});
-      project_add(att, l.wo, l.ln2, attended && plain_o, &l.wgate_up);
+      project_add(att.out, l.wo, l.ln2, att.early, &l.wgate_up);
       Tensor act;
       if (normed.defined() || !fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act, &l.wdown)) {
         act = nn::silu_mul(l.wgate_up.forward(normed_by(l.ln2)));
@@ -108,17 +158,15 @@ class CudaDecodePlan final : public DecodePlan {
                   last ? &m.lm_head : &m.layers[li + 1].wqkv);
     }
     // The output head: the final norm inside the projection, the argmax as it stores the logits.
-    Tensor out, next;
+    Tensor out;
     if (normed.defined() || !fused_linear_preferred(m.lm_head) ||
-        !(fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &out, &next) ||
+        !((next != nullptr && fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &out, next)) ||
           fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &out))) {
       out = m.lm_head.forward(normed_by(m.norm).squeeze(1));
     }
-    if (logits != nullptr) *logits = out;
-    return next.defined() ? next : out.argmax(1);
+    return out;
   }
 
- private:
   DecoderWeights w_;
 };
 

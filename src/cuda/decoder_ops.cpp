@@ -64,31 +64,40 @@ std::optional<TensorList> SiluMulOp::cuda_kernel(const SiluMulOp& op, const Tens
 }
 
 std::optional<TensorList> RopeWriteOp::cuda_kernel(const RopeWriteOp& op, const TensorList& in) {
-  auto locks = wick::detail::lock_inputs(op, in);
   const Tensor &qkv = in[0], &bias = in[1], &cos = in[2], &sin = in[3];
-  const Tensor &k_cache = in[4], &v_cache = in[5], &position = in[6];
-  size_t h = op.h, h_kv = op.h_kv;
-  size_t b = qkv.dims()[0], s = qkv.dims()[1], d = k_cache.dims()[3];
-  cuda::CudaDevice& dev = device_of(qkv);
-  auto q = std::make_unique<cuda::CudaStorage>(dev, b * h * s * d, qkv.dtype());
+  const Tensor &k_cache = in[4], &v_cache = in[5], &position = in[6], &slots = in[7];
+  const Tensor &q_norm = in[8], &k_norm = in[9];
+  const bool paged = slots.defined();
+  size_t h = op.h, h_kv = op.h_kv, d = k_cache.dims()[3];
+  size_t b = paged ? 1 : qkv.dims()[0], s = paged ? qkv.dims()[0] : qkv.dims()[1];
+  auto ptr_or_null = [](const Tensor& t) { return t.defined() ? ptr_of(t) : nullptr; };
   cuda::RopeWriteArgs a{};
   a.qkv = ptr_of(qkv);
-  a.bias = bias.defined() ? ptr_of(bias) : nullptr;
+  a.bias = ptr_or_null(bias);
+  a.q_norm = ptr_or_null(q_norm);
+  a.k_norm = ptr_or_null(k_norm);
+  a.eps = op.eps;
   a.cos = ptr_of(cos);
   a.sin = ptr_of(sin);
-  a.q = q->data();
   a.k_cache = const_cast<void*>(ptr_of(k_cache));
   a.v_cache = const_cast<void*>(ptr_of(v_cache));
   a.position = static_cast<const uint32_t*>(ptr_of(position));
+  a.slots = static_cast<const uint32_t*>(ptr_or_null(slots));
   a.b = static_cast<int64_t>(b);
   a.s = static_cast<int64_t>(s);
   a.h = static_cast<int64_t>(h);
   a.h_kv = static_cast<int64_t>(h_kv);
   a.d = static_cast<int64_t>(d);
   a.max_len = static_cast<int64_t>(k_cache.dims()[2]);
+  if (!cuda::rope_write_fits(a)) return std::nullopt;
+  auto locks = wick::detail::lock_inputs(op, in);
+  cuda::CudaDevice& dev = device_of(qkv);
+  auto q = std::make_unique<cuda::CudaStorage>(dev, b * h * s * d, qkv.dtype());
+  a.q = q->data();
   dev.queue().enqueue(op.name(), qkv.dtype(),
                       [&](cudaStream_t st) { cuda::launch_rope_write(qkv.dtype(), a, st); });
-  return TensorList{wick::detail::from_storage(std::move(q), Shape{b, h, s, d})};
+  return TensorList{
+      wick::detail::from_storage(std::move(q), paged ? Shape{s, h, d} : Shape{b, h, s, d})};
 }
 
 std::optional<TensorList> AttendToPositionOp::cuda_kernel(const AttendToPositionOp& op,

@@ -1,9 +1,11 @@
 // Fused decoder-block kernels: residual add + RMSNorm (a block per row), silu(gate) * up, and the
-// decode step's rope of q and k with the KV-cache write (a thread per rotated pair).
+// decode step's rope of q and k (after their per-head norms) with the KV-cache write or the paged
+// cache write (a warp per head).
 
 #include "cuda/decoder_ops.h"
 #include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
+#include "cuda/row_math.cuh"
 #include "ops/norm_math.h"
 #include "ops/rope_math.h"
 
@@ -74,51 +76,93 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Thread per (batch, row, head of q|k|v, pair i < d/2): elements i and i + d/2 of the head.
+// Pairs (i, i + d/2) of a head one lane holds: heads up to 256 wide.
+constexpr int kRopePairsPerLane = 4;
+
+// A warp per (token, head of q|k|v): lane j holds the pairs i = j, j + 32, ... < d/2 of the head
+// (elements i and i + d/2), normalised over the head where a norm weight is given, then rotated.
 template <class T>
 __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
   using C = compute_t<T>;
   const int64_t half = a.d / 2, heads = a.h + 2 * a.h_kv;
-  const int64_t count = a.b * a.s * heads * half;
-  const int64_t start = static_cast<int64_t>(*a.position);
+  const int64_t warps = a.b * a.s * heads;
+  const int lane = static_cast<int>(threadIdx.x % 32);
   const T* qkv = static_cast<const T*>(a.qkv);
   const T* bias = static_cast<const T*>(a.bias);
-  for (int64_t t = static_cast<int64_t>(global_tid()); t < count;
-       t += static_cast<int64_t>(grid_stride())) {
-    int64_t i = t % half, rest = t / half;
-    int64_t head = rest % heads;
-    rest /= heads;
-    int64_t si = rest % a.s, bi = rest / a.s;
-    int64_t pos = start + si;
-    if (pos >= a.max_len) continue;
-    int64_t in = (bi * a.s + si) * heads * a.d + head * a.d;
-    C x1 = to_compute(qkv[in + i]), x2 = to_compute(qkv[in + i + half]);
-    if (bias != nullptr) {
-      // Rounded as the separate bias add would leave it (Llama passes f16/bf16 biases already
-      // added, rounded once with the product as nn.Linear does).
-      x1 = round_as<T>(x1 + to_compute(bias[head * a.d + i]));
-      x2 = round_as<T>(x2 + to_compute(bias[head * a.d + i + half]));
+  for (int64_t w = static_cast<int64_t>(global_tid() / 32); w < warps;
+       w += static_cast<int64_t>(grid_stride() / 32)) {
+    const int64_t head = w % heads, token = w / heads;
+    int64_t pos, page, row;  // the rope's row and the cache's (page, row) of the token
+    T* q_row;
+    if (a.slots == nullptr) {
+      const int64_t si = token % a.s, bi = token / a.s;
+      pos = static_cast<int64_t>(*a.position) + si;
+      if (pos >= a.max_len) continue;  // the same for the whole warp
+      page = bi;
+      row = pos;
+      q_row = static_cast<T*>(a.q) + ((bi * a.h + head) * a.s + si) * a.d;
+    } else {
+      pos = static_cast<int64_t>(a.position[token]);
+      page = static_cast<int64_t>(a.slots[token]) / a.max_len;
+      row = static_cast<int64_t>(a.slots[token]) % a.max_len;
+      q_row = static_cast<T*>(a.q) + (token * a.h + head) * a.d;
     }
-    if (head < a.h + a.h_kv) {
-      C c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
-      C s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
-      auto round = [](C v) { return round_as<T>(v); };
-      C r1 = ops::rope_lo(x1, x2, c, s, round);
-      C r2 = ops::rope_hi(x1, x2, c, s, round);
-      x1 = r1;
-      x2 = r2;
+    const int64_t in = token * heads * a.d + head * a.d;
+    C x1[kRopePairsPerLane], x2[kRopePairsPerLane];
+    C sq = 0;
+#pragma unroll
+    for (int j = 0; j < kRopePairsPerLane; ++j) {
+      const int64_t i = lane + 32 * j;
+      x1[j] = x2[j] = 0;
+      if (i >= half) continue;
+      x1[j] = to_compute(qkv[in + i]);
+      x2[j] = to_compute(qkv[in + i + half]);
+      if (bias != nullptr) {
+        // Rounded as the separate bias add would leave it (Llama passes f16/bf16 biases already
+        // added, rounded once with the product as nn.Linear does).
+        x1[j] = round_as<T>(x1[j] + to_compute(bias[head * a.d + i]));
+        x2[j] = round_as<T>(x2[j] + to_compute(bias[head * a.d + i + half]));
+      }
+      sq += x1[j] * x1[j] + x2[j] * x2[j];
+    }
+    const T* norm = head < a.h            ? static_cast<const T*>(a.q_norm)
+                    : head < a.h + a.h_kv ? static_cast<const T*>(a.k_norm)
+                                          : nullptr;
+    if (norm != nullptr) {
+      const C rstd = ops::norm_rstd(row_math::warp_sum(sq), C(a.d), C(a.eps));
+#pragma unroll
+      for (int j = 0; j < kRopePairsPerLane; ++j) {
+        const int64_t i = lane + 32 * j;
+        if (i >= half) continue;
+        x1[j] = round_as<T>(row_math::norm_value<T, true>(x1[j], C(0), rstd, to_compute(norm[i])));
+        x2[j] = round_as<T>(
+            row_math::norm_value<T, true>(x2[j], C(0), rstd, to_compute(norm[i + half])));
+      }
     }
     T* dst;
     if (head < a.h) {
-      dst = static_cast<T*>(a.q) + ((bi * a.h + head) * a.s + si) * a.d;
+      dst = q_row;
     } else if (head < a.h + a.h_kv) {
-      dst = static_cast<T*>(a.k_cache) + ((bi * a.h_kv + head - a.h) * a.max_len + pos) * a.d;
+      dst = static_cast<T*>(a.k_cache) + ((page * a.h_kv + head - a.h) * a.max_len + row) * a.d;
     } else {
       dst = static_cast<T*>(a.v_cache) +
-            ((bi * a.h_kv + head - a.h - a.h_kv) * a.max_len + pos) * a.d;
+            ((page * a.h_kv + head - a.h - a.h_kv) * a.max_len + row) * a.d;
     }
-    dst[i] = convert<T>(x1);
-    dst[i + half] = convert<T>(x2);
+#pragma unroll
+    for (int j = 0; j < kRopePairsPerLane; ++j) {
+      const int64_t i = lane + 32 * j;
+      if (i >= half) continue;
+      C y1 = x1[j], y2 = x2[j];
+      if (head < a.h + a.h_kv) {
+        C c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
+        C s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
+        auto round = [](C v) { return round_as<T>(v); };
+        y1 = ops::rope_lo(x1[j], x2[j], c, s, round);
+        y2 = ops::rope_hi(x1[j], x2[j], c, s, round);
+      }
+      dst[i] = convert<T>(y1);
+      dst[i + half] = convert<T>(y2);
+    }
   }
 }
 
@@ -172,8 +216,12 @@ void launch_advance_decode(const uint32_t* next, uint32_t* input, uint64_t* mail
              reinterpret_cast<unsigned long long*>(mailbox), slots, tuning().pdl_step_ends);
 }
 
+bool rope_write_fits(const RopeWriteArgs& a) {
+  return a.d % 2 == 0 && a.d / 2 <= 32 * kRopePairsPerLane;
+}
+
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s) {
-  uint64_t count = static_cast<uint64_t>(a.b * a.s * (a.h + 2 * a.h_kv) * (a.d / 2));
+  uint64_t count = static_cast<uint64_t>(a.b * a.s * (a.h + 2 * a.h_kv)) * 32;
   if (count == 0) return;
   dispatch_float<DeviceTypes>(dtype, "rope_write", [&]<class T>() {
     rope_write_kernel<T><<<grid_for(count), kBlock, 0, s>>>(a);

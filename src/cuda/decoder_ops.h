@@ -19,21 +19,30 @@ void launch_add_rms_norm(DType dtype, const void* x, const void* delta, const vo
 void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, size_t n,
                      cudaStream_t s);
 
-/// qkv (b, s, (h + 2 h_kv) * d) plus `bias` ((h + 2 h_kv) * d, may be null): q and k heads
-/// rotated (rotate-half) by rows *position + i of cos/sin (max_len, d / 2); q to (b, h, s, d),
-/// keys and values into the caches (b, h_kv, max_len, d) at rows *position + i (rows past
-/// max_len are skipped).
+/// qkv (b, s, (h + 2 h_kv) * d) plus `bias` ((h + 2 h_kv) * d, may be null): the q and k heads
+/// normalised by q_norm and k_norm (d each; RMS norms over a head, when not null), then rotated
+/// (rotate-half) by row p of cos/sin (rows, d / 2); q out, keys and values into the caches.
+///   slots null: p = *position + i for row i of each sequence; q (b, h, s, d); caches (b, h_kv,
+///     max_len, d) written at row p (rows past max_len are skipped).
+///   slots set (a paged step, b = 1): p = position[i]; q (s, h, d); caches are pools (pages, h_kv,
+///     max_len, d) of pages max_len rows long, token i's row at slot slots[i].
 struct RopeWriteArgs {
   const void* qkv;
   const void* bias;
+  const void* q_norm;
+  const void* k_norm;
+  double eps;
   const void* cos;
   const void* sin;
   void* q;
   void* k_cache;
   void* v_cache;
   const uint32_t* position;
+  const uint32_t* slots;
   int64_t b, s, h, h_kv, d, max_len;
 };
+/// Whether the kernel takes heads of a.d (even, at most 256).
+bool rope_write_fits(const RopeWriteArgs& a);
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s);
 
 /// The end of the graph-captured greedy decode step (token_mailbox.h): input (token,

@@ -20,11 +20,13 @@ class KvWriteOp final : public CustomOp {
   static std::optional<TensorList> cuda_kernel(const KvWriteOp& op, const TensorList& inputs);
 };
 
-/// Inputs: qkv (row-major), bias or absent, cos, sin (row-major), k_cache, v_cache, position, as
-/// nn::detail::rope_write_at_position. Output: q (b, h, s, d) row-major; the caches are written.
+/// Inputs: qkv (row-major), bias or absent, cos, sin (row-major), k_cache, v_cache, position,
+/// slots or absent, q_norm or absent, k_norm or absent: nn::detail::rope_write_at_position
+/// (slots absent; q (b, h, s, d) row-major) or nn::detail::rope_write_paged (slots given; q (T,
+/// h, d)). The caches are written.
 class RopeWriteOp final : public CustomOp {
  public:
-  RopeWriteOp(size_t h, size_t h_kv) : h(h), h_kv(h_kv) {}
+  RopeWriteOp(size_t h, size_t h_kv, double eps) : h(h), h_kv(h_kv), eps(eps) {}
   const char* name() const override { return "rope_write"; }
   TensorList fallback(const TensorList& inputs) const override;
   std::optional<TensorList> cuda(const TensorList& inputs) const override {
@@ -34,6 +36,7 @@ class RopeWriteOp final : public CustomOp {
   static std::optional<TensorList> cuda_kernel(const RopeWriteOp& op, const TensorList& inputs);
 
   size_t h, h_kv;
+  double eps;  // of the head norms
 };
 
 /// Inputs: q, keys, values, position, as nn::detail::attend_to_position. Output: the attention

@@ -3,6 +3,7 @@
 // own position (rows of tables over the model's context), each token's keys and values written
 // into its page slot and attention over its own sequence's pages within the layer's window.
 
+#include "decode_plan.h"
 #include "models/decoder.h"
 #include "nn/batch_linear.h"
 #include "util.h"
@@ -50,6 +51,10 @@ Tensor Decoder::forward_paged_tensors(const PagedBatchTensors& b, PagedKvCache& 
                             ", token_seq ", b.token_seq.shape(), ", slots ", b.slots.shape(),
                             ", page_table ", b.page_table.shape(), " and last ", b.last.shape(),
                             " do not form a batch of T tokens over n sequences"));
+  }
+  if (plan_) {
+    Tensor logits = plan_->paged_step(b, cache);
+    if (logits.defined()) return logits;
   }
   Step at;
   at.pages = &cache;

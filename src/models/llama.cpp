@@ -508,6 +508,10 @@ Tensor Llama::forward_paged_tensors(const PagedBatchTensors& b, PagedKvCache& ca
     throw ShapeMismatch(str(kOp, ": ids ", b.ids.shape(), ", page_table ", b.page_table.shape(),
                             " and last ", b.last.shape(), " do not form a batch"));
   }
+  if (m.plan) {
+    Tensor logits = m.plan->paged_step(b, cache);
+    if (logits.defined()) return logits;
+  }
   const size_t h = c.num_attention_heads, h_kv = c.num_key_value_heads, hd = c.head_dim;
   Tensor cos = cache.cos().index_select(b.positions, 0);
   Tensor sin = cache.sin().index_select(b.positions, 0);

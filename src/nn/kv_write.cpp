@@ -6,6 +6,7 @@
 #include "fused/kv_write.h"
 #include "util.h"
 #include "wick/error.h"
+#include "wick/nn/paged_attention.h"
 
 namespace wick::nn::detail {
 
@@ -66,50 +67,97 @@ void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_c
   wick::apply(fused::KvWriteOp(), {k_cache, k, v_cache, v, position});
 }
 
-Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
-                              const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
-                              const Tensor& v_cache, const Tensor& position) {
-  size_t heads = h + 2 * h_kv;
-  if (qkv.rank() != 3 || k_cache.rank() != 4 || qkv.dims()[2] != heads * k_cache.dims()[3] ||
+namespace {
+
+// The checks rope_write_at_position and rope_write_paged share: qkv's last dim of h + 2 h_kv
+// heads of the caches' width, tables of half that width, bias and norms, dtypes and devices.
+void check_rope_write(const char* op, const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
+                      const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
+                      const Tensor& v_cache, const HeadNorms& norms) {
+  const size_t heads = h + 2 * h_kv;
+  const size_t d = k_cache.rank() == 4 ? k_cache.dims()[3] : 0;
+  auto bad_norm = [&](const Tensor& w) { return w.defined() && w.shape() != Shape{d}; };
+  if (qkv.rank() == 0 || k_cache.rank() != 4 || qkv.dims().back() != heads * d ||
       k_cache.dims()[1] != h_kv || cos.rank() != 2 || cos.shape() != sin.shape() ||
-      cos.dims()[1] * 2 != k_cache.dims()[3] || cos.dims()[0] < k_cache.dims()[2] ||
-      (bias.defined() && bias.shape() != Shape{qkv.dims()[2]})) {
-    throw ShapeMismatch(str("rope write: qkv ", qkv.shape(), " for ", h, " + 2 x ", h_kv,
+      cos.dims()[1] * 2 != d || (bias.defined() && bias.shape() != Shape{heads * d}) ||
+      bad_norm(norms.q) || bad_norm(norms.k)) {
+    throw ShapeMismatch(str(op, ": qkv ", qkv.shape(), " for ", h, " + 2 x ", h_kv,
                             " heads, cache ", k_cache.shape(), ", tables ", cos.shape(), " ",
-                            sin.shape(), bias.defined() ? str(", bias ", bias.shape()) : ""));
+                            sin.shape(), bias.defined() ? str(", bias ", bias.shape()) : "",
+                            norms.q.defined() ? str(", q norm ", norms.q.shape()) : "",
+                            norms.k.defined() ? str(", k norm ", norms.k.shape()) : ""));
   }
-  if (cos.dtype() != qkv.dtype() || sin.dtype() != qkv.dtype() ||
-      (bias.defined() && bias.dtype() != qkv.dtype())) {
-    throw DTypeMismatch(str("rope write: qkv ", qkv.dtype(), ", tables ", cos.dtype(), " ",
-                            sin.dtype(), bias.defined() ? str(", bias ", bias.dtype()) : ""));
+  if (k_cache.shape() != v_cache.shape() || !k_cache.is_contiguous() || !v_cache.is_contiguous()) {
+    throw ShapeMismatch(str(op, ": caches ", k_cache.shape(), " ", v_cache.shape(),
+                            " must be row-major and of one shape"));
   }
-  size_t b = qkv.dims()[0], s = qkv.dims()[1];
-  if (k_cache.shape() != v_cache.shape() || !k_cache.is_contiguous() || !v_cache.is_contiguous() ||
-      k_cache.dims()[0] != b || s > k_cache.dims()[2]) {
-    throw ShapeMismatch(str("rope write: caches ", k_cache.shape(), " ", v_cache.shape(),
-                            " (row-major) for rows of qkv ", qkv.shape()));
-  }
-  for (const Tensor* t : {&qkv, &cos, &sin, &v_cache, &position}) {
-    if (t->device() != k_cache.device()) {
-      throw DeviceMismatch(
-          str("rope write: cache on ", k_cache.device(), ", an input on ", t->device()));
+  for (const Tensor* t : {&cos, &sin, &bias, &norms.q, &norms.k, &k_cache, &v_cache}) {
+    if (t->defined() && t->dtype() != qkv.dtype()) {
+      throw DTypeMismatch(str(op, ": qkv ", qkv.dtype(), ", an input (tables, bias, norms or ",
+                              "caches) ", t->dtype()));
     }
   }
-  if (bias.defined() && bias.device() != k_cache.device()) {
-    throw DeviceMismatch(
-        str("rope write: cache on ", k_cache.device(), ", bias on ", bias.device()));
+  for (const Tensor* t : {&qkv, &cos, &sin, &bias, &norms.q, &norms.k, &v_cache}) {
+    if (t->defined() && t->device() != k_cache.device()) {
+      throw DeviceMismatch(str(op, ": cache on ", k_cache.device(), ", an input on ", t->device()));
+    }
   }
-  if (k_cache.dtype() != qkv.dtype() || v_cache.dtype() != qkv.dtype()) {
-    throw DTypeMismatch(str("rope write: caches ", k_cache.dtype(), ", qkv ", qkv.dtype()));
+}
+
+Tensor contiguous_or_none(const Tensor& t) {
+  return t.defined() ? t.contiguous() : t;
+}
+
+}  // namespace
+
+Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
+                              const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
+                              const Tensor& v_cache, const Tensor& position,
+                              const HeadNorms& norms) {
+  check_rope_write("rope write", qkv, bias, h, h_kv, cos, sin, k_cache, v_cache, norms);
+  if (qkv.rank() != 3 || cos.dims()[0] < k_cache.dims()[2] || k_cache.dims()[0] != qkv.dims()[0] ||
+      qkv.dims()[1] > k_cache.dims()[2]) {
+    throw ShapeMismatch(str("rope write: qkv ", qkv.shape(), " (b, s, n) for caches ",
+                            k_cache.shape(), " and tables ", cos.shape()));
   }
   if (position.elem_count() != 1 || position.dtype() != DType::U32) {
     throw DTypeMismatch(
         str("rope write: position must be one u32, got ", position.shape(), " ", position.dtype()));
   }
+  if (position.device() != k_cache.device()) {
+    throw DeviceMismatch(
+        str("rope write: cache on ", k_cache.device(), ", position on ", position.device()));
+  }
   // contiguous() hands back the tensor itself when it already is (no copy in the step).
-  return wick::apply(fused::RopeWriteOp(h, h_kv),
-                     {qkv.contiguous(), bias.defined() ? bias.contiguous() : bias, cos.contiguous(),
-                      sin.contiguous(), k_cache, v_cache, position})[0];
+  return wick::apply(
+      fused::RopeWriteOp(h, h_kv, norms.eps),
+      {qkv.contiguous(), contiguous_or_none(bias), cos.contiguous(), sin.contiguous(), k_cache,
+       v_cache, position, Tensor(), contiguous_or_none(norms.q), contiguous_or_none(norms.k)})[0];
+}
+
+Tensor rope_write_paged(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
+                        const Tensor& cos, const Tensor& sin, const Tensor& k_pages,
+                        const Tensor& v_pages, const Tensor& positions, const Tensor& slots,
+                        const HeadNorms& norms) {
+  check_rope_write("rope write paged", qkv, bias, h, h_kv, cos, sin, k_pages, v_pages, norms);
+  const size_t t = qkv.rank() == 2 ? qkv.dims()[0] : 0;
+  if (t == 0 || positions.shape() != Shape{t} || slots.shape() != Shape{t}) {
+    throw ShapeMismatch(str("rope write paged: qkv ", qkv.shape(), " (T, n), positions ",
+                            positions.shape(), " and slots ", slots.shape(), " (T)"));
+  }
+  if (positions.dtype() != DType::U32 || slots.dtype() != DType::U32) {
+    throw DTypeMismatch(str("rope write paged: positions ", positions.dtype(), " and slots ",
+                            slots.dtype(), " must be u32"));
+  }
+  if (positions.device() != k_pages.device() || slots.device() != k_pages.device()) {
+    throw DeviceMismatch(str("rope write paged: pools on ", k_pages.device(), ", positions on ",
+                             positions.device(), ", slots on ", slots.device()));
+  }
+  return wick::apply(
+      fused::RopeWriteOp(h, h_kv, norms.eps),
+      {qkv.contiguous(), contiguous_or_none(bias), cos.contiguous(), sin.contiguous(), k_pages,
+       v_pages, positions.contiguous(), slots.contiguous(), contiguous_or_none(norms.q),
+       contiguous_or_none(norms.k)})[0];
 }
 
 bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
@@ -160,19 +208,37 @@ TensorList KvWriteOp::fallback(const TensorList& in) const {
 
 TensorList RopeWriteOp::fallback(const TensorList& in) const {
   const Tensor &qkv = in[0], &bias = in[1], &cos = in[2], &sin = in[3];
-  const Tensor &k_cache = in[4], &v_cache = in[5], &position = in[6];
-  size_t b = qkv.dims()[0], s = qkv.dims()[1], d = k_cache.dims()[3];
-  Tensor x = bias.defined() ? qkv.broadcast_add(bias) : qkv;
-  Tensor qk_rows = x.narrow(2, 0, (h + h_kv) * d).reshape({b, s, h + h_kv, d}).transpose(1, 2);
-  Tensor v = x.narrow(2, (h + h_kv) * d, h_kv * d).reshape({b, s, h_kv, d}).transpose(1, 2);
-  size_t p = position.flatten_all().to_vec1<uint32_t>()[0];
-  if (p + s > cos.dims()[0]) {
-    throw IndexOutOfRange(
-        str("rope write: position ", p, " + ", s, " rows past the tables' ", cos.dims()[0]));
+  const Tensor &k_cache = in[4], &v_cache = in[5], &position = in[6], &slots = in[7];
+  const Tensor &q_norm = in[8], &k_norm = in[9];
+  const size_t d = k_cache.dims()[3];
+  const bool paged = slots.defined();
+  // (b, s, heads, d): a paged step's T tokens are one row of s = T.
+  const size_t b = paged ? 1 : qkv.dims()[0], s = paged ? qkv.dims()[0] : qkv.dims()[1];
+  Tensor x = (bias.defined() ? qkv.broadcast_add(bias) : qkv).reshape({b, s, h + 2 * h_kv, d});
+  Tensor q = x.narrow(2, 0, h), k = x.narrow(2, h, h_kv), v = x.narrow(2, h + h_kv, h_kv);
+  if (q_norm.defined()) q = q.rms_norm(q_norm, eps);
+  if (k_norm.defined()) k = k.rms_norm(k_norm, eps);
+  Tensor c, sn;  // (s, d / 2): each row's table rows
+  if (paged) {
+    c = cos.index_select(position, 0);
+    sn = sin.index_select(position, 0);
+  } else {
+    size_t p = position.flatten_all().to_vec1<uint32_t>()[0];
+    if (p + s > cos.dims()[0]) {
+      throw IndexOutOfRange(
+          str("rope write: position ", p, " + ", s, " rows past the tables' ", cos.dims()[0]));
+    }
+    c = cos.narrow(0, p, s);
+    sn = sin.narrow(0, p, s);
   }
-  Tensor qk = qk_rows.rope(cos.narrow(0, p, s), sin.narrow(0, p, s));
-  nn::detail::write_at_position(k_cache, qk.narrow(1, h, h_kv), v_cache, v, position);
-  return {qk.narrow(1, 0, h).contiguous()};
+  q = q.transpose(1, 2).rope(c, sn);  // (b, h, s, d)
+  k = k.transpose(1, 2).rope(c, sn);
+  if (paged) {
+    nn::paged_kv_write(k_cache, v_cache, k.squeeze(0).transpose(0, 1), v.squeeze(0), slots);
+    return {q.squeeze(0).transpose(0, 1).contiguous()};
+  }
+  nn::detail::write_at_position(k_cache, k, v_cache, v.transpose(1, 2), position);
+  return {q.contiguous()};
 }
 
 }  // namespace wick::fused

@@ -24,15 +24,35 @@ Tensor position_mask(const models::KvCache& cache, const Tensor& position, size_
 void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,
                        const Tensor& v, const Tensor& position);
 
+/// Per-head RMS norms of q and k (Qwen3's q_norm and k_norm): each q head x becomes
+/// rms_norm(x, q, eps) and each k head rms_norm(x, k, eps) in qkv's dtype, after the bias and
+/// before rope. Undefined weights: no norm.
+struct HeadNorms {
+  Tensor q, k;  // (d) each, qkv's dtype and device
+  double eps = 0;
+};
+
 /// The decode step's attention input in one kernel (CUDA): qkv (b, s, (h + 2 h_kv) * d)
 /// row-major, the projection's output, plus `bias` ((h + 2 h_kv) * d) when defined; the q and k
-/// heads are rotated (rotate-half rope) by rows p + i of the (max_len, d / 2) cos/sin tables, the
-/// keys and values are written into the caches (b, h_kv, max_len, d) at rows p + i (p = position's
-/// one U32, read on the device), and q is returned as (b, h, s, d) row-major. Same rules as
-/// write_at_position for the position.
+/// heads are normalised by `norms` and rotated (rotate-half rope) by rows p + i of the
+/// (max_len, d / 2) cos/sin tables, the keys and values are written into the caches (b, h_kv,
+/// max_len, d) at rows p + i (p = position's one U32, read on the device), and q is returned as
+/// (b, h, s, d) row-major. Same rules as write_at_position for the position.
 Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
                               const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
-                              const Tensor& v_cache, const Tensor& position);
+                              const Tensor& v_cache, const Tensor& position,
+                              const HeadNorms& norms = {});
+
+/// The same for a paged step's T tokens (nn/paged_attention.h): qkv (T, (h + 2 h_kv) * d)
+/// row-major plus `bias`, token t's q and k heads normalised and rotated by row positions[t] of
+/// cos/sin (rows, d / 2), its keys and values written into the pools (pages, h_kv, page_size, d)
+/// at slots[t] (as nn::paged_kv_write); q returned as (T, h, d). positions and slots (T) U32. A
+/// position past the tables or a slot past the pools is IndexOutOfRange on the CPU (CUDA: the
+/// caller's checks, as for the paged batch).
+Tensor rope_write_paged(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
+                        const Tensor& cos, const Tensor& sin, const Tensor& k_pages,
+                        const Tensor& v_pages, const Tensor& positions, const Tensor& slots,
+                        const HeadNorms& norms = {});
 
 /// softmax(q k^T / sqrt(d)) v of q (b, h, 1, d) over the rows [0, p] of keys and values
 /// (b, h_kv, len, d), p = position's one U32 read on the device (clamped to len - 1): the

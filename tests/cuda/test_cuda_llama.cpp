@@ -320,6 +320,53 @@ TEST(CudaDecoderOps, RopeWriteAtPositionMatchesCpu) {
   }
 }
 
+// The rope + cache write with per-head norms, at a position and into a paged cache's slots, on
+// the GPU against the CPU's composition: head widths of 1, 2 and 4 pairs a lane, and one past the
+// kernel's (its composition on the GPU).
+TEST(CudaDecoderOps, RopeWriteWithNormsAndPagesMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  const Device cpu = Device::cpu();
+  const size_t s = 3, h = 4, hkv = 2, rows = 12, p = 7;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (size_t d : {size_t{16}, size_t{128}, size_t{256}, size_t{512}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " d " + std::to_string(d));
+      Tensor qkv = testing::random_tensor({1, s, (h + 2 * hkv) * d}, dt);
+      Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
+      Tensor qn = testing::random_tensor({d}, dt), kn = testing::random_tensor({d}, dt);
+      Tensor cos = testing::random_tensor({rows, d / 2}, dt);
+      Tensor sin = testing::random_tensor({rows, d / 2}, dt);
+      std::vector<uint32_t> positions = {11, 0, 4}, slots = {9, 2, 7};
+      auto on = [&](const Tensor& t, const Device& dev) { return t.to_device(dev); };
+      auto run = [&](const Device& dev, Tensor& kc, Tensor& vc, Tensor& kp, Tensor& vp) {
+        nn::detail::HeadNorms norms{on(qn, dev), on(kn, dev), 1e-6};
+        kc = Tensor::zeros({1, hkv, rows, d}, dt, dev);
+        vc = Tensor::zeros({1, hkv, rows, d}, dt, dev);
+        kp = Tensor::zeros({3, hkv, 4, d}, dt, dev);
+        vp = Tensor::zeros({3, hkv, 4, d}, dt, dev);
+        Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, dev);
+        Tensor q = nn::detail::rope_write_at_position(
+            on(qkv, dev), on(bias, dev), h, hkv, on(cos, dev), on(sin, dev), kc, vc, pos, norms);
+        Tensor q_paged = nn::detail::rope_write_paged(
+            on(qkv, dev).reshape({s, (h + 2 * hkv) * d}), on(bias, dev), h, hkv, on(cos, dev),
+            on(sin, dev), kp, vp, Tensor::from_vec(positions, {s}, dev),
+            Tensor::from_vec(slots, {s}, dev), norms);
+        return std::make_pair(q, q_paged);
+      };
+      Tensor kc, vc, kp, vp, kg, vg, kpg, vpg;
+      auto [qc, qpc] = run(cpu, kc, vc, kp, vp);
+      auto [qg, qpg] = run(gpu, kg, vg, kpg, vpg);
+      double tol = 2 * testing::tolerance(dt);
+      EXPECT_TRUE(testing::close_to(qg, testing::f64(qc), tol));
+      EXPECT_TRUE(testing::close_to(kg, testing::f64(kc), tol));
+      EXPECT_TRUE(testing::close_to(vg, testing::f64(vc), tol));
+      EXPECT_TRUE(testing::close_to(qpg, testing::f64(qpc), tol));
+      EXPECT_TRUE(testing::close_to(kpg, testing::f64(kp), tol));
+      EXPECT_TRUE(testing::close_to(vpg, testing::f64(vp), tol));
+    }
+  }
+}
+
 // The graph step's attention to the cache rows up to a device position, against attention over
 // those rows alone (f64 on the CPU). Rows past the position hold NaN: they must not be read.
 TEST(CudaDecoderOps, AttendToPositionReadsRowsUpToIt) {

@@ -1,7 +1,7 @@
 // The serving engine's CUDA kernels: nn::paged_attention against a float64 reference and the
 // same bits in any batch (windows and soft-caps too), nn::paged_kv_write against the CPU's, and
-// the batched forward_paged of Llama and the decoder families on the GPU against transformers'
-// logits (tests/data/llama, tests/data/families).
+// the batched forward_paged of Llama and the decoder families on the GPU, and their one-token steps
+// (the decode plan's), against transformers' logits (tests/data/llama, tests/data/families).
 
 #include <algorithm>
 #include <cmath>
@@ -177,6 +177,38 @@ TEST(CudaPagedForward, DecoderFamiliesGiveTransformersLogits) {
                   bound)
             << "prompt " << b << " position " << at + n - 1;
       }
+    }
+  }
+}
+
+// One sequence stepped a token at a time (the single stream's step, which the backend's decode
+// plan runs over the pools): each step's logits within transformers' (f32, no TF32), for Llama's
+// class (Qwen2, with q/k/v biases) and the families the plan takes (q/k norms, a window of 8 over
+// 12 positions, Phi-3's fused weights).
+TEST(CudaPagedForward, OneTokenStepsGiveTransformersLogits) {
+  WICK_REQUIRE_GPU();
+  for (const char* name :
+       {"llama/tiny_qwen2", "families/qwen3", "families/mistral", "families/phi3"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = std::string(WICK_TEST_DATA_DIR) + "/" + name;
+    auto model = models::load_causal_lm(dir, gpu());
+    Tensor prompts = npy::load(dir + "/prompt.npy", cpu);
+    Tensor ref = npy::load(dir + "/logits.npy", cpu);
+    if (prompts.rank() == 2) {  // the families' two prompts: the first
+      prompts = prompts.get(0);
+      ref = ref.get(0);
+    }
+    const double bound = 256 * numerics::unit_roundoff(DType::F32) * range_of(ref.to_vec_f64());
+    models::PagedKvCache cache = model->make_paged_cache(16, 4);
+    const std::vector<uint32_t> pages = {7, 3, 12, 1, 9, 0, 5, 11};
+    std::vector<double> prompt = prompts.to_vec_f64();
+    for (size_t at = 0; at < prompt.size() && at < pages.size() * 4; ++at) {
+      std::vector<models::PagedSequence> batch = {
+          {std::vector<uint32_t>{static_cast<uint32_t>(prompt[at])}, at, pages}};
+      Tensor logits = model->forward_paged(batch, cache).to_device(cpu);
+      ASSERT_EQ(logits.dims()[0], 1u);
+      EXPECT_LE(max_abs_diff(logits.get(0).to_vec_f64(), ref.get(at).to_vec_f64()), bound)
+          << "position " << at;
     }
   }
 }
