@@ -76,6 +76,8 @@ std::optional<TensorList> RopeWriteOp::cuda_kernel(const RopeWriteOp& op, const 
   a.bias = ptr_or_null(bias);
   a.q_norm = ptr_or_null(q_norm);
   a.k_norm = ptr_or_null(k_norm);
+  a.norms_f32 = (q_norm.defined() && q_norm.dtype() == DType::F32) ||
+                (k_norm.defined() && k_norm.dtype() == DType::F32);
   a.eps = op.eps;
   a.cos = ptr_of(cos);
   a.sin = ptr_of(sin);

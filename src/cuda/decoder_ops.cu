@@ -125,18 +125,26 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
       }
       sq += x1[j] * x1[j] + x2[j] * x2[j];
     }
-    const T* norm = head < a.h            ? static_cast<const T*>(a.q_norm)
-                    : head < a.h + a.h_kv ? static_cast<const T*>(a.k_norm)
-                                          : nullptr;
+    const void* norm = head < a.h ? a.q_norm : head < a.h + a.h_kv ? a.k_norm : nullptr;
     if (norm != nullptr) {
       const C rstd = ops::norm_rstd(row_math::warp_sum(sq), C(a.d), C(a.eps));
+      // Weights of the dtype: rms_norm in it (x * rstd rounded first, as LlamaRMSNorm). f32
+      // weights (Gemma's 1 + w): the norm in f32, rounded to the dtype once.
+      auto normed = [&](C x, int64_t i) -> C {
+        if (a.norms_f32) {
+          const float w = static_cast<const float*>(norm)[i];
+          return round_as<T>(row_math::norm_value<float, true>(static_cast<float>(x), 0.0f,
+                                                               static_cast<float>(rstd), w));
+        }
+        const C w = to_compute(static_cast<const T*>(norm)[i]);
+        return round_as<T>(row_math::norm_value<T, true>(x, C(0), rstd, w));
+      };
 #pragma unroll
       for (int j = 0; j < kRopePairsPerLane; ++j) {
         const int64_t i = lane + 32 * j;
         if (i >= half) continue;
-        x1[j] = round_as<T>(row_math::norm_value<T, true>(x1[j], C(0), rstd, to_compute(norm[i])));
-        x2[j] = round_as<T>(
-            row_math::norm_value<T, true>(x2[j], C(0), rstd, to_compute(norm[i + half])));
+        x1[j] = normed(x1[j], i);
+        x2[j] = normed(x2[j], i + half);
       }
     }
     T* dst;

@@ -20,7 +20,8 @@ void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, s
                      cudaStream_t s);
 
 /// qkv (b, s, (h + 2 h_kv) * d) plus `bias` ((h + 2 h_kv) * d, may be null): the q and k heads
-/// normalised by q_norm and k_norm (d each; RMS norms over a head, when not null), then rotated
+/// normalised by q_norm and k_norm (d each; RMS norms over a head, when not null; see
+/// nn::detail::HeadNorms), then rotated
 /// (rotate-half) by row p of cos/sin (rows, d / 2); q out, keys and values into the caches.
 ///   slots null: p = *position + i for row i of each sequence; q (b, h, s, d); caches (b, h_kv,
 ///     max_len, d) written at row p (rows past max_len are skipped).
@@ -31,6 +32,7 @@ struct RopeWriteArgs {
   const void* bias;
   const void* q_norm;
   const void* k_norm;
+  bool norms_f32;  // the norm weights are f32 (normalised in f32, rounded once), else the dtype
   double eps;
   const void* cos;
   const void* sin;

@@ -566,6 +566,10 @@ Tensor Decoder::attend(const Tensor& in, size_t li, const Step& at) const {
   const size_t h = c.num_heads, h_kv = c.num_kv_heads, hd = c.head_dim;
   const size_t len = start + s;
   Tensor qkv = linear(l.wqkv, in, at);  // (b, s, (h + 2 h_kv) hd)
+  if (at.position.defined()) {
+    Tensor att = attend_at_position(qkv, li, at);
+    if (att.defined()) return att;
+  }
   auto heads = [&](size_t first, size_t n) {
     return qkv.narrow(2, first * hd, n * hd).contiguous().reshape({b, s, n, hd});
   };
@@ -603,6 +607,34 @@ Tensor Decoder::attend(const Tensor& in, size_t li, const Step& at) const {
   opt.window = l.attention.window;
   Tensor att = nn::scaled_dot_product_attention(q, keys, values, opt);
   return att.transpose(1, 2).reshape({b, s, h * hd});
+}
+
+Tensor Decoder::attend_at_position(const Tensor& qkv, size_t li, const Step& at) const {
+  const Layer& l = w_.layers[li];
+  const DecoderConfig& c = config_;
+  const size_t b = qkv.dims()[0], h = c.num_heads, h_kv = c.num_kv_heads, hd = c.head_dim;
+  KvCache& cache = *at.cache;
+  const size_t rope = l.attention.rope;
+  const Tensor& cos = rope == 0 ? cache.cos() : extra_rope_tables_.at(rope - 1).first;
+  const Tensor& sin = rope == 0 ? cache.sin() : extra_rope_tables_.at(rope - 1).second;
+  if (cos.dims()[1] * 2 != hd) return Tensor();  // a rope of part of each head
+  Tensor q =
+      nn::detail::rope_write_at_position(qkv, Tensor(), h, h_kv, cos, sin, cache.k(li), cache.v(li),
+                                         at.position, {l.q_norm, l.k_norm, c.rms_norm_eps});
+  Tensor keys = cache.k(li).narrow(2, 0, at.keys), values = cache.v(li).narrow(2, 0, at.keys);
+  // Attention to the rows up to the position needs no mask where the window covers them all.
+  const AttentionSpec& spec = l.attention;
+  const bool unmasked = spec.softcap == 0 && (spec.window == 0 || spec.window >= at.keys) &&
+                        spec.scale == 1 / std::sqrt(static_cast<double>(hd));
+  Tensor att;
+  if (!unmasked || !nn::detail::attend_to_position(q, keys, values, at.position, &att)) {
+    nn::AttentionOptions opt;
+    opt.scale = spec.scale;
+    opt.softcap = spec.softcap;
+    opt.mask = spec.window > 0 ? at.mask_window : at.mask_all;
+    att = nn::scaled_dot_product_attention(q, keys, values, opt);
+  }
+  return att.transpose(1, 2).reshape({b, 1, h * hd});
 }
 
 Tensor Decoder::head(const Tensor& normed, const Step& at) const {

@@ -229,6 +229,10 @@ class Decoder : public CausalLM {
  private:
   Tensor run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const;
   Tensor head(const Tensor& normed, const Step& at) const;
+  /// attend's decode step from the projection qkv (b, 1, n) where the layer's rope rotates whole
+  /// heads: the head norms, rope and the cache write at the device position in one op, attention
+  /// bounded by the position (masked where a window or soft-cap needs it); undefined otherwise.
+  Tensor attend_at_position(const Tensor& qkv, size_t li, const Step& at) const;
   /// attend's paged step: rope at each token's position, the write into its slot, paged attention.
   Tensor attend_paged(const Tensor& q, const Tensor& k, const Tensor& v, size_t li,
                       const Step& at) const;

@@ -24,11 +24,12 @@ Tensor position_mask(const models::KvCache& cache, const Tensor& position, size_
 void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,
                        const Tensor& v, const Tensor& position);
 
-/// Per-head RMS norms of q and k (Qwen3's q_norm and k_norm): each q head x becomes
-/// rms_norm(x, q, eps) and each k head rms_norm(x, k, eps) in qkv's dtype, after the bias and
-/// before rope. Undefined weights: no norm.
+/// Per-head RMS norms of q and k (Qwen3's and Gemma 3's q_norm and k_norm): each q head x becomes
+/// rms_norm(x, q, eps) and each k head rms_norm(x, k, eps), after the bias and before rope: in
+/// qkv's dtype for weights of that dtype; for f32 weights (Gemma's 1 + w) in f32, rounded to
+/// qkv's dtype once. Undefined weights: no norm.
 struct HeadNorms {
-  Tensor q, k;  // (d) each, qkv's dtype and device
+  Tensor q, k;  // (d) each, one dtype (qkv's or f32), qkv's device
   double eps = 0;
 };
 

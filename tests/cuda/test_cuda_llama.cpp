@@ -320,20 +320,23 @@ TEST(CudaDecoderOps, RopeWriteAtPositionMatchesCpu) {
   }
 }
 
-// The rope + cache write with per-head norms, at a position and into a paged cache's slots, on
-// the GPU against the CPU's composition: head widths of 1, 2 and 4 pairs a lane, and one past the
-// kernel's (its composition on the GPU).
+// The rope + cache write with per-head norms (weights of the dtype, or f32), at a position and
+// into a paged cache's slots, on the GPU against the CPU's composition: head widths of 1, 2 and 4
+// pairs a lane, and one past the kernel's (its composition on the GPU).
 TEST(CudaDecoderOps, RopeWriteWithNormsAndPagesMatchesCpu) {
   SKIP_WITHOUT_GPU();
   Device gpu = Device::cuda(0);
   const Device cpu = Device::cpu();
   const size_t s = 3, h = 4, hkv = 2, rows = 12, p = 7;
-  for (DType dt : {DType::F32, DType::BF16}) {
+  // bf16 with f32 norm weights: Gemma's, normalised in f32 and rounded once.
+  for (auto [dt, norm_dt] : {std::pair{DType::F32, DType::F32}, std::pair{DType::BF16, DType::BF16},
+                             std::pair{DType::BF16, DType::F32}}) {
     for (size_t d : {size_t{16}, size_t{128}, size_t{256}, size_t{512}}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " d " + std::to_string(d));
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " norms " + dtype_name(norm_dt) + " d " +
+                   std::to_string(d));
       Tensor qkv = testing::random_tensor({1, s, (h + 2 * hkv) * d}, dt);
       Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
-      Tensor qn = testing::random_tensor({d}, dt), kn = testing::random_tensor({d}, dt);
+      Tensor qn = testing::random_tensor({d}, norm_dt), kn = testing::random_tensor({d}, norm_dt);
       Tensor cos = testing::random_tensor({rows, d / 2}, dt);
       Tensor sin = testing::random_tensor({rows, d / 2}, dt);
       std::vector<uint32_t> positions = {11, 0, 4}, slots = {9, 2, 7};
