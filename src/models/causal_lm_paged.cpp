@@ -66,14 +66,21 @@ PagedBatchTensors paged_batch_tensors(const std::vector<PagedSequence>& batch, s
     }
     last.push_back(static_cast<uint32_t>(ids.size() - 1));
   }
-  const size_t t = ids.size();
+  // One upload (a step's inputs on a GPU), viewed as the six tensors.
+  const size_t t = ids.size(), n = batch.size();
+  std::vector<uint32_t> all;
+  all.reserve(4 * t + n * width + n);
+  for (const std::vector<uint32_t>* v : {&ids, &positions, &token_seq, &slots, &table, &last}) {
+    all.insert(all.end(), v->begin(), v->end());
+  }
+  Tensor packed = Tensor::from_vec(all, {all.size()}, device);
   PagedBatchTensors b;
-  b.ids = Tensor::from_vec(ids, {t}, device);
-  b.positions = Tensor::from_vec(positions, {t}, device);
-  b.token_seq = Tensor::from_vec(token_seq, {t}, device);
-  b.slots = Tensor::from_vec(slots, {t}, device);
-  b.page_table = Tensor::from_vec(table, {batch.size(), width}, device);
-  b.last = Tensor::from_vec(last, {batch.size()}, device);
+  b.ids = packed.narrow(0, 0, t);
+  b.positions = packed.narrow(0, t, t);
+  b.token_seq = packed.narrow(0, 2 * t, t);
+  b.slots = packed.narrow(0, 3 * t, t);
+  b.page_table = packed.narrow(0, 4 * t, n * width).reshape({n, width});
+  b.last = packed.narrow(0, 4 * t + n * width, n);
   return b;
 }
 

@@ -207,7 +207,7 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
     try {
       if (graphs && graphs->fits(batch)) {
         try {
-          logits = graphs->run(batch, true).to_dtype(DType::F32);
+          logits = graphs->run(batch, true);
           std::lock_guard<std::mutex> lock(mutex);
           ++totals.graph_steps;
         } catch (const std::exception&) {
@@ -216,7 +216,7 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
           graphs.reset();
         }
       }
-      if (!logits.defined()) logits = model->forward_paged(batch, cache).to_dtype(DType::F32);
+      if (!logits.defined()) logits = model->forward_paged(batch, cache);
     } catch (const std::exception& e) {
       for (Sequence* s : members) {
         s->finish = FinishReason::Error;
@@ -225,14 +225,14 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
     }
     if (logits.defined()) {
       // On the CPU every row goes to sample() (which also checks the logits are finite). On a GPU
-      // the greedy rows' argmax is taken there and only the sampled rows are copied back (as the
-      // Generator does).
+      // the greedy rows' argmax is taken there, in the model's dtype, and only the sampled rows
+      // are copied back (as the Generator does).
       const size_t vocab = logits.dims()[1];
       const bool on_host = logits.device().is_cpu();
       std::vector<float> all;
       std::vector<uint32_t> greedy;
       if (on_host) {
-        all = logits.flatten_all().to_vec1<float>();
+        all = logits.to_dtype(DType::F32).flatten_all().to_vec1<float>();
       } else {
         greedy = logits.argmax(1).to_vec1<uint32_t>();
       }
@@ -249,7 +249,7 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
           std::vector<float> row =
               on_host ? std::vector<float>(all.begin() + static_cast<ptrdiff_t>(i * vocab),
                                            all.begin() + static_cast<ptrdiff_t>((i + 1) * vocab))
-                      : logits.get(i).to_vec1<float>();
+                      : logits.get(i).to_dtype(DType::F32).to_vec1<float>();
           take_token(s, s.sampler->sample(row));
         } catch (const std::exception& e) {
           s.finish = FinishReason::Error;
