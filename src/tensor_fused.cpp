@@ -34,15 +34,22 @@ void check_fused_float(const char* op, const Tensor& t) {
   }
 }
 
-// A (d) parameter of a norm: defined, rank 1 of the last dim, same dtype and device as x.
-void check_param(const char* op, const char* what, const Tensor& x, const Tensor& p) {
+// rms_norm of f16/bf16 x by an f32 weight: computed in f32, rounded once (Gemma's 1 + w).
+bool f32_weight_of_half(const Tensor& x, const Tensor& w) {
+  return w.dtype() == DType::F32 && (x.dtype() == DType::F16 || x.dtype() == DType::BF16);
+}
+
+// A (d) parameter of a norm: defined, rank 1 of the last dim, same dtype (or, for rms_norm's
+// weight of an f16/bf16 x, f32) and device as x.
+void check_param(const char* op, const char* what, const Tensor& x, const Tensor& p,
+                 bool f32_allowed = false) {
   impl_of(p, op);
   size_t d = x.dims().back();
   if (p.rank() != 1 || p.dims()[0] != d) {
     throw ShapeMismatch(str(op, ": ", what, " must have shape [", d, "] for input ", x.shape(),
                             ", got ", p.shape()));
   }
-  check_same_dtype(op, x, p);
+  if (!(f32_allowed && f32_weight_of_half(x, p))) check_same_dtype(op, x, p);
   check_same_device(op, x, p);
 }
 
@@ -77,7 +84,7 @@ Tensor norm(bool rms, const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (x.rank() == 0) {
     throw ShapeMismatch(str(op.name(), ": input must have rank >= 1, got a scalar"));
   }
-  check_param(op.name(), "weight", x, weight);
+  check_param(op.name(), "weight", x, weight, rms);
   if (bias.defined()) check_param(op.name(), "bias", x, bias);
   if (!(eps >= 0)) throw Error(str(op.name(), ": eps must be >= 0, got ", eps));
   TensorList inputs{x.contiguous(), weight.contiguous()};
@@ -147,6 +154,9 @@ Tensor Tensor::rope_interleaved(const Tensor& cos, const Tensor& sin) const {
 namespace wick::fused {
 
 TensorList NormOp::fallback(const TensorList& in) const {
+  if (rms && f32_weight_of_half(in[0], in[1])) {
+    return {in[0].to_dtype(DType::F32).rms_norm(in[1], eps).to_dtype(in[0].dtype())};
+  }
   Widen w(in[0].dtype());
   Tensor x = w.up(in[0]);
   Tensor xc = rms ? x : x.broadcast_sub(row_mean(x));
@@ -172,7 +182,10 @@ TensorList NormOp::backward(const TensorList& in, const TensorList&, const Tenso
     if (!rms) inner = inner.broadcast_sub(row_mean(gx));
     out[0] = wd.down(inner.broadcast_mul(rstd));
   }
-  if (need[1]) out[1] = wd.down(sum_rows(g.mul(xhat)));
+  if (need[1]) {
+    Tensor gw = sum_rows(g.mul(xhat));
+    out[1] = in[1].dtype() == DType::F32 ? gw : wd.down(gw);  // in the weight's dtype
+  }
   if (in.size() > 2 && need[2]) out[2] = wd.down(sum_rows(g));
   return out;
 }

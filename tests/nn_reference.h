@@ -94,9 +94,11 @@ inline bool rounds_to_half(DType dt) {
 
 /// layer_norm(x, w, b, eps) (rms = false; b may be undefined) or rms_norm(x, w, eps) (rms = true)
 /// over the last dim, each output within numerics::norm_bound. rms_norm in f16/bf16 rounds
-/// x * rstd to the dtype first (LlamaRMSNorm; docs/NUMERICS.md).
+/// x * rstd to the dtype first (LlamaRMSNorm; docs/NUMERICS.md); t_roundings >= 0 sets the
+/// roundings in between instead (0: an f32 weight's norm, rounded once).
 inline ::testing::AssertionResult norm_within(const Tensor& got, const Tensor& x, const Tensor& w,
-                                              const Tensor& b, double eps, bool rms) {
+                                              const Tensor& b, double eps, bool rms,
+                                              int t_roundings = -1) {
   if (got.shape() != x.shape()) {
     return ::testing::AssertionFailure() << "shape " << got.shape() << " vs " << x.shape();
   }
@@ -123,7 +125,7 @@ inline ::testing::AssertionResult norm_within(const Tensor& got, const Tensor& x
       want[r * n + i] = static_cast<double>(zi * wv[i] + bv[i]);
     }
   }
-  int t_roundings = rms && rounds_to_half(dt) ? 1 : 0;
+  if (t_roundings < 0) t_roundings = rms && rounds_to_half(dt) ? 1 : 0;
   return within_bounds(got.to_vec_f64(), want, [&](size_t i, double e) {
     return numerics::norm_bound(dt, n, e, z[i], wv[i % n], m[i / n], t_roundings);
   });

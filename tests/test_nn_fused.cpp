@@ -22,6 +22,8 @@ double grad_tolerance(DType dt) {
   switch (dt) {
     case DType::BF16:
       return 5e-2;
+    case DType::F16:
+      return 1e-2;
     case DType::F32:
       return 2e-4;
     default:
@@ -143,6 +145,28 @@ TEST(NnFused, NormGradientsMatchComposition) {
                       [](const std::vector<Tensor>& t) { return rms_norm_ref(t[0], t[1], 1e-5); },
                       {x.transpose(0, 1), w}, tol, "rms_norm");
   }
+}
+
+// An f32 weight of an f16/bf16 x (Gemma's 1 + w): the norm in f32, rounded once -- within the
+// bound of no intermediate rounding; its gradients, the weight's in f32.
+TEST(NnFused, RmsNormOfHalfByF32WeightRoundsOnce) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (auto& [name, x] : testing::layout_variants({2, 7, 130}, dt)) {
+      Tensor w = random_tensor({130}, DType::F32);
+      Tensor y = x.rms_norm(w, 1e-6);
+      EXPECT_EQ(y.dtype(), dt);
+      EXPECT_TRUE(norm_within(y, x, w, Tensor(), 1e-6, true, 0)) << name << " " << dt;
+    }
+    expect_same_grads([](const std::vector<Tensor>& t) { return t[0].rms_norm(t[1], 1e-5); },
+                      [](const std::vector<Tensor>& t) { return rms_norm_ref(t[0], t[1], 1e-5); },
+                      {random_tensor({3, 33}, dt), random_tensor({33}, DType::F32)},
+                      grad_tolerance(dt), std::string("rms_norm f32 weight ") + dtype_name(dt));
+  }
+  Tensor x = random_tensor({4, 8}, DType::BF16);
+  EXPECT_THROW(x.rms_norm(random_tensor({8}, DType::F16), 1e-5), DTypeMismatch);
+  EXPECT_THROW(x.layer_norm(random_tensor({8}, DType::F32), Tensor(), 1e-5), DTypeMismatch);
+  EXPECT_THROW(x.to_dtype(DType::F64).rms_norm(random_tensor({8}, DType::F32), 1e-5),
+               DTypeMismatch);
 }
 
 // ---- rope ----

@@ -338,7 +338,9 @@ class Tensor {
   /// (x - mean) / sqrt(var + eps) * weight + bias over the last dim (biased variance, as
   /// PyTorch). weight and bias: (d) with d the last dim; an empty `bias` handle means none.
   Tensor layer_norm(const Tensor& weight, const Tensor& bias, double eps) const;
-  /// x / sqrt(mean(x^2) + eps) * weight over the last dim; weight (d).
+  /// x / sqrt(mean(x^2) + eps) * weight over the last dim; weight (d). f16/bf16 round the
+  /// normalised x before the weight multiplies it (as transformers' LlamaRMSNorm); an f32 weight
+  /// of an f16/bf16 x keeps all in f32 and rounds once (as Gemma's norms).
   Tensor rms_norm(const Tensor& weight, double eps) const;
   /// Rotary embedding, rotate-half form (Llama in Hugging Face): x (b, h, s, d), cos and sin
   /// (s, d / 2); out[i] = x[i] cos[i] - x[i + d/2] sin[i], out[i + d/2] = x[i + d/2] cos[i] +

@@ -229,6 +229,7 @@ TensorList run_rows(const char* name, const TensorList& in, Kernel&& kernel) {
 namespace wick::fused {
 
 std::optional<TensorList> NormOp::cpu(const TensorList& in) const {
+  if (in[1].dtype() != in[0].dtype()) return std::nullopt;  // an f32 weight: the fallback's f32
   auto locks = detail::lock_inputs(*this, in);
   return cpu::run_rows(name(), in, [&]<class T>(const std::vector<KernelOperand>& ops, T* y) {
     if (rms) {

@@ -169,6 +169,28 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+/// rms_norm of f16/bf16 rows by an f32 weight (Gemma's 1 + w): a block per row, all in f32, the
+/// output rounded once.
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    rms_norm_f32_weight_kernel(const T* __restrict__ x, const float* __restrict__ w,
+                               T* __restrict__ y, uint64_t rows, uint64_t cols, float eps) {
+  __shared__ float scratch[kBlock / 32];
+  for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * cols;
+    float sq = 0;
+    for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float v = to_compute(xr[c]);
+      sq += v * v;
+    }
+    const float rstd = ops::norm_rstd(block_sum(sq, scratch), static_cast<float>(cols), eps);
+    T* yr = y + row * cols;
+    for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      yr[c] = convert<T>(norm_value<float, true>(to_compute(xr[c]), 0.0f, rstd, w[c]));
+    }
+  }
+}
+
 // ---- Vector row kernels: a block per row, VPT 16-byte vectors per thread in registers ----
 // Every load of the row (and of the weights) is issued before the first reduction, each element
 // is read once and written once, and the statistics need one block reduction: per-thread
@@ -577,6 +599,19 @@ void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const
     } else {
       run_norm<T, false>(xp, wp, bp, yp, rows, cols, eps, s);
     }
+  });
+}
+
+void launch_rms_norm_f32_weight(DType dtype, const void* x, const float* weight, void* y,
+                                size_t rows, size_t cols, double eps, cudaStream_t s) {
+  if (rows == 0 || cols == 0) return;
+  if (dtype != DType::F16 && dtype != DType::BF16) {
+    throw UnsupportedDType("rms_norm with an f32 weight: x must be f16 or bf16");
+  }
+  dispatch_float<DeviceTypes>(dtype, "rms_norm", [&]<class T>() {
+    rms_norm_f32_weight_kernel<T><<<grid_for(rows, 1), kBlock, 0, s>>>(
+        static_cast<const T*>(x), weight, static_cast<T*>(y), rows, cols, static_cast<float>(eps));
+    WICK_CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -16,6 +16,10 @@ namespace wick::cuda {
 void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const void* bias,
                  void* y, size_t rows, size_t cols, double eps, cudaStream_t s);
 
+/// rms_norm of contiguous f16/bf16 rows x cols by an f32 weight: in f32, rounded once.
+void launch_rms_norm_f32_weight(DType dtype, const void* x, const float* weight, void* y,
+                                size_t rows, size_t cols, double eps, cudaStream_t s);
+
 /// softmax over contiguous rows x cols by the vector row kernel (rows 16-byte aligned and up to
 /// 32768 bf16 / 16384 f32 long); false, with nothing launched, when it does not apply.
 bool launch_softmax_rows_vec(DType dtype, const void* src, void* dst, size_t rows, size_t cols,

@@ -104,9 +104,16 @@ std::optional<TensorList> NormOp::cuda_kernel(const NormOp& op, const TensorList
     size_t cols = x.dims().back();
     const void* bias = !op.rms && in.size() > 2 && in[2].defined() ? cuda::ptr_of(in[2]) : nullptr;
     DType dtype = x.dtype();
+    const bool f32_weight = in[1].dtype() != dtype;  // rms_norm's f32 weight of an f16/bf16 x
     out->cuda_device().queue().enqueue(op.name(), dtype, [&](cudaStream_t s) {
-      cuda::launch_norm(dtype, op.rms, cuda::ptr_of(x), cuda::ptr_of(in[1]), bias, out->data(),
-                        n / cols, cols, op.eps, s);
+      if (f32_weight) {
+        cuda::launch_rms_norm_f32_weight(dtype, cuda::ptr_of(x),
+                                         static_cast<const float*>(cuda::ptr_of(in[1])),
+                                         out->data(), n / cols, cols, op.eps, s);
+      } else {
+        cuda::launch_norm(dtype, op.rms, cuda::ptr_of(x), cuda::ptr_of(in[1]), bias, out->data(),
+                          n / cols, cols, op.eps, s);
+      }
     });
   }
   return TensorList{detail::from_storage(std::move(out), x.shape())};

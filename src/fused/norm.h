@@ -6,9 +6,11 @@
 
 namespace wick::fused {
 
-/// Inputs: x (rows, d) row-major, weight (d), and for layer_norm bias (d) or absent; one dtype.
-/// Output: x's shape and dtype. layer_norm: (x - mean) * rstd * w + b, rounded once; rms_norm:
-/// w * round(x * rstd), as transformers' RMSNorm (f16/bf16 round twice). f16/bf16 compute in f32.
+/// Inputs: x (rows, d) row-major, weight (d), and for layer_norm bias (d) or absent; one dtype,
+/// but for rms_norm's weight of an f16/bf16 x, which may be f32. Output: x's shape and dtype.
+/// layer_norm: (x - mean) * rstd * w + b, rounded once; rms_norm: w * round(x * rstd), as
+/// transformers' RMSNorm (f16/bf16 round twice), or with an f32 weight round(w * (x * rstd)), as
+/// Gemma's (all in f32, rounded once). f16/bf16 compute in f32.
 class NormOp final : public CustomOp {
  public:
   NormOp(bool rms, double eps) : rms(rms), eps(eps) {}

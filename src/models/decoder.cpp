@@ -550,7 +550,9 @@ KvCache Decoder::make_cache(size_t batch, size_t max_len) const {
 }
 
 Tensor Decoder::head_norm(const Tensor& x, const Tensor& w, double eps) {
-  if (w.dtype() == x.dtype()) return x.rms_norm(w, eps);
+  // rms_norm takes an f32 weight of an f16/bf16 x itself: in f32, rounded once.
+  const bool half = x.dtype() == DType::F16 || x.dtype() == DType::BF16;
+  if (w.dtype() == x.dtype() || (half && w.dtype() == DType::F32)) return x.rms_norm(w, eps);
   return x.to_dtype(w.dtype()).rms_norm(w, eps).to_dtype(x.dtype());
 }
 

@@ -99,7 +99,8 @@ void check_rope_write(const char* op, const Tensor& qkv, const Tensor& bias, siz
   }
   for (const Tensor* t : {&norms.q, &norms.k}) {
     const Tensor& other = t == &norms.q ? norms.k : norms.q;
-    if (t->defined() && ((t->dtype() != qkv.dtype() && t->dtype() != DType::F32) ||
+    const bool half = qkv.dtype() == DType::F16 || qkv.dtype() == DType::BF16;
+    if (t->defined() && ((t->dtype() != qkv.dtype() && !(half && t->dtype() == DType::F32)) ||
                          (other.defined() && other.dtype() != t->dtype()))) {
       throw DTypeMismatch(str(op, ": head norms ",
                               norms.q.defined() ? dtype_name(norms.q.dtype()) : "none", " and ",
@@ -226,13 +227,8 @@ TensorList RopeWriteOp::fallback(const TensorList& in) const {
   const size_t b = paged ? 1 : qkv.dims()[0], s = paged ? qkv.dims()[0] : qkv.dims()[1];
   Tensor x = (bias.defined() ? qkv.broadcast_add(bias) : qkv).reshape({b, s, h + 2 * h_kv, d});
   Tensor q = x.narrow(2, 0, h), k = x.narrow(2, h, h_kv), v = x.narrow(2, h + h_kv, h_kv);
-  // In the weight's dtype, rounded to qkv's once (HeadNorms).
-  auto head_norm = [&](const Tensor& x, const Tensor& w) {
-    if (w.dtype() == x.dtype()) return x.rms_norm(w, eps);
-    return x.to_dtype(w.dtype()).rms_norm(w, eps).to_dtype(x.dtype());
-  };
-  if (q_norm.defined()) q = head_norm(q, q_norm);
-  if (k_norm.defined()) k = head_norm(k, k_norm);
+  if (q_norm.defined()) q = q.rms_norm(q_norm, eps);  // an f32 weight: in f32 (HeadNorms)
+  if (k_norm.defined()) k = k.rms_norm(k_norm, eps);
   Tensor c, sn;  // (s, d / 2): each row's table rows
   if (paged) {
     c = cos.index_select(position, 0);

@@ -26,10 +26,10 @@ void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_c
 
 /// Per-head RMS norms of q and k (Qwen3's and Gemma 3's q_norm and k_norm): each q head x becomes
 /// rms_norm(x, q, eps) and each k head rms_norm(x, k, eps), after the bias and before rope: in
-/// qkv's dtype for weights of that dtype; for f32 weights (Gemma's 1 + w) in f32, rounded to
-/// qkv's dtype once. Undefined weights: no norm.
+/// qkv's dtype for weights of that dtype; for f32 weights of f16/bf16 qkv (Gemma's 1 + w) in
+/// f32, rounded to qkv's dtype once (Tensor::rms_norm). Undefined weights: no norm.
 struct HeadNorms {
-  Tensor q, k;  // (d) each, one dtype (qkv's or f32), qkv's device
+  Tensor q, k;  // (d) each, one dtype (qkv's, or f32 for f16/bf16), qkv's device
   double eps = 0;
 };
 

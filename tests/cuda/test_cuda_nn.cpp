@@ -45,6 +45,14 @@ TEST(CudaNn, NormsMatchCompositionOnEveryRowLength) {
       Tensor rn = x.to_device(gpu()).rms_norm(w.to_device(gpu()), 1e-6);
       EXPECT_TRUE(close_to(rn, rms_norm_ref(f64(x), f64(w), 1e-6), 2 * tolerance(dt)))
           << "rms_norm " << dt << " d " << d;
+      if (dt == DType::BF16 || dt == DType::F16) {
+        // An f32 weight (Gemma's): in f32, rounded once, as the CPU computes it.
+        Tensor wf = random_tensor({d}, DType::F32);
+        Tensor got = x.to_device(gpu()).rms_norm(wf.to_device(gpu()), 1e-6);
+        EXPECT_EQ(got.dtype(), dt);
+        EXPECT_TRUE(close_to(got, f64(x.rms_norm(wf, 1e-6)), tolerance(dt)))
+            << "rms_norm f32 weight " << dt << " d " << d;
+      }
       // Probabilities shrink as 1/d (below close_to's ~0 guard for long rows): compare d * p.
       Tensor sm = x.to_device(gpu()).softmax_last_dim().to_device(cpu).to_dtype(DType::F64);
       Tensor e = f64(x).broadcast_sub(f64(x).max_keepdim(1)).exp();
