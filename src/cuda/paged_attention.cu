@@ -1,9 +1,11 @@
 // Attention over paged KV caches for a ragged batch: one block of 4 warps per (query token,
-// query head). Warp w takes the keys j = first + w, first + w + 4, ... of the token's own sequence
-// (first: the start of its window; pages from its table row), each key's dot product a warp sum
-// in f32 (soft-capped when asked), with an online softmax over its keys;
-// the 4 warps' partial results are then merged in warp order. The split depends on the token's
-// position alone, so a token's output is the same bits whatever else the batch holds.
+// query head). Warp w takes tiles of 32 keys, j = first + 32 (w + 4 i) + lane for i = 0, 1, ...
+// (first: the start of its window; pages from its table row): each lane scores its own key (the
+// dot product in f32, in 16-byte pieces: one partial sum a piece's element, added in a fixed tree;
+// soft-capped when asked), the tile joins the warp's online softmax, and the lanes then add the
+// tile's value rows into their output dims, key by key. The 4 warps' partial results are merged
+// in warp order. The split depends on the token's position alone, so a token's output is the same
+// bits whatever else the batch holds; a lane per key keeps 32 keys' loads in flight.
 // The KV write: one thread per element of the new keys and values.
 
 #include "cuda/check.h"
@@ -15,8 +17,50 @@ namespace wick::cuda {
 namespace {
 
 constexpr int kWarps = 4;
+constexpr int kTile = 32;  // keys a warp scores at once, one a lane
 constexpr int kMaxD = 256;
 constexpr int kPerLane = kMaxD / 32;
+
+// q . k over d elements (q in shared memory, scaled), in f32: one partial sum for each element of a
+// 16-byte piece, the pieces in order, the partials added in a fixed tree. The same order with
+// element loads (unaligned rows).
+template <class T>
+__device__ __forceinline__ float dot_row(const float* q, const T* k, int64_t d, bool vec) {
+  constexpr int N = 16 / sizeof(T);
+  float part[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) part[i] = 0.0f;
+  if (vec) {
+    for (int64_t e = 0; e < d; e += N) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(k + e);
+      const T* piece = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < N; ++i) part[i] = fmaf(q[e + i], static_cast<float>(piece[i]), part[i]);
+    }
+  } else {
+    for (int64_t e = 0; e < d; ++e) {
+      part[e % N] = fmaf(q[e], static_cast<float>(k[e]), part[e % N]);
+    }
+  }
+#pragma unroll
+  for (int w = N / 2; w > 0; w /= 2) {
+#pragma unroll
+    for (int i = 0; i < w; ++i) part[i] += part[i + w];
+  }
+  return part[0];
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int mask = 16; mask > 0; mask >>= 1) x = fmaxf(x, shfl_xor(x, mask));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int mask = 16; mask > 0; mask >>= 1) x += shfl_xor(x, mask);
+  return x;
+}
 
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAttentionArgs a) {
@@ -40,28 +84,40 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
   const T* kp = static_cast<const T*>(a.k);
   const T* vp = static_cast<const T*>(a.v);
+  // Rows start 16-byte aligned when the pools do and a row is whole 16-byte pieces.
+  const bool vec = (a.d * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(kp) % 16 == 0;
   const uint32_t* row = a.table + (valid ? seq : 0) * a.width;
   const int64_t first = a.window > 0 && pos + 1 > a.window ? pos + 1 - a.window : 0;
-  for (int64_t j = first + warp; valid && j <= pos; j += kWarps) {
-    const uint32_t page = row[j / a.page_size];
-    if (page >= a.pages) continue;
-    const int64_t base = ((page * a.h_kv + g) * a.page_size + j % a.page_size) * a.d;
-    float part = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int64_t e = lane + 32 * i;
-      if (e < a.d) part += q_s[e] * static_cast<float>(kp[base + e]);
+  for (int64_t j0 = first + warp * kTile; valid && j0 <= pos; j0 += kWarps * kTile) {
+    const int64_t j = j0 + lane;
+    float s = -INFINITY;
+    long long base = -1;  // the key's row in the pools, -1 for none
+    if (j <= pos) {
+      const uint32_t page = row[j / a.page_size];
+      if (page < a.pages) {
+        base = ((page * a.h_kv + g) * a.page_size + j % a.page_size) * a.d;
+        s = dot_row(q_s, kp + base, a.d, vec);
+        if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+      }
     }
+    const float tile_max = warp_max(s);
+    if (tile_max == -INFINITY) continue;  // the same for the whole warp
+    const float m_new = fmaxf(m, tile_max);
+    const float keep = expf(m - m_new);
+    const float p = base >= 0 ? expf(s - m_new) : 0.0f;
+    l = l * keep + warp_sum(p);
 #pragma unroll
-    for (int mask = 16; mask > 0; mask >>= 1) part += shfl_xor(part, mask);
-    if (a.softcap > 0.0f) part = a.softcap * tanhf(part / a.softcap);
-    const float m_new = fmaxf(m, part);
-    const float keep = expf(m - m_new), p = expf(part - m_new);
-    l = l * keep + p;
+    for (int i = 0; i < kPerLane; ++i) acc[i] *= keep;
+    for (int key = 0; key < kTile; ++key) {
+      const long long at = __shfl_sync(0xffffffffu, base, key);
+      if (at < 0) continue;  // the same for the whole warp
+      const float pk = __shfl_sync(0xffffffffu, p, key);
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int64_t e = lane + 32 * i;
-      if (e < a.d) acc[i] = acc[i] * keep + p * static_cast<float>(vp[base + e]);
+      for (int i = 0; i < kPerLane; ++i) {
+        const int64_t e = lane + 32 * i;
+        if (e < a.d) acc[i] = fmaf(pk, static_cast<float>(vp[at + e]), acc[i]);
+      }
     }
     m = m_new;
   }

@@ -145,6 +145,47 @@ TEST(CudaPagedAttention, WindowsAndSoftCapsWithinTheirBoundOfFloat64) {
   }
 }
 
+// Positions past one pass of the block's warps (4 warps of 32 keys: 128 keys), with windows that
+// start inside a tile, head dims of 64 and 128 (rows of whole 16-byte pieces) and 40 (element
+// loads), against the CPU's kernel in float64, and the same bits alone as in the batch.
+TEST(CudaPagedAttention, LongSequencesOverSeveralTilesWithinTheirBound) {
+  WICK_REQUIRE_GPU();
+  const size_t h = 4, h_kv = 2, ps = 16, pages = 24, width = 20;
+  std::vector<uint32_t> table(width);
+  for (size_t i = 0; i < width; ++i) table[i] = static_cast<uint32_t>((7 * i + 3) % pages);
+  std::vector<uint32_t> seq = {0, 0, 0, 0}, pos = {127, 128, 257, 319};
+  const size_t t = seq.size();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (size_t d : {size_t{64}, size_t{128}, size_t{40}}) {
+      const double scale = 1 / std::sqrt(static_cast<double>(d));
+      Tensor q = random_tensor({t, h, d}, dt, cpu, -0.5, 0.5);
+      Tensor k = random_tensor({pages, h_kv, ps, d}, dt);
+      Tensor v = random_tensor({pages, h_kv, ps, d}, dt, cpu, 0.5, 1.5);
+      for (size_t window : {size_t{0}, size_t{200}}) {
+        SCOPED_TRACE(::testing::Message() << dt << " d " << d << " window " << window);
+        Tensor want = nn::paged_attention(q.to_dtype(DType::F64), k.to_dtype(DType::F64),
+                                          v.to_dtype(DType::F64), u32(table, {1, width}, cpu),
+                                          u32(seq, {t}, cpu), u32(pos, {t}, cpu), 0, window);
+        auto on_gpu = [&](const Tensor& qs, const std::vector<uint32_t>& ss,
+                          const std::vector<uint32_t>& ps_) {
+          return nn::paged_attention(qs.to_device(gpu()), k.to_device(gpu()), v.to_device(gpu()),
+                                     u32(table, {1, width}, gpu()), u32(ss, {ss.size()}, gpu()),
+                                     u32(ps_, {ps_.size()}, gpu()), 0, window)
+              .to_device(cpu);
+        };
+        Tensor got = on_gpu(q, seq, pos);
+        // As the windows test's bound, for sums over up to 320 keys.
+        const double uc = numerics::compute_roundoff(dt), u = numerics::unit_roundoff(dt);
+        const double bound = 2 * (2 * std::sqrt(double(d)) * uc * 0.5 * d * scale + 5 * uc * 4) +
+                             2 * std::sqrt(320.0) * uc * 1.5 + 2 * u * 1.5;
+        EXPECT_LE(max_abs_diff(got.to_vec_f64(), want.to_vec_f64()), bound);
+        EXPECT_EQ(on_gpu(q.narrow(0, 2, 1), {0}, {257}).to_vec_f64(),
+                  got.narrow(0, 2, 1).to_vec_f64());
+      }
+    }
+  }
+}
+
 // The decoder families (q/k norms, windows, soft-caps, Gemma's norms and two ropes) batched on
 // the GPU: both reference prompts in chunks of 5 beside each other, each chunk's last logits
 // within transformers' (f32, no TF32).
