@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstddef>
 #include <type_traits>
+#include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -70,6 +71,9 @@ Vec load_w(const W* p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
   }
 }
+inline void store(float* p, Vec v) {
+  _mm512_storeu_ps(p, v);
+}
 // Lane l + lane l + 8, then reduce8.
 inline float reduce(Vec v) {
   return reduce8(_mm256_add_ps(_mm512_castps512_ps256(v),
@@ -102,6 +106,9 @@ inline Vec fma(Vec a, Vec b, Vec c) {
 inline Vec load_x(const float* p) {
   return _mm256_loadu_ps(p);
 }
+inline void store(float* p, Vec v) {
+  _mm256_storeu_ps(p, v);
+}
 template <class W>
 Vec load_w(const W* p) {
   return load8(p);
@@ -115,7 +122,8 @@ inline float reduce(Vec v) {
 constexpr size_t kLanes = 8, kRowsPerTile = 4, kColsPerTile = 3;
 #endif
 
-// y[r][c] for rows [r0, r0 + R) of x and weight rows [c0, c0 + C): the fixed-order dot products.
+// y[r][c] for rows [r0, r0 + R) of x and weight rows [c0, c0 + C) (w: row c0): the fixed-order
+// dot products.
 template <class W, size_t R, size_t C>
 void tile(const float* x, const W* w, size_t k, size_t n, size_t r0, size_t c0, float* y) {
   const size_t kv = k / kLanes * kLanes;
@@ -127,7 +135,7 @@ void tile(const float* x, const W* w, size_t k, size_t n, size_t r0, size_t c0, 
   }
   for (size_t e = 0; e < kv; e += kLanes) {
     Vec wv[C];
-    for (size_t c = 0; c < C; ++c) wv[c] = load_w(w + (c0 + c) * k + e);
+    for (size_t c = 0; c < C; ++c) wv[c] = load_w(w + c * k + e);
     for (size_t r = 0; r < R; ++r) {
       const Vec xv = load_x(x + (r0 + r) * k + e);
       for (size_t c = 0; c < C; ++c) acc[r][c] = fma(xv, wv[c], acc[r][c]);
@@ -153,7 +161,7 @@ void tile(const float* x, const W* w, size_t k, size_t n, size_t r0, size_t c0, 
     for (size_t c = 0; c < C; ++c) {
       float l[8] = {};
       const float* xr = x + (r0 + r) * k;
-      const W* wr = w + (c0 + c) * k;
+      const W* wr = w + c * k;
       for (size_t e = 0; e < kv; e += 8) {
         for (size_t i = 0; i < 8; ++i) l[i] = std::fma(xr[e + i], widen(wr[e + i]), l[i]);
       }
@@ -165,14 +173,14 @@ void tile(const float* x, const W* w, size_t k, size_t n, size_t r0, size_t c0, 
     for (size_t c = 0; c < C; ++c) {
       float s = sums[r][c];
       const float* xr = x + (r0 + r) * k;
-      const W* wr = w + (c0 + c) * k;
+      const W* wr = w + c * k;
       for (size_t e = kv; e < k; ++e) s = std::fma(xr[e], widen(wr[e]), s);
       y[(r0 + r) * n + c0 + c] = s;
     }
   }
 }
 
-// Rows [r0, r1) of x against weight rows [c0, c0 + C).
+// Rows [r0, r1) of x against weight rows [c0, c0 + C) (w: row c0).
 template <class W, size_t C>
 void rows_against(const float* x, const W* w, size_t k, size_t n, size_t r0, size_t r1, size_t c0,
                   float* y) {
@@ -181,22 +189,62 @@ void rows_against(const float* x, const W* w, size_t k, size_t n, size_t r0, siz
   for (; r < r1; ++r) tile<W, 1, C>(x, w, k, n, r, c0, y);
 }
 
+// Rows of x from which a worker widens its f16/bf16 weight rows to f32 once (exactly) and runs
+// the f32 tiles over them: below, each tile widens as it loads (fewer rows reuse the rows less).
+constexpr size_t kWidenMinRows = 32;
+constexpr size_t kWidenBytes = size_t{1} << 20;
+
+// count values of w, widened to f32 (exact: the kernels' own loads).
+template <class W>
+void widen_into(const W* w, size_t count, float* out) {
+  size_t i = 0;
+#if defined(WICK_ROW_MATMUL_SIMD)
+  for (; i + kLanes <= count; i += kLanes) store(out + i, load_w(w + i));
+#endif
+  for (; i < count; ++i) out[i] = widen(w[i]);
+}
+
+// Weight rows [c_lo, c_hi) against every row of x, w: row c_lo.
+template <class W>
+void column_range(const float* x, size_t m, const W* w, size_t n, size_t k, size_t c_lo,
+                  size_t c_hi, float* y) {
+  for (size_t r0 = 0; r0 < m; r0 += kRowBlock) {
+    const size_t r1 = std::min(m, r0 + kRowBlock);
+    for (size_t c0 = c_lo; c0 < c_hi; c0 += kColsPerTile) {
+      const W* wr = w + (c0 - c_lo) * k;
+      if (c0 + kColsPerTile <= n) {
+        rows_against<W, kColsPerTile>(x, wr, k, n, r0, r1, c0, y);
+      } else {
+        for (size_t c = c0; c < n; ++c)
+          rows_against<W, 1>(x, wr + (c - c0) * k, k, n, r0, r1, c, y);
+      }
+    }
+  }
+}
+
 template <class W>
 void row_matmul_typed(const float* x, size_t m, const W* w, size_t n, size_t k, float* y) {
   const size_t col_tiles = (n + kColsPerTile - 1) / kColsPerTile;
   const size_t grain = std::max<size_t>(1, 32768 / (kColsPerTile * k * std::min(m, kRowBlock) + 1));
   parallel_for(col_tiles, grain, [&](size_t lo, size_t hi) {
-    for (size_t r0 = 0; r0 < m; r0 += kRowBlock) {
-      const size_t r1 = std::min(m, r0 + kRowBlock);
-      for (size_t t = lo; t < hi; ++t) {
-        const size_t c0 = t * kColsPerTile;
-        if (c0 + kColsPerTile <= n) {
-          rows_against<W, kColsPerTile>(x, w, k, n, r0, r1, c0, y);
-        } else {
-          for (size_t c = c0; c < n; ++c) rows_against<W, 1>(x, w, k, n, r0, r1, c, y);
+    const size_t c_lo = lo * kColsPerTile, c_hi = std::min(n, hi * kColsPerTile);
+    if constexpr (!std::is_same_v<W, float>) {
+      if (m >= kWidenMinRows) {
+        // The same products: each tile multiplies the widened values either way. At most about
+        // kWidenBytes of widened rows at a time.
+        const size_t step =
+            std::max<size_t>(1, kWidenBytes / (4 * k * kColsPerTile)) * kColsPerTile;
+        thread_local std::vector<float> wide;
+        for (size_t a = c_lo; a < c_hi; a += step) {
+          const size_t b = std::min(c_hi, a + step);
+          wide.resize((b - a) * k);
+          widen_into(w + a * k, wide.size(), wide.data());
+          column_range(x, m, wide.data(), n, k, a, b, y);
         }
+        return;
       }
     }
+    column_range(x, m, w + c_lo * k, n, k, c_lo, c_hi, y);
   });
 }
 
