@@ -97,16 +97,17 @@ void check_rope_write(const char* op, const Tensor& qkv, const Tensor& bias, siz
           str(op, ": qkv ", qkv.dtype(), ", an input (tables, bias or caches) ", t->dtype()));
     }
   }
-  for (const Tensor* t : {&norms.q, &norms.k}) {
-    const Tensor& other = t == &norms.q ? norms.k : norms.q;
-    const bool half = qkv.dtype() == DType::F16 || qkv.dtype() == DType::BF16;
-    if (t->defined() && ((t->dtype() != qkv.dtype() && !(half && t->dtype() == DType::F32)) ||
-                         (other.defined() && other.dtype() != t->dtype()))) {
-      throw DTypeMismatch(str(op, ": head norms ",
-                              norms.q.defined() ? dtype_name(norms.q.dtype()) : "none", " and ",
-                              norms.k.defined() ? dtype_name(norms.k.dtype()) : "none", " for qkv ",
-                              qkv.dtype(), " (one dtype: qkv's or f32)"));
-    }
+  // The head norms: one dtype, qkv's or (for f16/bf16 qkv) f32.
+  const bool half = qkv.dtype() == DType::F16 || qkv.dtype() == DType::BF16;
+  auto norm_dtype_ok = [&](const Tensor& w) {
+    return !w.defined() || w.dtype() == qkv.dtype() || (half && w.dtype() == DType::F32);
+  };
+  if (!norm_dtype_ok(norms.q) || !norm_dtype_ok(norms.k) ||
+      (norms.q.defined() && norms.k.defined() && norms.q.dtype() != norms.k.dtype())) {
+    throw DTypeMismatch(str(op, ": head norms ",
+                            norms.q.defined() ? dtype_name(norms.q.dtype()) : "none", " and ",
+                            norms.k.defined() ? dtype_name(norms.k.dtype()) : "none", " for qkv ",
+                            qkv.dtype(), " (one dtype: qkv's, or f32 for f16/bf16)"));
   }
   for (const Tensor* t : {&qkv, &cos, &sin, &bias, &norms.q, &norms.k, &v_cache}) {
     if (t->defined() && t->device() != k_cache.device()) {
