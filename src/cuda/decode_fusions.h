@@ -3,11 +3,13 @@
 // one, on CUDA (src/cuda/decode_gemv.*): one kernel instead of a norm, a matmul and an
 // element-wise kernel. The weight is plain (the activations' dtype) or one part of Q4_0, Q4_1 or
 // Q8_0 blocks. Where a projection takes `norm_weight` (defined), its input is
-// x.rms_norm(norm_weight, eps), computed inside. Each returns false, doing nothing, when it does
-// not apply (not CUDA, more than one row, unaligned or unsupported operands,
+// x.rms_norm(norm_weight, eps), computed inside: a weight of x's dtype, or of f32 for f16/bf16 x
+// (in f32, rounded once, as Tensor::rms_norm takes it). Each returns false, doing nothing, when it
+// does not apply (not CUDA, more than one row, unaligned or unsupported operands,
 // WICK_DECODE_GEMV=0); the caller then composes the step from separate ops, which is also what
 // the CPU runs and what the GPU tests compare against.
 
+#include "decode_plan.h"
 #include "nn/qlinear.h"
 #include "wick/tensor.h"
 
@@ -37,17 +39,19 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
                     const Tensor& k_cache, const Tensor& v_cache, const Tensor& position, Tensor* q,
                     const Tensor& slot = Tensor());
 
-/// silu_mul(linear(norm(x), w_gate_up)): (1, 1, n / 2). `next`: the projection after this one,
-/// whose first rows this one's blocks ask the L2 for (GemvArgs::l2_next): every block as it starts
-/// where this one is latency-bound, else its last blocks as they finish.
-bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
-                        const QLinear& w_gate_up, Tensor* act, const QLinear* next = nullptr);
+/// act(gate) * up of linear(norm(x), w_gate_up) (gate rows, then up rows; act SiLU, or the
+/// tanh-approximated GELU): (1, 1, n / 2), as silu_mul, or gelu then mul, leave it. `next`: the
+/// projection after this one, whose first rows this one's blocks ask the L2 for
+/// (GemvArgs::l2_next): every block as it starts where this one is latency-bound, else its last
+/// blocks as they finish.
+bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w_gate_up,
+                   GatedActivation activation, Tensor* act, const QLinear* next = nullptr);
 
 /// residual + linear(x, w), in residual's shape. prefetch_rows: the op before lets this one
 /// launch early (attend_to_position's launch_next_early): each block asks the L2 for the rest of
 /// its plain rows before it waits for that op (GemvArgs::prefetch_rows), and for a share of the
 /// first rows of `next` (plain gate/up weights, the projection after this one: GemvArgs::l2_next);
-/// without prefetch_rows, `next` as in fused_gate_up_silu.
+/// without prefetch_rows, `next` as in fused_gate_up.
 bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
                        bool prefetch_rows = false, const QLinear* next = nullptr);
 

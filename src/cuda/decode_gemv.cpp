@@ -76,9 +76,13 @@ struct Launch {
 bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, double eps,
              const QLinear& w, Launch* l) {
   if (!usable(x, w, &l->weight)) return false;
+  // A norm weight of x's dtype, or of f32 for f16/bf16 x (Gemma's 1 + w).
+  const bool half = x.dtype() == DType::F16 || x.dtype() == DType::BF16;
+  const bool f32_norm = norm_weight.defined() && half && norm_weight.dtype() == DType::F32;
   if (norm_weight.defined() &&
-      (norm_weight.device() != x.device() || norm_weight.dtype() != x.dtype() ||
-       !norm_weight.is_contiguous() || norm_weight.elem_count() != x.elem_count())) {
+      (norm_weight.device() != x.device() || (norm_weight.dtype() != x.dtype() && !f32_norm) ||
+       !norm_weight.is_contiguous() || norm_weight.elem_count() != x.elem_count() ||
+       reinterpret_cast<uintptr_t>(ptr_of(norm_weight)) % 16 != 0)) {
     return false;
   }
   cuda::GemvArgs& a = l->args;
@@ -89,6 +93,7 @@ bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, d
   a.n = l->weight.n;
   a.k = l->weight.k;
   a.norm_weight = norm_weight.defined() ? ptr_of(norm_weight) : nullptr;
+  a.norm_f32 = f32_norm;
   a.eps = eps;
   l->reads = {&x, l->weight.bytes};
   if (norm_weight.defined()) l->reads.push_back(&norm_weight);
@@ -285,18 +290,21 @@ void ask_l2_aside(const Tensor& x, const QLinear& next) {
       [&](cudaStream_t s) { cuda::launch_l2_aside(base, region, bytes_of(w) / 2, s); });
 }
 
-bool fused_gate_up_silu(const Tensor& x, const Tensor& norm_weight, double eps,
-                        const QLinear& w_gate_up, Tensor* act, const QLinear* next) {
+bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w_gate_up,
+                   GatedActivation activation, Tensor* act, const QLinear* next) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::SiluMul, x, norm_weight, eps, w_gate_up, &l) ||
-      !cuda::gemv_fits(x.dtype(), l.args)) {
+  const cuda::GemvEpilogue e = activation == GatedActivation::GeluTanh
+                                   ? cuda::GemvEpilogue::GeluMul
+                                   : cuda::GemvEpilogue::SiluMul;
+  if (!prepare(e, x, norm_weight, eps, w_gate_up, &l) || !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
   ask_l2_for_next(l, x, next, false,
                   end_bytes_or(cuda::tuning().l2_end_gu_mb, cuda::tuning().l2_end_gate_up_bytes),
                   l.args);
   size_t n = static_cast<size_t>(l.weight.n) / 2;
-  *act = run("gate_up_silu_gemv", l, x, n, Shape{1, 1, n});
+  *act = run(activation == GatedActivation::GeluTanh ? "gate_up_gelu_gemv" : "gate_up_silu_gemv", l,
+             x, n, Shape{1, 1, n});
   return true;
 }
 

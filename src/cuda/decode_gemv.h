@@ -7,6 +7,7 @@
 //   QkvRope: + bias, rope of the q and k heads at *position, q out, k and v into the caches
 //            (or into the pools of a paged cache);
 //   SiluMul: rows j and n/2 + j give silu(gate) * up -> out;
+//   GeluMul: the same with the tanh-approximated GELU (Gemma's GeGLU);
 //   Add:     residual + product -> out.
 
 #include <cuda_runtime.h>
@@ -18,7 +19,7 @@
 
 namespace wick::cuda {
 
-enum class GemvEpilogue { Store, QkvRope, SiluMul, Add };
+enum class GemvEpilogue { Store, QkvRope, SiluMul, GeluMul, Add };
 
 /// Threads a block of the kernel, unless dense_threads in decode_gemv.cu picks others for a large
 /// projection; each takes 16 bytes of a plain row at a time.
@@ -38,6 +39,9 @@ struct GemvArgs {
   const void* x;  // (k)
   int64_t n, k;
   const void* norm_weight;  // (k), or null: x is multiplied as it is
+  // norm_weight is f32 for f16/bf16 activations: the norm in f32, rounded once (Gemma's 1 + w,
+  // as transformers computes it), instead of the dtype's two roundings.
+  bool norm_f32 = false;
   double eps;
   // QkvRope
   const void* bias;  // (n) or null
@@ -52,7 +56,7 @@ struct GemvArgs {
   // *slot / max_len, row *slot % max_len): a paged step's one token.
   const uint32_t* slot = nullptr;
   int64_t h, h_kv, d, max_len;
-  // Store, SiluMul, Add
+  // Store, SiluMul / GeluMul, Add
   void* out;             // (n), (n / 2), (n)
   const void* residual;  // Add: (n)
   // Store with plain weights: also the index of the largest stored product (the first of equals;

@@ -253,8 +253,11 @@ __device__ __forceinline__ void block_totals(float (&s)[R]) {
 template <class T>
 struct Input {
   const T* x;
-  const T* nw;  // null: x as it is
+  const T* nw;        // null: x as it is (unless nw32)
+  const float* nw32;  // an f32 weight of f16/bf16 x: round(nw32 * (x * rstd)), one rounding
   float rstd = 1;
+
+  __device__ bool normed() const { return nw != nullptr || nw32 != nullptr; }
 
   template <int N = kGemvThreads>
   __device__ void find_rstd(int64_t k, double eps) {
@@ -271,6 +274,14 @@ struct Input {
     rstd = ops::norm_rstd(t[0], static_cast<float>(k), static_cast<float>(eps));
   }
 };
+
+// GemvArgs' input: x and its norm weight of the dtype, or of f32 (GemvArgs::norm_f32).
+template <class T>
+__device__ __forceinline__ Input<T> input_of(const GemvArgs& a) {
+  const void* nw = a.norm_weight;
+  return Input<T>{static_cast<const T*>(a.x), a.norm_f32 ? nullptr : static_cast<const T*>(nw),
+                  a.norm_f32 ? static_cast<const float*>(nw) : nullptr};
+}
 
 // The activations of the U units from `base` N apart (zeros past the end), normalised when the
 // input takes a norm.
@@ -295,6 +306,11 @@ __device__ __forceinline__ void load_inputs(const Input<T>& in, int64_t base, in
         load_run<T, RUN>(in.nw + F::x_start(c, run), w);
 #pragma unroll
         for (int e = 0; e < RUN; ++e) out[e] = rms_normed<T>(out[e], w[e], in.rstd);
+      } else if (in.nw32 != nullptr) {
+        float w[RUN];
+        load_run<float, RUN>(in.nw32 + F::x_start(c, run), w);
+#pragma unroll
+        for (int e = 0; e < RUN; ++e) out[e] = round_to<T>(w[e] * (out[e] * in.rstd));
       }
     }
   }
@@ -343,7 +359,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
   if (nw_first) nw_bits = __ldg(reinterpret_cast<const uint4*>(in.nw) + base);
   pdl_wait();
   WICK_TL_WAITED();
-  if (in.nw != nullptr) in.template find_rstd<N>(k, eps);
+  if (in.normed()) in.template find_rstd<N>(k, eps);
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
   for (bool first = true;; first = false) {
@@ -415,7 +431,7 @@ __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], In
   pdl_wait();
   WICK_TL_WAITED();
   const int64_t units = k / V;
-  if (in.nw != nullptr) in.find_rstd(k, eps);
+  if (in.normed()) in.find_rstd(k, eps);
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0;
   // Every thread runs every round (the first has a block barrier), units past the end idle.
@@ -447,7 +463,7 @@ __device__ __forceinline__ void pair_rows(const GemvArgs& a, int64_t p, int64_t&
     const int64_t half = a.d / 2;
     r0 = (p / half) * a.d + p % half;
     r1 = r0 + half;
-  } else if (a.epilogue == GemvEpilogue::SiluMul) {
+  } else if (a.epilogue == GemvEpilogue::SiluMul || a.epilogue == GemvEpilogue::GeluMul) {
     r0 = p;
     r1 = a.n / 2 + p;
   } else {
@@ -508,6 +524,12 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
   } else if (a.epilogue == GemvEpilogue::SiluMul) {
     // silu rounded, then the product: transformers' act_fn(gate) * up in the dtype.
     static_cast<T*>(a.out)[p] = convert<T>(round_to<T>(a0 / (1.0f + expf(-a0))) * a1);
+  } else if (a.epilogue == GemvEpilogue::GeluMul) {
+    // gelu rounded, then the product, as gelu (the tanh approximation of wick/unary_ops.def)
+    // then mul compute it in the dtype.
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    const float g = 0.5f * a0 * (1.0f + tanhf(k * a0 * (1.0f + 0.044715f * a0 * a0)));
+    static_cast<T*>(a.out)[p] = convert<T>(round_to<T>(g) * a1);
   } else {  // Add
     const T* res = static_cast<const T*>(a.residual);
     T* out = static_cast<T*>(a.out);

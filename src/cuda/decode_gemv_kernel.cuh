@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
   const uint8_t* row_ptr[R];
   group_rows<R>(a, p0, rows);
   row_starts<R>(a, row_bytes, rows, row_ptr);
-  Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
+  Input<T> in = input_of<T>(a);
   float acc[R];
   if constexpr (kDense) {
     dot_rows<T, F, R, kPrefetchRows, N>(row_ptr, in, a.k, a.eps, acc);

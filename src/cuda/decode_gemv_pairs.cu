@@ -145,7 +145,7 @@ __device__ __forceinline__ void quantize_x_to_shared(const GemvArgs& a, uint8_t*
     constexpr int ROUNDS = 8 / PIECES;           // 8 loads in flight: 32 registers
     pdl_wait();
     WICK_TL_WAITED();
-    Input<T> in{x, nw};
+    Input<T> in{x, nw, nullptr};
     if (nw != nullptr) in.find_rstd(a.k, a.eps);
     // Every thread runs every round (halves is a multiple of the block's threads): the
     // quantization's shuffle needs the whole warp.
@@ -301,7 +301,7 @@ void launch_pairs_units(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
 namespace gemv {
 
 bool ggml_pairs_fit(const GemvArgs& a, int64_t row_bytes) {
-  return pairs_fit(a, row_bytes);
+  return !a.norm_f32 && pairs_fit(a, row_bytes);  // its norm reads weights of the dtype
 }
 
 void launch_ggml_pairs(DType dtype, const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {

@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(kGemvThreads, U >= 4 ? 3 : 6)
   cp_async_commit();
   pdl_wait();
   WICK_TL_WAITED();
-  Input<T> in{static_cast<const T*>(a.x), static_cast<const T*>(a.norm_weight)};
-  if (in.nw != nullptr) in.find_rstd(a.k, a.eps);
+  Input<T> in = input_of<T>(a);
+  if (in.normed()) in.find_rstd(a.k, a.eps);
   QUnit xq[U];
   quantize_inputs<T, F, U>(in, threadIdx.x, units, xq);
   for (int buf = 0; g < groups; g += gridDim.x, buf ^= 1) {

@@ -9,13 +9,15 @@
 
 #include "decode_plan.h"
 
+#include <cmath>
+#include <map>
+
 #include "cuda/cuda_device.h"
 #include "cuda/decode_fusions.h"
 #include "nn/kv_write.h"
 #include "settings.h"
 #include "wick/nn/attention.h"
 #include "wick/nn/decoder_ops.h"
-#include "wick/nn/paged_attention.h"
 
 namespace wick::cuda {
 
@@ -29,33 +31,40 @@ class CudaDecodePlan final : public DecodePlan {
               size_t key_window) const override {
     if (token.elem_count() != 1) return Tensor();  // batches: the model composes the step
     const DecoderWeights& m = w_;
-    for (const DecoderWeights::Layer& l : m.layers) {
-      if (l.window > 0 && l.window < key_window) return Tensor();  // a window that masks
-    }
     const size_t len = key_window;
-    Tensor mask;  // made once per step where attention needs it
+    std::map<size_t, Tensor> masks;  // by window (0: none), made once per step where needed
     auto attend = [&](size_t li, const Tensor& x, const Tensor& normed) {
       const DecoderWeights::Layer& l = m.layers[li];
-      Tensor q = project_rope(li, x, normed, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
-                              position, Tensor());
+      const bool own_rope = l.cos.defined();
+      Tensor q = project_rope(li, x, normed, own_rope ? l.cos : cache.cos(),
+                              own_rope ? l.sin : cache.sin(), cache.k(li), cache.v(li), position,
+                              Tensor());
       Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
       // A plain output projection launches as the attention starts and asks the L2 for its
       // rows, and a side branch asks for gate/up's, while the attention leaves HBM idle.
       Attended a;
       a.early = !l.wo.quantized();
       if (a.early) ask_l2_aside(q, l.wgate_up);
-      if (!nn::detail::attend_to_position(q, keys, values, position, &a.out, a.early)) {
-        if (!mask.defined()) mask = nn::detail::position_mask(cache, position, len);
+      // Attention with a mask where the scores are scaled or capped otherwise, or the window
+      // hides some of the keys before the position.
+      const size_t window = l.window > 0 && l.window < len ? l.window : 0;
+      if (!plain_scores(l) || window > 0 ||
+          !nn::detail::attend_to_position(q, keys, values, position, &a.out, a.early)) {
+        Tensor& mask = masks[window];
+        if (!mask.defined()) mask = nn::detail::position_mask(cache, position, len, window);
         nn::AttentionOptions opts;
         opts.mask = mask;
+        opts.scale = l.scale;
+        opts.softcap = l.softcap;
         a.out = nn::scaled_dot_product_attention(q, keys, values, opts);
         a.early = false;
       }
       a.out = a.out.transpose(1, 2).reshape({1, 1, m.heads * m.head_dim});
       return a;
     };
+    // The output head's kernel gives the argmax unless the logits are soft-capped after it.
     Tensor next;
-    Tensor out = layers_and_head(m.embed.embedding(token), attend, &next);
+    Tensor out = layers_and_head(embed(token), attend, m.final_softcap > 0 ? nullptr : &next);
     if (logits != nullptr) *logits = out;
     return next.defined() ? next : out.argmax(1);
   }
@@ -71,15 +80,22 @@ class CudaDecodePlan final : public DecodePlan {
     }
     const DecoderWeights& m = w_;
     auto attend = [&](size_t li, const Tensor& x, const Tensor& normed) {
-      Tensor q = project_rope(li, x, normed, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
-                              b.positions, b.slots);  // (1, h, hd)
+      const DecoderWeights::Layer& l = m.layers[li];
+      const bool own_rope = l.cos.defined();
+      Tensor q = project_rope(li, x, normed, own_rope ? l.cos : cache.cos(),
+                              own_rope ? l.sin : cache.sin(), cache.k(li), cache.v(li), b.positions,
+                              b.slots);  // (1, h, hd)
+      // As in `step`: a plain output projection launches as the attention starts.
       Attended a;
-      a.out = nn::paged_attention(q.reshape({1, m.heads, m.head_dim}), cache.k(li), cache.v(li),
-                                  b.page_table, b.token_seq, b.positions, 0, m.layers[li].window)
+      a.early = !l.wo.quantized();
+      if (a.early) ask_l2_aside(q, l.wgate_up);
+      a.out = nn::detail::paged_attention(q.reshape({1, m.heads, m.head_dim}), cache.k(li),
+                                          cache.v(li), b.page_table, b.token_seq, b.positions,
+                                          l.scale, l.window, l.softcap, a.early)
                   .reshape({1, 1, m.heads * m.head_dim});
       return a;
     };
-    return layers_and_head(m.embed.embedding(b.ids.reshape({1, 1})), attend, nullptr);
+    return layers_and_head(embed(b.ids.reshape({1, 1})), attend, nullptr);
   }
 
  private:
@@ -87,6 +103,19 @@ class CudaDecodePlan final : public DecodePlan {
     Tensor out;          // (1, 1, heads * head_dim)
     bool early = false;  // its kernel lets the output projection launch early
   };
+
+  // Scores as the decode attention kernel computes them: scaled by 1 / sqrt(head_dim), not
+  // soft-capped.
+  bool plain_scores(const DecoderWeights::Layer& l) const {
+    return l.softcap == 0 &&
+           (l.scale == 0 || l.scale == 1 / std::sqrt(static_cast<double>(w_.head_dim)));
+  }
+
+  // The embedded token (1, 1, d), scaled where the model scales it.
+  Tensor embed(const Tensor& token) const {
+    Tensor x = w_.embed.embedding(token);
+    return w_.embed_scale == 1 ? x : x.affine(w_.embed_scale, 0);
+  }
 
   // Layer li's q (1, h, 1, hd) from the residual stream x (1, 1, d), or from `normed` (x's ln1
   // norm) where a composed add made it: the projection, the bias, the per-head norms, rope at
@@ -120,8 +149,8 @@ class CudaDecodePlan final : public DecodePlan {
   }
 
   // The layers from the embedded token x (1, 1, d), each attending through `attend`, then the
-  // output head: the logits (1, vocab); *next, where given, their argmax where the head's kernel
-  // gives it.
+  // output head: the logits (1, vocab), soft-capped where the model caps them; *next, where
+  // given, their argmax where the head's kernel gives it.
   template <class Attend>
   Tensor layers_and_head(Tensor x, const Attend& attend, Tensor* next) const {
     const DecoderWeights& m = w_;
@@ -131,31 +160,49 @@ class CudaDecodePlan final : public DecodePlan {
       if (!normed.defined()) normed = x.rms_norm(w, eps);
       return normed;
     };
-    // Each residual add: fused into the projection, or composed with the norm that follows.
+    // Each residual add: fused into the projection, or composed with the norm that follows (in
+    // x's dtype; a norm of another dtype is left to the projection after).
     auto project_add = [&](const Tensor& in, const QLinear& w, const Tensor& next_norm, bool early,
                            const QLinear* after) {
       Tensor sum;
       if (fused_project_add(in, w, x, &sum, early, after)) {
         x = sum;
+      } else if (next_norm.dtype() != x.dtype()) {
+        x = x.add(w.forward(in));
       } else {
         nn::ResidualNorm r = nn::add_rms_norm(x, w.forward(in), next_norm, eps);
         x = r.residual;
         normed = r.normed;
       }
     };
+    // A residual add of the projection's output normalised first (Gemma's post-norms).
+    auto project_norm_add = [&](const Tensor& in, const QLinear& w, const Tensor& post_norm) {
+      Tensor y;
+      if (!fused_linear(in, Tensor(), 0, w, &y)) y = w.forward(in);
+      x = x.add(y.rms_norm(post_norm, eps));
+    };
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const DecoderWeights::Layer& l = m.layers[li];
       Attended att = attend(li, x, normed);
       normed = Tensor();
-      project_add(att.out, l.wo, l.ln2, att.early, &l.wgate_up);
+      if (l.post_attn_norm.defined()) {
+        project_norm_add(att.out, l.wo, l.post_attn_norm);
+      } else {
+        project_add(att.out, l.wo, l.ln2, att.early, &l.wgate_up);
+      }
       Tensor act;
-      if (normed.defined() || !fused_gate_up_silu(x, l.ln2, eps, l.wgate_up, &act, &l.wdown)) {
-        act = nn::silu_mul(l.wgate_up.forward(normed_by(l.ln2)));
+      if (normed.defined() ||
+          !fused_gate_up(x, l.ln2, eps, l.wgate_up, m.activation, &act, &l.wdown)) {
+        act = gated(l.wgate_up.forward(normed_by(l.ln2)));
       }
       normed = Tensor();
       const bool last = li + 1 == m.layers.size();
-      project_add(act, l.wdown, last ? m.norm : m.layers[li + 1].ln1, false,
-                  last ? &m.lm_head : &m.layers[li + 1].wqkv);
+      if (l.post_ffn_norm.defined()) {
+        project_norm_add(act, l.wdown, l.post_ffn_norm);
+      } else {
+        project_add(act, l.wdown, last ? m.norm : m.layers[li + 1].ln1, false,
+                    last ? &m.lm_head : &m.layers[li + 1].wqkv);
+      }
     }
     // The output head: the final norm inside the projection, the argmax as it stores the logits.
     Tensor out;
@@ -164,7 +211,18 @@ class CudaDecodePlan final : public DecodePlan {
           fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &out))) {
       out = m.lm_head.forward(normed_by(m.norm).squeeze(1));
     }
+    if (m.final_softcap > 0) {
+      const double cap = m.final_softcap;
+      out = out.affine(1 / cap, 0).tanh().affine(cap, 0);
+    }
     return out;
+  }
+
+  // act(gate) * up of the gate/up projection's output (1, 1, 2 ff).
+  Tensor gated(const Tensor& gate_up) const {
+    if (w_.activation == GatedActivation::SiLU) return nn::silu_mul(gate_up);
+    const size_t ff = gate_up.dims()[2] / 2;
+    return gate_up.narrow(2, 0, ff).gelu().mul(gate_up.narrow(2, ff, ff));
   }
 
   DecoderWeights w_;

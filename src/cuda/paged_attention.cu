@@ -70,6 +70,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   __shared__ float q_s[kMaxD];
   __shared__ float m_s[kWarps], l_s[kWarps];
   __shared__ float acc_s[kWarps][kMaxD];
+  // Everything read comes from the kernels before (q and the new key from the one just before).
+  pdl_wait();
+  if (a.launch_next_early) pdl_launch_dependents();
   T* out = static_cast<T*>(a.out) + (t * a.h + head) * a.d;
   const uint32_t seq = a.seq[t], pos = a.pos[t];
   const bool valid = seq < a.n_seqs && pos / a.page_size < a.width;
@@ -171,21 +174,23 @@ void launch_paged_attention(DType dtype, const PagedAttentionArgs& a, cudaStream
   if (a.d > kMaxD) {
     throw UnsupportedDType("paged_attention: head dim above 256 is not supported on CUDA");
   }
-  const unsigned blocks = static_cast<unsigned>(a.tokens * a.h);
+  const dim3 blocks(static_cast<unsigned>(a.tokens * a.h)), threads(kWarps * 32);
   switch (dtype) {
     case DType::F32:
-      paged_attention_kernel<float><<<blocks, kWarps * 32, 0, s>>>(a);
+      launch_pdl_carveout(kCarveoutMaxShared, paged_attention_kernel<float>, blocks, threads, 0, s,
+                          a);
       break;
     case DType::F16:
-      paged_attention_kernel<__half><<<blocks, kWarps * 32, 0, s>>>(a);
+      launch_pdl_carveout(kCarveoutMaxShared, paged_attention_kernel<__half>, blocks, threads, 0, s,
+                          a);
       break;
     case DType::BF16:
-      paged_attention_kernel<__nv_bfloat16><<<blocks, kWarps * 32, 0, s>>>(a);
+      launch_pdl_carveout(kCarveoutMaxShared, paged_attention_kernel<__nv_bfloat16>, blocks,
+                          threads, 0, s, a);
       break;
     default:
       throw UnsupportedDType("paged_attention: f32, f16 or bf16 on CUDA");
   }
-  WICK_CUDA_CHECK_LAUNCH();
 }
 
 void launch_paged_kv_write(size_t elem_bytes, void* k_pages, void* v_pages, const void* k,

@@ -23,9 +23,12 @@ struct PagedAttentionArgs {
   int64_t window;  // > 0: keys pos - window < j <= pos only
   float scale;
   float softcap;  // > 0: scores softcap tanh(score / softcap)
+  // The kernel after this one may launch as this one starts (fused::PagedAttentionOp's).
+  bool launch_next_early;
 };
 
-/// One block per (token, query head). d at most 256.
+/// One block per (token, query head), a programmatic dependent launch (it reads nothing before
+/// the kernel before it has finished). d at most 256.
 void launch_paged_attention(DType dtype, const PagedAttentionArgs& a, cudaStream_t s);
 
 /// k, v (tokens, h_kv, d) row-major into the pools at slots[t]; slots outside the pool skipped.

@@ -13,8 +13,8 @@ namespace wick::fused {
 /// (the `window` latest of them when window > 0), scores soft-capped when softcap > 0.
 class PagedAttentionOp final : public CustomOp {
  public:
-  PagedAttentionOp(double scale, size_t window, double softcap)
-      : scale(scale), window(window), softcap(softcap) {}
+  PagedAttentionOp(double scale, size_t window, double softcap, bool launch_next_early = false)
+      : scale(scale), window(window), softcap(softcap), launch_next_early(launch_next_early) {}
   const char* name() const override { return "paged_attention"; }
   TensorList fallback(const TensorList& inputs) const override;
   std::optional<TensorList> cpu(const TensorList& inputs) const override;
@@ -27,6 +27,9 @@ class PagedAttentionOp final : public CustomOp {
   double scale;    // resolved: never 0
   size_t window;   // 0: every key up to the token's position
   double softcap;  // 0: off
+  // CUDA: the kernel after this one may launch as this one starts, for a next kernel that only
+  // loads weights before it waits (a decode plan's output projection).
+  bool launch_next_early;
 
   /// The first key position token position `pos` attends to.
   size_t first_key(size_t pos) const {

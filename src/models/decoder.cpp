@@ -712,15 +712,7 @@ Tensor Decoder::decode_step(const Tensor& token, const Tensor& position, KvCache
     }
     window = std::max(window, l.attention.window);
   }
-  if (window > 0) {
-    // Keys j with j + window > position: the window's; the others -inf.
-    Tensor inside = cache.positions()
-                        .narrow(0, 0, key_window)
-                        .affine(1, static_cast<double>(window))
-                        .gt(position.reshape({1}).broadcast_as({key_window}))
-                        .reshape({1, key_window});
-    at.mask_window = inside.where_cond(at.mask_all, cache.mask_fill().narrow(0, 0, 1));
-  }
+  if (window > 0) at.mask_window = nn::detail::position_mask(cache, position, key_window, window);
   Tensor out = head(hidden(token, at).squeeze(1), at);  // (b, vocab)
   if (logits != nullptr) *logits = out;
   return out.argmax(1);
@@ -734,40 +726,61 @@ Tensor Decoder::forward_last(const Tensor& ids, KvCache& cache) const {
   return run(ids, cache, true, "forward_last");
 }
 
-PreNormDecoder::PreNormDecoder(DecoderConfig config, Weights weights, const Device& device,
-                               DType dtype)
-    : Decoder(std::move(config), std::move(weights), device, dtype) {
-  if (config_.final_softcap > 0 || w_.ropes.size() != 1 ||
-      w_.ropes[0].rotated_dims(config_.head_dim) != config_.head_dim) {
-    return;
+void Decoder::ask_for_plan(GatedActivation activation, double embed_scale) {
+  for (const Rope& r : w_.ropes) {
+    if (r.rotated_dims(config_.head_dim) != config_.head_dim) return;
   }
+  // Norm weights of the dtype, or f32 ones of an f16/bf16 model (Gemma's 1 + w).
+  const bool half = dtype_ == DType::F16 || dtype_ == DType::BF16;
+  auto norm_ok = [&](const Tensor& w) {
+    return !w.defined() || w.dtype() == dtype_ || (half && w.dtype() == DType::F32);
+  };
   DecoderWeights plan;
   plan.heads = config_.num_heads;
   plan.kv_heads = config_.num_kv_heads;
   plan.head_dim = config_.head_dim;
   plan.eps = config_.rms_norm_eps;
+  plan.embed_scale = embed_scale;
+  plan.activation = activation;
+  plan.final_softcap = config_.final_softcap;
   plan.embed = w_.embed;
   plan.norm = w_.norm;
   plan.lm_head = w_.lm_head;
+  if (!norm_ok(w_.norm)) return;
   for (const Layer& l : w_.layers) {
-    if (l.attention.softcap > 0 || l.attention.rope != 0 || l.post_attn_norm.defined() ||
-        l.post_ffn_norm.defined() || l.q_norm.defined() != l.k_norm.defined() ||
-        l.attention.scale != 1.0 / std::sqrt(static_cast<double>(config_.head_dim))) {
+    if (l.q_norm.defined() != l.k_norm.defined() || l.attn_norm.dtype() != l.ffn_norm.dtype()) {
       return;
+    }
+    for (const Tensor* w :
+         {&l.attn_norm, &l.ffn_norm, &l.post_attn_norm, &l.post_ffn_norm, &l.q_norm, &l.k_norm}) {
+      if (!norm_ok(*w)) return;
     }
     DecoderWeights::Layer p;
     p.ln1 = l.attn_norm;
     p.ln2 = l.ffn_norm;
+    p.post_attn_norm = l.post_attn_norm;
+    p.post_ffn_norm = l.post_ffn_norm;
     p.wqkv = l.wqkv;
     p.wo = l.wo;
     p.wgate_up = l.wgate_up;
     p.wdown = l.wdown;
     p.q_norm = l.q_norm;
     p.k_norm = l.k_norm;
+    if (l.attention.rope > 0) {
+      std::tie(p.cos, p.sin) = extra_rope_tables_.at(l.attention.rope - 1);
+    }
     p.window = l.attention.window;
+    p.scale = l.attention.scale;
+    p.softcap = l.attention.softcap;
     plan.layers.push_back(std::move(p));
   }
   plan_ = backend_device(device_).decode_plan(plan);
+}
+
+PreNormDecoder::PreNormDecoder(DecoderConfig config, Weights weights, const Device& device,
+                               DType dtype)
+    : Decoder(std::move(config), std::move(weights), device, dtype) {
+  ask_for_plan(GatedActivation::SiLU, 1);
 }
 
 Tensor PreNormDecoder::hidden(const Tensor& ids, const Step& at) const {

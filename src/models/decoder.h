@@ -20,7 +20,8 @@
 
 namespace wick {
 class DecodePlan;
-}
+enum class GatedActivation;
+}  // namespace wick
 namespace wick::gguf {
 class File;
 }
@@ -214,6 +215,10 @@ class Decoder : public CausalLM {
   /// Layer li's attention of `in` (b, s, d): q/k/v projection, the q/k norms when defined, rope,
   /// the cache write and attention; returns (b, s, heads * head_dim) before the output projection.
   Tensor attend(const Tensor& in, size_t li, const Step& at) const;
+  /// Asks the backend for a decode plan (decode_plan.h) for these weights, the FFN's gate
+  /// `activation` and the embedding times `embed_scale`, unless a rope rotates part of each head
+  /// or a norm weight is of a dtype the plan does not take; plan_ stays null otherwise.
+  void ask_for_plan(GatedActivation activation, double embed_scale);
   /// w x: in a paged step through batch_linear (a row's result does not depend on the batch).
   static Tensor linear(const QLinear& w, const Tensor& x, const Step& at);
   /// rms_norm(x) * w: in x's dtype, or for a weight of another dtype (Gemma's f32 1 + w) in the
@@ -246,9 +251,7 @@ class Decoder : public CausalLM {
 /// x += o(attend(rms_norm(x))), x += down(silu(gate) * up of rms_norm(x)); then the last rms_norm.
 class PreNormDecoder : public Decoder {
  public:
-  /// Asks the backend for a decode plan (the standard layout of decode_plan.h) unless a layer
-  /// soft-caps its scores, the logits are soft-capped, layers take ropes of their own or the rope
-  /// rotates part of each head only.
+  /// With the backend's decode plan where it gives one (Decoder::ask_for_plan).
   PreNormDecoder(DecoderConfig config, Weights weights, const Device& device, DType dtype);
 
  protected:

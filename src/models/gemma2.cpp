@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "decode_plan.h"
 #include "models/families.h"
 #include "models/gemma.h"
 #include "util.h"
@@ -30,6 +31,7 @@ class Gemma : public Decoder {
     embed_scale_ = Tensor::from_vec(std::vector<double>{s}, {1}, Device::cpu())
                        .to_dtype(dtype)
                        .to_vec_f64()[0];
+    ask_for_plan(GatedActivation::GeluTanh, embed_scale_);
   }
 
  protected:

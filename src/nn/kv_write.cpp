@@ -49,10 +49,17 @@ Tensor project_qkv(const Tensor& in, const QLinear& w, const Tensor& bias, Tenso
       .reshape({b, s, n});
 }
 
-Tensor position_mask(const models::KvCache& cache, const Tensor& position, size_t len) {
-  Tensor later = cache.positions().narrow(0, 0, len).gt(position.reshape({1}).broadcast_as({len}));
-  return later.where_cond(cache.mask_fill().narrow(0, 0, 1), cache.mask_fill().narrow(0, 1, 1))
-      .reshape({1, len});
+Tensor position_mask(const models::KvCache& cache, const Tensor& position, size_t len,
+                     size_t window) {
+  const Tensor rows = cache.positions().narrow(0, 0, len);
+  const Tensor at = position.reshape({1}).broadcast_as({len});
+  const Tensor hidden = cache.mask_fill().narrow(0, 0, 1),
+               shown = cache.mask_fill().narrow(0, 1, 1);
+  Tensor mask = rows.gt(at).where_cond(hidden, shown);
+  // Keys j with j + window > position are the window's.
+  if (window > 0)
+    mask = rows.affine(1, static_cast<double>(window)).gt(at).where_cond(mask, hidden);
+  return mask.reshape({1, len});
 }
 
 void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_cache,

@@ -14,8 +14,10 @@ namespace wick::nn::detail {
 Tensor project_qkv(const Tensor& in, const QLinear& w, const Tensor& bias, Tensor* bias_left);
 
 /// The additive mask (1, len) of a decode step at `position` (one U32 on the cache's device):
-/// 0 for the keys up to the position, -inf after it, in the cache's dtype.
-Tensor position_mask(const models::KvCache& cache, const Tensor& position, size_t len);
+/// 0 for the keys up to the position (with `window` > 0, the last `window` of them only), -inf
+/// for the others, in the cache's dtype.
+Tensor position_mask(const models::KvCache& cache, const Tensor& position, size_t len,
+                     size_t window = 0);
 
 /// k_cache[:, :, p + i, :] = k[:, :, i, :] and the same for v, with p = position's one U32
 /// element, read where the work runs (on the GPU for CUDA tensors: no host round trip; one kernel
@@ -66,5 +68,11 @@ Tensor rope_write_paged(const Tensor& qkv, const Tensor& bias, size_t h, size_t 
 /// only loads weights before it waits (AttentionArgs::launch_next_early).
 bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& values,
                         const Tensor& position, Tensor* out, bool launch_next_early = false);
+
+/// nn::paged_attention, whose CUDA kernel with launch_next_early lets the op after it launch as
+/// it starts (as attend_to_position's).
+Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                       const Tensor& page_table, const Tensor& token_seq, const Tensor& token_pos,
+                       double scale, size_t window, double softcap, bool launch_next_early);
 
 }  // namespace wick::nn::detail

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "fused/paged_attention.h"
+#include "nn/kv_write.h"
 #include "tensor_internal.h"
 #include "util.h"
 #include "wick/error.h"
@@ -59,6 +60,14 @@ void check_index(const char* op, const char* name, const Tensor& t, size_t rank,
 Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                        const Tensor& page_table, const Tensor& token_seq, const Tensor& token_pos,
                        double scale, size_t window, double softcap) {
+  return detail::paged_attention(q, k_pages, v_pages, page_table, token_seq, token_pos, scale,
+                                 window, softcap, false);
+}
+
+Tensor detail::paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                               const Tensor& page_table, const Tensor& token_seq,
+                               const Tensor& token_pos, double scale, size_t window, double softcap,
+                               bool launch_next_early) {
   constexpr const char* kOp = "paged_attention";
   check_pools(kOp, k_pages, v_pages);
   if (!(softcap >= 0) || !std::isfinite(softcap)) {
@@ -86,7 +95,7 @@ Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_p
   if (t == 0) return Tensor::zeros(q.shape(), q.dtype(), dev);
   const double resolved =
       scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(k_pages.dims()[3]));
-  return wick::apply(fused::PagedAttentionOp(resolved, window, softcap),
+  return wick::apply(fused::PagedAttentionOp(resolved, window, softcap, launch_next_early),
                      {q.contiguous(), k_pages, v_pages, page_table.contiguous(),
                       token_seq.contiguous(), token_pos.contiguous()})[0];
 }

@@ -87,6 +87,38 @@ TEST(CudaFamilies, LogitsAndGreedyTokensEqualTransformers) {
   }
 }
 
+// One decode step in bf16 after a prefill (the backend's decode plan where the family has one:
+// Gemma's f32 norms, GELU gate, post-norms and local rope tables inside the fused projections)
+// against transformers' logits of the same position, for key windows that the sliding windows
+// of the configs (8) mask and that they do not.
+TEST(CudaFamilies, DecodeStepInBf16GivesTransformersLogits) {
+  SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  for (const char* family : kFamilies) {
+    SCOPED_TRACE(family);
+    const std::string dir = family_dir(family);
+    std::shared_ptr<const models::CausalLM> model = models::load_causal_lm(dir, gpu, DType::BF16);
+    const size_t vocab = model->config().vocab_size, last = 11;
+    auto prompt = to_u32(npy::load(dir + "/prompt.npy", Device::cpu()).get(0));
+    auto expected = npy::load(dir + "/logits.npy", Device::cpu()).get(0).get(last).to_vec_f64();
+    ASSERT_EQ(expected.size(), vocab);
+    for (size_t key_window : {size_t{12}, size_t{28}}) {
+      models::KvCache cache = model->make_cache(1, 28);
+      std::vector<uint32_t> head(prompt.begin(), prompt.begin() + last);
+      model->forward(Tensor::from_vec(head, {1, last}, gpu), cache);
+      Tensor token = Tensor::from_vec(std::vector<uint32_t>{prompt[last]}, {1, 1}, gpu);
+      Tensor position =
+          Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(last)}, {1}, gpu);
+      Tensor logits;
+      Tensor next = model->decode_step(token, position, cache, &logits, key_window);
+      auto got = logits.to_vec_f64();
+      EXPECT_LE(max_abs_diff(got, expected), bound_for(DType::BF16) * range_of(expected))
+          << "key window " << key_window;
+      EXPECT_EQ(to_u32(next), to_u32(logits.argmax(1))) << "key window " << key_window;
+    }
+  }
+}
+
 TEST(CudaFamilies, AttentionWindowAndSoftCapEqualTheCpu) {
   SKIP_WITHOUT_GPU();
   const Device gpu = Device::cuda(0);

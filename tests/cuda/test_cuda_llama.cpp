@@ -628,12 +628,12 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
             Tensor wgu_ref;
             nn::QLinear wgu = weight(2 * n_gate, k, &wgu_ref);
             Tensor act;
-            ASSERT_TRUE(md::fused_gate_up_silu(xg, norm_g, eps, wgu, &act));
+            ASSERT_TRUE(md::fused_gate_up(xg, norm_g, eps, wgu, GatedActivation::SiLU, &act));
             EXPECT_TRUE(
                 testing::close_to(act, testing::f64(nn::silu_mul(linear(in, wgu_ref))), tol));
             // Not for two rows: the caller composes.
             Tensor two = testing::random_tensor({1, 2, k}, dt).to_device(gpu);
-            EXPECT_FALSE(md::fused_gate_up_silu(two, norm_g, eps, wgu, &act));
+            EXPECT_FALSE(md::fused_gate_up(two, norm_g, eps, wgu, GatedActivation::SiLU, &act));
           }
         }
         // projection + residual add; n = 4096 takes the kernel's 8-row blocks; n = 16388 gives
@@ -651,11 +651,71 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
   }
   // Nor for the CPU, nor for a type the kernel does not read.
   Tensor x = testing::random_tensor({1, 1, 256}, DType::F32), act;
-  EXPECT_FALSE(
-      md::fused_gate_up_silu(x, Tensor(), 0, testing::random_tensor({64, 256}, DType::F32), &act));
+  EXPECT_FALSE(md::fused_gate_up(x, Tensor(), 0, testing::random_tensor({64, 256}, DType::F32),
+                                 GatedActivation::SiLU, &act));
   nn::QLinear k_quant(
       std::vector<QTensor>{testing::random_qtensor(GgmlType::Q4_K, 64, 256).to_device(gpu)});
-  EXPECT_FALSE(md::fused_gate_up_silu(x.to_device(gpu), Tensor(), 0, k_quant, &act));
+  EXPECT_FALSE(
+      md::fused_gate_up(x.to_device(gpu), Tensor(), 0, k_quant, GatedActivation::SiLU, &act));
+}
+
+// Gemma's pieces of the fused projections: an f32 norm weight of bf16 / f16 activations (the norm
+// in f32, rounded once, as Tensor::rms_norm takes it) and the GELU-gated FFN, on the GPU against
+// the same ops composed on the CPU, for plain and Q8_0 weights.
+TEST(CudaDecodeGemv, F32NormWeightsAndGeluGateMatchComposition) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  for (bool quantized : {false, true}) {
+    for (DType dt : {DType::BF16, DType::F16}) {
+      SCOPED_TRACE(std::string(quantized ? "q8_0 " : "dense ") + dtype_name(dt));
+      const double tol = 4 * testing::tolerance(dt);
+      const size_t k = 1152, n = 384;  // Gemma 3 1B's hidden size
+      auto weight = [&](size_t rows, Tensor* ref) -> nn::QLinear {
+        if (!quantized) {
+          Tensor w = testing::random_tensor({rows, k}, dt).affine(0.1, 0);
+          *ref = w;
+          return w.to_device(gpu);
+        }
+        QTensor q = testing::random_qtensor(GgmlType::Q8_0, rows, k);
+        *ref = q.dequantize();
+        return nn::QLinear(std::vector<QTensor>{q.to_device(gpu)});
+      };
+      Tensor x = testing::random_tensor({1, 1, k}, dt);
+      Tensor nw = testing::random_tensor({k}, DType::F32).affine(0.5, 1);  // 1 + w
+      const double eps = 1e-6;
+      Tensor normed = x.rms_norm(nw, eps);  // f32 inside, one rounding to dt
+      ASSERT_EQ(normed.dtype(), dt);
+      // GGML weights: the kernel dots the activations quantized as the CPU's qmatmul takes them,
+      // and so does the composition (in f32, with the dequantised weights).
+      Tensor in = normed;
+      if (quantized) {
+        std::vector<float> f = normed.to_dtype(DType::F32).flatten_all().to_vec1<float>();
+        cpu::Q8Rows q;
+        q.quantize(f.data(), 1, f.size(), /*wide=*/true);
+        for (size_t j = 0; j < f.size(); ++j) f[j] = (255.0f * q.qs[j] + q.lo[j]) * q.d[j / 32];
+        in = Tensor::from_vec(f, normed.shape(), Device::cpu());
+      }
+      const double qtol = tol;
+      Tensor w_ref, y;
+      nn::QLinear w = weight(n, &w_ref);
+      ASSERT_TRUE(cuda::fused_linear(x.to_device(gpu), nw.to_device(gpu), eps, w, &y));
+      Tensor want = in.reshape({1, k}).matmul(w_ref.t()).reshape({1, 1, n});
+      EXPECT_TRUE(testing::close_to(y, testing::f64(want), qtol));
+      // gate/up with the tanh GELU: gelu(gate) rounded, times up.
+      Tensor wgu_ref, act;
+      nn::QLinear wgu = weight(2 * n, &wgu_ref);
+      ASSERT_TRUE(cuda::fused_gate_up(x.to_device(gpu), nw.to_device(gpu), eps, wgu,
+                                      GatedActivation::GeluTanh, &act));
+      Tensor gu = in.reshape({1, k}).matmul(wgu_ref.t()).reshape({1, 1, 2 * n});
+      Tensor act_ref = gu.narrow(2, 0, n).gelu().mul(gu.narrow(2, n, n));
+      EXPECT_TRUE(testing::close_to(act, testing::f64(act_ref), qtol));
+      // Not the SiLU: the two activations differ on these values.
+      Tensor silu;
+      ASSERT_TRUE(cuda::fused_gate_up(x.to_device(gpu), nw.to_device(gpu), eps, wgu,
+                                      GatedActivation::SiLU, &silu));
+      EXPECT_FALSE(testing::close_to(silu, testing::f64(act_ref), qtol));
+    }
+  }
 }
 
 }  // namespace

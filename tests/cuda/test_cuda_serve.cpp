@@ -225,11 +225,12 @@ TEST(CudaPagedForward, DecoderFamiliesGiveTransformersLogits) {
 // One sequence stepped a token at a time (the single stream's step, which the backend's decode
 // plan runs over the pools): each step's logits within transformers' (f32, no TF32), for Llama's
 // class (Qwen2, with q/k/v biases) and the families the plan takes (q/k norms, a window of 8 over
-// 12 positions, Phi-3's fused weights).
+// 12 positions, Phi-3's fused weights, Gemma's post-norms, GELU gate, soft-caps, scaled
+// embedding and local rope tables).
 TEST(CudaPagedForward, OneTokenStepsGiveTransformersLogits) {
   WICK_REQUIRE_GPU();
-  for (const char* name :
-       {"llama/tiny_qwen2", "families/qwen3", "families/mistral", "families/phi3"}) {
+  for (const char* name : {"llama/tiny_qwen2", "families/qwen3", "families/mistral",
+                           "families/phi3", "families/gemma2", "families/gemma3_text"}) {
     SCOPED_TRACE(name);
     const std::string dir = std::string(WICK_TEST_DATA_DIR) + "/" + name;
     auto model = models::load_causal_lm(dir, gpu());
