@@ -63,6 +63,7 @@ struct ServeOptions {
   size_t embed_window_us = 5000;
   bool deterministic = false;
   bool cuda_graphs = false;
+  size_t greedy_lookahead = wick::serve::EngineOptions{}.greedy_lookahead;
 };
 
 // A decoder served for completions.
@@ -191,6 +192,7 @@ class Server {
       eo.max_batch = opt_.max_batch;
       eo.max_queue = opt_.max_queue;
       eo.cuda_graphs = opt_.cuda_graphs;
+      eo.greedy_lookahead = opt_.greedy_lookahead;
       d->engine = std::make_unique<wick::serve::Engine>(d->model, d->tokenizer, eo);
       std::fprintf(stderr,
                    "wick-serve: completions model '%s' (%s, context %zu) from %s in %.1f s\n",
@@ -750,9 +752,15 @@ int main(int argc, char** argv) {
                "on CUDA, decode steps replay a CUDA graph captured once per batch\n"
                "size (EngineOptions::cuda_graphs); one model served only, since a\n"
                "capture would record another model's work on the same GPU");
+  app.add_option("--greedy-lookahead", opt.greedy_lookahead,
+                 "on CUDA, greedy decode steps queued at once while no request waits,\n"
+                 "their tokens read back and sent together (EngineOptions::greedy_lookahead;\n"
+                 "1: a read-back every step)")
+      ->capture_default_str();
 
   return tools::run(app, argc, argv, "wick-serve", common, [&]() -> int {
     if (opt.max_batch == 0) throw tools::UsageError("--max-batch must be at least 1");
+    if (opt.greedy_lookahead == 0) throw tools::UsageError("--greedy-lookahead must be at least 1");
     if (opt.cuda_graphs && (paths.size() != 1 || opt.device.rfind("cuda", 0) != 0)) {
       throw tools::UsageError("--cuda-graphs needs --device cuda and one model (got --device " +
                               opt.device + " and " + std::to_string(paths.size()) +

@@ -75,6 +75,13 @@ struct EngineOptions {
   /// capture records whatever any thread enqueues on the device meanwhile (another model served
   /// from the same GPU, say): turn it on where the engine has the device to itself.
   bool cuda_graphs = false;
+  /// On a CUDA device, while every running sequence decodes greedily (temperature 0) and no
+  /// request waits, up to this many decode steps are queued at once, each fed the token of the
+  /// step before on the device, and their tokens read back together: the GPU does not wait for
+  /// the host between them. Tokens then reach clients in groups of up to this many; a stop ends
+  /// its sequence at its token (the steps past it are discarded). 1: a round trip every step.
+  /// No effect on the CPU.
+  size_t greedy_lookahead = 8;
 };
 
 /// A latency histogram in Prometheus' shape: `cumulative[i]` counts the observations <= bounds[i]
@@ -96,8 +103,9 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;
   uint64_t cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache
   uint64_t generated_tokens = 0;
-  uint64_t preemptions = 0;       // running sequences whose pages were taken back (prefilled again)
-  uint64_t graph_steps = 0;       // steps replayed as CUDA graphs (EngineOptions::cuda_graphs)
+  uint64_t preemptions = 0;  // running sequences whose pages were taken back (prefilled again)
+  uint64_t graph_steps = 0;  // steps replayed as CUDA graphs (EngineOptions::cuda_graphs)
+  uint64_t steps_ahead = 0;  // steps queued behind another without a read-back (greedy_lookahead)
   Histogram time_to_first_token;  // submit to first token, per request
   Histogram inter_token_latency;  // between consecutive tokens of a request
 };

@@ -91,7 +91,9 @@ models::PagedBatchTensors DecodeGraphs::views(const Tensor& input, size_t bucket
   return b;
 }
 
-Tensor DecodeGraphs::run(const std::vector<models::PagedSequence>& batch, bool replay) {
+DecodeGraphs::Graph& DecodeGraphs::prepare(const std::vector<models::PagedSequence>& batch,
+                                           size_t positions_ahead, bool replay,
+                                           std::pair<size_t, size_t>* key) {
   const models::CausalLMConfig& c = model_->config();
   check_paged_batch(batch, *cache_, c.vocab_size, c.max_position, "serve decode step");
   if (!fits(batch)) {
@@ -99,30 +101,93 @@ Tensor DecodeGraphs::run(const std::vector<models::PagedSequence>& batch, bool r
                     " sequences, each of one token and at most ", max_batch_,
                     " of them, expected"));
   }
-  const size_t bucket = decode_bucket(batch.size());
+  const size_t page_size = cache_->page_size();
   size_t pages = 1;
-  for (const models::PagedSequence& s : batch) pages = std::max(pages, s.pages.size());
+  for (const models::PagedSequence& s : batch) {
+    const size_t last = s.cached + positions_ahead;
+    if (last > s.pages.size() * page_size || (c.max_position > 0 && last > c.max_position)) {
+      throw IndexOutOfRange(str("serve decode step: ", positions_ahead, " steps from position ",
+                                s.cached, " need ", last, " positions; the sequence's ",
+                                s.pages.size(), " pages hold ", s.pages.size() * page_size,
+                                ", the model's context ", c.max_position));
+    }
+    pages = std::max(pages, s.pages.size());
+  }
+  // Run eagerly, a batch needs no padding rows.
+  const size_t bucket = replay ? decode_bucket(batch.size()) : batch.size();
   const size_t width = std::min(max_width_, std::max(kMinWidth, decode_bucket(pages)));
-  const Device dev = model_->device();
-  auto [it, fresh] = graphs_.try_emplace({bucket, width});
+  *key = {bucket, width};
+  auto [it, fresh] = graphs_.try_emplace(*key);
   Graph& g = it->second;
-  std::vector<uint32_t> host = decode_inputs(batch, bucket, width, cache_->page_size(), scratch_);
-  Tensor values = Tensor::from_vec(host, {host.size()}, dev);
+  std::vector<uint32_t> host = decode_inputs(batch, bucket, width, page_size, scratch_);
+  Tensor values = Tensor::from_vec(host, {host.size()}, model_->device());
   if (fresh)
     g.input = values;
   else
     g.input.assign(values);
-  if (!replay) {
-    return model_->forward_paged_tensors(views(g.input, bucket, width), *cache_)
-        .narrow(0, 0, batch.size());
-  }
+  return g;
+}
+
+Tensor DecodeGraphs::forward(Graph& g, const std::pair<size_t, size_t>& key, bool replay) {
+  const auto [bucket, width] = key;
+  if (!replay) return model_->forward_paged_tensors(views(g.input, bucket, width), *cache_);
   if (!g.graph.defined()) {
-    g.graph = CudaGraph::capture(dev, [&] {
+    g.graph = CudaGraph::capture(model_->device(), [&] {
       g.logits = model_->forward_paged_tensors(views(g.input, bucket, width), *cache_);
     });
   }
   g.graph.replay();
-  return g.logits.narrow(0, 0, batch.size());
+  return g.logits;
+}
+
+Tensor DecodeGraphs::run(const std::vector<models::PagedSequence>& batch, bool replay) {
+  std::pair<size_t, size_t> key;
+  Graph& g = prepare(batch, 1, replay, &key);
+  return forward(g, key, replay).narrow(0, 0, batch.size());
+}
+
+std::vector<uint32_t> DecodeGraphs::run_greedy(const std::vector<models::PagedSequence>& batch,
+                                               size_t steps, bool replay) {
+  if (steps == 0) return {};
+  std::pair<size_t, size_t> key;
+  Graph& g = prepare(batch, steps, replay, &key);
+  const size_t n = batch.size(), bucket = key.first, page_size = cache_->page_size();
+  // The positions and slots of steps 1.. (the padding rows' stay those of decode_inputs).
+  std::vector<uint32_t> ahead(2 * (steps - 1) * bucket);
+  for (size_t j = 1; j < steps; ++j) {
+    uint32_t* positions = ahead.data() + 2 * (j - 1) * bucket;
+    uint32_t* slots = positions + bucket;
+    for (size_t i = 0; i < bucket; ++i) {
+      slots[i] = scratch_ * static_cast<uint32_t>(page_size);
+      positions[i] = 0;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const size_t at = batch[i].cached + j;
+      positions[i] = static_cast<uint32_t>(at);
+      slots[i] = static_cast<uint32_t>(batch[i].pages[at / page_size] * page_size + at % page_size);
+    }
+  }
+  Tensor later;
+  if (steps > 1) later = Tensor::from_vec(ahead, {ahead.size()}, model_->device());
+  const models::PagedBatchTensors v = views(g.input, bucket, key.second);
+  std::vector<Tensor> tokens;
+  for (size_t j = 0; j < steps; ++j) {
+    if (j > 0) {
+      v.ids.assign(tokens.back());
+      v.positions.assign(later.narrow(0, 2 * (j - 1) * bucket, bucket));
+      v.slots.assign(later.narrow(0, (2 * j - 1) * bucket, bucket));
+    }
+    tokens.push_back(forward(g, key, replay).argmax(1));
+  }
+  // One read-back for all the steps: rows of the bucket, of which the batch's first n.
+  std::vector<uint32_t> out;
+  out.reserve(steps * n);
+  const std::vector<uint32_t> flat = Tensor::cat(tokens, 0).to_vec1<uint32_t>();
+  for (size_t j = 0; j < steps; ++j) {
+    out.insert(out.end(), flat.begin() + static_cast<ptrdiff_t>(j * bucket),
+               flat.begin() + static_cast<ptrdiff_t>(j * bucket + n));
+  }
+  return out;
 }
 
 size_t DecodeGraphs::graphs() const {

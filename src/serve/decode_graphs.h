@@ -43,6 +43,14 @@ class DecodeGraphs {
   /// forward_paged checks a batch. The rows are a view of the graph's output: read them before
   /// the next run.
   Tensor run(const std::vector<models::PagedSequence>& batch, bool replay);
+  /// The greedy tokens of `steps` decode steps of a batch that fits, queued without a round trip
+  /// to the host between them: each step feeds the argmax of the step before (in the logits'
+  /// dtype, as Tensor::argmax gives it) at the next position, so the host waits once for all of
+  /// them. Each sequence's pages must hold positions up to cached + steps. Returns steps rows of
+  /// batch.size() tokens; step j's keys and values are at position cached + j. With `replay`,
+  /// each step is the graph's replay, otherwise run eagerly. Checked as run().
+  std::vector<uint32_t> run_greedy(const std::vector<models::PagedSequence>& batch, size_t steps,
+                                   bool replay);
   /// Graphs captured so far.
   size_t graphs() const;
 
@@ -53,6 +61,13 @@ class DecodeGraphs {
     CudaGraph graph;
   };
   models::PagedBatchTensors views(const Tensor& input, size_t bucket, size_t width) const;
+  /// Checks the batch (its pages holding positions_ahead positions from each one's cached),
+  /// writes its packed inputs into its graph's (made at first use; unpadded where it is not
+  /// replayed); the graph's key in *key.
+  Graph& prepare(const std::vector<models::PagedSequence>& batch, size_t positions_ahead,
+                 bool replay, std::pair<size_t, size_t>* key);
+  /// The graph's step: its replay (captured first when new), or the same inputs run eagerly.
+  Tensor forward(Graph& g, const std::pair<size_t, size_t>& key, bool replay);
 
   std::shared_ptr<const models::CausalLM> model_;
   models::PagedKvCache* cache_;

@@ -82,14 +82,15 @@ Engine::Engine(std::shared_ptr<const models::CausalLM> model,
     throw Error(str("serve::Engine: kv_memory ", m.options.kv_memory, " bytes hold no page of ",
                     m.page_bytes, " bytes"));
   }
-  // Graph steps pad their batch with rows that write to a scratch page past the pool's.
-  const bool graphs =
-      options.cuda_graphs && m.model->device().is_cuda() && m.model->has_paged_tensors();
+  // Decode steps through DecodeGraphs (replayed, or queued ahead) pad their batch with rows that
+  // write to a scratch page past the pool's.
+  const bool graphs = m.model->device().is_cuda() && m.model->has_paged_tensors();
   m.cache = m.model->make_paged_cache(m.pages_total + (graphs ? 1 : 0), options.page_size);
   m.pool = std::make_unique<PagePool>(m.pages_total, options.prefix_caching);
   if (graphs) {
     m.graphs = std::make_unique<DecodeGraphs>(
         m.model, m.cache, static_cast<uint32_t>(m.pages_total), options.max_batch);
+    m.graph_replay = options.cuda_graphs;
   }
   m.totals.time_to_first_token =
       make_histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});

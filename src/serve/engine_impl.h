@@ -57,6 +57,7 @@ struct Engine::Impl {
   models::PagedKvCache cache;
   std::unique_ptr<PagePool> pool;        // the engine thread's
   std::unique_ptr<DecodeGraphs> graphs;  // CUDA decode steps; its scratch page is the cache's last
+  bool graph_replay = false;             // graphs replayed (options.cuda_graphs, until one fails)
 
   mutable std::mutex mutex;
   std::condition_variable wake;     // the engine thread: work arrived or stop
@@ -84,6 +85,12 @@ struct Engine::Impl {
   void release_pages(Sequence& s);
   void preempt(size_t index);
   bool grow(size_t index, size_t positions);
+  /// Decode steps to queue at once now (EngineOptions::greedy_lookahead), 1 when they cannot
+  /// be: the running sequences' pages grown for them.
+  size_t lookahead();
+  /// `steps` greedy steps of `batch` (members' tokens), their tokens taken in order.
+  void run_ahead(const std::vector<models::PagedSequence>& batch,
+                 const std::vector<Sequence*>& members, size_t steps);
   void publish_full_pages(Sequence& s);
   void take_token(Sequence& s, uint32_t token);
   void finish_events(std::vector<std::unique_ptr<Sequence>>& ended);

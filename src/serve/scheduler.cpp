@@ -173,6 +173,74 @@ void Engine::Impl::take_token(Sequence& s, uint32_t token) {
   s.on_event(e);
 }
 
+size_t Engine::Impl::lookahead() {
+  if (!graphs || options.greedy_lookahead <= 1 || running.empty()) return 1;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!waiting.empty() || !cancels.empty()) return 1;  // they are served at the next step
+  }
+  // Every sequence decoding greedily, no further than its token limit and the model's context.
+  const size_t context = model->config().max_position;
+  size_t steps = options.greedy_lookahead;
+  for (const auto& s : running) {
+    if (s->step_tokens != 1 || s->tokens.size() - s->kv_len != 1 ||
+        s->request.sampling.temperature != 0) {
+      return 1;
+    }
+    steps = std::min(steps, s->request.sampling.max_tokens - s->generated);
+    if (context > 0) steps = std::min(steps, context - s->kv_len);
+  }
+  if (steps <= 1) return 1;
+  // The pages of the steps ahead, when the pool has them all (no preemption for them).
+  const size_t ps = options.page_size;
+  size_t need = 0;
+  for (const auto& s : running) {
+    const size_t pages = (s->kv_len + steps + ps - 1) / ps;
+    need += pages > s->pages.size() ? pages - s->pages.size() : 0;
+  }
+  if (need > pool->available()) return 1;
+  for (size_t i = 0; i < running.size(); ++i) grow(i, running[i]->kv_len + steps);
+  return steps;
+}
+
+void Engine::Impl::run_ahead(const std::vector<models::PagedSequence>& batch,
+                             const std::vector<Sequence*>& members, size_t steps) {
+  std::vector<uint32_t> tokens;
+  try {
+    tokens = graphs->run_greedy(batch, steps, graph_replay);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (graph_replay) totals.graph_steps += steps;
+    totals.steps_ahead += steps - 1;
+  } catch (const std::exception& e) {
+    if (graph_replay) {
+      // As a step that cannot be captured: op by op from now on (the steps run again).
+      graph_replay = false;
+      return run_ahead(batch, members, steps);
+    }
+    for (Sequence* s : members) {
+      s->finish = FinishReason::Error;
+      s->error = e.what();
+    }
+    return;
+  }
+  // Step j fed each sequence's token at position kv_len + j; a sequence that ends drops the rest.
+  const size_t n = members.size();
+  for (size_t j = 0; j < steps; ++j) {
+    for (size_t i = 0; i < n; ++i) {
+      Sequence& s = *members[i];
+      if (s.finish != FinishReason::None) continue;
+      s.kv_len += 1;
+      publish_full_pages(s);
+      try {
+        take_token(s, tokens[j * n + i]);
+      } catch (const std::exception& e) {
+        s.finish = FinishReason::Error;
+        s.error = e.what();
+      }
+    }
+  }
+}
+
 void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
   admit_and_cancel(ended);
   // Each running sequence's tokens of this step: its last token (decoding), or a prefill chunk
@@ -192,6 +260,7 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
   for (size_t i = 0; i < running.size();) {
     if (grow(i, running[i]->kv_len + running[i]->step_tokens)) ++i;
   }
+  const size_t ahead = lookahead();
   std::vector<models::PagedSequence> batch;
   std::vector<Sequence*> members;
   for (auto& sp : running) {
@@ -202,10 +271,12 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
                      s.kv_len, s.pages});
     members.push_back(&s);
   }
-  if (!batch.empty()) {
+  if (ahead > 1) {
+    run_ahead(batch, members, ahead);
+  } else if (!batch.empty()) {
     Tensor logits;
     try {
-      if (graphs && graphs->fits(batch)) {
+      if (graph_replay && graphs->fits(batch)) {
         try {
           logits = graphs->run(batch, true);
           std::lock_guard<std::mutex> lock(mutex);
@@ -213,7 +284,7 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
         } catch (const std::exception&) {
           // A step that cannot be captured runs op by op, now and from now on (graph_steps stays
           // where it is); a replay's slots are written again with the same keys and values.
-          graphs.reset();
+          graph_replay = false;
         }
       }
       if (!logits.defined()) logits = model->forward_paged(batch, cache);

@@ -140,52 +140,110 @@ TEST(CudaServeGraphs, InputsOfTheWrongShapeAreRefused) {
 
 // Twelve greedy requests of different lengths at once: with graphs, the decode steps replay
 // (graph_steps counts them) and each request gets the tokens it gets without them.
+// Twelve greedy requests of different prompts and lengths through an engine; each one's tokens
+// and how it finished.
+struct Served {
+  std::vector<std::vector<uint32_t>> tokens;
+  std::vector<serve::FinishReason> finish;
+  serve::EngineStats stats;
+};
+
+Served serve_twelve(const std::shared_ptr<const models::CausalLM>& model,
+                    const serve::EngineOptions& o, const std::vector<uint32_t>& stop_tokens) {
+  serve::Engine engine(model, nullptr, o);
+  Served out;
+  out.tokens.resize(12);
+  out.finish.assign(12, serve::FinishReason::None);
+  std::mutex mutex;
+  std::condition_variable cv;
+  for (size_t i = 0; i < 12; ++i) {
+    serve::CompletionRequest r;
+    for (size_t j = 0; j < 3 + (i * 5) % 17; ++j) {
+      r.prompt.push_back(static_cast<uint32_t>((i * 31 + j * 7 + 3) % 96));
+    }
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = 6 + i;
+    r.sampling.stop_tokens = {stop_tokens.empty() ? 9999 : stop_tokens[i]};
+    engine.submit(r, [&, i](const serve::TokenEvent& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (e.finish == serve::FinishReason::None) {
+        out.tokens[i].push_back(e.token);
+      } else {
+        EXPECT_TRUE(e.error.empty()) << e.error;
+        out.finish[i] = e.finish;
+        cv.notify_all();
+      }
+    });
+  }
+  std::unique_lock<std::mutex> lock(mutex);
+  cv.wait(lock, [&] {
+    return std::none_of(out.finish.begin(), out.finish.end(),
+                        [](serve::FinishReason f) { return f == serve::FinishReason::None; });
+  });
+  lock.unlock();
+  engine.drain();
+  out.stats = engine.stats();
+  return out;
+}
+
+// With graphs or without, and with greedy steps queued ahead or a read-back every step, each
+// request gets the same tokens.
 TEST(CudaServeGraphs, EngineGivesEachRequestWhatItGivesWithoutGraphs) {
   WICK_REQUIRE_GPU();
   std::shared_ptr<const models::CausalLM> model =
       models::load_causal_lm(std::string(WICK_TEST_DATA_DIR) + "/llama/tiny_llama", gpu());
-  auto run = [&](bool graphs, serve::EngineStats* stats) {
+  auto options = [](bool graphs, size_t lookahead) {
     serve::EngineOptions o;
     o.cuda_graphs = graphs;
     o.prefill_chunk = 4;
-    serve::Engine engine(model, nullptr, o);
-    std::vector<std::vector<uint32_t>> out(12);
-    std::vector<bool> done(12, false);
-    std::mutex mutex;
-    std::condition_variable cv;
-    for (size_t i = 0; i < 12; ++i) {
-      serve::CompletionRequest r;
-      for (size_t j = 0; j < 3 + (i * 5) % 17; ++j) {
-        r.prompt.push_back(static_cast<uint32_t>((i * 31 + j * 7 + 3) % 96));
-      }
-      r.sampling.temperature = 0;
-      r.sampling.max_tokens = 6 + i;
-      r.sampling.stop_tokens = {9999};
-      engine.submit(r, [&, i](const serve::TokenEvent& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (e.finish == serve::FinishReason::None) {
-          out[i].push_back(e.token);
-        } else {
-          EXPECT_EQ(e.finish, serve::FinishReason::Length) << e.error;
-          done[i] = true;
-          cv.notify_all();
-        }
-      });
-    }
-    std::unique_lock<std::mutex> lock(mutex);
-    cv.wait(lock, [&] { return std::all_of(done.begin(), done.end(), [](bool d) { return d; }); });
-    lock.unlock();
-    engine.drain();
-    *stats = engine.stats();
-    return out;
+    o.greedy_lookahead = lookahead;
+    return o;
   };
-  serve::EngineStats with, without;
-  auto a = run(true, &with), b = run(false, &without);
-  EXPECT_GT(with.graph_steps, 0u);
-  EXPECT_EQ(without.graph_steps, 0u);
-  for (size_t i = 0; i < 12; ++i) {
-    EXPECT_EQ(a[i].size(), 6 + i);
-    EXPECT_EQ(a[i], b[i]) << "request " << i;
+  const Served plain = serve_twelve(model, options(false, 1), {});
+  EXPECT_EQ(plain.stats.graph_steps, 0u);
+  EXPECT_EQ(plain.stats.steps_ahead, 0u);
+  for (bool graphs : {true, false}) {
+    for (size_t lookahead : {size_t{1}, size_t{8}}) {
+      SCOPED_TRACE(::testing::Message() << "graphs " << graphs << ", lookahead " << lookahead);
+      const Served a = serve_twelve(model, options(graphs, lookahead), {});
+      EXPECT_EQ(a.stats.graph_steps > 0, graphs);
+      EXPECT_EQ(a.stats.steps_ahead > 0, lookahead > 1);
+      for (size_t i = 0; i < 12; ++i) {
+        EXPECT_EQ(a.tokens[i].size(), 6 + i);
+        EXPECT_EQ(a.finish[i], serve::FinishReason::Length);
+        EXPECT_EQ(a.tokens[i], plain.tokens[i]) << "request " << i;
+      }
+    }
+  }
+}
+
+// Steps queued ahead past a request's stop token: the request ends at that token, as it does with
+// a read-back every step, and the tokens after it are never sent.
+TEST(CudaServeGraphs, StepsQueuedAheadEndEachRequestAtItsStopToken) {
+  WICK_REQUIRE_GPU();
+  std::shared_ptr<const models::CausalLM> model =
+      models::load_causal_lm(std::string(WICK_TEST_DATA_DIR) + "/llama/tiny_llama", gpu());
+  serve::EngineOptions o;
+  o.prefill_chunk = 4;
+  o.greedy_lookahead = 1;
+  const Served free_run = serve_twelve(model, o, {});
+  // Each request's third token stops it.
+  std::vector<uint32_t> stops;
+  for (const auto& t : free_run.tokens) stops.push_back(t.at(2));
+  for (bool graphs : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "graphs " << graphs);
+    o.cuda_graphs = graphs;
+    o.greedy_lookahead = 8;
+    const Served a = serve_twelve(model, o, stops);
+    EXPECT_GT(a.stats.steps_ahead, 0u);
+    for (size_t i = 0; i < 12; ++i) {
+      const auto& all = free_run.tokens[i];
+      const size_t first =
+          static_cast<size_t>(std::find(all.begin(), all.end(), stops[i]) - all.begin());
+      EXPECT_EQ(a.finish[i], serve::FinishReason::Stop) << "request " << i;
+      EXPECT_EQ(a.tokens[i], std::vector<uint32_t>(all.begin(), all.begin() + first))
+          << "request " << i;
+    }
   }
 }
 
