@@ -70,10 +70,12 @@ struct Run {
   double decode_tok_s = 0;  // tokens after each stream's first, per second after the first one
 };
 
-// How the streams pick their tokens: greedy at temperature 0.
+// How the streams pick their tokens: greedy at temperature 0, greedy steps queued `lookahead` at
+// a time (EngineOptions::greedy_lookahead).
 struct Sampling {
   double temperature = 0;
   double top_p = 1;
+  size_t lookahead = wick::serve::EngineOptions{}.greedy_lookahead;
 };
 
 Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size_t streams,
@@ -82,6 +84,7 @@ Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size
   wick::serve::EngineOptions o;
   o.max_batch = std::max<size_t>(streams, 1);
   o.cuda_graphs = graphs;
+  o.greedy_lookahead = sampling.lookahead;
   wick::serve::Engine engine(model, nullptr, o);
   std::mutex mu;
   std::condition_variable cv;
@@ -151,6 +154,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1e-9, 1.0))
       ->capture_default_str();
   bool dequantize = false, per_sequence = false, compare_graphs = false, compare_invariant = false;
+  app.add_option("--greedy-lookahead", sampling.lookahead,
+                 "greedy decode steps queued at once on CUDA (EngineOptions::greedy_lookahead)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_flag("--dequantize", dequantize, "a GGUF's matrices dequantised to --dtype at load");
   app.add_flag("--per-sequence", per_sequence,
                "also the engine over CausalLM's per-sequence forward_paged, interleaved");
