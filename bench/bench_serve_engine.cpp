@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/tuning_env.h"
 #include "wick/generator.h"
 #include "wick/llama.h"
 #include "wick/serve.h"
@@ -136,6 +137,7 @@ Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size
 }  // namespace
 
 int main(int argc, char** argv) {
+  wick::cuda::apply_tuning_env();  // the benchmark variables of bench/README.md
   CLI::App app{"bench_serve_engine: serve::Engine throughput and latencies by concurrent streams"};
   std::string model_path, device_name = "cpu", dtype_name = "f32";
   std::vector<size_t> streams = {1, 4, 16, 64};

@@ -14,6 +14,7 @@
 
 #include "cuda/cuda_device.h"
 #include "cuda/decode_fusions.h"
+#include "cuda/tuning.h"
 #include "nn/kv_write.h"
 #include "settings.h"
 #include "wick/nn/attention.h"
@@ -87,7 +88,7 @@ class CudaDecodePlan final : public DecodePlan {
                               b.slots);  // (1, h, hd)
       // As in `step`: a plain output projection launches as the attention starts.
       Attended a;
-      a.early = !l.wo.quantized();
+      a.early = !l.wo.quantized() && tuning().paged_early;
       if (a.early) ask_l2_aside(q, l.wgate_up);
       a.out = nn::detail::paged_attention(q.reshape({1, m.heads, m.head_dim}), cache.k(li),
                                           cache.v(li), b.page_table, b.token_seq, b.positions,

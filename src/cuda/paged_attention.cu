@@ -112,6 +112,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     l = l * keep + warp_sum(p);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) acc[i] *= keep;
+      // Unrolled so that several keys' value loads are in flight at once (the sums stay in key
+      // order).
+#pragma unroll 8
     for (int key = 0; key < kTile; ++key) {
       const long long at = __shfl_sync(0xffffffffu, base, key);
       if (at < 0) continue;  // the same for the whole warp
@@ -177,16 +180,13 @@ void launch_paged_attention(DType dtype, const PagedAttentionArgs& a, cudaStream
   const dim3 blocks(static_cast<unsigned>(a.tokens * a.h)), threads(kWarps * 32);
   switch (dtype) {
     case DType::F32:
-      launch_pdl_carveout(kCarveoutMaxShared, paged_attention_kernel<float>, blocks, threads, 0, s,
-                          a);
+      launch_pdl(paged_attention_kernel<float>, blocks, threads, 0, s, a);
       break;
     case DType::F16:
-      launch_pdl_carveout(kCarveoutMaxShared, paged_attention_kernel<__half>, blocks, threads, 0, s,
-                          a);
+      launch_pdl(paged_attention_kernel<__half>, blocks, threads, 0, s, a);
       break;
     case DType::BF16:
-      launch_pdl_carveout(kCarveoutMaxShared, paged_attention_kernel<__nv_bfloat16>, blocks,
-                          threads, 0, s, a);
+      launch_pdl(paged_attention_kernel<__nv_bfloat16>, blocks, threads, 0, s, a);
       break;
     default:
       throw UnsupportedDType("paged_attention: f32, f16 or bf16 on CUDA");

@@ -16,6 +16,7 @@ Tuning make_tuning() {
   static_cast<ArchTuning&>(t) = arch_tuning(compute_capability());
   t.pdl = pick(o.pdl, t.pdl);
   t.pdl_step_ends = pick(o.pdl_step_ends, t.pdl_step_ends);
+  t.paged_early = pick(o.paged_early, t.paged_early);
   t.decode_gemv = pick(o.decode_gemv, t.decode_gemv);
   t.gemv_argmax = pick(o.gemv_argmax, t.gemv_argmax);
   t.qkv_prefetch = pick(o.qkv_prefetch, t.qkv_prefetch);

@@ -18,6 +18,7 @@ struct ArchTuning {
   // The decode step's launches.
   bool pdl;            // programmatic dependent launch of the decode kernels
   bool pdl_step_ends;  // the step's ends (pick, advance, embedding) let the next kernel start
+  bool paged_early;    // a one-sequence paged step's attention lets its output projection start
   // The one-token projections (decode_gemv*.cu, decode_gemv.cpp).
   bool decode_gemv;              // fused projections with their epilogues (else composed from ops)
   bool gemv_argmax;              // the greedy pick offered by the output head's kernel
@@ -34,7 +35,7 @@ struct ArchTuning {
 };
 
 inline constexpr ArchTuning kArchTunings[] = {
-    {90, true, true, true, true, true, true, true, int64_t{4} << 20, int64_t{1} << 20,
+    {90, true, true, true, true, true, true, true, true, int64_t{4} << 20, int64_t{1} << 20,
      int64_t{4} << 20, int64_t{8} << 20, int64_t{12} << 20, 2},
 };
 
@@ -51,8 +52,8 @@ constexpr const ArchTuning& arch_tuning(int cc) {
 /// What benchmarks and tests may force. Unset values (-1 for a size or a switch, 0 for a count)
 /// leave the table's choice or the kernel's own.
 struct TuningOverrides {
-  int pdl = -1, pdl_step_ends = -1, decode_gemv = -1, gemv_argmax = -1, qkv_prefetch = -1,
-      gemv_stream = -1, gemv_pairs = -1;  // 0 or 1
+  int pdl = -1, pdl_step_ends = -1, paged_early = -1, decode_gemv = -1, gemv_argmax = -1,
+      qkv_prefetch = -1, gemv_stream = -1, gemv_pairs = -1;  // 0 or 1
   int flash_wgmma = -1;   // 0: prefill attention by mma.sync where wgmma applies (set_flash_wgmma)
   int graph_steps = 0;    // 1..8 greedy decode steps a captured graph runs
   int gemv_rows = 0;      // 2, 4 or 8 output rows a block of the decode GEMV

@@ -32,6 +32,7 @@ inline void apply_tuning_env() {
   };
   flag("WICK_PDL", o.pdl);
   flag("WICK_PDL_STEP_ENDS", o.pdl_step_ends);
+  flag("WICK_PAGED_EARLY", o.paged_early);
   flag("WICK_DECODE_GEMV", o.decode_gemv);
   flag("WICK_GEMV_ARGMAX", o.gemv_argmax);
   flag("WICK_QKV_PREFETCH", o.qkv_prefetch);
