@@ -92,7 +92,7 @@ models::PagedBatchTensors DecodeGraphs::views(const Tensor& input, size_t bucket
 }
 
 DecodeGraphs::Graph& DecodeGraphs::prepare(const std::vector<models::PagedSequence>& batch,
-                                           size_t positions_ahead, bool replay,
+                                           size_t positions_ahead, bool pad,
                                            std::pair<size_t, size_t>* key) {
   const models::CausalLMConfig& c = model_->config();
   check_paged_batch(batch, *cache_, c.vocab_size, c.max_position, "serve decode step");
@@ -113,8 +113,7 @@ DecodeGraphs::Graph& DecodeGraphs::prepare(const std::vector<models::PagedSequen
     }
     pages = std::max(pages, s.pages.size());
   }
-  // Run eagerly, a batch needs no padding rows.
-  const size_t bucket = replay ? decode_bucket(batch.size()) : batch.size();
+  const size_t bucket = pad ? decode_bucket(batch.size()) : batch.size();
   const size_t width = std::min(max_width_, std::max(kMinWidth, decode_bucket(pages)));
   *key = {bucket, width};
   auto [it, fresh] = graphs_.try_emplace(*key);
@@ -142,7 +141,7 @@ Tensor DecodeGraphs::forward(Graph& g, const std::pair<size_t, size_t>& key, boo
 
 Tensor DecodeGraphs::run(const std::vector<models::PagedSequence>& batch, bool replay) {
   std::pair<size_t, size_t> key;
-  Graph& g = prepare(batch, 1, replay, &key);
+  Graph& g = prepare(batch, 1, true, &key);
   return forward(g, key, replay).narrow(0, 0, batch.size());
 }
 
@@ -150,6 +149,7 @@ std::vector<uint32_t> DecodeGraphs::run_greedy(const std::vector<models::PagedSe
                                                size_t steps, bool replay) {
   if (steps == 0) return {};
   std::pair<size_t, size_t> key;
+  // Run eagerly, the steps need no padding rows.
   Graph& g = prepare(batch, steps, replay, &key);
   const size_t n = batch.size(), bucket = key.first, page_size = cache_->page_size();
   // The positions and slots of steps 1.. (the padding rows' stay those of decode_inputs).

@@ -48,7 +48,8 @@ class DecodeGraphs {
   /// dtype, as Tensor::argmax gives it) at the next position, so the host waits once for all of
   /// them. Each sequence's pages must hold positions up to cached + steps. Returns steps rows of
   /// batch.size() tokens; step j's keys and values are at position cached + j. With `replay`,
-  /// each step is the graph's replay, otherwise run eagerly. Checked as run().
+  /// each step is the graph's replay, otherwise run eagerly without padding rows. Checked as
+  /// run().
   std::vector<uint32_t> run_greedy(const std::vector<models::PagedSequence>& batch, size_t steps,
                                    bool replay);
   /// Graphs captured so far.
@@ -62,10 +63,10 @@ class DecodeGraphs {
   };
   models::PagedBatchTensors views(const Tensor& input, size_t bucket, size_t width) const;
   /// Checks the batch (its pages holding positions_ahead positions from each one's cached),
-  /// writes its packed inputs into its graph's (made at first use; unpadded where it is not
-  /// replayed); the graph's key in *key.
-  Graph& prepare(const std::vector<models::PagedSequence>& batch, size_t positions_ahead,
-                 bool replay, std::pair<size_t, size_t>* key);
+  /// writes its packed inputs, padded to its bucket where `pad`, into its graph's (made at first
+  /// use); the graph's key in *key.
+  Graph& prepare(const std::vector<models::PagedSequence>& batch, size_t positions_ahead, bool pad,
+                 std::pair<size_t, size_t>* key);
   /// The graph's step: its replay (captured first when new), or the same inputs run eagerly.
   Tensor forward(Graph& g, const std::pair<size_t, size_t>& key, bool replay);
 
