@@ -1182,6 +1182,52 @@ TEST(DecodeGraphs, PaddedStepsAreTheSameBitsAsTheBatchAndWriteOnlyTheScratchPage
   }
 }
 
+// Greedy steps queued ahead (run_greedy, as the engine's lookahead runs them; here op by op on the
+// CPU) give the tokens of the same steps run one at a time, each fed the argmax of the one before,
+// and write the same keys; a run past a sequence's pages is refused.
+TEST(DecodeGraphs, GreedyStepsQueuedAheadEqualStepsOneAtATime) {
+  for (const std::string& path : {llama_data("tiny_llama"), family_data("gemma2")}) {
+    SCOPED_TRACE(path);
+    std::shared_ptr<const CausalLM> model = wick::models::load_causal_lm(path, Device::cpu());
+    const size_t ps = 4, pages = 32, scratch = 31, steps = 5;
+    wick::models::PagedKvCache ahead = model->make_paged_cache(pages, ps);
+    wick::models::PagedKvCache one = model->make_paged_cache(pages, ps);
+    serve::DecodeGraphs graphs(model, ahead, scratch, 8);
+    std::vector<PagedSequence> batch;
+    for (size_t i = 0; i < 3; ++i) {
+      std::vector<uint32_t> prompt;
+      for (size_t j = 0; j < 3 + 2 * i; ++j) prompt.push_back(static_cast<uint32_t>(i * 13 + j));
+      std::vector<uint32_t> table;
+      for (size_t p = 0; p < 4; ++p) table.push_back(static_cast<uint32_t>(i * 4 + p));
+      for (auto* cache : {&ahead, &one}) {
+        model->forward_paged({{std::vector<uint32_t>(prompt.begin(), prompt.end() - 1), 0, table}},
+                             *cache);
+      }
+      batch.push_back({{prompt.back()}, prompt.size() - 1, table});
+    }
+    const std::vector<uint32_t> got = graphs.run_greedy(batch, steps, false);
+    ASSERT_EQ(got.size(), steps * batch.size());
+    std::vector<PagedSequence> step = batch;
+    std::vector<uint32_t> want;
+    for (size_t j = 0; j < steps; ++j) {
+      std::vector<uint32_t> next = model->forward_paged(step, one).argmax(1).to_vec1<uint32_t>();
+      want.insert(want.end(), next.begin(), next.end());
+      for (size_t i = 0; i < step.size(); ++i) {
+        step[i].tokens = {next[i]};
+        ++step[i].cached;
+      }
+    }
+    EXPECT_EQ(got, want);
+    for (size_t l = 0; l < ahead.layers(); ++l) {
+      EXPECT_EQ(ahead.k(l).narrow(0, 0, 12).to_vec_f64(), one.k(l).narrow(0, 0, 12).to_vec_f64());
+      EXPECT_EQ(ahead.v(l).narrow(0, 0, 12).to_vec_f64(), one.v(l).narrow(0, 0, 12).to_vec_f64());
+    }
+    // The third sequence stands at position 6 of its 16: 10 steps fit, 11 need 17.
+    EXPECT_NO_THROW(graphs.run_greedy(batch, 10, false));
+    EXPECT_THROW(graphs.run_greedy(batch, 11, false), wick::IndexOutOfRange);
+  }
+}
+
 TEST(DecodeGraphs, TheEngineOnTheCpuReplaysNoGraph) {
   serve::EngineOptions o;
   o.cuda_graphs = true;
