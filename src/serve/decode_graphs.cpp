@@ -128,7 +128,7 @@ DecodeGraphs::Graph& DecodeGraphs::prepare(const std::vector<models::PagedSequen
 }
 
 Tensor DecodeGraphs::forward(Graph& g, const std::pair<size_t, size_t>& key, bool replay) {
-  const auto [bucket, width] = key;
+  const size_t bucket = key.first, width = key.second;
   if (!replay) return model_->forward_paged_tensors(views(g.input, bucket, width), *cache_);
   if (!g.graph.defined()) {
     g.graph = CudaGraph::capture(model_->device(), [&] {
