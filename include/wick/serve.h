@@ -79,7 +79,8 @@ struct EngineOptions {
   /// request waits, up to this many decode steps are queued at once, each fed the token of the
   /// step before on the device, and their tokens read back together: the GPU does not wait for
   /// the host between them. Tokens then reach clients in groups of up to this many; a stop ends
-  /// its sequence at its token (the steps past it are discarded). 1: a round trip every step.
+  /// its sequence at its token (the steps past it are discarded). 0 or 1: a round trip every
+  /// step.
   /// No effect on the CPU.
   size_t greedy_lookahead = 8;
 };

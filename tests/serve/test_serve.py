@@ -708,7 +708,8 @@ class Cli(unittest.TestCase):
         r = self.run_serve("--help")
         self.assertEqual(r.returncode, 0)
         for option in ("--host", "--port", "--api-key", "--device", "--dtype", "--max-batch",
-                       "--kv-memory", "--max-queue", "--deterministic", "--cuda-graphs"):
+                       "--kv-memory", "--max-queue", "--deterministic", "--cuda-graphs",
+                       "--greedy-lookahead"):
             self.assertIn(option, r.stdout)
         self.assertEqual(self.run_serve().returncode, 2)  # no PATH
         self.assertEqual(self.run_serve("--port", "70000", "x.gguf").returncode, 2)
@@ -721,6 +722,9 @@ class Cli(unittest.TestCase):
         r = self.run_serve("--cuda-graphs", gguf)  # graphs need CUDA
         self.assertEqual(r.returncode, 2)
         self.assertIn("--cuda-graphs needs --device cuda", r.stderr)
+        r = self.run_serve("--greedy-lookahead", "0", gguf)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--greedy-lookahead must be at least 1", r.stderr)
 
 
 class Sigterm(unittest.TestCase):
