@@ -748,9 +748,7 @@ void Decoder::ask_for_plan(GatedActivation activation, double embed_scale) {
   plan.lm_head = w_.lm_head;
   if (!norm_ok(w_.norm)) return;
   for (const Layer& l : w_.layers) {
-    if (l.q_norm.defined() != l.k_norm.defined() || l.attn_norm.dtype() != l.ffn_norm.dtype()) {
-      return;
-    }
+    if (l.q_norm.defined() != l.k_norm.defined()) return;
     for (const Tensor* w :
          {&l.attn_norm, &l.ffn_norm, &l.post_attn_norm, &l.post_ffn_norm, &l.q_norm, &l.k_norm}) {
       if (!norm_ok(*w)) return;
