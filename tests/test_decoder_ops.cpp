@@ -9,6 +9,7 @@
 #include "nn/kv_write.h"
 #include "nn_reference.h"
 #include "test_util.h"
+#include "wick/kv_cache.h"
 #include "wick/nn/decoder_ops.h"
 
 namespace wick {
@@ -116,6 +117,31 @@ TEST(DecoderOps, SiluMulMatchesComposition) {
   }
   EXPECT_THROW(nn::silu_mul(random_tensor({2, 5}, DType::F32)), ShapeMismatch);
   EXPECT_THROW(nn::silu_mul(Tensor::zeros({2, 4}, DType::U32, cpu)), UnsupportedDType);
+}
+
+// A decode step's additive mask: 0 for the keys up to the position (the last `window` of them
+// with a window), -inf for the others, in the cache's dtype.
+TEST(DecoderOps, PositionMaskShowsTheKeysUpToThePositionWithinTheWindow) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const size_t max_len = 12;
+    models::KvCache cache = models::KvCache::allocate(1, 1, 1, max_len, 4, dt, cpu,
+                                                      Tensor::zeros({max_len, 2}, dt, cpu),
+                                                      Tensor::zeros({max_len, 2}, dt, cpu));
+    for (size_t p : {size_t{0}, size_t{3}, size_t{9}}) {
+      for (size_t window : {size_t{0}, size_t{1}, size_t{4}, size_t{20}}) {
+        Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, cpu);
+        Tensor mask = nn::detail::position_mask(cache, pos, 10, window);
+        ASSERT_EQ(mask.shape(), (Shape{1, 10}));
+        EXPECT_EQ(mask.dtype(), dt);
+        const std::vector<double> v = mask.to_vec_f64();
+        for (size_t j = 0; j < 10; ++j) {
+          const bool shown = j <= p && (window == 0 || j + window > p);
+          EXPECT_EQ(v[j], shown ? 0.0 : -INFINITY)
+              << "key " << j << ", position " << p << ", window " << window;
+        }
+      }
+    }
+  }
 }
 
 // The rope + cache write against rope_ref and a plain copy, at a position inside the cache.
