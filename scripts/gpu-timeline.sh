@@ -11,7 +11,10 @@
 #
 #   scripts/gpu-timeline.sh [MODEL ...]      (default: llama1b; carry build-gpudeps/ and .whl/)
 #   MODEL: a bench_generate shape (llama1b, smollm2, qwen05b; bf16 random weights), or
-#   llama1b-q4_0 / smollm2-q4_1 (random GGUF files kept quantized, made as gpu-decode.sh makes them)
+#   llama1b-q4_0 / smollm2-q4_1 (random GGUF files kept quantized, made as gpu-decode.sh makes them),
+#   or engine-llama1b: the serving engine's single stream (bench_serve_engine, 1 stream, its paged
+#   step; Llama-1B-shaped bf16 random weights made by bench/cuda/serve_torch.py), whose steps end at
+#   its output head
 #   WICK_TIMELINE_VARIANTS="default WICK_PDL=0"   settings to run, one run each (join two with a comma)
 set -uo pipefail
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
@@ -25,7 +28,7 @@ B=build-timeline
 cmake -S . -B $B -G Ninja -DWICK_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DCMAKE_CUDA_FLAGS=-DWICK_DEVICE_TIMELINE "${cmake_deps[@]}" >/tmp/timeline_cfg.txt 2>&1 ||
   { tail -20 /tmp/timeline_cfg.txt; exit 1; }
-ninja -C $B bench_generate >/tmp/timeline_build.txt 2>&1 ||
+ninja -C $B bench_generate bench_serve_engine >/tmp/timeline_build.txt 2>&1 ||
   { grep -E "error|FAILED" /tmp/timeline_build.txt | head -30; exit 1; }
 echo "built in $(($(date +%s) - T0)) s"
 DIR=${WICK_QGGUF_DIR:-/tmp/wick-qgguf}
@@ -40,6 +43,23 @@ for model in "${@:-llama1b}"; do
       [[ -f $DIR/$model.gguf ]] || python3 scripts/make_random_gguf.py --shape "${model%%-*}" \
         --type "${model#*-}" -o "$DIR/$model.gguf" >/dev/null || exit 1
       source_args=(--model "$DIR/$model.gguf" --keep-quantized) ;;
+    engine-llama1b)
+      [[ -d /tmp/llama1b ]] || python3 -c "
+import sys, torch
+sys.path.insert(0, 'bench/cuda')
+import serve_torch
+serve_torch.make_model('llama-1b').to(torch.bfloat16).save_pretrained('/tmp/llama1b')" \
+        >/dev/null 2>&1 || { echo "engine-llama1b: no model folder (torch, transformers)"; exit 1; }
+      for variant in ${WICK_TIMELINE_VARIANTS:-default}; do
+        run_env=(env WICK_DEVICE_TIMELINE_OUT=/tmp/timeline.txt)
+        [[ $variant != default ]] && run_env+=(${variant//,/ })
+        echo "==== $model $variant"
+        "${run_env[@]}" timeout 120 $B/bench/bench_serve_engine --model /tmp/llama1b --device cuda \
+          --dtype bf16 --streams 1 --new 256 2>&1 | grep -E "^ +1 "
+        python3 scripts/timeline_summary.py /tmp/timeline.txt --steps 3 --detail \
+          --step-end "gemv store k=2048"
+      done
+      continue ;;
     *) source_args=(--shape "$model") ;;
   esac
   for variant in ${WICK_TIMELINE_VARIANTS:-default}; do

@@ -8,11 +8,13 @@ kind of kernel the mean over the last complete decode steps of:
   post   from the first block passing pdl_wait to the launch's last block ending;
   span   from the end of the launch before to this launch's end: what the launch adds to a step.
 Kernels that are not instrumented (cuBLAS, argmax, embedding) show as the gap of the next one.
+Steps end at the Generator's advance kernel, or at the kind --step-end names (the serving
+engine's paged step ends at its output head).
 With --marks, first the decode attention's blocks inside: the mean time from a block's start to
 its pdl_wait, q in registers, its first warp's key tiles done, the warps merged and its end (also
 for a timeline of bench_nn_cuda's decode kernel alone, which has no steps).
 
-  scripts/timeline_summary.py TIMELINE [--steps N] [--detail] [--marks]
+  scripts/timeline_summary.py TIMELINE [--steps N] [--detail] [--marks] [--step-end KIND]
 """
 import argparse
 import bisect
@@ -32,6 +34,8 @@ def kind_of(tag):
         return "attention"
     if top == 4:
         return "advance"
+    if top == 7:
+        return "paged_attention"
     return f"tag {tag:#x}"
 
 
@@ -63,6 +67,9 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="last complete steps summarised")
     ap.add_argument("--detail", action="store_true", help="also every launch of the last step")
     ap.add_argument("--marks", action="store_true", help="the attention blocks' inner times")
+    ap.add_argument("--step-end", default="advance",
+                    help="the kind of launch that ends a step (the Generator's: advance; the\n"
+                    "serving engine's: its output head, e.g. 'gemv store k=2048')")
     args = ap.parse_args()
     recs = []
     marks = defaultdict(list)  # block -> (seq, q ready, loop done, merged)
@@ -97,8 +104,8 @@ def main():
         ln["last_end"] = max(x[2] for x in b)
         ln["n"] = len(b)
         ln["median_block"] = statistics.median(x[2] - x[0] for x in b)
-    # Steps end at each advance launch.
-    ends = [i for i, ln in enumerate(launches) if ln["kind"] == "advance"]
+    # Steps end at each launch of the --step-end kind.
+    ends = [i for i, ln in enumerate(launches) if ln["kind"] == args.step_end]
     if len(ends) < 2:
         print(f"{len(launches)} launches, fewer than two decode steps: no summary")
         return
@@ -120,7 +127,7 @@ def main():
             r["blocks"].append(ln["n"])
             r["block_us"].append(ln["median_block"] / 1e3)
     print(f"{len(recs)} block records, {len(launches)} launches; the last {len(steps)} steps: "
-          f"{', '.join(f'{t:.1f}' for t in totals)} us (advance to advance)")
+          f"{', '.join(f'{t:.1f}' for t in totals)} us (step end to step end)")
     print(f"{'kernel':34} {'n/step':>6} {'blocks':>7} {'gap':>7} {'early':>7} {'post':>7} "
           f"{'span':>7} {'span/step':>9} {'block':>7}  (us, means)")
     for kind in order:

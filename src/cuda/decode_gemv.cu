@@ -99,6 +99,7 @@ std::vector<Record> take_gemv_stream();
 std::vector<Record> take_gemv_pairs();
 std::vector<Record> take_attention();
 std::vector<Record> take_decoder_ops();
+std::vector<Record> take_paged_attention();
 
 void write_at_exit() {
   static const bool registered = [] {
@@ -109,7 +110,8 @@ void write_at_exit() {
       if (f == nullptr) return;
       using Take = std::vector<Record> (*)();
       for (Take take : {Take{take_gemv_plain}, Take{take_gemv_ggml}, Take{take_gemv_stream},
-                        Take{take_gemv_pairs}, Take{take_attention}, Take{take_decoder_ops}}) {
+                        Take{take_gemv_pairs}, Take{take_attention}, Take{take_decoder_ops},
+                        Take{take_paged_attention}}) {
         for (const Record& r : take()) {
           std::fprintf(f, "%u %u %u %u %llu %llu %llu\n", r.tag, r.block, r.sm, r.seq,
                        static_cast<unsigned long long>(r.start),

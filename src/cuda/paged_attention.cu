@@ -9,8 +9,11 @@
 // The KV write: one thread per element of the new keys and values.
 
 #include "cuda/check.h"
+#include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
 #include "cuda/paged_attention.h"
+
+WICK_TIMELINE_TU(paged_attention)
 
 namespace wick::cuda {
 
@@ -70,8 +73,10 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   __shared__ float q_s[kMaxD];
   __shared__ float m_s[kWarps], l_s[kWarps];
   __shared__ float acc_s[kWarps][kMaxD];
+  WICK_TL_START();
   // Everything read comes from the kernels before (q and the new key from the one just before).
   pdl_wait();
+  WICK_TL_WAITED();
   if (a.launch_next_early) pdl_launch_dependents();
   T* out = static_cast<T*>(a.out) + (t * a.h + head) * a.d;
   const uint32_t seq = a.seq[t], pos = a.pos[t];
@@ -149,6 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     }
     out[e] = static_cast<T>(valid && total > 0.0f ? sum / total : 0.0f);
   }
+  WICK_TL_END(7u << 28);
 }
 
 template <class U>
