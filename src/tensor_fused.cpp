@@ -34,11 +34,6 @@ void check_fused_float(const char* op, const Tensor& t) {
   }
 }
 
-// rms_norm of f16/bf16 x by an f32 weight: computed in f32, rounded once (Gemma's 1 + w).
-bool f32_weight_of_half(const Tensor& x, const Tensor& w) {
-  return w.dtype() == DType::F32 && (x.dtype() == DType::F16 || x.dtype() == DType::BF16);
-}
-
 // A (d) parameter of a norm: defined, rank 1 of the last dim, same dtype (or, for rms_norm's
 // weight of an f16/bf16 x, f32) and device as x.
 void check_param(const char* op, const char* what, const Tensor& x, const Tensor& p,
@@ -49,7 +44,7 @@ void check_param(const char* op, const char* what, const Tensor& x, const Tensor
     throw ShapeMismatch(str(op, ": ", what, " must have shape [", d, "] for input ", x.shape(),
                             ", got ", p.shape()));
   }
-  if (!(f32_allowed && f32_weight_of_half(x, p))) check_same_dtype(op, x, p);
+  if (!(f32_allowed && fused::f32_weight_of_half(x.dtype(), p.dtype()))) check_same_dtype(op, x, p);
   check_same_device(op, x, p);
 }
 
@@ -154,7 +149,7 @@ Tensor Tensor::rope_interleaved(const Tensor& cos, const Tensor& sin) const {
 namespace wick::fused {
 
 TensorList NormOp::fallback(const TensorList& in) const {
-  if (rms && f32_weight_of_half(in[0], in[1])) {
+  if (rms && fused::f32_weight_of_half(in[0].dtype(), in[1].dtype())) {
     return {in[0].to_dtype(DType::F32).rms_norm(in[1], eps).to_dtype(in[0].dtype())};
   }
   Widen w(in[0].dtype());

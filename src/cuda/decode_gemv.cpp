@@ -9,6 +9,7 @@
 #include "cuda/cuda_storage.h"
 #include "cuda/decode_fusions.h"
 #include "cuda_config.h"
+#include "fused/norm.h"
 #include "tensor_internal.h"
 
 namespace wick::cuda {
@@ -77,10 +78,9 @@ bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, d
              const QLinear& w, Launch* l) {
   if (!usable(x, w, &l->weight)) return false;
   // A norm weight of x's dtype, or of f32 for f16/bf16 x (Gemma's 1 + w).
-  const bool half = x.dtype() == DType::F16 || x.dtype() == DType::BF16;
-  const bool f32_norm = norm_weight.defined() && half && norm_weight.dtype() == DType::F32;
   if (norm_weight.defined() &&
-      (norm_weight.device() != x.device() || (norm_weight.dtype() != x.dtype() && !f32_norm) ||
+      (norm_weight.device() != x.device() ||
+       !fused::rms_norm_weight_fits(x.dtype(), norm_weight.dtype()) ||
        !norm_weight.is_contiguous() || norm_weight.elem_count() != x.elem_count() ||
        reinterpret_cast<uintptr_t>(ptr_of(norm_weight)) % 16 != 0)) {
     return false;
@@ -93,7 +93,7 @@ bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, d
   a.n = l->weight.n;
   a.k = l->weight.k;
   a.norm_weight = norm_weight.defined() ? ptr_of(norm_weight) : nullptr;
-  a.norm_f32 = f32_norm;
+  a.norm_f32 = norm_weight.defined() && fused::f32_weight_of_half(x.dtype(), norm_weight.dtype());
   a.eps = eps;
   l->reads = {&x, l->weight.bytes};
   if (norm_weight.defined()) l->reads.push_back(&norm_weight);

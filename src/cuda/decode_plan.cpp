@@ -36,10 +36,8 @@ class CudaDecodePlan final : public DecodePlan {
     std::map<size_t, Tensor> masks;  // by window (0: none), made once per step where needed
     auto attend = [&](size_t li, const Tensor& x, const Tensor& normed) {
       const DecoderWeights::Layer& l = m.layers[li];
-      const bool own_rope = l.cos.defined();
-      Tensor q = project_rope(li, x, normed, own_rope ? l.cos : cache.cos(),
-                              own_rope ? l.sin : cache.sin(), cache.k(li), cache.v(li), position,
-                              Tensor());
+      Tensor q = project_rope(li, x, normed, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
+                              position, Tensor());
       Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
       // A plain output projection launches as the attention starts and asks the L2 for its
       // rows, and a side branch asks for gate/up's, while the attention leaves HBM idle.
@@ -82,10 +80,8 @@ class CudaDecodePlan final : public DecodePlan {
     const DecoderWeights& m = w_;
     auto attend = [&](size_t li, const Tensor& x, const Tensor& normed) {
       const DecoderWeights::Layer& l = m.layers[li];
-      const bool own_rope = l.cos.defined();
-      Tensor q = project_rope(li, x, normed, own_rope ? l.cos : cache.cos(),
-                              own_rope ? l.sin : cache.sin(), cache.k(li), cache.v(li), b.positions,
-                              b.slots);  // (1, h, hd)
+      Tensor q = project_rope(li, x, normed, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
+                              b.positions, b.slots);  // (1, h, hd)
       // As in `step`: a plain output projection launches as the attention starts.
       Attended a;
       a.early = !l.wo.quantized() && tuning().paged_early;
@@ -120,13 +116,15 @@ class CudaDecodePlan final : public DecodePlan {
 
   // Layer li's q (1, h, 1, hd) from the residual stream x (1, 1, d), or from `normed` (x's ln1
   // norm) where a composed add made it: the projection, the bias, the per-head norms, rope at
-  // `position`, the keys and values written into the caches at the position or, with `slot`,
-  // into the pools of a paged cache at that slot.
-  Tensor project_rope(size_t li, const Tensor& x, const Tensor& normed, const Tensor& cos,
-                      const Tensor& sin, const Tensor& k_cache, const Tensor& v_cache,
+  // `position` (by the layer's own tables, else the cache's), the keys and values written into
+  // the caches at the position or, with `slot`, into the pools of a paged cache at that slot.
+  Tensor project_rope(size_t li, const Tensor& x, const Tensor& normed, const Tensor& cache_cos,
+                      const Tensor& cache_sin, const Tensor& k_cache, const Tensor& v_cache,
                       const Tensor& position, const Tensor& slot) const {
     const DecoderWeights& m = w_;
     const DecoderWeights::Layer& l = m.layers[li];
+    const Tensor& cos = l.cos.defined() ? l.cos : cache_cos;
+    const Tensor& sin = l.sin.defined() ? l.sin : cache_sin;
     const size_t h = m.heads, h_kv = m.kv_heads, hd = m.head_dim;
     Tensor q;
     if (!l.q_norm.defined() && !normed.defined() &&

@@ -6,6 +6,17 @@
 
 namespace wick::fused {
 
+/// rms_norm of f16/bf16 x by an f32 weight: in f32, rounded once (Gemma's 1 + w).
+inline bool f32_weight_of_half(DType x, DType w) {
+  return w == DType::F32 && (x == DType::F16 || x == DType::BF16);
+}
+
+/// The weights rms_norm takes for x, and every RMS norm fused into another op with it: x's
+/// dtype, or f32 for f16/bf16 x.
+inline bool rms_norm_weight_fits(DType x, DType w) {
+  return w == x || f32_weight_of_half(x, w);
+}
+
 /// Inputs: x (rows, d) row-major, weight (d), and for layer_norm bias (d) or absent; one dtype,
 /// but for rms_norm's weight of an f16/bf16 x, which may be f32. Output: x's shape and dtype.
 /// layer_norm: (x - mean) * rstd * w + b, rounded once; rms_norm: w * round(x * rstd), as

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "decode_plan.h"
+#include "fused/norm.h"
 #include "models/llama_impl.h"
 #include "nn/batch_linear.h"
 #include "nn/kv_write.h"
@@ -551,8 +552,7 @@ KvCache Decoder::make_cache(size_t batch, size_t max_len) const {
 
 Tensor Decoder::head_norm(const Tensor& x, const Tensor& w, double eps) {
   // rms_norm takes an f32 weight of an f16/bf16 x itself: in f32, rounded once.
-  const bool half = x.dtype() == DType::F16 || x.dtype() == DType::BF16;
-  if (w.dtype() == x.dtype() || (half && w.dtype() == DType::F32)) return x.rms_norm(w, eps);
+  if (fused::rms_norm_weight_fits(x.dtype(), w.dtype())) return x.rms_norm(w, eps);
   return x.to_dtype(w.dtype()).rms_norm(w, eps).to_dtype(x.dtype());
 }
 
@@ -731,9 +731,8 @@ void Decoder::ask_for_plan(GatedActivation activation, double embed_scale) {
     if (r.rotated_dims(config_.head_dim) != config_.head_dim) return;
   }
   // Norm weights of the dtype, or f32 ones of an f16/bf16 model (Gemma's 1 + w).
-  const bool half = dtype_ == DType::F16 || dtype_ == DType::BF16;
   auto norm_ok = [&](const Tensor& w) {
-    return !w.defined() || w.dtype() == dtype_ || (half && w.dtype() == DType::F32);
+    return !w.defined() || fused::rms_norm_weight_fits(dtype_, w.dtype());
   };
   DecoderWeights plan;
   plan.heads = config_.num_heads;

@@ -4,6 +4,7 @@
 #include "nn/kv_write.h"
 
 #include "fused/kv_write.h"
+#include "fused/norm.h"
 #include "util.h"
 #include "wick/error.h"
 #include "wick/nn/paged_attention.h"
@@ -105,9 +106,8 @@ void check_rope_write(const char* op, const Tensor& qkv, const Tensor& bias, siz
     }
   }
   // The head norms: one dtype, qkv's or (for f16/bf16 qkv) f32.
-  const bool half = qkv.dtype() == DType::F16 || qkv.dtype() == DType::BF16;
   auto norm_dtype_ok = [&](const Tensor& w) {
-    return !w.defined() || w.dtype() == qkv.dtype() || (half && w.dtype() == DType::F32);
+    return !w.defined() || fused::rms_norm_weight_fits(qkv.dtype(), w.dtype());
   };
   if (!norm_dtype_ok(norms.q) || !norm_dtype_ok(norms.k) ||
       (norms.q.defined() && norms.k.defined() && norms.q.dtype() != norms.k.dtype())) {

@@ -152,7 +152,7 @@ std::vector<uint32_t> DecodeGraphs::run_greedy(const std::vector<models::PagedSe
   // Run eagerly, the steps need no padding rows.
   Graph& g = prepare(batch, steps, replay, &key);
   const size_t n = batch.size(), bucket = key.first, page_size = cache_->page_size();
-  // The positions and slots of steps 1.. (the padding rows' stay those of decode_inputs).
+  // The positions and slots of steps 1.. (the padding rows' as decode_inputs writes them).
   std::vector<uint32_t> ahead(2 * (steps - 1) * bucket);
   for (size_t j = 1; j < steps; ++j) {
     uint32_t* positions = ahead.data() + 2 * (j - 1) * bucket;
