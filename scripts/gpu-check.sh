@@ -8,8 +8,9 @@
 #
 #   scripts/gpu-check.sh               run everything (logs under $OUT or build-gpu/logs)
 #   scripts/gpu-check.sh --fetch-deps  here, with network: download the Debian packages of the
-#                                      build's dependencies into build-gpudeps/ (carry that folder;
-#                                      the GPU machine has no registry and may lack them)
+#                                      build's dependencies, packed into build-gpudeps/deps.tar.xz
+#                                      (carry that folder; the GPU machine has no registry and may
+#                                      lack them)
 #
 # Environment: WICK_GPU_BUILD (build dir, default build-gpu), WICK_GPU_JOBS (default: nproc),
 # WICK_GPU_SKIP="tests bench graphs torch embed wickmm conform overhead decode nn serve families
@@ -25,13 +26,21 @@ ROOT=$PWD
 DEPS_DIR=$ROOT/build-gpudeps
 
 if [[ "${1:-}" == "--fetch-deps" ]]; then
-  mkdir -p "$DEPS_DIR" && cd "$DEPS_DIR" || exit 1
+  # The packages unpacked into one prefix, less the large static libraries (ICU's, OpenBLAS's)
+  # and documentation, packed as deps.tar.xz: half the packages' size, within what the device
+  # tool carries.
+  debs=$(mktemp -d) && prefix=$(mktemp -d) && cd "$debs" || exit 1
   apt-get download libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgtest-dev \
     libgmock-dev libbenchmark-dev libbenchmark1debian libgfortran5 libquadmath0 libcli11-dev \
     libzip-dev libzip4 nlohmann-json3-dev libicu-dev libicu72 libpcre2-dev libpcre2-8-0 \
     libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 zlib1g-dev zlib1g pkgconf pkgconf-bin libpkgconf3 \
-    pkg-config libcpp-httplib-dev libcpp-httplib0.11
-  exit $?
+    pkg-config libcpp-httplib-dev libcpp-httplib0.11 || exit 1
+  for f in *.deb; do dpkg -x "$f" "$prefix" || exit 1; done
+  find "$prefix" \( -name 'libicu*.a' -o -name 'libopenblas*.a' \) -delete
+  rm -rf "$prefix/usr/share/doc" "$prefix/usr/share/man"
+  mkdir -p "$DEPS_DIR" && tar cJf "$DEPS_DIR/deps.tar.xz" -C "$prefix" usr || exit 1
+  rm -rf "$debs" "$prefix"
+  exit 0
 fi
 
 BUILD=${WICK_GPU_BUILD:-build-gpu}

@@ -1,7 +1,7 @@
 # Sourced by the GPU scripts (gpu-check.sh, gpu-nn.sh, gpu-profile.sh, llama_gpu_run.sh): when the
 # GPU machine's image lacks a build dependency, unpack the Debian packages carried in
-# build-gpudeps/ (gpu-check.sh --fetch-deps) into a private prefix (kept on a warm machine for
-# the next call) and point CMake, pkg-config and the loader at it. Sets the array cmake_deps:
+# build-gpudeps/deps.tar.xz (gpu-check.sh --fetch-deps) into a private prefix (kept on a warm
+# machine for the next call) and point CMake, pkg-config and the loader at it. Sets the array cmake_deps:
 # extra configure arguments, empty when the system has everything; defines gpu_configure.
 cmake_deps=()
 gpu_env_have_deps() {
@@ -13,10 +13,9 @@ gpu_env_have_deps() {
 }
 WICK_DEPS_PREFIX=/tmp/wick-deps
 if ! gpu_env_have_deps; then
-  if ls build-gpudeps/*.deb >/dev/null 2>&1; then
-    mkdir -p $WICK_DEPS_PREFIX
-    for f in build-gpudeps/*.deb; do dpkg -x "$f" $WICK_DEPS_PREFIX; done
-    echo "dependencies: unpacked $(ls build-gpudeps/*.deb | wc -l) carried packages into $WICK_DEPS_PREFIX"
+  if [[ -f build-gpudeps/deps.tar.xz && ! -d $WICK_DEPS_PREFIX/usr ]]; then
+    mkdir -p $WICK_DEPS_PREFIX && tar xJf build-gpudeps/deps.tar.xz -C $WICK_DEPS_PREFIX
+    echo "dependencies: unpacked the carried packages into $WICK_DEPS_PREFIX"
   elif [[ -d $WICK_DEPS_PREFIX/usr ]]; then
     echo "dependencies: using $WICK_DEPS_PREFIX, unpacked by an earlier call"
   else

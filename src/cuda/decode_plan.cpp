@@ -86,9 +86,10 @@ class CudaDecodePlan final : public DecodePlan {
       Attended a;
       a.early = !l.wo.quantized() && tuning().paged_early;
       if (a.early) ask_l2_aside(q, l.wgate_up);
+      // The batch's indices are uploads ahead of the step's kernels.
       a.out = nn::detail::paged_attention(q.reshape({1, m.heads, m.head_dim}), cache.k(li),
                                           cache.v(li), b.page_table, b.token_seq, b.positions,
-                                          l.scale, l.window, l.softcap, a.early)
+                                          l.scale, l.window, l.softcap, a.early, true)
                   .reshape({1, 1, m.heads * m.head_dim});
       return a;
     };

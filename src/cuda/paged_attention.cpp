@@ -27,10 +27,9 @@ cuda::CudaDevice& device_of(const Tensor& t) {
   return cuda::as_cuda(t.impl()->storage->backend()).cuda_device();
 }
 
-Tensor cuda_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
-                            const Tensor& page_table, const Tensor& token_seq,
-                            const Tensor& token_pos, double scale, size_t window, double softcap,
-                            bool launch_next_early) {
+Tensor cuda_paged_attention(const fused::PagedAttentionOp& op, const Tensor& q,
+                            const Tensor& k_pages, const Tensor& v_pages, const Tensor& page_table,
+                            const Tensor& token_seq, const Tensor& token_pos) {
   const size_t tokens = q.dims()[0], h = q.dims()[1], d = q.dims()[2];
   cuda::CudaDevice& dev = device_of(q);
   auto out = std::make_unique<cuda::CudaStorage>(dev, tokens * h * d, q.dtype());
@@ -50,10 +49,11 @@ Tensor cuda_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor
   a.page_size = static_cast<int64_t>(k_pages.dims()[2]);
   a.n_seqs = static_cast<int64_t>(page_table.dims()[0]);
   a.width = static_cast<int64_t>(page_table.dims()[1]);
-  a.window = static_cast<int64_t>(window);
-  a.scale = static_cast<float>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(d)));
-  a.softcap = static_cast<float>(softcap);
-  a.launch_next_early = launch_next_early;
+  a.window = static_cast<int64_t>(op.window);
+  a.scale = static_cast<float>(op.scale);
+  a.softcap = static_cast<float>(op.softcap);
+  a.launch_next_early = op.launch_next_early;
+  a.indices_ready = op.indices_ready;
   auto locks = read_locks({&q, &k_pages, &v_pages, &page_table, &token_seq, &token_pos});
   dev.queue().enqueue("paged_attention", q.dtype(),
                       [&](cudaStream_t s) { cuda::launch_paged_attention(q.dtype(), a, s); });
@@ -86,8 +86,7 @@ namespace wick::fused {
 
 std::optional<TensorList> PagedAttentionOp::cuda_kernel(const PagedAttentionOp& op,
                                                         const TensorList& in) {
-  return TensorList{detail::cuda_paged_attention(in[0], in[1], in[2], in[3], in[4], in[5], op.scale,
-                                                 op.window, op.softcap, op.launch_next_early)};
+  return TensorList{detail::cuda_paged_attention(op, in[0], in[1], in[2], in[3], in[4], in[5])};
 }
 
 std::optional<TensorList> PagedKvWriteOp::cuda_kernel(const PagedKvWriteOp&, const TensorList& in) {

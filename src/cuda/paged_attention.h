@@ -25,6 +25,9 @@ struct PagedAttentionArgs {
   float softcap;  // > 0: scores softcap tanh(score / softcap)
   // The kernel after this one may launch as this one starts (fused::PagedAttentionOp's).
   bool launch_next_early;
+  // table, seq and pos were written before the kernel before this one started: they are read
+  // before pdl_wait (fused::PagedAttentionOp's).
+  bool indices_ready;
 };
 
 /// One block per (token, query head), a programmatic dependent launch (it reads nothing before

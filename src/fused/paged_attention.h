@@ -13,8 +13,13 @@ namespace wick::fused {
 /// (the `window` latest of them when window > 0), scores soft-capped when softcap > 0.
 class PagedAttentionOp final : public CustomOp {
  public:
-  PagedAttentionOp(double scale, size_t window, double softcap, bool launch_next_early = false)
-      : scale(scale), window(window), softcap(softcap), launch_next_early(launch_next_early) {}
+  PagedAttentionOp(double scale, size_t window, double softcap, bool launch_next_early = false,
+                   bool indices_ready = false)
+      : scale(scale),
+        window(window),
+        softcap(softcap),
+        launch_next_early(launch_next_early),
+        indices_ready(indices_ready) {}
   const char* name() const override { return "paged_attention"; }
   TensorList fallback(const TensorList& inputs) const override;
   std::optional<TensorList> cpu(const TensorList& inputs) const override;
@@ -30,6 +35,10 @@ class PagedAttentionOp final : public CustomOp {
   // CUDA: the kernel after this one may launch as this one starts, for a next kernel that only
   // loads weights before it waits (a decode plan's output projection).
   bool launch_next_early;
+  // CUDA: page_table, token_seq and token_pos were written before the kernel before this one
+  // started (uploads ahead of a decode step's kernels, not a kernel's outputs), so the kernel reads
+  // them, and asks the L2 for the pages, while that kernel runs.
+  bool indices_ready;
 
   /// The first key position token position `pos` attends to.
   size_t first_key(size_t pos) const {

@@ -70,9 +70,12 @@ bool attend_to_position(const Tensor& q, const Tensor& keys, const Tensor& value
                         const Tensor& position, Tensor* out, bool launch_next_early = false);
 
 /// nn::paged_attention, whose CUDA kernel with launch_next_early lets the op after it launch as
-/// it starts (as attend_to_position's).
+/// it starts (as attend_to_position's), and with indices_ready reads page_table, token_seq and
+/// token_pos before the kernel before it has finished (fused::PagedAttentionOp::indices_ready:
+/// the caller's promise that no kernel wrote them).
 Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                        const Tensor& page_table, const Tensor& token_seq, const Tensor& token_pos,
-                       double scale, size_t window, double softcap, bool launch_next_early);
+                       double scale, size_t window, double softcap, bool launch_next_early,
+                       bool indices_ready);
 
 }  // namespace wick::nn::detail

@@ -61,13 +61,13 @@ Tensor paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_p
                        const Tensor& page_table, const Tensor& token_seq, const Tensor& token_pos,
                        double scale, size_t window, double softcap) {
   return detail::paged_attention(q, k_pages, v_pages, page_table, token_seq, token_pos, scale,
-                                 window, softcap, false);
+                                 window, softcap, false, false);
 }
 
 Tensor detail::paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                                const Tensor& page_table, const Tensor& token_seq,
                                const Tensor& token_pos, double scale, size_t window, double softcap,
-                               bool launch_next_early) {
+                               bool launch_next_early, bool indices_ready) {
   constexpr const char* kOp = "paged_attention";
   check_pools(kOp, k_pages, v_pages);
   if (!(softcap >= 0) || !std::isfinite(softcap)) {
@@ -95,9 +95,10 @@ Tensor detail::paged_attention(const Tensor& q, const Tensor& k_pages, const Ten
   if (t == 0) return Tensor::zeros(q.shape(), q.dtype(), dev);
   const double resolved =
       scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(k_pages.dims()[3]));
-  return wick::apply(fused::PagedAttentionOp(resolved, window, softcap, launch_next_early),
-                     {q.contiguous(), k_pages, v_pages, page_table.contiguous(),
-                      token_seq.contiguous(), token_pos.contiguous()})[0];
+  return wick::apply(
+      fused::PagedAttentionOp(resolved, window, softcap, launch_next_early, indices_ready),
+      {q.contiguous(), k_pages, v_pages, page_table.contiguous(), token_seq.contiguous(),
+       token_pos.contiguous()})[0];
 }
 
 void paged_kv_write(const Tensor& k_pages, const Tensor& v_pages, const Tensor& k, const Tensor& v,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -146,21 +147,27 @@ TEST(CudaPagedAttention, WindowsAndSoftCapsWithinTheirBoundOfFloat64) {
 }
 
 // Positions past one pass of the block's warps (4 warps of 32 keys: 128 keys), with windows that
-// start inside a tile, head dims of 64 and 128 (rows of whole 16-byte pieces) and 40 (element
-// loads), against the CPU's kernel in float64, and the same bits alone as in the batch.
+// start inside a tile, head dims of 64, 128 and 256 (the kernels compiled for them) and 40 (element
+// loads), against the CPU's kernel in float64, and the same bits alone as in the batch. The pools'
+// page 0, in no table, holds NaN: a tile's missing keys must add nothing of it.
 TEST(CudaPagedAttention, LongSequencesOverSeveralTilesWithinTheirBound) {
   WICK_REQUIRE_GPU();
   const size_t h = 4, h_kv = 2, ps = 16, pages = 24, width = 20;
   std::vector<uint32_t> table(width);
-  for (size_t i = 0; i < width; ++i) table[i] = static_cast<uint32_t>((7 * i + 3) % pages);
+  for (size_t i = 0; i < width; ++i) {
+    table[i] = static_cast<uint32_t>(1 + (7 * i + 3) % (pages - 1));
+  }
   std::vector<uint32_t> seq = {0, 0, 0, 0}, pos = {127, 128, 257, 319};
   const size_t t = seq.size();
-  for (DType dt : {DType::F32, DType::BF16}) {
-    for (size_t d : {size_t{64}, size_t{128}, size_t{40}}) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    for (size_t d : {size_t{64}, size_t{128}, size_t{256}, size_t{40}}) {
       const double scale = 1 / std::sqrt(static_cast<double>(d));
       Tensor q = random_tensor({t, h, d}, dt, cpu, -0.5, 0.5);
-      Tensor k = random_tensor({pages, h_kv, ps, d}, dt);
-      Tensor v = random_tensor({pages, h_kv, ps, d}, dt, cpu, 0.5, 1.5);
+      Tensor nan_page = Tensor::full(nan, {1, h_kv, ps, d}, cpu).to_dtype(dt);
+      Tensor k = Tensor::cat({nan_page, random_tensor({pages - 1, h_kv, ps, d}, dt)}, 0);
+      Tensor v =
+          Tensor::cat({nan_page, random_tensor({pages - 1, h_kv, ps, d}, dt, cpu, 0.5, 1.5)}, 0);
       for (size_t window : {size_t{0}, size_t{200}}) {
         SCOPED_TRACE(::testing::Message() << dt << " d " << d << " window " << window);
         Tensor want = nn::paged_attention(q.to_dtype(DType::F64), k.to_dtype(DType::F64),
