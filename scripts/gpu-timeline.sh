@@ -56,7 +56,7 @@ serve_torch.make_model('llama-1b').to(torch.bfloat16).save_pretrained('/tmp/llam
         echo "==== $model $variant"
         "${run_env[@]}" timeout 120 $B/bench/bench_serve_engine --model /tmp/llama1b --device cuda \
           --dtype bf16 --streams 1 --new 256 2>&1 | grep -E "^ +1 "
-        python3 scripts/timeline_summary.py /tmp/timeline.txt --steps 3 --detail \
+        python3 scripts/timeline_summary.py /tmp/timeline.txt --steps 3 --detail --marks \
           --step-end "gemv store k=2048"
       done
       continue ;;

@@ -10,9 +10,10 @@ kind of kernel the mean over the last complete decode steps of:
 Kernels that are not instrumented (cuBLAS, argmax, embedding) show as the gap of the next one.
 Steps end at the Generator's advance kernel, or at the kind --step-end names (the serving
 engine's paged step ends at its output head).
-With --marks, first the decode attention's blocks inside: the mean time from a block's start to
-its pdl_wait, q in registers, its first warp's key tiles done, the warps merged and its end (also
-for a timeline of bench_nn_cuda's decode kernel alone, which has no steps).
+With --marks, first the decode (or paged) attention's blocks inside: the mean time from a block's
+start to its pdl_wait, q in registers (shared memory), its first warp's key tiles done, the warps
+merged and its end (also for a timeline of bench_nn_cuda's decode kernel alone, which has no
+steps).
 
   scripts/timeline_summary.py TIMELINE [--steps N] [--detail] [--marks] [--step-end KIND]
 """
@@ -55,7 +56,7 @@ def print_marks(attention, marks, last=400):
     if not rows:
         print("no attention marks (a build without them, or no decode attention)")
         return
-    print(f"decode attention, the last {len(rows)} blocks: us from a block's start (mean, max)")
+    print(f"attention, the last {len(rows)} blocks: us from a block's start (mean, max)")
     for i, name in enumerate(["pdl_wait", "q ready", "warp 0 tiles", "warps merged", "end"]):
         v = [r[i] for r in rows]
         print(f"  {name:13} {statistics.mean(v):6.2f} {max(v):6.2f}")
@@ -80,7 +81,7 @@ def main():
             if tag >> 28 == 5:  # WICK_TL_END_MARKS of the attention block that just ended
                 marks[block].append((seq, start, waited, end))
                 continue
-            if tag >> 28 == 3:
+            if tag >> 28 in (3, 7):  # the decode or the paged attention
                 attention.append((start, seq, block, waited, end))
             recs.append((start, waited, end, tag, block, sm))
     if args.marks:

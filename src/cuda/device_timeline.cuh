@@ -2,8 +2,8 @@
 // A diagnostic timeline of the decode step's kernels, compiled in only with
 // -DWICK_DEVICE_TIMELINE (scripts/gpu-timeline.sh): thread 0 of every block of an instrumented
 // kernel records the global timer when the block starts, when it passes pdl_wait() and when it
-// ends, with a tag naming the kernel, into a ring in device memory (the decode attention also
-// three points inside, WICK_TL_MARK, as a second record). Without the define every
+// ends, with a tag naming the kernel, into a ring in device memory (the decode and the paged
+// attention also three points inside, WICK_TL_MARK, as a second record). Without the define every
 // macro is empty. Nsight Systems is not available on the GPU machine, and ncu runs each kernel
 // alone: neither shows how the kernels of a CUDA graph overlap under programmatic launch.
 

@@ -158,6 +158,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     q_s[e] = static_cast<float>(q[e]) * a.scale;
   }
   __syncthreads();
+  WICK_TL_MARK(0);
   float m = -INFINITY, l = 0.0f;
   float acc[Slice::E];
 #pragma unroll
@@ -196,6 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     }
     m = m_new;
   }
+  WICK_TL_MARK(1);
   if (lane == 0) {
     m_s[warp] = m;
     l_s[warp] = l;
@@ -211,6 +213,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w]);
   float total = 0.0f;
   for (int w = 0; w < kWarps; ++w) total += m_s[w] == -INFINITY ? 0.0f : l_s[w] * expf(m_s[w] - mx);
+  WICK_TL_MARK(2);
   for (int64_t e = threadIdx.x; e < a.d; e += blockDim.x) {
     float sum = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
@@ -219,6 +222,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     out[e] = static_cast<T>(valid && total > 0.0f ? sum / total : 0.0f);
   }
   WICK_TL_END(7u << 28);
+  WICK_TL_END_MARKS(5u << 28);
 }
 
 template <class U>
