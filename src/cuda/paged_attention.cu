@@ -129,12 +129,14 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   const bool vec = (a.d * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(kp) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(vp) % 16 == 0;
-  // The k/v head's pages in the window asked of the L2 in bulk (a hint: it moves no value), shared
-  // among the query heads that read them, so that the tiles' loads find them there.
+  // The k/v head's pages of the block's first two passes over the window asked of the L2 in bulk
+  // (a hint: it moves no value; bounded, so that a long sequence does not push its own first pages
+  // out), shared among the query heads that read them, so that the tiles' loads find them there.
   if (valid && vec) {
     const int64_t group = a.h / a.h_kv, share = head % group;
     const int64_t page_bytes = a.page_size * a.d * static_cast<int64_t>(sizeof(T));
-    for (int64_t i = first / a.page_size + share + group * threadIdx.x; i <= pos / a.page_size;
+    const int64_t last = min(static_cast<int64_t>(pos), first + 2 * kWarps * kTile - 1);
+    for (int64_t i = first / a.page_size + share + group * threadIdx.x; i <= last / a.page_size;
          i += group * blockDim.x) {
       const uint32_t page = row[i];
       if (page >= a.pages) continue;
