@@ -130,12 +130,22 @@ TEST(Bf16Gemm, GeluEpilogueMatchesFloat64) {
     check_dense(c, true);
 }
 
+// Whether this CPU has AVX512-BF16 (cpuid leaf 7 subleaf 1, eax bit 5).
+bool cpu_has_avx512_bf16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) != 0;
+}
+
 // The kernel is the best this CPU offers: AMX-BF16 where the CPU and the OS have the tiles and
-// the AVX-512 kernels run (WICK_EXPECT_ISA=avx2 runs, and qemu's Haswell, get none).
+// the AVX-512 kernels run, else AVX512-BF16's dot products where the CPU has them
+// (WICK_EXPECT_ISA=avx2 runs, and qemu's Haswell, get none).
 TEST(Bf16Gemm, KernelMatchesTheCpu) {
   const char* expect = std::getenv("WICK_EXPECT_ISA");
   const bool avx512 = expect == nullptr ? cpu_isa() == "avx512" : std::string(expect) == "avx512";
-  const std::string want = avx512 && cpu_has_amx() ? "amx-bf16" : "";
+  const std::string want = !avx512                 ? ""
+                           : cpu_has_amx()         ? "amx-bf16"
+                           : cpu_has_avx512_bf16() ? "avx512-bf16"
+                                                   : "";
   EXPECT_EQ(cpu_bf16_gemm(), want) << "CPU ISA " << cpu_isa();
 }
 

@@ -44,7 +44,8 @@ std::string cpu_gemm_isa();
 
 /// The kernels of the CPU's bf16 products (Bert::load with matmul dtype BF16, the CPU
 /// SentenceEmbedder's bf16): "amx-bf16" when the CPU has AMX-TILE and AMX-BF16, Linux grants the
-/// process the tile state and the CPU kernels run AVX-512 (WICK_CPU_ISA=avx2 turns it off); ""
+/// process the tile state and the CPU kernels run AVX-512 (WICK_CPU_ISA=avx2 turns it off); else
+/// "avx512-bf16" when the CPU has AVX512-BF16 (VDPBF16PS) and the kernels run AVX-512; ""
 /// otherwise, where these products are composed from f32 ops (bf16-rounded inputs, sgemm).
 std::string cpu_bf16_gemm();
 

@@ -1,13 +1,16 @@
-// The bf16 GEMM on AMX tiles: c = act(round_bf16(a) w^T + bias), a f32 activations, w bf16
-// weights (out x in, as nn.Linear stores them).
+// The bf16 GEMM on AMX tiles, or with AVX512-BF16's dot products where the CPU has those and no
+// AMX: c = act(round_bf16(a) w^T + bias), a f32 activations, w bf16 weights (out x in, as
+// nn.Linear stores them).
 // Layout: the weights are packed once per call into 16-column x 32-k tiles in the VNNI order
 // TDPBF16PS reads (a 16 x 16 block of k pairs per 1 KiB, zero-padded to whole tiles); each work
 // item rounds 32 rows of a to bf16 into 16 x 32 tiles (padded with zero rows and k), then runs a
 // 2 x 2 block of 16 x 16 f32 accumulator tiles along k for every 32 output columns, and applies the
-// bias and the activation while writing the valid part. Every output is one k-ordered f32 sum,
-// whatever m, the split or the thread count. The code is compiled for AVX-512 + AMX and lives in
-// namespace wick::cpu::avx512amx (scripts/check-isa.sh); it only runs once bf16_gemm_kernel() has
-// found the tiles usable.
+// bias and the activation while writing the valid part. Without AMX the same packed tiles feed
+// VDPBF16PS: each 16-column row of a packed weight tile is one vector of k pairs, each row's k pair
+// of a is broadcast, 8 rows x 32 columns of accumulators at a time. Every output is one k-ordered
+// f32 sum, whatever m, the split or the thread count. The code is compiled for AVX-512 + AMX +
+// AVX512-BF16 and lives in namespace wick::cpu::avx512bf16 (scripts/check-isa.sh); it only runs
+// once bf16_gemm_kernel() has found its instructions usable.
 
 #include <algorithm>
 #include <cstdint>
@@ -52,20 +55,33 @@ bool amx_usable() {
 #endif
 }
 
+// Whether the CPU has AVX512-BF16 (VDPBF16PS) beside the AVX-512 the kernels need.
+bool avx512_bf16_usable() {
+#if defined(WICK_AMX_KERNELS)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 const char* bf16_gemm_kernel() {
-  // The tile kernel packs a with AVX-512: a CPU (or a WICK_CPU_ISA) without it gets none.
-  static const bool amx = cpu_isa() == "avx512" && amx_usable();
-  return amx ? "amx-bf16" : "";
+  // Both kernels pack a with AVX-512: a CPU (or a WICK_CPU_ISA) without it gets none.
+  static const char* kernel = cpu_isa() != "avx512"  ? ""
+                              : amx_usable()         ? "amx-bf16"
+                              : avx512_bf16_usable() ? "avx512-bf16"
+                                                     : "";
+  return kernel;
 }
 
 #if defined(WICK_AMX_KERNELS)
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-bf16")
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")
 
-namespace avx512amx {
+namespace avx512bf16 {
 namespace {
 
 constexpr size_t kRows = 16;  // rows of a tile (and columns of an f32 accumulator tile)
@@ -188,10 +204,43 @@ __m256i to_bf16(__m512 x) {
   }
 }
 
+// One 32 x 32 block of accumulators (row stride kBlock) from the packed rows of a (pa: rows 0-15,
+// pa1: rows 16-31) and the packed columns of w (pb0: 0-15, pb1: 16-31), with VDPBF16PS: the sums
+// of the AMX tiles, k pair by k pair.
+[[gnu::noinline]] void dot_block(const uint16_t* pa, const uint16_t* pa1, const uint16_t* pb0,
+                                 const uint16_t* pb1, size_t kb_count, float* acc) {
+  constexpr size_t kGroup = 8;  // rows a pass: 16 accumulators
+  for (size_t g = 0; g < kBlock; g += kGroup) {
+    const uint16_t* rows = (g < kRows ? pa : pa1) + (g % kRows) * kK;
+    __m512 c0[kGroup], c1[kGroup];
+    for (size_t r = 0; r < kGroup; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+    for (size_t kb = 0; kb < kb_count; ++kb) {
+      const size_t off = kb * kTileElems;
+      for (size_t kk = 0; kk < kK / 2; ++kk) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(pb0 + off + kk * kK);
+        const __m512bh b1 = (__m512bh)_mm512_load_si512(pb1 + off + kk * kK);
+#pragma GCC unroll 8
+        for (size_t r = 0; r < kGroup; ++r) {
+          uint32_t pair;
+          std::memcpy(&pair, rows + off + r * kK + 2 * kk, sizeof(pair));
+          const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+          c0[r] = _mm512_dpbf16_ps(c0[r], x, b0);
+          c1[r] = _mm512_dpbf16_ps(c1[r], x, b1);
+        }
+      }
+    }
+    for (size_t r = 0; r < kGroup; ++r) {
+      _mm512_store_ps(acc + (g + r) * kBlock, c0[r]);
+      _mm512_store_ps(acc + (g + r) * kBlock + kRows, c1[r]);
+    }
+  }
+}
+
 }  // namespace
 
 void gemm(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* w, size_t ldw,
-          const float* bias, bool gelu, const float* residual, size_t ldr, float* c, size_t ldc) {
+          const float* bias, bool gelu, const float* residual, size_t ldr, float* c, size_t ldc,
+          bool tiles) {
   const size_t kb_count = round_up(k, kK) / kK;
   const size_t n_pad = round_up(n, kBlock), m_blocks = round_up(m, kBlock) / kBlock;
   const size_t n_blocks = n_pad / kBlock;
@@ -214,7 +263,7 @@ void gemm(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* 
       config.rows[t] = kRows;
       config.colsb[t] = kK * sizeof(uint16_t);
     }
-    _tile_loadconfig(&config);
+    if (tiles) _tile_loadconfig(&config);
     auto a_buf = std::make_unique<uint16_t[]>(2 * kb_count * kTileElems + 32);
     uint16_t* pa =
         reinterpret_cast<uint16_t*>(round_up(reinterpret_cast<uintptr_t>(a_buf.get()), 64));
@@ -228,36 +277,40 @@ void gemm(size_t m, size_t n, size_t k, const float* a, size_t lda, const bf16* 
       for (size_t nb = group * group_span; nb < nb_end; ++nb) {
         const uint16_t* pb0 = pb + 2 * nb * kb_count * kTileElems;
         const uint16_t* pb1 = pb0 + kb_count * kTileElems;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (size_t kb = 0; kb < kb_count; ++kb) {
-          const size_t off = kb * kTileElems;
-          _tile_loadd(4, pa + off, 64);
-          _tile_loadd(5, pa1 + off, 64);
-          _tile_loadd(6, pb0 + off, 64);
-          _tile_loadd(7, pb1 + off, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+        if (tiles) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+          for (size_t kb = 0; kb < kb_count; ++kb) {
+            const size_t off = kb * kTileElems;
+            _tile_loadd(4, pa + off, 64);
+            _tile_loadd(5, pa1 + off, 64);
+            _tile_loadd(6, pb0 + off, 64);
+            _tile_loadd(7, pb1 + off, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+          _tile_stored(0, acc, kBlock * sizeof(float));
+          _tile_stored(1, acc + kRows, kBlock * sizeof(float));
+          _tile_stored(2, acc + kRows * kBlock, kBlock * sizeof(float));
+          _tile_stored(3, acc + kRows * kBlock + kRows, kBlock * sizeof(float));
+        } else {
+          dot_block(pa, pa1, pb0, pb1, kb_count, acc);
         }
-        _tile_stored(0, acc, kBlock * sizeof(float));
-        _tile_stored(1, acc + kRows, kBlock * sizeof(float));
-        _tile_stored(2, acc + kRows * kBlock, kBlock * sizeof(float));
-        _tile_stored(3, acc + kRows * kBlock + kRows, kBlock * sizeof(float));
         const size_t c0 = nb * kBlock;
         finish_block(acc, bias_pad.get() + c0, gelu,
                      residual == nullptr ? nullptr : residual + r0 * ldr + c0, ldr,
                      std::min(kBlock, m - r0), std::min(kBlock, n - c0), c + r0 * ldc + c0, ldc);
       }
     }
-    _tile_release();
+    if (tiles) _tile_release();
   });
 }
 
-}  // namespace avx512amx
+}  // namespace avx512bf16
 
 #pragma GCC pop_options
 
@@ -268,7 +321,8 @@ void gemm_bf16(size_t m, size_t n, size_t k, const float* a, size_t lda, const b
                size_t ldc) {
 #if defined(WICK_AMX_KERNELS)
   if (m == 0 || n == 0) return;
-  avx512amx::gemm(m, n, k, a, lda, w, ldw, bias, gelu, residual, ldr, c, ldc);
+  avx512bf16::gemm(m, n, k, a, lda, w, ldw, bias, gelu, residual, ldr, c, ldc,
+                   std::strcmp(bf16_gemm_kernel(), "amx-bf16") == 0);
 #else
   (void)m, (void)n, (void)k, (void)a, (void)lda, (void)w, (void)ldw, (void)bias, (void)gelu,
       (void)residual, (void)ldr, (void)c, (void)ldc;

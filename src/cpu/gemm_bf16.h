@@ -1,6 +1,7 @@
 #pragma once
 // The CPU's bf16 GEMM (src/cpu/gemm_amx.cpp): f32 activations rounded to bf16 times bf16 weights,
-// f32 sums, on AMX-BF16 tiles where the CPU has them and the OS grants them.
+// f32 sums, on AMX-BF16 tiles where the CPU has them and the OS grants them, else with
+// AVX512-BF16's dot products where the CPU has those.
 
 #include <cstddef>
 
@@ -10,8 +11,9 @@ namespace wick::cpu {
 
 /// The bf16 GEMM kernels this process runs: "amx-bf16" when the CPU has AMX-TILE and AMX-BF16,
 /// the OS saves the tile state and grants it to the process (Linux ARCH_REQ_XCOMP_PERM) and
-/// WICK_CPU_ISA asks for no less than AVX-512; "" otherwise (no kernel: callers compose the
-/// product from f32 ops). Decided once, at the first call.
+/// WICK_CPU_ISA asks for no less than AVX-512; else "avx512-bf16" when the CPU has AVX512-BF16
+/// (VDPBF16PS) and the same AVX-512; "" otherwise (no kernel: callers compose the product from f32
+/// ops). Decided once, at the first call.
 const char* bf16_gemm_kernel();
 
 /// c (m x n, row stride ldc) = act(round_bf16(a) w^T + bias) + residual: a (m x k, row stride
