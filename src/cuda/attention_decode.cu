@@ -4,8 +4,8 @@
 // round-robin to the blocks and warps so that any prefix of visible keys is spread evenly; each
 // warp streams its tiles through its own cp.async ring. Split-KV, the splits merged by the last
 // block of each head group (one kernel); the split is a function of the key count alone, so a
-// sequence's bits do not depend on its batch. Compiled per mode (plain, device last key, mask).
-// History: docs/perf/decode-attention.md.
+// sequence's bits do not depend on its batch. Compiled per mode (plain, device last key, mask,
+// paged). History: docs/perf/decode-attention.md.
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +15,7 @@
 #include "cuda/attention_operands.h"
 #include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
+#include "cuda/paged_attention.h"
 #include "cuda_config.h"
 
 WICK_TIMELINE_TU(attention)
@@ -39,6 +40,12 @@ using namespace attn;
 // its head group (an atomic count) merges them in split order: one kernel. The split count is a
 // function of the key count (s_kv) alone: neither the batch nor the SM count changes a result. In
 // the graph-captured decode step the cache rows before the position start loading before pdl_wait.
+//
+// Paged mode (the serving engine's nn::paged_attention): the rows of grid.y are (query token, k/v
+// head, head chunk) of a ragged batch; a token's keys are its sequence's positions up to its own
+// (a window's last ones), its 16-key tiles read through the sequence's page-table row (a page holds
+// whole tiles), and its split count a function of its own key count: the grid has the most any
+// token can need and a block past its token's count returns at once.
 
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
@@ -56,7 +63,7 @@ __device__ unsigned int g_decode_done[kDecCounterSlots];
 // What a decode kernel is compiled for: without a mask or a last key (Plain), with a last key and
 // no mask (LastKey: the graph-captured decode step), with a mask (Masked, a last key or not): each
 // compiles out what it is not asked for.
-enum class DecodeMode { Plain, LastKey, Masked };
+enum class DecodeMode { Plain, LastKey, Masked, Paged };
 
 struct DecodeArgs {
   const uint16_t* q;
@@ -72,7 +79,22 @@ struct DecodeArgs {
   float scale_log2;        // scale * log2(e): the softmax runs in base 2
   bool launch_next_early;  // AttentionArgs::launch_next_early
   bool q_pairs;            // q's rows 4-byte aligned: read 32 bits at a time
+  // Paged mode: k and v are pools (pages, h_kv, page_size, d); token i's sequence, position and
+  // the sequences' page tables (n_seqs, width) as PagedAttentionArgs has them.
+  const uint32_t* table;
+  const uint32_t* seq;
+  const uint32_t* pos;
+  int n_seqs, width, page_size, pages, window;
+  bool indices_ready;  // PagedAttentionArgs::indices_ready: table, seq and pos read before pdl_wait
 };
+
+// The split count of `tiles` key tiles: one split per kDecTilesPerSplit tiles (two a warp), at
+// most `most` (and at most one a tile): a function of the key count alone.
+__host__ __device__ inline int decode_splits(int64_t tiles, int64_t most) {
+  const int64_t want = (tiles + kDecTilesPerSplit - 1) / kDecTilesPerSplit;
+  const int64_t cap = most < tiles ? most : tiles;
+  return static_cast<int>(want < 1 ? 1 : want > cap ? (cap < 1 ? 1 : cap) : want);
+}
 
 template <class T, int D, DecodeMode M>
 __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs p) {
@@ -90,8 +112,9 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   WICK_TL_START();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tg = lane & 3, mi = lane >> 3, ri = lane & 7;
+  constexpr bool paged = M == DecodeMode::Paged;
   const int split = blockIdx.x, unit = blockIdx.y;
-  const int chunk = unit % p.chunks, bkv = unit / p.chunks;
+  const int chunk = unit % p.chunks, bkv = unit / p.chunks;  // paged: bi is the query token
   const int bi = bkv / p.h_kv, hk = bkv % p.h_kv;
   const int head0 = hk * p.group + chunk * kDecRows;  // this block's first query head
   const int rows = min(kDecRows, p.group - chunk * kDecRows);
@@ -101,23 +124,37 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   const uint16_t* mb = masked ? p.mask + bi * p.ms[0] + head0 * p.ms[1] : nullptr;
   const int mask_rows = p.ms[1] == 0 ? 1 : rows;  // a mask shared by the heads is read once
 
-  // This warp's tiles: first + step * i for i < count.
-  const int first = split + p.splits * warp, step = p.splits * kDecWarps;
   // With a device last key and no mask (the graph-captured decode step), the key itself and the
   // cache rows before it were written before the kernel before this one (the caller's promise,
   // AttentionArgs::last_key): they are read before pdl_wait, and only q, the last key's row and
-  // a mask wait for that kernel.
-  constexpr bool rows_before = M == DecodeMode::LastKey;
+  // a mask wait for that kernel. Paged, the same when the indices were ready before.
+  const bool rows_before = M == DecodeMode::LastKey || (paged && p.indices_ready);
   if (!rows_before) {
     pdl_wait();
     WICK_TL_WAITED();
   }
-  // Keys [0, keys) are read: all, or up to the last visible one.
-  const int keys = M == DecodeMode::Plain || p.last_key == nullptr
-                       ? p.s_kv
-                       : static_cast<int>(min(*p.last_key, static_cast<uint32_t>(p.s_kv - 1))) + 1;
-  const int tiles = (keys + kDecKeys - 1) / kDecKeys;
-  const int count = first < tiles ? (tiles - 1 - first) / step + 1 : 0;
+  // Keys [lo, keys) are read: all, or up to the last visible one; paged, the token's window.
+  int keys, lo = 0, splits = p.splits;
+  const uint32_t* table_row = nullptr;
+  if constexpr (paged) {
+    const uint32_t seq = p.seq[bi], pos = p.pos[bi];
+    const bool valid = seq < static_cast<uint32_t>(p.n_seqs) &&
+                       pos / static_cast<uint32_t>(p.page_size) < static_cast<uint32_t>(p.width);
+    keys = valid ? static_cast<int>(pos) + 1 : 0;
+    lo = p.window > 0 && keys > p.window ? keys - p.window : 0;
+    table_row = p.table + static_cast<int64_t>(valid ? seq : 0) * p.width;
+    splits = decode_splits((keys + kDecKeys - 1) / kDecKeys - lo / kDecKeys, p.splits);
+    if (split >= splits) return;
+  } else {
+    keys = M == DecodeMode::Plain || p.last_key == nullptr
+               ? p.s_kv
+               : static_cast<int>(min(*p.last_key, static_cast<uint32_t>(p.s_kv - 1))) + 1;
+  }
+  const int tiles = (keys + kDecKeys - 1) / kDecKeys, tile_lo = lo / kDecKeys;
+  // This warp's tiles: tile_lo + first + step * i for i < count.
+  const int first = split + splits * warp, step = splits * kDecWarps;
+  const int count = tile_lo + first < tiles ? (tiles - 1 - tile_lo - first) / step + 1 : 0;
+  auto tile_of = [&](int i) { return tile_lo + first + step * i; };
   uint16_t* my_ring = ring + warp * kDecStages * STAGE;
 
   // Whether this lane sees a visible key of tile t (a mask value of -inf hides a key); a tile is
@@ -138,22 +175,38 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   // Tile t into ring stage st: 16-byte copies, zeros past the last key (0 * garbage could be nan).
   // A lane copies the same 16-byte piece of every RSTEP-th row of a tile (d other than 96): its
   // addresses step by a stride fixed at the start, and only the last tile checks its rows
-  // (fewer instructions a tile than an address computed per copy).
+  // (fewer instructions a tile than an address computed per copy). Paged, a tile's rows are
+  // consecutive rows of one page (strides d), and a tile whose page is missing is all zeros.
   constexpr int RSTEP = 32 % PIECES == 0 ? 32 / PIECES : 1;
   const int lane_row = lane / PIECES, lane_col = (lane % PIECES) * 8;
   const int64_t k_step = RSTEP * p.ks[2], v_step = RSTEP * p.vs[2];
+  unsigned absent = 0;  // paged, bit st: the tile in ring stage st has no page
   auto issue = [&](int st, int t) {
     uint16_t* kt = my_ring + st * STAGE;
     uint16_t* vt = kt + kDecKeys * LD;
     const int k0 = t * kDecKeys;
+    const uint16_t* k_rows = kb + static_cast<int64_t>(k0) * p.ks[2];
+    const uint16_t* v_rows = vb + static_cast<int64_t>(k0) * p.vs[2];
+    int rows_there = keys - k0;  // rows [0, rows_there) of the tile are keys
+    if constexpr (paged) {
+      const uint32_t page = table_row[k0 / p.page_size];
+      const bool there = page < static_cast<uint32_t>(p.pages);
+      const int64_t at = ((static_cast<int64_t>(there ? page : 0) * p.h_kv + hk) * p.page_size +
+                          k0 % p.page_size) *
+                         D;
+      k_rows = p.k + at;
+      v_rows = p.v + at;
+      absent = there ? absent & ~(1u << st) : absent | (1u << st);
+      if (!there) rows_there = 0;
+    }
     if constexpr (32 % PIECES == 0) {
-      const uint16_t* ksrc = kb + static_cast<int64_t>(k0 + lane_row) * p.ks[2] + lane_col;
-      const uint16_t* vsrc = vb + static_cast<int64_t>(k0 + lane_row) * p.vs[2] + lane_col;
-      const bool whole = k0 + kDecKeys <= keys;
+      const uint16_t* ksrc = k_rows + static_cast<int64_t>(lane_row) * p.ks[2] + lane_col;
+      const uint16_t* vsrc = v_rows + static_cast<int64_t>(lane_row) * p.vs[2] + lane_col;
+      const bool whole = rows_there >= kDecKeys;
 #pragma unroll
       for (int j = 0; j < kDecKeys / RSTEP; ++j) {
         const int r = lane_row + RSTEP * j;
-        const bool valid = whole || k0 + r < keys;
+        const bool valid = whole || r < rows_there;
         cp_async16(kt + r * LD + lane_col, valid ? ksrc + j * k_step : kb, valid);
         cp_async16(vt + r * LD + lane_col, valid ? vsrc + j * v_step : vb, valid);
       }
@@ -161,10 +214,10 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
 #pragma unroll
       for (int j = 0; j < kDecKeys * PIECES / 32; ++j) {
         const int i = lane + 32 * j, r = i / PIECES, c = (i % PIECES) * 8;
-        const bool valid = k0 + r < keys;
-        const int64_t key = valid ? k0 + r : 0;
-        cp_async16(kt + r * LD + c, kb + key * p.ks[2] + c, valid);
-        cp_async16(vt + r * LD + c, vb + key * p.vs[2] + c, valid);
+        const bool valid = r < rows_there;
+        const int64_t row = valid ? r : 0;
+        cp_async16(kt + r * LD + c, (valid ? k_rows : kb) + row * p.ks[2] + c, valid);
+        cp_async16(vt + r * LD + c, (valid ? v_rows : vb) + row * p.vs[2] + c, valid);
       }
     }
   };
@@ -175,13 +228,13 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     bool sees[kDecStages - 1];  // the mask reads of these tiles are in flight together
 #pragma unroll
     for (int st = 0; st < kDecStages - 1; ++st) {
-      sees[st] = st >= from && st < to && st < count && lane_sees(first + step * st);
+      sees[st] = st >= from && st < to && st < count && lane_sees(tile_of(st));
     }
 #pragma unroll
     for (int st = 0; st < kDecStages - 1; ++st) {
       if (st < from || st >= to) continue;
       if (st < count && (!masked || __any_sync(0xffffffffu, sees[st]))) {
-        issue(st, first + step * st);
+        issue(st, tile_of(st));
         live |= 1u << st;
       }
       cp_async_commit();
@@ -190,8 +243,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
   // The tile of the last key (the last tile) waits for the kernel before, in the one warp whose
   // first tiles hold it.
   int early_stages = kDecStages - 1;
-  if (rows_before && count > 0 && count - 1 < kDecStages - 1 &&
-      first + step * (count - 1) == tiles - 1) {
+  if (rows_before && count > 0 && count - 1 < kDecStages - 1 && tile_of(count - 1) == tiles - 1) {
     early_stages = count - 1;
   }
   // The query rows, zeros past this block's heads, 32 bits at a time.
@@ -267,8 +319,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     {
       const int ahead = i + kDecStages - 1, st = ahead % kDecStages;
       live &= ~(1u << st);
-      if (ahead < count && visible(first + step * ahead)) {
-        issue(st, first + step * ahead);
+      if (ahead < count && visible(tile_of(ahead))) {
+        issue(st, tile_of(ahead));
         live |= 1u << st;
       }
       cp_async_commit();
@@ -279,7 +331,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     if (!masked || ((live >> st) & 1u)) {
       const uint16_t* kt = my_ring + st * STAGE;
       const uint16_t* vt = kt + kDecKeys * LD;
-      const int k0 = (first + step * i) * kDecKeys;
+      const int k0 = tile_of(i) * kDecKeys;
+      const bool no_page = paged && ((absent >> st) & 1u);
       // S^T = K Q^T, 16 keys x 8 heads: lane (g, tg) holds keys g and g + 8 of heads 2tg and
       // 2tg + 1. Even and odd k-steps accumulate apart (shorter chains).
       float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -296,7 +349,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
         float x = (sc[0][e] + sc[1][e]) * p.scale_log2;
         const int key = k0 + g + 8 * (e >> 1);
         const int r = 2 * tg + (e & 1);
-        if (key >= keys) {
+        if (key >= keys || key < lo || no_page) {
           x = neg_inf();
         } else if (masked && r < rows) {
           x += bits_to_float<T>(mb[r * p.ms[1] + key * p.ms[3]]) * kLog2e;
@@ -388,7 +441,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
       a0 += f * ov.x;
       a1 += f * ov.y;
     }
-    if (p.splits == 1) {
+    if (splits == 1) {
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       *reinterpret_cast<uint32_t*>(p.out + (out_row0 + r) * D + c) = pack2<T>(a0 * inv, a1 * inv);
     } else {
@@ -401,7 +454,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     }
   }
   WICK_TL_MARK(2);
-  if (p.splits == 1) {
+  if (splits == 1) {
     WICK_TL_END(3u << 28 | 1u);
     WICK_TL_END_MARKS(5u << 28);
     return;
@@ -418,12 +471,12 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
                  : "=r"(done)
                  : "l"(&g_decode_done[unit])
                  : "memory");
-    s_last = done == static_cast<unsigned>(p.splits) - 1;
+    s_last = done == static_cast<unsigned>(splits) - 1;
     if (s_last) g_decode_done[unit] = 0;  // ready for the next call
   }
   __syncthreads();
   if (!s_last) {
-    WICK_TL_END(3u << 28 | static_cast<uint32_t>(p.splits));
+    WICK_TL_END(3u << 28 | static_cast<uint32_t>(splits));
     WICK_TL_END_MARKS(5u << 28);
     return;
   }
@@ -436,12 +489,12 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     const float2* ml = reinterpret_cast<const float2*>(p.part_ml + (out_row0 + r) * p.splits * 2);
     float mx = neg_inf(), sum = 0.f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i0 = 0; i0 < p.splits; i0 += kDecMerge) {
+    for (int i0 = 0; i0 < splits; i0 += kDecMerge) {
       float4 v[kDecMerge];
       float2 mls[kDecMerge];
 #pragma unroll
       for (int i = 0; i < kDecMerge; ++i) {
-        if (i0 + i < p.splits) {
+        if (i0 + i < splits) {
           v[i] = __ldcg(reinterpret_cast<const float4*>(po + (i0 + i) * D));
           mls[i] = __ldcg(ml + i0 + i);
         } else {
@@ -473,7 +526,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     *reinterpret_cast<uint2*>(p.out + (out_row0 + r) * D + c) =
         make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
   }
-  WICK_TL_END(3u << 28 | 1u << 16 | static_cast<uint32_t>(p.splits));
+  WICK_TL_END(3u << 28 | 1u << 16 | static_cast<uint32_t>(splits));
   WICK_TL_END_MARKS(5u << 28 | 1u << 16);
 }
 
@@ -498,6 +551,24 @@ bool decode_fits(DType dtype, const AttentionArgs& a) {
   }
   // Its shared memory (d = 128, 8 warps: 213 KB) on GPUs that have less.
   return decode_smem(a.d) <= shared_per_block_optin();
+}
+
+// The launch of a decode kernel over b query rows (tokens) of h heads, p.splits blocks a row.
+template <int D, class Kernel>
+void launch_decode(Kernel kernel, DecodeArgs& p, int64_t b, int64_t h, const TempAlloc& temp,
+                   cudaStream_t s) {
+  const size_t smem = decode_smem(D);
+  // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
+  WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  if (p.splits > 1) {
+    const size_t rows = static_cast<size_t>(b * h * p.splits);
+    p.part_ml = static_cast<float*>(temp(rows * 2 * sizeof(float)));
+    p.part_o = static_cast<float*>(temp(rows * D * sizeof(float)));
+  }
+  const unsigned units = static_cast<unsigned>(b * p.h_kv * p.chunks);
+  launch_pdl_carveout(kCarveoutMaxShared, kernel, dim3(p.splits, units), dim3(kDecWarps * 32), smem,
+                      s, p);
 }
 
 template <class T, int D>
@@ -526,33 +597,90 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   p.q_pairs = reinterpret_cast<uintptr_t>(a.q) % 4 == 0 && a.q_strides[0] % 2 == 0 &&
               a.q_strides[1] % 2 == 0;
 
+  // Splits: a function of the key count alone (never of the batch or the GPU), so that a
+  // sequence's result is the same bits alone or inside any batch, on every GPU of one
+  // architecture. TuningOverrides::decode_splits forces a count up to kDecMaxSplits and the tiles.
+  static const int forced = tuning().decode_splits;
+  p.splits = forced > 0 ? static_cast<int>(std::clamp<int64_t>(
+                              forced, 1, std::min<int64_t>(kDecMaxSplits, tiles)))
+                        : decode_splits(tiles, kDecMaxSplits);
   auto kernel = a.mask != nullptr       ? attn_decode_kernel<T, D, DecodeMode::Masked>
                 : a.last_key != nullptr ? attn_decode_kernel<T, D, DecodeMode::LastKey>
                                         : attn_decode_kernel<T, D, DecodeMode::Plain>;
-  const size_t smem = decode_smem(D);
-  // Above 48 KB of shared memory only by this attribute (per device: set at every launch).
-  WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  // Splits: a function of the key count alone (never of the batch or the GPU), so that a
-  // sequence's result is the same bits alone or inside any batch, on every GPU of one
-  // architecture: one split per kDecTilesPerSplit tiles (two a warp), at most kDecMaxSplits.
-  // TuningOverrides::decode_splits forces a count up to kDecMaxSplits and the tiles.
-  const int units = a.b * a.h_kv * p.chunks;
-  static const int forced = tuning().decode_splits;
-  const int64_t want = forced > 0 ? forced : (tiles + kDecTilesPerSplit - 1) / kDecTilesPerSplit;
-  const int splits =
-      static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(kDecMaxSplits, tiles)));
-  p.splits = splits;
-  if (splits > 1) {
-    const size_t rows = static_cast<size_t>(a.b) * a.h * splits;
-    p.part_ml = static_cast<float*>(temp(rows * 2 * sizeof(float)));
-    p.part_o = static_cast<float*>(temp(rows * D * sizeof(float)));
-  }
-  launch_pdl_carveout(kCarveoutMaxShared, kernel, dim3(splits, units), dim3(kDecWarps * 32), smem,
-                      s, p);
+  launch_decode<D>(kernel, p, a.b, a.h, temp, s);
+}
+
+// Paged: (tokens, h, d) queries and outputs, keys and values through the page tables. The grid's
+// split count is the most a token of the table's width (or of the window) can need.
+template <class T, int D>
+void run_paged(const PagedAttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
+  DecodeArgs p{};
+  p.q = static_cast<const uint16_t*>(a.q);
+  p.k = static_cast<const uint16_t*>(a.k);
+  p.v = static_cast<const uint16_t*>(a.v);
+  p.out = static_cast<uint16_t*>(a.out);
+  p.qs[0] = a.h * a.d;
+  p.qs[1] = a.d;
+  p.qs[2] = 1;
+  p.ks[2] = p.vs[2] = a.d;
+  p.h = static_cast<int>(a.h);
+  p.h_kv = static_cast<int>(a.h_kv);
+  p.group = p.h / p.h_kv;
+  p.chunks = (p.group + kDecRows - 1) / kDecRows;
+  p.scale_log2 = a.scale * kLog2e;
+  p.launch_next_early = a.launch_next_early;
+  p.q_pairs = reinterpret_cast<uintptr_t>(a.q) % 4 == 0;
+  p.table = a.table;
+  p.seq = a.seq;
+  p.pos = a.pos;
+  p.n_seqs = static_cast<int>(a.n_seqs);
+  p.width = static_cast<int>(a.width);
+  p.page_size = static_cast<int>(a.page_size);
+  p.pages = static_cast<int>(a.pages);
+  p.window = static_cast<int>(a.window);
+  p.indices_ready = a.indices_ready;
+  const int64_t width_tiles = a.width * a.page_size / kDecKeys;
+  const int64_t most_tiles =
+      a.window > 0 ? std::min(width_tiles, a.window / kDecKeys + 2) : width_tiles;
+  p.splits = decode_splits(most_tiles, kDecMaxSplits);
+  launch_decode<D>(attn_decode_kernel<T, D, DecodeMode::Paged>, p, a.tokens, a.h, temp, s);
 }
 
 }  // namespace
+
+bool paged_decode_fits(DType dtype, const PagedAttentionArgs& a) {
+  if (dtype != DType::BF16 && dtype != DType::F16) return false;
+  if (a.d != 16 && a.d != 32 && a.d != 64 && a.d != 96 && a.d != 128) return false;
+  if (a.page_size % kDecKeys != 0 || a.softcap > 0.0f || a.h % a.h_kv != 0) return false;
+  if (a.width * a.page_size > INT32_MAX || a.pages > INT32_MAX || a.n_seqs > INT32_MAX) {
+    return false;
+  }
+  const int64_t chunks = (a.h / a.h_kv + kDecRows - 1) / kDecRows;
+  if (a.tokens * a.h_kv * chunks > 65535) return false;  // grid.y
+  auto al = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  if (!al(a.k, 16) || !al(a.v, 16) || !al(a.out, 8)) return false;
+  return decode_smem(static_cast<int>(a.d)) <= shared_per_block_optin();
+}
+
+void launch_paged_decode_attention(DType dtype, const PagedAttentionArgs& a, const TempAlloc& temp,
+                                   cudaStream_t s) {
+  auto by_dim = [&]<class T>() {
+    switch (a.d) {
+      case 16:
+        return run_paged<T, 16>(a, temp, s);
+      case 32:
+        return run_paged<T, 32>(a, temp, s);
+      case 64:
+        return run_paged<T, 64>(a, temp, s);
+      case 96:
+        return run_paged<T, 96>(a, temp, s);
+      default:
+        return run_paged<T, 128>(a, temp, s);
+    }
+  };
+  if (dtype == DType::BF16) return by_dim.template operator()<__nv_bfloat16>();
+  return by_dim.template operator()<__half>();
+}
 
 bool decode_attention_fits(DType dtype, const AttentionArgs& a) {
   return decode_fits(dtype, a);

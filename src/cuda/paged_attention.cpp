@@ -55,8 +55,10 @@ Tensor cuda_paged_attention(const fused::PagedAttentionOp& op, const Tensor& q,
   a.launch_next_early = op.launch_next_early;
   a.indices_ready = op.indices_ready;
   auto locks = read_locks({&q, &k_pages, &v_pages, &page_table, &token_seq, &token_pos});
-  dev.queue().enqueue("paged_attention", q.dtype(),
-                      [&](cudaStream_t s) { cuda::launch_paged_attention(q.dtype(), a, s); });
+  cuda::TempBuffers temps(dev);
+  dev.queue().enqueue("paged_attention", q.dtype(), [&](cudaStream_t s) {
+    cuda::launch_paged_attention(q.dtype(), a, temps.alloc(), s);
+  });
   return from_storage(std::move(out), q.shape());
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/kernels.h"
 #include "wick/dtype.h"
 
 namespace wick::cuda {
@@ -30,9 +31,16 @@ struct PagedAttentionArgs {
   bool indices_ready;
 };
 
-/// One block per (token, query head), a programmatic dependent launch (it reads nothing before
-/// the kernel before it has finished). d at most 256.
-void launch_paged_attention(DType dtype, const PagedAttentionArgs& a, cudaStream_t s);
+/// A programmatic dependent launch. f16/bf16 with a head dim of 16 to 128 (pages of whole 16-key
+/// tiles, no soft-cap) take the tensor-core decode kernel's paged mode (attention_decode.cu);
+/// the rest, d up to 256, one block per (token, query head) (paged_attention.cu).
+void launch_paged_attention(DType dtype, const PagedAttentionArgs& a, const TempAlloc& temp,
+                            cudaStream_t s);
+
+/// attention_decode.cu: whether its paged mode takes `a`, and its launch.
+bool paged_decode_fits(DType dtype, const PagedAttentionArgs& a);
+void launch_paged_decode_attention(DType dtype, const PagedAttentionArgs& a, const TempAlloc& temp,
+                                   cudaStream_t s);
 
 /// k, v (tokens, h_kv, d) row-major into the pools at slots[t]; slots outside the pool skipped.
 void launch_paged_kv_write(size_t elem_bytes, void* k_pages, void* v_pages, const void* k,
