@@ -193,6 +193,75 @@ TEST(CudaPagedAttention, LongSequencesOverSeveralTilesWithinTheirBound) {
   }
 }
 
+// The tensor-core paged mode (f16/bf16, d 16 to 128) over pages of 32 positions: head dims of
+// every shape its tile loads take (16, 32, 96, 128), a group of 6 query heads a k/v head,
+// positions whose keys need 1 to 3 splits, windows that start inside a tile and past several
+// tiles, a sequence's first page missing from the pool (its keys add nothing), and a padding token
+// of no sequence (zeros); against the CPU's kernel in float64, and the same bits alone.
+TEST(CudaPagedAttention, TensorCoreModeAcrossHeadDimsSplitsAndWindows) {
+  WICK_REQUIRE_GPU();
+  const size_t h = 6, h_kv = 1, ps = 32, pages = 30, width = 24;
+  std::vector<uint32_t> table(2 * width);
+  for (size_t i = 0; i < table.size(); ++i) {
+    table[i] = static_cast<uint32_t>(1 + (11 * i + 5) % (pages - 1));
+  }
+  std::vector<uint32_t> seq = {0, 1, 0, 1, 0, 2}, pos = {5, 250, 520, 700, 767, 3};
+  const size_t t = seq.size();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {DType::F16, DType::BF16}) {
+    for (size_t d : {size_t{16}, size_t{32}, size_t{96}, size_t{128}}) {
+      const double scale = 1 / std::sqrt(static_cast<double>(d));
+      Tensor q = random_tensor({t, h, d}, dt, cpu, -0.5, 0.5);
+      Tensor nan_page = Tensor::full(nan, {1, h_kv, ps, d}, cpu).to_dtype(dt);
+      Tensor k = Tensor::cat({nan_page, random_tensor({pages - 1, h_kv, ps, d}, dt)}, 0);
+      Tensor v =
+          Tensor::cat({nan_page, random_tensor({pages - 1, h_kv, ps, d}, dt, cpu, 0.5, 1.5)}, 0);
+      for (size_t window : {size_t{0}, size_t{20}, size_t{300}}) {
+        SCOPED_TRACE(::testing::Message() << dt << " d " << d << " window " << window);
+        // The float64 reference of the tokens of sequences 0 and 1 (the CPU refuses a missing
+        // page and a padding token; they are checked apart below).
+        const size_t real = 5;
+        Tensor want =
+            nn::paged_attention(q.narrow(0, 0, real).to_dtype(DType::F64), k.to_dtype(DType::F64),
+                                v.to_dtype(DType::F64), u32(table, {2, width}, cpu),
+                                u32({seq.begin(), seq.begin() + real}, {real}, cpu),
+                                u32({pos.begin(), pos.begin() + real}, {real}, cpu), 0, window);
+        auto on_gpu = [&](const Tensor& qs, const std::vector<uint32_t>& tab,
+                          const std::vector<uint32_t>& ss, const std::vector<uint32_t>& ps_) {
+          return nn::paged_attention(qs.to_device(gpu()), k.to_device(gpu()), v.to_device(gpu()),
+                                     u32(tab, {2, width}, gpu()), u32(ss, {ss.size()}, gpu()),
+                                     u32(ps_, {ps_.size()}, gpu()), 0, window)
+              .to_device(cpu);
+        };
+        Tensor got = on_gpu(q, table, seq, pos);
+        ASSERT_EQ(got.dtype(), dt);
+        const double uc = numerics::compute_roundoff(dt), u = numerics::unit_roundoff(dt);
+        const double bound = 2 * (2 * std::sqrt(double(d)) * uc * 0.5 * d * scale + 5 * uc * 4) +
+                             2 * std::sqrt(768.0) * uc * 1.5 + 2 * u * 1.5;
+        EXPECT_LE(max_abs_diff(got.narrow(0, 0, real).to_vec_f64(), want.to_vec_f64()), bound);
+        for (double x : got.get(real).to_vec_f64()) ASSERT_EQ(x, 0.0) << "the padding token";
+        for (size_t i : {size_t{1}, size_t{3}}) {
+          EXPECT_EQ(on_gpu(q.narrow(0, i, 1), table, {seq[i]}, {pos[i]}).to_vec_f64(),
+                    got.narrow(0, i, 1).to_vec_f64())
+              << "token " << i << " alone";
+        }
+        // Sequence 1 with its first page outside the pool: its keys 0-31 add nothing, as a
+        // window that starts at key 32 would.
+        if (window == 0) {
+          std::vector<uint32_t> holed = table;
+          holed[width] = static_cast<uint32_t>(pages + 7);
+          Tensor hole = on_gpu(q.narrow(0, 1, 1), holed, {1}, {250});
+          Tensor after =
+              nn::paged_attention(q.narrow(0, 1, 1).to_dtype(DType::F64), k.to_dtype(DType::F64),
+                                  v.to_dtype(DType::F64), u32(table, {2, width}, cpu),
+                                  u32({1}, {1}, cpu), u32({250}, {1}, cpu), 0, 250 - 32 + 1);
+          EXPECT_LE(max_abs_diff(hole.to_vec_f64(), after.to_vec_f64()), bound);
+        }
+      }
+    }
+  }
+}
+
 // The decoder families (q/k norms, windows, soft-caps, Gemma's norms and two ropes) batched on
 // the GPU: both reference prompts in chunks of 5 beside each other, each chunk's last logits
 // within transformers' (f32, no TF32).
