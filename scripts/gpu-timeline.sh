@@ -12,6 +12,8 @@
 #   scripts/gpu-timeline.sh [MODEL ...]      (default: llama1b; carry build-gpudeps/ and .whl/)
 #   MODEL: a bench_generate shape (llama1b, smollm2, qwen05b; bf16 random weights), or
 #   llama1b-q4_0 / smollm2-q4_1 (random GGUF files kept quantized, made as gpu-decode.sh makes them),
+#   or qwen3-0.6b / gemma3-1b (bf16 random-weight folders made as bench/cuda/family_torch.py makes
+#   them; the composed kernels of a step, which record nothing, show as gaps),
 #   or engine-llama1b: the serving engine's single stream (bench_serve_engine, 1 stream, its paged
 #   step; Llama-1B-shaped bf16 random weights made by bench/cuda/serve_torch.py), whose steps end at
 #   its output head
@@ -60,6 +62,14 @@ serve_torch.make_model('llama-1b').to(torch.bfloat16).save_pretrained('/tmp/llam
           --step-end "gemv store k=2048"
       done
       continue ;;
+    qwen3-0.6b | gemma3-1b)
+      [[ -d /tmp/$model ]] || python3 -c "
+import sys, torch
+sys.path.insert(0, 'bench/cuda')
+import family_torch
+family_torch.make_model('$model').to(torch.bfloat16).save_pretrained('/tmp/$model', safe_serialization=True)" \
+        >/dev/null 2>&1 || { echo "$model: no model folder (torch, transformers)"; exit 1; }
+      source_args=(--model "/tmp/$model") ;;
     *) source_args=(--shape "$model") ;;
   esac
   for variant in ${WICK_TIMELINE_VARIANTS:-default}; do

@@ -1,5 +1,5 @@
 // Decode attention (attn_decode_kernel): flash-decoding of one query per head against the KV
-// cache with tensor cores, f16/bf16, d 16 to 128. A block takes one k/v head's keys for up to 8
+// cache with tensor cores, f16/bf16, d 16 to 256. A block takes one k/v head's keys for up to 8
 // of its query heads (the N of an m16n8k16 tile whose rows are keys); key tiles are dealt
 // round-robin to the blocks and warps so that any prefix of visible keys is spread evenly; each
 // warp streams its tiles through its own cp.async ring. Split-KV, the splits merged by the last
@@ -26,7 +26,7 @@ namespace {
 using namespace attn;
 
 // Decode path (flash-decoding): one query (s = 1) per head against a long KV cache; f16/bf16, d 16,
-// 32, 64, 96 or 128, any number of query heads per k/v head, an optional additive mask. Grid
+// 32, 64, 96, 128 or 256, any number of query heads per k/v head, an optional additive mask. Grid
 // (splits, b x h_kv x head chunks): a block reads K and V of one k/v head once for up to 8 of its
 // query heads, the columns of an m16n8k16 tensor-core tile whose 16 rows are keys (missing heads
 // are zeros: keys as the rows take half the mma instructions of heads as the rows). Keys come in
@@ -50,11 +50,14 @@ using namespace attn;
 constexpr int kDecKeys = 16;   // keys per tile: one k-step of P V
 constexpr int kDecStages = 3;  // tiles in flight per warp
 constexpr int kDecRows = 8;    // query heads per block: the mma's N
-constexpr int kDecWarps = 8;   // a block: one a multiprocessor
 constexpr int kDecMaxSplits = 128;
-constexpr int kDecTilesPerSplit = 2 * kDecWarps;  // tiles per split (two a warp)
-constexpr int kDecMerge = 16;                     // splits merged per round trip by the last block
-constexpr int kDecCounterSlots = 65535;           // one per block row: grid.y's limit
+// Warps a block: 8 (at d 128 one block a multiprocessor), 4 at d 256 (whose rings of 8 warps
+// would not fit in shared memory).
+__host__ __device__ constexpr int dec_warps(int d) {
+  return d > 128 ? 4 : 8;
+}
+constexpr int kDecMerge = 16;            // splits merged per round trip by the last block
+constexpr int kDecCounterSlots = 65535;  // one per block row: grid.y's limit
 
 // Blocks done per (b, k/v head, head chunk). Zero at load; the merging block sets its slot back
 // to zero, so no memset is needed per call (one attention at a time on the device's stream).
@@ -88,16 +91,18 @@ struct DecodeArgs {
   bool indices_ready;  // PagedAttentionArgs::indices_ready: table, seq and pos read before pdl_wait
 };
 
-// The split count of `tiles` key tiles: one split per kDecTilesPerSplit tiles (two a warp), at
-// most `most` (and at most one a tile): a function of the key count alone.
-__host__ __device__ inline int decode_splits(int64_t tiles, int64_t most) {
-  const int64_t want = (tiles + kDecTilesPerSplit - 1) / kDecTilesPerSplit;
+// The split count of `tiles` key tiles at head dim d: one split per two tiles a warp, at most
+// `most` (and at most one a tile): a function of the key count alone.
+__host__ __device__ constexpr int decode_splits(int64_t tiles, int64_t most, int d) {
+  const int64_t per_split = 2 * dec_warps(d);
+  const int64_t want = (tiles + per_split - 1) / per_split;
   const int64_t cap = most < tiles ? most : tiles;
   return static_cast<int>(want < 1 ? 1 : want > cap ? (cap < 1 ? 1 : cap) : want);
 }
 
 template <class T, int D, DecodeMode M>
-__global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs p) {
+__global__ void __launch_bounds__(dec_warps(D) * 32) attn_decode_kernel(DecodeArgs p) {
+  constexpr int kDecWarps = dec_warps(D);
   constexpr int LD = D + kPad;              // halves per shared row (no ldmatrix conflicts)
   constexpr int KSTEPS = D / 16;            // k-steps of Q K^T
   constexpr int PIECES = D / 8;             // 16-byte pieces per K or V row
@@ -143,7 +148,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
     keys = valid ? static_cast<int>(pos) + 1 : 0;
     lo = p.window > 0 && keys > p.window ? keys - p.window : 0;
     table_row = p.table + static_cast<int64_t>(valid ? seq : 0) * p.width;
-    splits = decode_splits((keys + kDecKeys - 1) / kDecKeys - lo / kDecKeys, p.splits);
+    splits = decode_splits((keys + kDecKeys - 1) / kDecKeys - lo / kDecKeys, p.splits, D);
     if (split >= splits) return;
   } else {
     keys = M == DecodeMode::Plain || p.last_key == nullptr
@@ -532,16 +537,16 @@ __global__ void __launch_bounds__(kDecWarps * 32) attn_decode_kernel(DecodeArgs 
 
 // Shared memory of a decode block: the query rows, then each warp's ring of K and V tiles.
 size_t decode_smem(int d) {
-  return static_cast<size_t>(kDecRows + kDecWarps * kDecStages * 2 * kDecKeys) *
+  return static_cast<size_t>(kDecRows + dec_warps(d) * kDecStages * 2 * kDecKeys) *
          static_cast<size_t>(d + kPad) * 2;
 }
 
-// The decode kernel: s = 1, f16/bf16, d 16/32/64/96/128, 16-byte aligned k/v rows, an 8-byte
+// The decode kernel: s = 1, f16/bf16, d 16/32/64/96/128/256, 16-byte aligned k/v rows, an 8-byte
 // aligned output (any group, with or without a mask; causal is moot for one end-aligned query).
 bool decode_fits(DType dtype, const AttentionArgs& a) {
   if (dtype != DType::BF16 && dtype != DType::F16) return false;
   if (a.s != 1 || a.s_kv == 0) return false;
-  if (a.d != 16 && a.d != 32 && a.d != 64 && a.d != 96 && a.d != 128) return false;
+  if (a.d != 16 && a.d != 32 && a.d != 64 && a.d != 96 && a.d != 128 && a.d != 256) return false;
   const int64_t chunks = (a.h / a.h_kv + kDecRows - 1) / kDecRows;
   if (static_cast<int64_t>(a.b) * a.h_kv * chunks > 65535) return false;  // grid.y
   auto al = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
@@ -567,8 +572,8 @@ void launch_decode(Kernel kernel, DecodeArgs& p, int64_t b, int64_t h, const Tem
     p.part_o = static_cast<float*>(temp(rows * D * sizeof(float)));
   }
   const unsigned units = static_cast<unsigned>(b * p.h_kv * p.chunks);
-  launch_pdl_carveout(kCarveoutMaxShared, kernel, dim3(p.splits, units), dim3(kDecWarps * 32), smem,
-                      s, p);
+  launch_pdl_carveout(kCarveoutMaxShared, kernel, dim3(p.splits, units), dim3(dec_warps(D) * 32),
+                      smem, s, p);
 }
 
 template <class T, int D>
@@ -603,7 +608,7 @@ void run_decode(const AttentionArgs& a, const TempAlloc& temp, cudaStream_t s) {
   static const int forced = tuning().decode_splits;
   p.splits = forced > 0 ? static_cast<int>(std::clamp<int64_t>(
                               forced, 1, std::min<int64_t>(kDecMaxSplits, tiles)))
-                        : decode_splits(tiles, kDecMaxSplits);
+                        : decode_splits(tiles, kDecMaxSplits, D);
   auto kernel = a.mask != nullptr       ? attn_decode_kernel<T, D, DecodeMode::Masked>
                 : a.last_key != nullptr ? attn_decode_kernel<T, D, DecodeMode::LastKey>
                                         : attn_decode_kernel<T, D, DecodeMode::Plain>;
@@ -642,7 +647,7 @@ void run_paged(const PagedAttentionArgs& a, const TempAlloc& temp, cudaStream_t 
   const int64_t width_tiles = a.width * a.page_size / kDecKeys;
   const int64_t most_tiles =
       a.window > 0 ? std::min(width_tiles, a.window / kDecKeys + 2) : width_tiles;
-  p.splits = decode_splits(most_tiles, kDecMaxSplits);
+  p.splits = decode_splits(most_tiles, kDecMaxSplits, D);
   launch_decode<D>(attn_decode_kernel<T, D, DecodeMode::Paged>, p, a.tokens, a.h, temp, s);
 }
 
@@ -650,7 +655,7 @@ void run_paged(const PagedAttentionArgs& a, const TempAlloc& temp, cudaStream_t 
 
 bool paged_decode_fits(DType dtype, const PagedAttentionArgs& a) {
   if (dtype != DType::BF16 && dtype != DType::F16) return false;
-  if (a.d != 16 && a.d != 32 && a.d != 64 && a.d != 96 && a.d != 128) return false;
+  if (a.d != 16 && a.d != 32 && a.d != 64 && a.d != 96 && a.d != 128 && a.d != 256) return false;
   if (a.page_size % kDecKeys != 0 || a.softcap > 0.0f || a.h % a.h_kv != 0) return false;
   if (a.width * a.page_size > INT32_MAX || a.pages > INT32_MAX || a.n_seqs > INT32_MAX) {
     return false;
@@ -674,6 +679,8 @@ void launch_paged_decode_attention(DType dtype, const PagedAttentionArgs& a, con
         return run_paged<T, 64>(a, temp, s);
       case 96:
         return run_paged<T, 96>(a, temp, s);
+      case 256:
+        return run_paged<T, 256>(a, temp, s);
       default:
         return run_paged<T, 128>(a, temp, s);
     }
@@ -698,6 +705,8 @@ void launch_decode_attention(DType dtype, const AttentionArgs& a, const TempAllo
         return run_decode<T, 64>(a, temp, s);
       case 96:
         return run_decode<T, 96>(a, temp, s);
+      case 256:
+        return run_decode<T, 256>(a, temp, s);
       default:
         return run_decode<T, 128>(a, temp, s);
     }

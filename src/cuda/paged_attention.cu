@@ -1,16 +1,15 @@
 // Attention over paged KV caches for a ragged batch where the tensor-core decode kernel's paged
-// mode does not apply (f32, soft-caps, head dims above 128 such as Gemma's 256, pages not made of
-// whole 16-key tiles): one block of 8 warps per (query token, query head). Warp w takes tiles of 32
-// keys, j = first + 32 (w + 8 i) + lane for i = 0, 1, ... (first: the start of its window; pages
-// from its table row): each lane scores its own key (the dot product in f32, in 16-byte pieces: one
-// partial sum a piece's element, added in a fixed tree; soft-capped when asked), the tile joins the
-// warp's online softmax, and the lanes then add the tile's value rows into their output dims, key
-// by key. The 8 warps' partial results are merged in warp order. The split depends on the token's
-// position alone, so a token's output is the same bits whatever else the batch holds. A step of one
-// sequence has few blocks and short loops, so its time is the latency of its loads: the kernels
-// compiled for a head dim (64, 128, 256) keep a row's key pieces and a tile's value rows in flight
-// at once, with no branch between the keys. The KV write: one thread per element of the new keys
-// and values.
+// mode does not apply (f32, soft-caps, other head dims, pages not made of whole 16-key tiles): one
+// block of 8 warps per (query token, query head). Warp w takes tiles of 32 keys, j = first + 32 (w
+// + 8 i) + lane for i = 0, 1, ... (first: the start of its window; pages from its table row): each
+// lane scores its own key (the dot product in f32, in 16-byte pieces: one partial sum a piece's
+// element, added in a fixed tree; soft-capped when asked), the tile joins the warp's online
+// softmax, and the lanes then add the tile's value rows into their output dims, key by key. The 8
+// warps' partial results are merged in warp order. The split depends on the token's position alone,
+// so a token's output is the same bits whatever else the batch holds. A step of one sequence has
+// few blocks and short loops, so its time is the latency of its loads: the kernels compiled for a
+// head dim (64, 128, 256) keep a row's key pieces and a tile's value rows in flight at once, with
+// no branch between the keys. The KV write: one thread per element of the new keys and values.
 
 #include <type_traits>
 

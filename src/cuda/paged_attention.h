@@ -31,9 +31,10 @@ struct PagedAttentionArgs {
   bool indices_ready;
 };
 
-/// A programmatic dependent launch. f16/bf16 with a head dim of 16 to 128 (pages of whole 16-key
-/// tiles, no soft-cap) take the tensor-core decode kernel's paged mode (attention_decode.cu);
-/// the rest, d up to 256, one block per (token, query head) (paged_attention.cu).
+/// A programmatic dependent launch. f16/bf16 with a head dim of 16, 32, 64, 96, 128 or 256 (pages
+/// of whole 16-key tiles, no soft-cap) take the tensor-core decode kernel's paged mode
+/// (attention_decode.cu); the rest, d up to 256, one block per (token, query head)
+/// (paged_attention.cu).
 void launch_paged_attention(DType dtype, const PagedAttentionArgs& a, const TempAlloc& temp,
                             cudaStream_t s);
 

@@ -378,7 +378,7 @@ TEST(CudaDecoderOps, AttendToPositionReadsRowsUpToIt) {
   namespace md = nn::detail;
   size_t b = 2, h = 8, hkv = 2;
   for (DType dt : {DType::BF16, DType::F16}) {
-    for (size_t d : {size_t{64}, size_t{128}}) {
+    for (size_t d : {size_t{64}, size_t{128}, size_t{256}}) {
       // 2000 rows: several key splits; 40: one tile-row short of three tiles.
       for (size_t len : {size_t{40}, size_t{2000}}) {
         for (size_t p : {size_t{0}, size_t{17}, len - 1, len + 5}) {

@@ -168,10 +168,13 @@ std::vector<Case> attention_cases() {
       {"decode-group-7-masked", 2, 14, 2, 1, 333, 64, false, true},
       {"decode-group-20-chunks", 1, 20, 1, 1, 300, 128, true, false},
       {"decode-short-cache", 1, 8, 2, 1, 5, 128, false, false},
-      // The other head dims of the decode kernel: 16, 32, 96.
+      // The other head dims of the decode kernel: 16, 32, 96, and 256 (4 warps a block; Gemma's
+      // 4 query heads of one k/v head).
       {"decode-d16", 1, 8, 2, 1, 48, 16, false, false},
       {"decode-d32-masked", 2, 8, 2, 1, 130, 32, false, true},
       {"decode-d96", 1, 8, 2, 1, 200, 96, true, false},
+      {"decode-d256", 2, 4, 1, 1, 300, 256, false, false},
+      {"decode-d256-masked", 1, 8, 2, 1, 77, 256, false, true},
   };
 }
 
@@ -202,7 +205,7 @@ TEST(CudaNn, DecodeAttentionSkipsMaskedKeys) {
   const double inf = std::numeric_limits<double>::infinity();
   const size_t b = 2, h = 8, hk = 2, skv = 1000;
   for (DType dt : {DType::BF16, DType::F16}) {
-    for (size_t d : {64, 128}) {
+    for (size_t d : {64, 128, 256}) {
       Tensor q = random_tensor({b, h, 1, d}, dt), k = random_tensor({b, hk, skv, d}, dt),
              v = random_tensor({b, hk, skv, d}, dt);
       Tensor qg = q.to_device(gpu()), kg = k.to_device(gpu()), vg = v.to_device(gpu());

@@ -193,9 +193,9 @@ TEST(CudaPagedAttention, LongSequencesOverSeveralTilesWithinTheirBound) {
   }
 }
 
-// The tensor-core paged mode (f16/bf16, d 16 to 128) over pages of 32 positions: head dims of
-// every shape its tile loads take (16, 32, 96, 128), a group of 6 query heads a k/v head,
-// positions whose keys need 1 to 3 splits, windows that start inside a tile and past several
+// The tensor-core paged mode (f16/bf16) over pages of 32 positions: head dims of every shape its
+// tile loads take (16, 32, 96, 128, and 256 with 4 warps a block), a group of 6 query heads a k/v
+// head, positions whose keys need 1 to 3 splits, windows that start inside a tile and past several
 // tiles, a sequence's first page missing from the pool (its keys add nothing), and a padding token
 // of no sequence (zeros); against the CPU's kernel in float64, and the same bits alone.
 TEST(CudaPagedAttention, TensorCoreModeAcrossHeadDimsSplitsAndWindows) {
@@ -209,7 +209,7 @@ TEST(CudaPagedAttention, TensorCoreModeAcrossHeadDimsSplitsAndWindows) {
   const size_t t = seq.size();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (DType dt : {DType::F16, DType::BF16}) {
-    for (size_t d : {size_t{16}, size_t{32}, size_t{96}, size_t{128}}) {
+    for (size_t d : {size_t{16}, size_t{32}, size_t{96}, size_t{128}, size_t{256}}) {
       const double scale = 1 / std::sqrt(static_cast<double>(d));
       Tensor q = random_tensor({t, h, d}, dt, cpu, -0.5, 0.5);
       Tensor nan_page = Tensor::full(nan, {1, h_kv, ps, d}, cpu).to_dtype(dt);
