@@ -264,11 +264,19 @@ TEST(NnFused, AttentionF32HeadDimsAndRemainders) {
     double scale;
   };
   const Case cases[] = {
-      {2, 2, 70, 131, 64, false, false, 0},  {4, 2, 37, 67, 80, true, false, 0},
-      {2, 1, 130, 130, 128, true, false, 1}, {2, 2, 1, 200, 128, false, true, 0},
-      {3, 3, 65, 97, 20, true, true, 0},     {8, 2, 1, 129, 64, true, false, 0},
-      {2, 2, 17, 5, 80, false, false, 1},    {4, 1, 3, 50, 20, true, true, 0},
+      {2, 2, 70, 131, 64, false, false, 0},
+      {4, 2, 37, 67, 80, true, false, 0},
+      {2, 1, 130, 130, 128, true, false, 1},
+      {2, 2, 1, 200, 128, false, true, 0},
+      {3, 3, 65, 97, 20, true, true, 0},
+      {8, 2, 1, 129, 64, true, false, 0},
+      {2, 2, 17, 5, 80, false, false, 1},
+      {4, 1, 3, 50, 20, true, true, 0},
       {4, 1, 2, 70, 80, true, false, 1},
+      // Decoding steps whose groups leave 3, 2 and 1 rows past a block of rows.
+      {9, 3, 1, 190, 64, true, false, 1},
+      {6, 3, 1, 77, 20, true, true, 0},
+      {5, 1, 1, 33, 80, false, false, 1},
   };
   for (const Case& c : cases) {
     Tensor q = random_tensor({1, c.h, c.s, c.d}, DType::F32);

@@ -6,13 +6,14 @@
 // Q, the scores and the output are held transposed (one vector lane per row): both tile products
 // broadcast one element of k or v, read in place, against vectors of rows, and the online softmax
 // is vertical vector arithmetic; K and V are never copied. Decode items (at most one vector of
-// rows) keep rows x keys instead, with K transposed per tile (few_rows_item).
+// rows) keep rows x keys instead, each score a dot product of two rows (few_rows_item).
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -244,73 +245,71 @@ class VecBuffer {
 
 struct ItemBuffers {
   VecBuffer qt, ot, st;  // Q^T and O^T (d, kItemRows), S^T then P^T (kKeyTile, kItemRows)
-  // Items of at most kLanes rows (few_rows_item): Q and O (row, d rounded up to vectors), K^T.
-  VecBuffer q, o, kt;
+  // Items of at most kLanes rows (few_rows_item): Q and O (row, d rounded up to vectors).
+  VecBuffer q, o;
   explicit ItemBuffers(size_t d)
       : qt(d * kRowVecs),
         ot(d * kRowVecs),
         st(kKeyTile * kRowVecs),
         q(kLanes * vecs(d)),
-        o(kLanes * vecs(d)),
-        kt(d * kKeyVecs) {}
+        o(kLanes * vecs(d)) {}
   static size_t vecs(size_t n) { return (n + kLanes - 1) / kLanes; }
 };
 
-// ---- items of at most kLanes rows (decoding): rows x keys, K transposed per tile ----
+// ---- items of at most kLanes rows (decoding): rows x keys, dot products of rows ----
 //
 // One row per lane would leave most lanes idle, so these items keep the usual layout: scores of
-// a row along the keys of a tile (K^T built per tile with the transposes), outputs along d.
+// a row along the keys of a tile, outputs along d. A score is a dot product of a query row and a
+// key row, both read in place: kLanes keys' products accumulate lane-wise, and one reduction of
+// those kLanes vectors yields their kLanes scores as one vector.
 
-// kt[t][j] = k[j][t] for t < d, j < nk, 0 for nk <= j < kKeyTile (kKeyVecs vectors per t).
-__attribute__((noinline)) void pack_keys(const float* k, size_t ks, size_t nk, size_t d, vf* kt) {
-  const size_t d_blocks = d / kLanes * kLanes;
-  for (size_t kv = 0; kv < kKeyVecs; ++kv) {
-    for (size_t t0 = 0; t0 < d_blocks; t0 += kLanes) {
-      vf x[kLanes];
-      for (size_t i = 0; i < kLanes; ++i) {
-        size_t j = kv * kLanes + i;
-        x[i] = j < nk ? load_unaligned(k + j * ks + t0) : vf{};
-      }
-      transpose(x);
-      for (size_t i = 0; i < kLanes; ++i) kt[(t0 + i) * kKeyVecs + kv] = x[i];
-    }
-    for (size_t t = d_blocks; t < d; ++t) {
-      for (size_t i = 0; i < kLanes; ++i) {
-        size_t j = kv * kLanes + i;
-        kt[t * kKeyVecs + kv][i] = j < nk ? k[j * ks + t] : 0.0f;
-      }
-    }
+// Lane j of the result: the sum of the lanes of x[j], for the kLanes vectors x (overwritten).
+// Each round adds pairs of lanes H apart, packing two vectors' sums into one (shuffle_round).
+template <size_t H = kLanes / 2>
+inline vf sum_lanes(vf* x) {
+  for (size_t i = 0; i < H; ++i) {
+    shuffle_round<H>(x[i], x[i + H], std::make_index_sequence<kLanes>());
+    x[i] += x[i + H];
+  }
+  if constexpr (H > 1) {
+    return sum_lanes<H / 2>(x);
+  } else {
+    return x[0];
   }
 }
 
-// sc[i][..] = sum_t q[i][t] kt[t][..] for i < R (q rows dq floats apart), all kKeyTile keys.
-template <size_t R>
-__attribute__((always_inline)) inline void few_scores_block(const float* q, size_t dq, const vf* kt,
-                                                            size_t d, vf* sc) {
-  constexpr size_t KB = kKeyVecs < 4 ? kKeyVecs : 4;
-  for (size_t kb = 0; kb < kKeyVecs; kb += KB) {
-    vf acc[R][KB] = {};
-    for (size_t t = 0; t < d; ++t) {
-      vf kv[KB];
-      for (size_t c = 0; c < KB; ++c) kv[c] = kt[t * kKeyVecs + kb + c];
-      for (size_t i = 0; i < R; ++i) {
-        float a = q[i * dq + t];
-        for (size_t c = 0; c < KB; ++c) acc[i][c] += a * kv[c];
-      }
-    }
-    for (size_t i = 0; i < R; ++i) {
-      for (size_t c = 0; c < KB; ++c) sc[i * kKeyVecs + kb + c] = acc[i][c];
-    }
+// Scores of one row q (d floats, the first d_vecs whole vectors of it taken here) against the
+// nk <= kLanes keys at k (rows ks floats apart); lanes past nk repeat the last key.
+__attribute__((always_inline)) inline vf few_scores_group(const float* q, const float* k, size_t ks,
+                                                          size_t nk, size_t d_vecs) {
+  const float* row[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) row[j] = k + std::min(j, nk - 1) * ks;
+  vf acc[kLanes] = {};
+  for (size_t v = 0; v < d_vecs; ++v) {
+    const vf qv = load_unaligned(q + v * kLanes);
+    for (size_t j = 0; j < kLanes; ++j) acc[j] += qv * load_unaligned(row[j] + v * kLanes);
   }
+  return sum_lanes(acc);
 }
 
-__attribute__((noinline)) void few_scores(const float* q, size_t dq, const vf* kt, size_t d,
-                                          size_t nq, vf* sc) {
-  size_t r = 0;
-  for (; r + kFewRows <= nq; r += kFewRows) {
-    few_scores_block<kFewRows>(q + r * dq, dq, kt, d, sc + r * kKeyVecs);
+// sc[r][j] = q[r] . k[j] for rows r < nq (q rows dq floats apart) and the tile's nk keys (rows ks
+// floats apart); lanes past nk hold values of no meaning (the caller masks them).
+__attribute__((noinline)) void few_scores(const float* q, size_t dq, const float* k, size_t ks,
+                                          size_t nk, size_t d, size_t nq, vf* sc) {
+  const size_t d_vecs = d / kLanes;
+  for (size_t r = 0; r < nq; ++r) {
+    const float* qr = q + r * dq;
+    for (size_t kv = 0; kv * kLanes < nk; ++kv) {
+      const float* kg = k + kv * kLanes * ks;
+      const size_t n = std::min(kLanes, nk - kv * kLanes);
+      vf s = few_scores_group(qr, kg, ks, n, d_vecs);
+      // Columns past the last whole vector.
+      for (size_t t = d_vecs * kLanes; t < d; ++t) {
+        for (size_t j = 0; j < n; ++j) s[j] += qr[t] * kg[j * ks + t];
+      }
+      sc[r * kKeyVecs + kv] = s;
+    }
   }
-  for (; r < nq; ++r) few_scores_block<1>(q + r * dq, dq, kt, d, sc + r * kKeyVecs);
 }
 
 // o[i][tv0 + c] = o[..] * corr[i] + sum_j p[i][j] v[j][(tv0 + c) vector] for i < R, c < C
@@ -361,6 +360,19 @@ __attribute__((noinline)) void few_pv(const float* v, size_t vs, const vf* sc, s
   for (; r + kFewRows <= nq; r += kFewRows) {
     few_pv_rows<kFewRows>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
   }
+  // The rows left in one block, so that V is read once for them too.
+  if constexpr (kFewRows > 3) {
+    if (nq - r == 3) {
+      few_pv_rows<3>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
+      return;
+    }
+  }
+  if constexpr (kFewRows > 2) {
+    if (nq - r == 2) {
+      few_pv_rows<2>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
+      return;
+    }
+  }
   for (; r < nq; ++r) few_pv_rows<1>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
 }
 
@@ -389,7 +401,6 @@ void few_rows_item(const Problem<float>& pb, float scale, float cap, size_t bi, 
   const size_t d = pb.d, dv = ItemBuffers::vecs(d), dq = dv * kLanes;
   float* q = reinterpret_cast<float*>(buf.q.data());
   vf* o = buf.o.data();
-  vf* kt = buf.kt.data();
   vf* sc = buf.st.data();
   float m[kLanes], l[kLanes], corr[kLanes];
   long max_limit = -1, min_first = std::numeric_limits<long>::max();
@@ -408,8 +419,7 @@ void few_rows_item(const Problem<float>& pb, float scale, float cap, size_t bi, 
   const float* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
   for (size_t k0 = key_begin; k0 < key_end; k0 += kKeyTile) {
     const size_t nk = std::min(kKeyTile, key_end - k0);
-    pack_keys(kbase + k0 * ks, ks, nk, d, kt);
-    few_scores(q, dq, kt, d, nq, sc);
+    few_scores(q, dq, kbase + k0 * ks, ks, nk, d, nq, sc);
     for (size_t r = 0; r < nq; ++r) {
       vf* srow = sc + r * kKeyVecs;
       float* sf = reinterpret_cast<float*>(srow);
@@ -642,26 +652,47 @@ void run_item(const Problem<float>& pb, const AttentionParams& params, float sca
   }
 }
 
+// The calling thread's buffers for head size d (kept between calls: a decode step makes one
+// attention call per layer).
+ItemBuffers& item_buffers(size_t d) {
+  thread_local std::unique_ptr<ItemBuffers> buf;
+  thread_local size_t buf_d = 0;
+  if (!buf || buf_d != d) {
+    buf = std::make_unique<ItemBuffers>(d);
+    buf_d = d;
+  }
+  return *buf;
+}
+
 }  // namespace
 
 void attention_f32(const AttentionParams& params, const std::vector<KernelOperand>& operands,
                    float* out) {
-  const Problem<float> pb(operands, kItemRows);
+  // Decoding (each k/v head's rows fit one few-rows item): on several threads an item is one
+  // row, so that the group's rows spread over the threads. A row's result does not depend on
+  // the rows it shares an item with.
+  const size_t threads = num_threads();
+  const auto& q_dims = operands[0].layout.dims();
+  const size_t group_rows = q_dims[1] / operands[1].layout.dims()[1] * q_dims[2];
+  const bool split_rows =
+      threads > 1 && group_rows > 1 && group_rows <= kLanes && !settings::batch_invariant();
+  const size_t item_rows = split_rows ? 1 : kItemRows;
+  const Problem<float> pb(operands, item_rows);
   // Scores in log2 units: exp(x - m) = 2^(x log2(e) - m log2(e)).
   const float scale = static_cast<float>(params.scale * kLog2e);
   const float cap = static_cast<float>(params.softcap * kLog2e);
   const size_t heads = pb.nb * pb.nh_kv;
   std::atomic<size_t> next{0};
-  parallel_for(std::min(num_threads(), pb.items), 1, [&](size_t, size_t) {
-    ItemBuffers buf(pb.d);
+  parallel_for(std::min(threads, pb.items), 1, [&](size_t, size_t) {
+    ItemBuffers& buf = item_buffers(pb.d);
     for (;;) {
       size_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= pb.items) break;
       // The last query tiles first: causal, they see the most keys, so the threads end together.
       size_t qt = pb.q_tiles - 1 - i / heads, bk = i % heads;
-      size_t r0 = qt * kItemRows;
+      size_t r0 = qt * item_rows;
       run_item(pb, params, scale, cap, bk / pb.nh_kv, bk % pb.nh_kv, r0,
-               std::min(kItemRows, pb.group_rows - r0), buf, out);
+               std::min(item_rows, pb.group_rows - r0), buf, out);
     }
   });
 }
