@@ -23,13 +23,21 @@ namespace wick::ops {
 // standard library's overloads on the host.
 namespace math {
 #if !defined(__CUDA_ARCH__)
+/// c ? a : b for floats, as bit masks (vectorisable).
+inline float select_bits(bool c, float a, float b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & m) | (std::bit_cast<uint32_t>(b) & ~m));
+}
+
 /// exp for float, written branch-free so that CPU loops calling it vectorise (libm's expf does
 /// not). Within 2 ulp of the exact result over the whole range, with IEEE results at the edges:
 /// inf above ~88.72, 0 below ~-103.97 (subnormals in between), NaN for NaN.
 inline float vec_expf(float x) {
-  // x = n ln2 + r with |r| <= ln2/2; e^x = 2^n e^r. The clamp keeps n in [-150, 128].
-  x = x < -104.0f ? -104.0f : x;  // NaN fails both tests and passes through
-  x = x > 89.0f ? 89.0f : x;
+  // x = n ln2 + r with |r| <= ln2/2; e^x = 2^n e^r. The clamp keeps n in [-150, 128]; NaN fails
+  // both tests and passes through. The selects are bit masks: GCC does not if-convert float
+  // selects under -ftrapping-math, and the loop would not vectorise.
+  x = select_bits(x < -104.0f, -104.0f, x);
+  x = select_bits(x > 89.0f, 89.0f, x);
   constexpr float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   float t = x * 1.44269504088896341f + magic;
   float n = t - magic;
