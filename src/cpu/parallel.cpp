@@ -49,9 +49,10 @@ constexpr uint64_t kEpochMask = (uint64_t{1} << 24) - 1;
 constexpr size_t kMaxChunks = size_t{1} << (kCountBits - 1);
 // Chunks per thread: small enough to share out what a thread descheduled by the OS leaves.
 constexpr size_t kChunksPerThread = 4;
-// Pauses (some 40-140 cycles each) between a waiting worker's yields, and before the submitting
-// thread starts yielding while it waits for the workers' last chunks.
-constexpr unsigned kYieldEvery = 64;
+// Pauses (some 40-140 cycles each) between a waiting worker's looks at the clock, and before the
+// submitting thread on an oversubscribed machine starts yielding while it waits for the workers'
+// last chunks.
+constexpr unsigned kCheckEvery = 64;
 constexpr unsigned kCallerSpins = 64;
 // How long an idle worker spins before it sleeps (it sleeps at once on an oversubscribed machine).
 constexpr size_t kSpinUs = 300;
@@ -139,10 +140,12 @@ class ThreadPool {
     in_parallel_region = true;
     run_chunks();
     in_parallel_region = false;
-    // Chunks taken by workers may still run, usually ending within microseconds: spin briefly,
-    // then yield, so that a worker the OS preempted mid-chunk (a loaded machine) gets a CPU.
+    // Chunks taken by workers may still run, usually ending within microseconds: spin. On an
+    // oversubscribed machine yield after a few spins, so that a worker the OS preempted
+    // mid-chunk gets a CPU; otherwise a yield only delays noticing the workers' end.
+    const bool polite = watch_load_ && loadavg_oversubscribed();
     for (unsigned i = 0; done_.load(std::memory_order_acquire) < chunks; ++i) {
-      if (i < kCallerSpins) {
+      if (!polite || i < kCallerSpins) {
         cpu_relax();
       } else {
         std::this_thread::yield();
@@ -157,12 +160,17 @@ class ThreadPool {
 
  private:
   // Claims and runs chunks of the current job until none is left; returns that job's epoch.
+  // The chunks run are counted once at the end (done_ is the line the submitter polls).
   uint64_t run_chunks() {
-    for (;;) {
+    size_t ran = 0;
+    for (;; ++ran) {
       uint64_t w = word_.fetch_add(1, std::memory_order_acq_rel);
       size_t c = w & kCountMask;
       size_t chunks = (w >> kCountBits) & kCountMask;
-      if (c >= chunks) return epoch_of(w);
+      if (c >= chunks) {
+        if (ran > 0) done_.fetch_add(ran, std::memory_order_release);
+        return epoch_of(w);
+      }
       size_t begin = c * chunk_size_;
       size_t end = std::min(n_, begin + chunk_size_);
       try {
@@ -171,12 +179,11 @@ class ThreadPool {
         std::lock_guard<std::mutex> lock(error_mutex_);
         if (!error_) error_ = std::current_exception();
       }
-      done_.fetch_add(1, std::memory_order_release);
     }
   }
 
-  // Waits for a job of another epoch than `seen`: spins for spin_ (yielding now and then) unless
-  // the machine is oversubscribed, then sleeps. False on stop.
+  // Waits for a job of another epoch than `seen`: spins for spin_ unless the machine is
+  // oversubscribed, then sleeps. False on stop.
   bool wait_for_job(uint64_t seen) {
     auto changed = [&] { return epoch_of(word_.load(std::memory_order_seq_cst)) != seen; };
     auto start = Clock::now();
@@ -184,10 +191,9 @@ class ThreadPool {
     for (unsigned i = 1; spin; ++i) {
       if (changed()) return true;
       cpu_relax();
-      if ((i & (kYieldEvery - 1)) == 0) {
+      if ((i & (kCheckEvery - 1)) == 0) {
         if (stop_.load(std::memory_order_relaxed)) return false;
         if (Clock::now() - start > spin_) break;
-        std::this_thread::yield();
       }
     }
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
