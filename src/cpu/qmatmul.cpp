@@ -489,8 +489,10 @@ void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t 
   thread_local Q8Rows xq;
   xq.quantize(x, m, k, acts == QActivations::Int16);
   const QKernels& kern = q_kernels();
-  // A tile is 16 rows: at least ~64k multiply-adds a chunk.
+  // A tile is 16 rows: at least ~64k multiply-adds a chunk. One row (decoding): one share a
+  // thread, so that no chunk boundary leaves a thread idle at the end.
   size_t grain = std::max<size_t>(1, 65536 / (kQTileRows * k * m + 1));
+  if (m == 1) grain = std::max(grain, packed->tiles / num_threads());
   const Q8Rows& xr = xq;
   parallel_for(packed->tiles, grain,
                [&](size_t lo, size_t hi) { kern.gemm_tiles(*packed, xr, y, lo, hi); });
