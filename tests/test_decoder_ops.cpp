@@ -4,6 +4,7 @@
 // path against its closed form.
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "nn/kv_write.h"
@@ -147,14 +148,19 @@ TEST(DecoderOps, PositionMaskShowsTheKeysUpToThePositionWithinTheWindow) {
 // The rope + cache write against rope_ref and a plain copy, at a position inside the cache.
 TEST(DecoderOps, RopeWriteAtPositionMatchesComposition) {
   size_t b = 2, s = 3, h = 4, hkv = 2, d = 8, max_len = 10, p = 5;
-  for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
+  // f32 with and without the bias (the CPU's kernel), f64 and bf16 (the composed fallback).
+  const std::pair<DType, bool> runs[] = {
+      {DType::F32, true}, {DType::F64, true}, {DType::BF16, true}, {DType::F32, false}};
+  for (auto [dt, with_bias] : runs) {
     Tensor qkv = random_tensor({b, s, (h + 2 * hkv) * d}, dt);
-    Tensor bias = random_tensor({(h + 2 * hkv) * d}, dt);
+    Tensor bias = with_bias ? random_tensor({(h + 2 * hkv) * d}, dt)
+                            : Tensor::zeros({(h + 2 * hkv) * d}, dt, cpu);
     Tensor cos = random_tensor({max_len, d / 2}, dt), sin = random_tensor({max_len, d / 2}, dt);
     Tensor kc = Tensor::zeros({b, hkv, max_len, d}, dt, cpu);
     Tensor vc = Tensor::zeros({b, hkv, max_len, d}, dt, cpu);
     Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, cpu);
-    Tensor q = nn::detail::rope_write_at_position(qkv, bias, h, hkv, cos, sin, kc, vc, pos);
+    Tensor q = nn::detail::rope_write_at_position(qkv, with_bias ? bias : Tensor(), h, hkv, cos,
+                                                  sin, kc, vc, pos);
     // qkv + bias in long double, rounded to dt as the op reads it (one rounding: the linear's).
     std::vector<double> qv = qkv.to_vec_f64(), bv = bias.to_vec_f64(), xv(qv.size());
     for (size_t i = 0; i < xv.size(); ++i) {
@@ -168,10 +174,16 @@ TEST(DecoderOps, RopeWriteAtPositionMatchesComposition) {
     EXPECT_TRUE(rope_within(q, heads(0, h), c, sn, false)) << dt;
     EXPECT_TRUE(rope_within(kc.narrow(2, p, s), heads(h, hkv), c, sn, false)) << dt;
     std::vector<double> v_want = heads(h + hkv, hkv).to_vec_f64();
-    EXPECT_TRUE(within_bounds(vc.narrow(2, p, s).to_vec_f64(), v_want, [&](size_t, double e) {
-      return numerics::convert_bound(dt, e);
-    })) << dt;
+    EXPECT_TRUE(within_bounds(vc.narrow(2, p, s).to_vec_f64(), v_want,
+                              [&](size_t, double e) { return numerics::convert_bound(dt, e); }))
+        << dt << (with_bias ? " with bias" : "");
     EXPECT_EQ(kc.narrow(2, 0, p).abs().sum_all().to_dtype(DType::F64).to_scalar<double>(), 0.0);
+    EXPECT_EQ(vc.narrow(2, p + s, max_len - p - s)
+                  .abs()
+                  .sum_all()
+                  .to_dtype(DType::F64)
+                  .to_scalar<double>(),
+              0.0);
     Tensor far = Tensor::from_vec(std::vector<uint32_t>{8}, {1}, cpu);
     EXPECT_THROW(nn::detail::rope_write_at_position(qkv, bias, h, hkv, cos, sin, kc, vc, far),
                  IndexOutOfRange);

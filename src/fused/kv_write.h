@@ -1,7 +1,8 @@
 #pragma once
 // The KV-cache ops of a decode step whose position lives in device memory (front ends, checks
 // and fallbacks: src/nn/kv_write.cpp; CUDA kernels: src/cuda/kv_write.cpp,
-// src/cuda/decoder_ops.cpp). The CPU runs the fallbacks. No gradients: the caches are state.
+// src/cuda/decoder_ops.cpp; the CPU's rope write: src/cpu/kv_write.cpp, the rest runs the
+// fallbacks). No gradients: the caches are state.
 
 #include "wick/custom_op.h"
 
@@ -29,6 +30,7 @@ class RopeWriteOp final : public CustomOp {
   RopeWriteOp(size_t h, size_t h_kv, double eps) : h(h), h_kv(h_kv), eps(eps) {}
   const char* name() const override { return "rope_write"; }
   TensorList fallback(const TensorList& inputs) const override;
+  std::optional<TensorList> cpu(const TensorList& inputs) const override;  // src/cpu/kv_write.cpp
   std::optional<TensorList> cuda(const TensorList& inputs) const override {
     return registered_cuda_kernel(*this, inputs);
   }
