@@ -65,6 +65,13 @@ class DecodePlan {
   /// itself.
   virtual Tensor step(const Tensor& token, const Tensor& position, models::KvCache& cache,
                       Tensor* logits, size_t key_window) const = 0;
+  /// CausalLM::forward_last of one token of one sequence, `token` (1, 1) U32 (arguments already
+  /// checked): its logits (1, vocab), its keys and values written at the cache's length (the
+  /// model then advances the length). Returns an undefined tensor, doing nothing, where the plan
+  /// does not take it; the model composes the forward itself.
+  virtual Tensor forward_one(const Tensor& /*token*/, models::KvCache& /*cache*/) const {
+    return Tensor();
+  }
   /// CausalLM::forward_paged_tensors for the weights the plan was made for (arguments already
   /// checked; the cache's rope tables are the model's): the logits (n, vocab) of each sequence's
   /// last token. Returns an undefined tensor, doing nothing, for a batch it does not take; the

@@ -18,6 +18,10 @@ std::shared_ptr<QCache> make_qcache() {
   return std::make_shared<QCache>();
 }
 
+QCache& qcache_of(const QTensor& w) {
+  return *w.cache_;
+}
+
 }  // namespace detail
 
 bool qmatmul_supports(GgmlType type) {

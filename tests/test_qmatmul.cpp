@@ -248,6 +248,82 @@ TEST(QMatmul, KQuantMixLlamaLoadsKeptQuantized) {
   EXPECT_LE(testing::max_abs_diff(got, want), (1e-4 + chain * half_step) * range);
 }
 
+// A GGUF Llama whose projections have a tile layout (the CPU decode plan's weights, one type per
+// layer, Q8_0's head): the logits of each token decoded alone (the plan, which reads and writes
+// the cache) equal those of the whole sequence run at once (the composed prefill, whose attention
+// and norms are other kernels), within the rounding of the activations.
+TEST(QMatmul, TiledLlamaDecodesTokenByTokenAsItsPrefill) {
+  using gguf::Value;
+  using gguf::ValueType;
+  const size_t hidden = 256, ff = 512, layers = 3, heads = 4, kv_heads = 2, vocab = 64;
+  auto u32 = [](size_t v) { return Value::u64(v, ValueType::U32); };
+  std::map<std::string, Value> md{
+      {"general.architecture", Value::string("llama")},
+      {"llama.embedding_length", u32(hidden)},
+      {"llama.feed_forward_length", u32(ff)},
+      {"llama.block_count", u32(layers)},
+      {"llama.attention.head_count", u32(heads)},
+      {"llama.attention.head_count_kv", u32(kv_heads)},
+      {"llama.rope.dimension_count", u32(hidden / heads)},
+      {"llama.context_length", u32(64)},
+      {"llama.attention.layer_norm_rms_epsilon", Value::f64(1e-5, ValueType::F32)},
+      {"llama.rope.freq_base", Value::f64(10000.0, ValueType::F32)}};
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0};
+  std::map<std::string, Tensor> plain{
+      {"token_embd.weight", testing::random_tensor({vocab, hidden}, DType::F32)},
+      {"output_norm.weight", Tensor::ones({hidden}, DType::F32, Device::cpu())}};
+  std::map<std::string, QTensor> quantized{
+      {"output.weight", random_qtensor(GgmlType::Q8_0, vocab, hidden)}};
+  const size_t kv = hidden / heads * kv_heads;
+  for (size_t i = 0; i < layers; ++i) {
+    std::string g = "blk." + std::to_string(i) + ".";
+    auto matrix = [&](size_t n, size_t k) { return random_qtensor(types[i], n, k); };
+    plain[g + "attn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
+    plain[g + "ffn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
+    quantized[g + "attn_q.weight"] = matrix(hidden, hidden);
+    quantized[g + "attn_k.weight"] = matrix(kv, hidden);
+    quantized[g + "attn_v.weight"] = matrix(kv, hidden);
+    quantized[g + "attn_output.weight"] = matrix(hidden, hidden);
+    quantized[g + "ffn_gate.weight"] = matrix(ff, hidden);
+    quantized[g + "ffn_up.weight"] = matrix(ff, hidden);
+    quantized[g + "ffn_down.weight"] = matrix(hidden, ff);
+  }
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("wick_tiled_" + std::to_string(::getpid()) + ".gguf"))
+                         .string();
+  gguf::save(plain, path, md, quantized);
+  models::Llama q = models::Llama::load(path, Device::cpu(), DType::F32, true);
+  std::remove(path.c_str());
+  const std::vector<uint32_t> prompt{3, 17, 42, 5, 63, 0, 9, 21, 33};
+  const size_t n = prompt.size();
+  Tensor ids = Tensor::from_vec(prompt, {1, n}, Device::cpu());
+  models::KvCache all = q.make_cache(1, n);
+  std::vector<double> want = q.forward(ids, all).to_vec_f64();  // (1, n, vocab)
+  models::KvCache one = q.make_cache(1, n);
+  const int bits = qmatmul_cpu_activation_bits(GgmlType::Q4_0);
+  const double half_step = bits == 8 ? 1.0 / 254 : bits == 16 ? 1.0 / 65024 : 0.0;
+  const double chain = 4.0 * layers + 1;
+  for (size_t t = 0; t < n; ++t) {
+    Tensor logits = q.forward_last(ids.narrow(1, t, 1), one);
+    ASSERT_EQ(logits.shape(), (Shape{1, vocab}));
+    EXPECT_EQ(one.length(), t + 1);
+    std::vector<double> w(want.begin() + t * vocab, want.begin() + (t + 1) * vocab);
+    const double range = testing::range_of(w);
+    EXPECT_GT(range, 1.0);
+    EXPECT_LE(testing::max_abs_diff(logits.to_vec_f64(), w), (1e-4 + chain * half_step) * range)
+        << "token " << t;
+  }
+  // The keys and values the steps wrote are those of the prefill.
+  for (size_t li = 0; li < layers; ++li) {
+    EXPECT_LE(testing::max_abs_diff(one.k(li).to_vec_f64(), all.k(li).to_vec_f64()),
+              1e-3 * testing::range_of(all.k(li).to_vec_f64()))
+        << "layer " << li;
+    EXPECT_LE(testing::max_abs_diff(one.v(li).to_vec_f64(), all.v(li).to_vec_f64()),
+              1e-3 * testing::range_of(all.v(li).to_vec_f64()))
+        << "layer " << li;
+  }
+}
+
 // SmolLM2-135M-Instruct Q4_1 kept quantized against the same file dequantised to f32,
 // teacher-forced over 512 tokens of English text: top-1 next-token agreement >= 97% and
 // perplexity within 1%. The model from WICK_SMOLLM2_GGUF or .ci/run's cache (98 MB, not in the

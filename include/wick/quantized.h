@@ -13,11 +13,15 @@
 
 namespace wick {
 
+class QTensor;
+
 namespace detail {
 /// Per-QTensor derived data (the CPU kernels' repacked blocks), made at first use and shared by
 /// copies of the QTensor (src/qmatmul.cpp).
 struct QCache;
 std::shared_ptr<QCache> make_qcache();
+/// The QTensor's cache, for the backends' kernels.
+QCache& qcache_of(const QTensor& w);
 }  // namespace detail
 
 /// GGML tensor types, numbered as in GGUF files (ggml.h's enum ggml_type).
@@ -90,6 +94,7 @@ class QTensor {
 
  private:
   friend Tensor qmatmul(const Tensor& x, const QTensor& w);
+  friend detail::QCache& detail::qcache_of(const QTensor& w);
   GgmlType type_ = GgmlType::F32;
   Shape shape_;
   Tensor data_;

@@ -98,6 +98,8 @@ class CpuDevice final : public BackendDevice {
   StoragePtr rand_normal(size_t count, DType dtype, double mean, double std) override;
   void set_seed(uint64_t seed) override;
   void synchronize() override {}
+  /// src/cpu/decode_plan.cpp: a plan for decoders with quantized projections, else null.
+  std::unique_ptr<DecodePlan> decode_plan(const DecoderWeights& weights) override;
 
  private:
   std::mutex rng_mutex_;

@@ -28,18 +28,6 @@ const T* data_of(const Tensor& t) {
   return cpu::as_cpu(detail::backend_of(t)).as<T>() + t.impl()->layout.start_offset();
 }
 
-// ops::math::sigmoid, its select written as bit masks for floats, so that the loops vectorise.
-template <class A>
-A sigmoid(A x) {
-  if constexpr (std::is_same_v<A, float>) {
-    const float e = ops::math::exp(-std::fabs(x));
-    const float r = 1.0f / (1.0f + e);
-    return ops::math::select_bits(x >= 0.0f, r, e * r);
-  } else {
-    return ops::math::sigmoid(x);
-  }
-}
-
 size_t grain_for(size_t cols) {
   return std::max<size_t>(1, (size_t{1} << 14) / std::max<size_t>(cols, 1));
 }
@@ -102,7 +90,7 @@ std::optional<TensorList> SiluMulOp::cpu(const TensorList& in) const {
         for (size_t c = c0; c < c1; ++c) {
           A gv = static_cast<A>(g[c]);
           // silu rounded, then the product: transformers' act_fn(gate) * up in the dtype.
-          o[c] = T(cpu::round_as<T>(gv * sigmoid(gv)) * static_cast<A>(u[c]));
+          o[c] = T(cpu::round_as<T>(gv * ops::math::sigmoid(gv)) * static_cast<A>(u[c]));
         }
         i += c1 - c0;
       }

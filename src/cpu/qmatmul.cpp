@@ -373,6 +373,12 @@ std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t 
   return packed;
 }
 
+const QPacked& q_packed(detail::QCache& cache, GgmlType type, const uint8_t* src, size_t n,
+                        size_t k) {
+  std::call_once(cache.cpu_once, [&] { cache.cpu_packed = q_pack(type, src, n, k); });
+  return *cache.cpu_packed;
+}
+
 void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits) {
   m = rows;
   k = cols;
@@ -515,8 +521,7 @@ std::optional<TensorList> QMatmulOp::cpu(const TensorList& in) const {
   const cpu::QActivations acts = cpu::q_activations();
   if (cpu::q_tiled(type) && acts != cpu::QActivations::F32) {
     // apply holds the blocks' read lock.
-    std::call_once(cache->cpu_once, [&] { cache->cpu_packed = cpu::q_pack(type, w_bytes, n, k); });
-    packed = cache->cpu_packed.get();
+    packed = &cpu::q_packed(*cache, type, w_bytes, n, k);
   }
   auto out = cpu::device().alloc(m * n, DType::F32);
   const float* xp = cpu::as_cpu(detail::backend_of(x)).as<float>() + x.layout().start_offset();

@@ -78,6 +78,11 @@ struct QPacked {
 /// Repacks n rows of k values of GGML blocks at `src` (row-major).
 std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t n, size_t k);
 
+/// The tiles of the blocks at `src` kept in `cache`, packed at the first call (once, whichever
+/// threads ask); the blocks must not change afterwards.
+const QPacked& q_packed(detail::QCache& cache, GgmlType type, const uint8_t* src, size_t n,
+                        size_t k);
+
 /// Activations quantized per block of 32 values, either to 8 bits (as ggml's Q8_0: value
 /// qs * d, d = max|x| / 127) or, `wide`, to 16 bits written as two base-255 digits that each fit
 /// the 8-bit kernels: value (255 qs + lo) * d with qs, lo in [-127, 127] and d = max|x| / 32512.

@@ -466,6 +466,13 @@ Tensor Llama::forward_last(const Tensor& ids, KvCache& cache) const {
   check_forward_ids(ids, cache, impl_->layers.size(), impl_->device, "Llama::forward_last");
   size_t s = ids.dims()[1];
   check_room(cache, s, "Llama::forward_last");
+  if (impl_->plan && s == 1) {
+    Tensor logits = impl_->plan->forward_one(ids, cache);
+    if (logits.defined()) {
+      cache.set_length(cache.length() + 1);
+      return logits;
+    }
+  }
   Hidden hidden = run_layers(*impl_, ids, cache, Positions{cache.length(), Tensor()});
   cache.set_length(cache.length() + s);
   Tensor normed = hidden.normed.narrow(1, s - 1, 1).squeeze(1);

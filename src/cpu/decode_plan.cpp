@@ -1,0 +1,200 @@
+// The CPU decode plan: one token of one sequence through a standard decoder (decode_plan.h) whose
+// projections are quantized, as one pass over plain buffers. The projections (qmatmul's tile
+// kernels) and the attention (the f32 kernel) split over the pool's threads; the one-row steps
+// between them (residual adds and RMS norms, bias, rope, the cache write, silu) are loops on the
+// calling thread. A step so allocates a handful of buffers and dispatches no op, where the
+// composed forward makes some 300 tensors and op calls, all on the calling thread while the
+// other threads wait. The arithmetic is that of the ops the model composes (add_rms_norm,
+// rope_write_at_position, silu_mul, scaled_dot_product_attention, qmatmul). Weights it does not
+// take (plain or several-part projections, head or post norms, windows, soft-caps, GELU, f16/bf16
+// models) get no plan.
+
+#include "decode_plan.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/cpu_storage.h"
+#include "cpu/kernels.h"
+#include "cpu/qmatmul.h"
+#include "fused/quantized.h"
+#include "ops/norm_math.h"
+#include "ops/rope_math.h"
+#include "ops/unary_math.h"
+#include "tensor_internal.h"
+
+namespace wick::cpu {
+
+namespace {
+
+const float* f32_data(const Tensor& t) {
+  return as_cpu(detail::backend_of(t)).as<float>() + t.layout().start_offset();
+}
+
+float* f32_data_mut(const Tensor& t) {
+  return as_cpu(detail::backend_of(t)).as<float>() + t.layout().start_offset();
+}
+
+bool f32_cpu(const Tensor& t, size_t n) {
+  return t.defined() && t.dtype() == DType::F32 && t.device().is_cpu() && t.shape() == Shape{n} &&
+         t.is_contiguous();
+}
+
+// A projection the plan takes: one part of a type with a tile layout, (n, k) blocks on the CPU.
+bool tiled(const nn::QLinear& l, size_t n, size_t k) {
+  if (!l.quantized() || l.parts().size() != 1) return false;
+  const QTensor& w = l.parts()[0];
+  return q_tiled(w.type()) && w.device().is_cpu() && w.data().is_contiguous() &&
+         w.shape() == Shape{n, k};
+}
+
+// y (n) = w x, x of w's k values.
+void project(const nn::QLinear& l, const float* x, float* y) {
+  const QTensor& w = l.parts()[0];
+  const Tensor& raw = w.data();
+  const auto* blocks = as_cpu(detail::backend_of(raw)).as<uint8_t>() + raw.layout().start_offset();
+  const size_t n = w.shape()[0], k = w.shape()[1];
+  const QActivations acts = q_activations();
+  const QPacked* packed =
+      acts == QActivations::F32 ? nullptr : &q_packed(detail::qcache_of(w), w.type(), blocks, n, k);
+  qmatmul(w.type(), blocks, packed, n, k, x, 1, y, acts);
+}
+
+// x += delta; normed = w * (x * rstd): add_rms_norm's f32 arithmetic.
+void add_rms_norm(float* x, const float* delta, const float* w, float eps, float* normed,
+                  size_t d) {
+  float sq = 0;
+  for (size_t c = 0; c < d; ++c) {
+    const float s = x[c] + delta[c];
+    x[c] = s;
+    sq += s * s;
+  }
+  const float rstd = ops::norm_rstd(sq, static_cast<float>(d), eps);
+  for (size_t c = 0; c < d; ++c) normed[c] = w[c] * (x[c] * rstd);
+}
+
+// dst = rotate-half rope of the head at src by the table rows c, s (half values each).
+void rotate(const float* src, const float* c, const float* s, size_t half, float* dst) {
+  auto same = [](float v) { return v; };
+  for (size_t i = 0; i < half; ++i) {
+    dst[i] = ops::rope_lo(src[i], src[i + half], c[i], s[i], same);
+    dst[i + half] = ops::rope_hi(src[i], src[i + half], c[i], s[i], same);
+  }
+}
+
+class CpuDecodePlan final : public DecodePlan {
+ public:
+  explicit CpuDecodePlan(const DecoderWeights& w) : w_(w) {}
+
+  // The host-side forward only: the device-position step stays composed.
+  Tensor step(const Tensor&, const Tensor&, models::KvCache&, Tensor*, size_t) const override {
+    return Tensor();
+  }
+
+  Tensor forward_one(const Tensor& token, models::KvCache& cache) const override {
+    const DecoderWeights& m = w_;
+    const size_t h = m.heads, hk = m.kv_heads, hd = m.head_dim, half = hd / 2;
+    if (token.elem_count() != 1 || cache.batch() != 1 || cache.k(0).dtype() != DType::F32 ||
+        !cache.cos().defined() || cache.cos().dims()[1] != half) {
+      return Tensor();
+    }
+    const size_t d = m.embed.dims()[1], rows = (h + 2 * hk) * hd;
+    const size_t inter = m.layers[0].wgate_up.parts()[0].shape()[0] / 2;
+    const size_t vocab = m.lm_head.parts()[0].shape()[0];
+    const size_t p = cache.length(), max_len = cache.max_len();
+    const float eps = static_cast<float>(m.eps);
+    // The embedding and the first norm as the model composes them (once a step).
+    Tensor x0 = m.embed.embedding(token).reshape({d});
+    std::vector<float> x = x0.to_vec1<float>();
+    std::vector<float> normed = x0.rms_norm(m.layers[0].ln1, m.eps).to_vec1<float>();
+    std::vector<float> qkv(rows), att(h * hd), y(d), gate_up(2 * inter), act(inter);
+    StoragePtr q = device().alloc(h * hd, DType::F32);
+    const float* cos = f32_data(cache.cos()) + p * half;
+    const float* sin = f32_data(cache.sin()) + p * half;
+    const AttentionParams params{1.0 / std::sqrt(static_cast<double>(hd)), false};
+    std::vector<KernelOperand> operands(3);
+    operands[0] = {q.get(), Layout::contiguous(Shape{1, h, 1, hd})};
+    for (size_t li = 0; li < m.layers.size(); ++li) {
+      const DecoderWeights::Layer& l = m.layers[li];
+      project(l.wqkv, normed.data(), qkv.data());
+      if (l.bqkv.defined()) {
+        const float* b = f32_data(l.bqkv);
+        for (size_t i = 0; i < rows; ++i) qkv[i] += b[i];
+      }
+      // q rotated into its buffer; this position's key (rotated) and value into the caches.
+      const Tensor &kc = cache.k(li), &vc = cache.v(li);
+      float* qp = as_cpu(*q).as<float>();
+      for (size_t i = 0; i < h; ++i) rotate(qkv.data() + i * hd, cos, sin, half, qp + i * hd);
+      float* kp = f32_data_mut(kc);
+      float* vp = f32_data_mut(vc);
+      for (size_t i = 0; i < hk; ++i) {
+        const size_t at = (i * max_len + p) * hd;
+        rotate(qkv.data() + (h + i) * hd, cos, sin, half, kp + at);
+        const float* v = qkv.data() + (h + hk + i) * hd;
+        for (size_t t = 0; t < hd; ++t) vp[at + t] = v[t];
+      }
+      // The keys up to this position.
+      const Shape keys{1, hk, p + 1, hd};
+      operands[1] = {&detail::backend_of(kc),
+                     Layout(keys, kc.layout().strides(), kc.layout().start_offset())};
+      operands[2] = {&detail::backend_of(vc),
+                     Layout(keys, vc.layout().strides(), vc.layout().start_offset())};
+      kernels().attention_f32(params, operands, att.data());
+      project(l.wo, att.data(), y.data());
+      add_rms_norm(x.data(), y.data(), f32_data(l.ln2), eps, normed.data(), d);
+      project(l.wgate_up, normed.data(), gate_up.data());
+      for (size_t c = 0; c < inter; ++c) {
+        const float g = gate_up[c];
+        act[c] = g * ops::math::sigmoid(g) * gate_up[inter + c];
+      }
+      project(l.wdown, act.data(), y.data());
+      const Tensor& next = li + 1 == m.layers.size() ? m.norm : m.layers[li + 1].ln1;
+      add_rms_norm(x.data(), y.data(), f32_data(next), eps, normed.data(), d);
+    }
+    StoragePtr logits = device().alloc(vocab, DType::F32);
+    project(m.lm_head, normed.data(), as_cpu(*logits).as<float>());
+    return detail::from_storage(std::move(logits), Shape{1, vocab});
+  }
+
+ private:
+  DecoderWeights w_;
+};
+
+// Whether the plan takes these weights (see the design note).
+bool takes(const DecoderWeights& m) {
+  if (m.layers.empty() || m.heads == 0 || m.kv_heads == 0 || m.head_dim % 2 != 0 ||
+      m.activation != GatedActivation::SiLU || m.final_softcap > 0 || m.embed_scale != 1 ||
+      !m.embed.defined() || m.embed.rank() != 2 || m.embed.dtype() != DType::F32 ||
+      !m.embed.device().is_cpu()) {
+    return false;
+  }
+  const size_t d = m.embed.dims()[1], hd = m.head_dim;
+  const size_t q_out = m.heads * hd, rows = (m.heads + 2 * m.kv_heads) * hd;
+  const nn::QLinear& gu = m.layers[0].wgate_up;
+  if (!gu.quantized() || gu.parts().empty()) return false;
+  const size_t inter = gu.parts()[0].shape()[0] / 2;
+  if (!f32_cpu(m.norm, d) || !tiled(m.lm_head, m.embed.dims()[0], d)) return false;
+  for (const DecoderWeights::Layer& l : m.layers) {
+    if (!f32_cpu(l.ln1, d) || !f32_cpu(l.ln2, d) || (l.bqkv.defined() && !f32_cpu(l.bqkv, rows)) ||
+        l.q_norm.defined() || l.k_norm.defined() || l.post_attn_norm.defined() ||
+        l.post_ffn_norm.defined() || l.cos.defined() || l.window > 0 || l.softcap > 0 ||
+        (l.scale != 0 && l.scale != 1.0 / std::sqrt(static_cast<double>(hd))) ||
+        !tiled(l.wqkv, rows, d) || !tiled(l.wo, d, q_out) || !tiled(l.wgate_up, 2 * inter, d) ||
+        !tiled(l.wdown, d, inter)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<DecodePlan> CpuDevice::decode_plan(const DecoderWeights& weights) {
+  if (!takes(weights)) return nullptr;
+  return std::make_unique<CpuDecodePlan>(weights);
+}
+
+}  // namespace wick::cpu
