@@ -7,12 +7,15 @@
 #include "cpu/qmatmul.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_storage.h"
@@ -293,6 +296,73 @@ GgmlType tile_type(GgmlType type) {
 
 }  // namespace
 
+// The packed weights are streamed once per token: they sit in 2 MiB pages (asked of the kernel by
+// madvise), since a stream over 4 KiB pages misses the TLB at every page. A model's matrices are
+// packed one by one, most smaller than a huge page, so they share chunks of kChunkBytes, each
+// freed with its last matrix. Matrices below kArenaMinBytes take malloc's memory.
+struct TilesChunk {
+  uint8_t* base = nullptr;
+  size_t size = 0, used = 0, live = 0;
+};
+
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kChunkBytes = size_t{32} << 20;
+constexpr size_t kArenaMinBytes = size_t{64} << 10;
+
+class TileArena {
+ public:
+  std::pair<uint8_t*, TilesChunk*> alloc(size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (bytes > kChunkBytes) {
+      TilesChunk* own = new_chunk(bytes);
+      own->used = bytes;
+      own->live = 1;
+      return {own->base, own};
+    }
+    if (current_ == nullptr || current_->used + bytes > current_->size) {
+      if (current_ != nullptr && current_->live == 0) release(current_);
+      current_ = new_chunk(kChunkBytes);
+    }
+    uint8_t* p = current_->base + current_->used;
+    current_->used += bytes;
+    ++current_->live;
+    return {p, current_};
+  }
+
+  void free(TilesChunk* c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--c->live == 0 && c != current_) release(c);
+  }
+
+ private:
+  static TilesChunk* new_chunk(size_t bytes) {
+    const size_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = std::aligned_alloc(kHugePage, size);
+    if (p == nullptr) throw BackendError(str("qmatmul: out of memory packing ", bytes, " bytes"));
+#if defined(MADV_HUGEPAGE)
+    madvise(p, size, MADV_HUGEPAGE);
+#endif
+    return new TilesChunk{static_cast<uint8_t*>(p), size};
+  }
+  static void release(TilesChunk* c) {
+    std::free(c->base);
+    delete c;
+  }
+
+  std::mutex mutex_;
+  TilesChunk* current_ = nullptr;
+};
+
+TileArena& tile_arena() {
+  static TileArena* arena = new TileArena;  // never destroyed: tiles may outlive static objects
+  return *arena;
+}
+
+}  // namespace
+
 bool q_tiled(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0:
@@ -359,7 +429,15 @@ std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t 
   packed->k = k;
   packed->tiles = (n + kQTileRows - 1) / kQTileRows;
   const size_t tile_bytes = (k / 32) * q_tile_block_bytes(type);
-  packed->bytes.reset(new uint8_t[packed->tiles * tile_bytes]);
+  const size_t bytes = packed->tiles * tile_bytes;
+  if (bytes >= kArenaMinBytes) {
+    auto [p, chunk] = tile_arena().alloc(bytes);
+    packed->bytes = std::unique_ptr<uint8_t[], TilesFree>(p, TilesFree{chunk});
+  } else {
+    auto* p = static_cast<uint8_t*>(std::malloc(std::max<size_t>(bytes, 1)));
+    if (p == nullptr) throw BackendError(str("qmatmul: out of memory packing ", bytes, " bytes"));
+    packed->bytes.reset(p);
+  }
   uint8_t* dst = packed->bytes.get();
   parallel_for(packed->tiles, 4, [&](size_t lo, size_t hi) {
     for (size_t t = lo; t < hi; ++t) {
@@ -371,6 +449,14 @@ std::shared_ptr<const QPacked> q_pack(GgmlType type, const uint8_t* src, size_t 
     }
   });
   return packed;
+}
+
+void TilesFree::operator()(uint8_t* p) const {
+  if (chunk != nullptr) {
+    tile_arena().free(chunk);
+  } else {
+    std::free(p);
+  }
 }
 
 const QPacked& q_packed(detail::QCache& cache, GgmlType type, const uint8_t* src, size_t n,

@@ -64,12 +64,20 @@ constexpr size_t kQ6KTileSuper = kQ6KTileHeader + 8 * kQ6KTileBlock;        // 3
 constexpr size_t kQ2KTileSuper = kQ2KTileHeader + 8 * kQ2KTileBlock;        // 1600 = 16 x 100
 constexpr size_t kIQ4XSTileSuper = kIQ4XSTileHeader + 8 * kIQ4XSTileBlock;  // 2208 = 16 x 138
 
+/// The owner of packed tiles: a chunk of huge pages shared with other matrices (q_pack), or
+/// malloc's memory.
+struct TilesChunk;
+struct TilesFree {
+  TilesChunk* chunk = nullptr;
+  void operator()(uint8_t* p) const;
+};
+
 /// Weights in the tile layout.
 struct QPacked {
   GgmlType type = GgmlType::Q4_0;
   size_t n = 0, k = 0;  // rows, values per row
   size_t tiles = 0;     // ceil(n / 16)
-  std::unique_ptr<uint8_t[]> bytes;
+  std::unique_ptr<uint8_t[], TilesFree> bytes;
   const uint8_t* tile(size_t t) const {
     return bytes.get() + t * (k / 32) * q_tile_block_bytes(type);
   }
