@@ -249,10 +249,8 @@ TEST(QMatmul, KQuantMixLlamaLoadsKeptQuantized) {
 }
 
 // A GGUF Llama whose projections have a tile layout (the CPU decode plan's weights, one type per
-// layer, Q8_0's head): the logits of each token decoded alone (the plan, which reads and writes
-// the cache) equal those of the whole sequence run at once (the composed prefill, whose attention
-// and norms are other kernels), within the rounding of the activations.
-TEST(QMatmul, TiledLlamaDecodesTokenByTokenAsItsPrefill) {
+// layer, Q8_0's head), kept quantized: 3 layers, 4 heads of 2 k/v heads, vocabulary 64.
+models::Llama tiled_llama() {
   using gguf::Value;
   using gguf::ValueType;
   const size_t hidden = 256, ff = 512, layers = 3, heads = 4, kv_heads = 2, vocab = 64;
@@ -294,6 +292,15 @@ TEST(QMatmul, TiledLlamaDecodesTokenByTokenAsItsPrefill) {
   gguf::save(plain, path, md, quantized);
   models::Llama q = models::Llama::load(path, Device::cpu(), DType::F32, true);
   std::remove(path.c_str());
+  return q;
+}
+
+// tiled_llama(): the logits of each token decoded alone (the plan, which reads and writes the
+// cache) equal those of the whole sequence run at once (the composed prefill, whose attention and
+// norms are other kernels), within the rounding of the activations.
+TEST(QMatmul, TiledLlamaDecodesTokenByTokenAsItsPrefill) {
+  const size_t layers = 3, vocab = 64;
+  models::Llama q = tiled_llama();
   const std::vector<uint32_t> prompt{3, 17, 42, 5, 63, 0, 9, 21, 33};
   const size_t n = prompt.size();
   Tensor ids = Tensor::from_vec(prompt, {1, n}, Device::cpu());
@@ -321,6 +328,44 @@ TEST(QMatmul, TiledLlamaDecodesTokenByTokenAsItsPrefill) {
     EXPECT_LE(testing::max_abs_diff(one.v(li).to_vec_f64(), all.v(li).to_vec_f64()),
               1e-3 * testing::range_of(all.v(li).to_vec_f64()))
         << "layer " << li;
+  }
+}
+
+// The serving engine's steps of tiled_llama(): a sequence's tokens one step each alone (the CPU
+// decode plan's paged step) give the bits they get beside another sequence in every step (the
+// composed batch), logits and pools, and the logits of the prefill within the activations'
+// rounding.
+TEST(QMatmul, TiledLlamaPagedStepAloneIsTheBitsOfTheBatch) {
+  const size_t layers = 3, vocab = 64, page_size = 4;
+  models::Llama q = tiled_llama();
+  const std::vector<uint32_t> prompt{3, 17, 42, 5, 63, 0, 9, 21, 33},
+      other{8, 1, 60, 2, 2, 7, 50, 11, 4};
+  const size_t n = prompt.size();
+  models::KvCache cache = q.make_cache(1, n);
+  std::vector<double> want =
+      q.forward(Tensor::from_vec(prompt, {1, n}, Device::cpu()), cache).to_vec_f64();
+  models::PagedKvCache alone = q.make_paged_cache(8, page_size);
+  models::PagedKvCache batched = q.make_paged_cache(8, page_size);
+  const std::vector<uint32_t> pages_a{5, 1, 6}, pages_b{0, 3, 7};
+  const int bits = qmatmul_cpu_activation_bits(GgmlType::Q4_0);
+  const double half_step = bits == 8 ? 1.0 / 254 : bits == 16 ? 1.0 / 65024 : 0.0;
+  const double chain = 4.0 * layers + 1;
+  for (size_t t = 0; t < n; ++t) {
+    const models::PagedSequence a{{prompt[t]}, t, pages_a}, b{{other[t]}, t, pages_b};
+    Tensor one = q.forward_paged({a}, alone);
+    Tensor both = q.forward_paged({b, a}, batched);
+    ASSERT_EQ(one.shape(), (Shape{1, vocab}));
+    EXPECT_EQ(one.to_vec_f64(), both.narrow(0, 1, 1).to_vec_f64()) << "token " << t;
+    std::vector<double> w(want.begin() + t * vocab, want.begin() + (t + 1) * vocab);
+    const double range = testing::range_of(w);
+    EXPECT_LE(testing::max_abs_diff(one.to_vec_f64(), w), (1e-4 + chain * half_step) * range)
+        << "token " << t;
+  }
+  for (size_t li = 0; li < layers; ++li) {
+    for (uint32_t page : pages_a) {
+      EXPECT_EQ(alone.k(li).get(page).to_vec_f64(), batched.k(li).get(page).to_vec_f64());
+      EXPECT_EQ(alone.v(li).get(page).to_vec_f64(), batched.v(li).get(page).to_vec_f64());
+    }
   }
 }
 

@@ -13,7 +13,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "cpu/attention.h"
@@ -25,6 +27,8 @@
 #include "ops/rope_math.h"
 #include "ops/unary_math.h"
 #include "tensor_internal.h"
+#include "wick/nn/paged_attention.h"
+#include "wick/paged_kv_cache.h"
 
 namespace wick::cpu {
 
@@ -95,28 +99,83 @@ class CpuDecodePlan final : public DecodePlan {
   }
 
   Tensor forward_one(const Tensor& token, models::KvCache& cache) const override {
-    const DecoderWeights& m = w_;
-    const size_t h = m.heads, hk = m.kv_heads, hd = m.head_dim, half = hd / 2;
+    const size_t hk = w_.kv_heads, hd = w_.head_dim;
     if (token.elem_count() != 1 || cache.batch() != 1 || cache.k(0).dtype() != DType::F32 ||
-        !cache.cos().defined() || cache.cos().dims()[1] != half) {
+        !rope_tables_fit(cache.cos())) {
       return Tensor();
     }
+    const size_t p = cache.length(), max_len = cache.max_len();
+    // This position's key and value written into the caches; attention over the keys up to it.
+    auto write = [&](size_t li, size_t i) {
+      const size_t at = (i * max_len + p) * hd;
+      return std::pair{f32_data_mut(cache.k(li)) + at, f32_data_mut(cache.v(li)) + at};
+    };
+    const AttentionParams params{1.0 / std::sqrt(static_cast<double>(hd)), false};
+    std::vector<KernelOperand> operands(3);
+    auto attend = [&](size_t li, const Tensor& q, float* att) {
+      const Tensor &kc = cache.k(li), &vc = cache.v(li);
+      const Shape keys{1, hk, p + 1, hd};
+      operands[0] = {&detail::backend_of(q), Layout::contiguous(Shape{1, w_.heads, 1, hd})};
+      operands[1] = {&detail::backend_of(kc),
+                     Layout(keys, kc.layout().strides(), kc.layout().start_offset())};
+      operands[2] = {&detail::backend_of(vc),
+                     Layout(keys, vc.layout().strides(), vc.layout().start_offset())};
+      kernels().attention_f32(params, operands, att);
+    };
+    return run(token, p, cache.cos(), cache.sin(), write, attend);
+  }
+
+  // The serving engine's step of one sequence's one token: the same pass, the key and value
+  // written into the token's slot of the pools and the attention nn::paged_attention's, so that
+  // the token's logits are the bits it gets inside a larger batch (whose step composes the ops).
+  Tensor paged_step(const models::PagedBatchTensors& b,
+                    models::PagedKvCache& cache) const override {
+    const size_t hk = w_.kv_heads, hd = w_.head_dim, ps = cache.page_size();
+    if (b.ids.elem_count() != 1 || !b.ids.device().is_cpu() || cache.k(0).dtype() != DType::F32 ||
+        !rope_tables_fit(cache.cos())) {
+      return Tensor();
+    }
+    const uint32_t p = b.positions.to_vec1<uint32_t>()[0], slot = b.slots.to_vec1<uint32_t>()[0];
+    if (slot / ps >= cache.pages() || p >= cache.cos().dims()[0]) return Tensor();
+    auto write = [&](size_t li, size_t i) {
+      const size_t at = (((slot / ps) * hk + i) * ps + slot % ps) * hd;
+      return std::pair{f32_data_mut(cache.k(li)) + at, f32_data_mut(cache.v(li)) + at};
+    };
+    auto attend = [&](size_t li, const Tensor& q, float* att) {
+      Tensor out = nn::paged_attention(q.reshape({1, w_.heads, hd}), cache.k(li), cache.v(li),
+                                       b.page_table, b.token_seq, b.positions);
+      std::memcpy(att, f32_data(out), w_.heads * hd * sizeof(float));
+    };
+    return run(b.ids.reshape({1, 1}), p, cache.cos(), cache.sin(), write, attend);
+  }
+
+ private:
+  // Rope tables of (positions, head_dim / 2) in f32 on the CPU.
+  bool rope_tables_fit(const Tensor& cos) const {
+    return cos.defined() && cos.rank() == 2 && cos.dims()[1] == w_.head_dim / 2 &&
+           cos.dtype() == DType::F32 && cos.device().is_cpu() && cos.is_contiguous();
+  }
+
+  // The token (1, 1) at position p through the layers and the head: its logits (1, vocab).
+  // write(li, i): where layer li's key and value rows of k/v head i go; attend(li, q, att): the
+  // attention of the rotated q (h, hd), contiguous, into att.
+  template <class Write, class Attend>
+  Tensor run(const Tensor& token, size_t p, const Tensor& cos_table, const Tensor& sin_table,
+             const Write& write, const Attend& attend) const {
+    const DecoderWeights& m = w_;
+    const size_t h = m.heads, hk = m.kv_heads, hd = m.head_dim, half = hd / 2;
     const size_t d = m.embed.dims()[1], rows = (h + 2 * hk) * hd;
     const size_t inter = m.layers[0].wgate_up.parts()[0].shape()[0] / 2;
     const size_t vocab = m.lm_head.parts()[0].shape()[0];
-    const size_t p = cache.length(), max_len = cache.max_len();
     const float eps = static_cast<float>(m.eps);
     // The embedding and the first norm as the model composes them (once a step).
     Tensor x0 = m.embed.embedding(token).reshape({d});
     std::vector<float> x = x0.to_vec1<float>();
     std::vector<float> normed = x0.rms_norm(m.layers[0].ln1, m.eps).to_vec1<float>();
     std::vector<float> qkv(rows), att(h * hd), y(d), gate_up(2 * inter), act(inter);
-    StoragePtr q = device().alloc(h * hd, DType::F32);
-    const float* cos = f32_data(cache.cos()) + p * half;
-    const float* sin = f32_data(cache.sin()) + p * half;
-    const AttentionParams params{1.0 / std::sqrt(static_cast<double>(hd)), false};
-    std::vector<KernelOperand> operands(3);
-    operands[0] = {q.get(), Layout::contiguous(Shape{1, h, 1, hd})};
+    Tensor q = detail::from_storage(device().alloc(h * hd, DType::F32), Shape{h, hd});
+    const float* cos = f32_data(cos_table) + p * half;
+    const float* sin = f32_data(sin_table) + p * half;
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const DecoderWeights::Layer& l = m.layers[li];
       project(l.wqkv, normed.data(), qkv.data());
@@ -124,25 +183,15 @@ class CpuDecodePlan final : public DecodePlan {
         const float* b = f32_data(l.bqkv);
         for (size_t i = 0; i < rows; ++i) qkv[i] += b[i];
       }
-      // q rotated into its buffer; this position's key (rotated) and value into the caches.
-      const Tensor &kc = cache.k(li), &vc = cache.v(li);
-      float* qp = as_cpu(*q).as<float>();
+      // q rotated into its buffer; this position's key (rotated) and value into the cache.
+      float* qp = f32_data_mut(q);
       for (size_t i = 0; i < h; ++i) rotate(qkv.data() + i * hd, cos, sin, half, qp + i * hd);
-      float* kp = f32_data_mut(kc);
-      float* vp = f32_data_mut(vc);
       for (size_t i = 0; i < hk; ++i) {
-        const size_t at = (i * max_len + p) * hd;
-        rotate(qkv.data() + (h + i) * hd, cos, sin, half, kp + at);
-        const float* v = qkv.data() + (h + hk + i) * hd;
-        for (size_t t = 0; t < hd; ++t) vp[at + t] = v[t];
+        auto [k_row, v_row] = write(li, i);
+        rotate(qkv.data() + (h + i) * hd, cos, sin, half, k_row);
+        std::memcpy(v_row, qkv.data() + (h + hk + i) * hd, hd * sizeof(float));
       }
-      // The keys up to this position.
-      const Shape keys{1, hk, p + 1, hd};
-      operands[1] = {&detail::backend_of(kc),
-                     Layout(keys, kc.layout().strides(), kc.layout().start_offset())};
-      operands[2] = {&detail::backend_of(vc),
-                     Layout(keys, vc.layout().strides(), vc.layout().start_offset())};
-      kernels().attention_f32(params, operands, att.data());
+      attend(li, q, att.data());
       project(l.wo, att.data(), y.data());
       add_rms_norm(x.data(), y.data(), f32_data(l.ln2), eps, normed.data(), d);
       project(l.wgate_up, normed.data(), gate_up.data());
@@ -159,7 +208,6 @@ class CpuDecodePlan final : public DecodePlan {
     return detail::from_storage(std::move(logits), Shape{1, vocab});
   }
 
- private:
   DecoderWeights w_;
 };
 
