@@ -1,10 +1,11 @@
 // CPU halves of nn::paged_attention and nn::paged_kv_write.
-// A work item is one (query token, kv head): the group's query heads walk the token's pages in
-// position order (from the first key of its window), scores (soft-capped when asked) in f32 (f64
-// for f64) from 8-lane dot products whose lanes are summed in one fixed order, then softmax and the
-// weighted sum of the values. Every token's result comes from its own sequence's keys in that order
-// alone, so it is the same bits whichever tokens share the batch and however the items are split
-// across the workers. Pools: (pages, h_kv, P, d).
+// A work item is one (query token, kv head), or one (query token, query head) where those are too
+// few to share among the workers: the item's query heads walk the token's pages in position order
+// (from the first key of its window), scores (soft-capped when asked) in f32 (f64 for f64) from
+// 8-lane dot products whose lanes are summed in one fixed order, then softmax and the weighted sum
+// of the values. Every token's result comes from its own sequence's keys in that order alone, so it
+// is the same bits whichever tokens share the batch and however the items are split across the
+// workers. Pools: (pages, h_kv, P, d).
 
 #include <cmath>
 #include <cstring>
@@ -74,6 +75,67 @@ void axpy(acc_t<T>* out, acc_t<T> p, const T* v, size_t d) {
   for (; e < d; ++e) out[e] = std::fma(p, static_cast<acc_t<T>>(v[e]), out[e]);
 }
 
+// dot() of four keys at once, each with the same lanes and sums: a row's dot product is a chain
+// of dependent multiply-adds, so four side by side keep the FMA units busy.
+template <class T>
+void dot4(const acc_t<T>* q, const T* const k[4], size_t d, acc_t<T> out[4]) {
+#if defined(WICK_PAGED_AVX2)
+  if constexpr (!std::is_same_v<T, double>) {
+    if (d % 8 == 0) {
+      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                       _mm256_setzero_ps()};
+      for (size_t e = 0; e < d; e += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + e);
+        for (int i = 0; i < 4; ++i) acc[i] = _mm256_fmadd_ps(qv, cpu::load8(k[i] + e), acc[i]);
+      }
+      for (int i = 0; i < 4; ++i) {
+        float lanes[8];
+        _mm256_storeu_ps(lanes, acc[i]);
+        out[i] = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+                 ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+      }
+      return;
+    }
+  }
+#endif
+  for (int i = 0; i < 4; ++i) out[i] = dot<T>(q, k[i], d);
+}
+
+#if defined(WICK_PAGED_AVX2)
+// acc[0, 8 W) += p[i] * row(i)[0, 8 W) for the n keys in order, the sums held in registers.
+template <int W, class T, class Row>
+void add_rows_chunk(float* acc, const float* p, size_t n, const Row& row, size_t e0) {
+  __m256 s[W];
+  for (int v = 0; v < W; ++v) s[v] = _mm256_loadu_ps(acc + e0 + 8 * v);
+  for (size_t i = 0; i < n; ++i) {
+    const T* r = row(i) + e0;
+    const __m256 pv = _mm256_set1_ps(p[i]);
+    for (int v = 0; v < W; ++v) s[v] = _mm256_fmadd_ps(pv, cpu::load8(r + 8 * v), s[v]);
+  }
+  for (int v = 0; v < W; ++v) _mm256_storeu_ps(acc + e0 + 8 * v, s[v]);
+}
+#endif
+
+// acc += sum over the n keys, in order, of p[i] * row(i): axpy() key by key (the same
+// multiply-add an element a key, in key order), with the running sums kept in registers, 64
+// elements at a time.
+template <class T, class Row>
+void add_rows(acc_t<T>* acc, const acc_t<T>* p, size_t n, const Row& row, size_t d) {
+#if defined(WICK_PAGED_AVX2)
+  if constexpr (!std::is_same_v<T, double>) {
+    if (d % 8 == 0) {
+      size_t e0 = 0;
+      for (; e0 + 64 <= d; e0 += 64) add_rows_chunk<8, T>(acc, p, n, row, e0);
+      if (e0 + 32 <= d) add_rows_chunk<4, T>(acc, p, n, row, e0), e0 += 32;
+      if (e0 + 16 <= d) add_rows_chunk<2, T>(acc, p, n, row, e0), e0 += 16;
+      if (e0 + 8 <= d) add_rows_chunk<1, T>(acc, p, n, row, e0);
+      return;
+    }
+  }
+#endif
+  for (size_t i = 0; i < n; ++i) axpy<T>(acc, p[i], row(i), d);
+}
+
 Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                            const Tensor& page_table, const Tensor& token_seq,
                            const Tensor& token_pos, double scale, size_t window, double softcap) {
@@ -108,32 +170,52 @@ Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor&
     const A sc = static_cast<A>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(d)));
     const A cap = static_cast<A>(softcap);
     auto first_key = [&](size_t p) { return window > 0 && p + 1 > window ? p + 1 - window : 0; };
-    // Items of about 16k multiply-adds a chunk, from the batch's average key count.
+    // An item is a (token, k/v head) and its group's query heads, which share the key and value
+    // rows; where those are fewer than two a thread (a decode step), a (token, query head) alone.
+    // The same arithmetic a head either way. Chunks of about 16k multiply-adds, from the batch's
+    // average key count.
+    const size_t heads_per_item = tokens * h_kv < 2 * cpu::num_threads() ? 1 : group;
+    const size_t per_token = h / heads_per_item;
     size_t keys = 0;
     for (size_t t = 0; t < tokens; ++t) keys += pos[t] + 1 - first_key(pos[t]);
-    const size_t per_item = std::max<size_t>(1, keys * group * d / tokens);
+    const size_t per_item = std::max<size_t>(1, keys * heads_per_item * d / tokens);
     const size_t grain = std::max<size_t>(1, 16384 / per_item);
-    cpu::parallel_for(tokens * h_kv, grain, [&](size_t begin, size_t end) {
-      std::vector<A> qf(group * d), acc(d), scores;
+    cpu::parallel_for(tokens * per_token, grain, [&](size_t begin, size_t end) {
+      std::vector<A> qf(heads_per_item * d), acc(d), scores;
       for (size_t item = begin; item < end; ++item) {
-        const size_t t = item / h_kv, g = item % h_kv;
+        const size_t t = item / per_token, head0 = item % per_token * heads_per_item;
+        const size_t g = head0 / group;
         // Keys first..pos[t]: n of them, score i for position first + i.
         const size_t first = first_key(pos[t]), n = pos[t] + 1 - first;
         const uint32_t* pt = table + seq[t] * width;
-        scores.resize(group * n);
-        for (size_t r = 0; r < group * d; ++r) {
-          qf[r] = static_cast<A>(qp[(t * h + g * group) * d + r]);
+        scores.resize(heads_per_item * n);
+        for (size_t r = 0; r < heads_per_item * d; ++r) {
+          qf[r] = static_cast<A>(qp[(t * h + head0) * d + r]);
         }
-        for (size_t i = 0; i < n; ++i) {
+        auto key_row = [&](const T* pool, size_t i) {
           const size_t j = first + i;
-          const T* kr = kp + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d;
-          for (size_t r = 0; r < group; ++r) {
-            A x = dot<T>(qf.data() + r * d, kr, d) * sc;
-            if (cap > 0) x = cap * std::tanh(x / cap);
-            scores[r * n + i] = x;
+          return pool + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d;
+        };
+        auto score = [&](A dot_product) {
+          A x = dot_product * sc;
+          return cap > 0 ? cap * std::tanh(x / cap) : x;
+        };
+        size_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+          const T* rows[4] = {key_row(kp, i), key_row(kp, i + 1), key_row(kp, i + 2),
+                              key_row(kp, i + 3)};
+          for (size_t r = 0; r < heads_per_item; ++r) {
+            A dots[4];
+            dot4<T>(qf.data() + r * d, rows, d, dots);
+            for (size_t u = 0; u < 4; ++u) scores[r * n + i + u] = score(dots[u]);
           }
         }
-        for (size_t r = 0; r < group; ++r) {
+        for (; i < n; ++i) {
+          for (size_t r = 0; r < heads_per_item; ++r) {
+            scores[r * n + i] = score(dot<T>(qf.data() + r * d, key_row(kp, i), d));
+          }
+        }
+        for (size_t r = 0; r < heads_per_item; ++r) {
           A* s = scores.data() + r * n;
           A mx = -std::numeric_limits<A>::infinity();
           for (size_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
@@ -143,12 +225,10 @@ Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor&
             sum += s[j];
           }
           std::fill(acc.begin(), acc.end(), A(0));
-          for (size_t i = 0; i < n; ++i) {
-            const size_t j = first + i;
-            axpy<T>(acc.data(), s[i], vp + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d, d);
-          }
+          add_rows<T>(
+              acc.data(), s, n, [&](size_t i) { return key_row(vp, i); }, d);
           const A inv = A(1) / sum;
-          T* o = op + (t * h + g * group + r) * d;
+          T* o = op + (t * h + head0 + r) * d;
           for (size_t e = 0; e < d; ++e) o[e] = T(acc[e] * inv);
         }
       }
