@@ -535,6 +535,11 @@ __global__ void __launch_bounds__(dec_warps(D) * 32) attn_decode_kernel(DecodeAr
   WICK_TL_END_MARKS(5u << 28 | 1u << 16);
 }
 
+// The head dims the decode kernel is compiled for.
+bool compiled_for(int64_t d) {
+  return d == 16 || d == 32 || d == 64 || d == 96 || d == 128 || d == 256;
+}
+
 // Shared memory of a decode block: the query rows, then each warp's ring of K and V tiles.
 size_t decode_smem(int d) {
   return static_cast<size_t>(kDecRows + dec_warps(d) * kDecStages * 2 * kDecKeys) *
@@ -546,7 +551,7 @@ size_t decode_smem(int d) {
 bool decode_fits(DType dtype, const AttentionArgs& a) {
   if (dtype != DType::BF16 && dtype != DType::F16) return false;
   if (a.s != 1 || a.s_kv == 0) return false;
-  if (a.d != 16 && a.d != 32 && a.d != 64 && a.d != 96 && a.d != 128 && a.d != 256) return false;
+  if (!compiled_for(a.d)) return false;
   const int64_t chunks = (a.h / a.h_kv + kDecRows - 1) / kDecRows;
   if (static_cast<int64_t>(a.b) * a.h_kv * chunks > 65535) return false;  // grid.y
   auto al = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
@@ -651,11 +656,35 @@ void run_paged(const PagedAttentionArgs& a, const TempAlloc& temp, cudaStream_t 
   launch_decode<D>(attn_decode_kernel<T, D, DecodeMode::Paged>, p, a.tokens, a.h, temp, s);
 }
 
+// run.template operator()<T, D>() for f16/bf16 (dtype) and a head dim the decode kernel is compiled
+// for (d; 128 for any other).
+template <class Run>
+void for_dtype_and_dim(DType dtype, int64_t d, const Run& run) {
+  auto by_dim = [&]<class T>() {
+    switch (d) {
+      case 16:
+        return run.template operator()<T, 16>();
+      case 32:
+        return run.template operator()<T, 32>();
+      case 64:
+        return run.template operator()<T, 64>();
+      case 96:
+        return run.template operator()<T, 96>();
+      case 256:
+        return run.template operator()<T, 256>();
+      default:
+        return run.template operator()<T, 128>();
+    }
+  };
+  if (dtype == DType::BF16) return by_dim.template operator()<__nv_bfloat16>();
+  return by_dim.template operator()<__half>();
+}
+
 }  // namespace
 
 bool paged_decode_fits(DType dtype, const PagedAttentionArgs& a) {
   if (dtype != DType::BF16 && dtype != DType::F16) return false;
-  if (a.d != 16 && a.d != 32 && a.d != 64 && a.d != 96 && a.d != 128 && a.d != 256) return false;
+  if (!compiled_for(a.d)) return false;
   if (a.page_size % kDecKeys != 0 || a.softcap > 0.0f || a.h % a.h_kv != 0) return false;
   if (a.width * a.page_size > INT32_MAX || a.pages > INT32_MAX || a.n_seqs > INT32_MAX) {
     return false;
@@ -669,24 +698,7 @@ bool paged_decode_fits(DType dtype, const PagedAttentionArgs& a) {
 
 void launch_paged_decode_attention(DType dtype, const PagedAttentionArgs& a, const TempAlloc& temp,
                                    cudaStream_t s) {
-  auto by_dim = [&]<class T>() {
-    switch (a.d) {
-      case 16:
-        return run_paged<T, 16>(a, temp, s);
-      case 32:
-        return run_paged<T, 32>(a, temp, s);
-      case 64:
-        return run_paged<T, 64>(a, temp, s);
-      case 96:
-        return run_paged<T, 96>(a, temp, s);
-      case 256:
-        return run_paged<T, 256>(a, temp, s);
-      default:
-        return run_paged<T, 128>(a, temp, s);
-    }
-  };
-  if (dtype == DType::BF16) return by_dim.template operator()<__nv_bfloat16>();
-  return by_dim.template operator()<__half>();
+  for_dtype_and_dim(dtype, a.d, [&]<class T, int D>() { run_paged<T, D>(a, temp, s); });
 }
 
 bool decode_attention_fits(DType dtype, const AttentionArgs& a) {
@@ -695,24 +707,7 @@ bool decode_attention_fits(DType dtype, const AttentionArgs& a) {
 
 void launch_decode_attention(DType dtype, const AttentionArgs& a, const TempAlloc& temp,
                              cudaStream_t s) {
-  auto by_dim = [&]<class T>() {
-    switch (a.d) {
-      case 16:
-        return run_decode<T, 16>(a, temp, s);
-      case 32:
-        return run_decode<T, 32>(a, temp, s);
-      case 64:
-        return run_decode<T, 64>(a, temp, s);
-      case 96:
-        return run_decode<T, 96>(a, temp, s);
-      case 256:
-        return run_decode<T, 256>(a, temp, s);
-      default:
-        return run_decode<T, 128>(a, temp, s);
-    }
-  };
-  if (dtype == DType::BF16) return by_dim.template operator()<__nv_bfloat16>();
-  return by_dim.template operator()<__half>();
+  for_dtype_and_dim(dtype, a.d, [&]<class T, int D>() { run_decode<T, D>(a, temp, s); });
 }
 
 }  // namespace wick::cuda
