@@ -151,7 +151,9 @@ TEST(DecoderOps, RopeWriteAtPositionMatchesComposition) {
   // f32 with and without the bias (the CPU's kernel), f64 and bf16 (the composed fallback).
   const std::pair<DType, bool> runs[] = {
       {DType::F32, true}, {DType::F64, true}, {DType::BF16, true}, {DType::F32, false}};
-  for (auto [dt, with_bias] : runs) {
+  for (const auto& run : runs) {
+    const DType dt = run.first;
+    const bool with_bias = run.second;
     Tensor qkv = random_tensor({b, s, (h + 2 * hkv) * d}, dt);
     Tensor bias = with_bias ? random_tensor({(h + 2 * hkv) * d}, dt)
                             : Tensor::zeros({(h + 2 * hkv) * d}, dt, cpu);
