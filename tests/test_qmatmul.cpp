@@ -179,25 +179,30 @@ TEST(QMatmul, Errors) {
   EXPECT_TRUE(qmatmul_supports(GgmlType::Q3_K));
 }
 
+// The GGUF metadata of a small Llama: rope over whole heads, a context of 64.
+std::map<std::string, gguf::Value> llama_metadata(size_t hidden, size_t ff, size_t layers,
+                                                  size_t heads, size_t kv_heads) {
+  using gguf::Value;
+  using gguf::ValueType;
+  auto u32 = [](size_t v) { return Value::u64(v, ValueType::U32); };
+  return {{"general.architecture", Value::string("llama")},
+          {"llama.embedding_length", u32(hidden)},
+          {"llama.feed_forward_length", u32(ff)},
+          {"llama.block_count", u32(layers)},
+          {"llama.attention.head_count", u32(heads)},
+          {"llama.attention.head_count_kv", u32(kv_heads)},
+          {"llama.rope.dimension_count", u32(hidden / heads)},
+          {"llama.context_length", u32(64)},
+          {"llama.attention.layer_norm_rms_epsilon", Value::f64(1e-5, ValueType::F32)},
+          {"llama.rope.freq_base", Value::f64(10000.0, ValueType::F32)}};
+}
+
 // A GGUF Llama whose matrices mix the types of llama.cpp's Q2_K, Q3_K_M, Q5_K_M and IQ4 files
 // (random blocks): load_gguf_quantized keeps them as blocks, and its logits equal those of the
 // same file dequantised at load (within the rounding of the activations).
 TEST(QMatmul, KQuantMixLlamaLoadsKeptQuantized) {
-  using gguf::Value;
-  using gguf::ValueType;
   const size_t hidden = 256, ff = 512, layers = 2, heads = 4, kv_heads = 2, vocab = 64;
-  auto u32 = [](size_t v) { return Value::u64(v, ValueType::U32); };
-  std::map<std::string, Value> md{
-      {"general.architecture", Value::string("llama")},
-      {"llama.embedding_length", u32(hidden)},
-      {"llama.feed_forward_length", u32(ff)},
-      {"llama.block_count", u32(layers)},
-      {"llama.attention.head_count", u32(heads)},
-      {"llama.attention.head_count_kv", u32(kv_heads)},
-      {"llama.rope.dimension_count", u32(hidden / heads)},
-      {"llama.context_length", u32(64)},
-      {"llama.attention.layer_norm_rms_epsilon", Value::f64(1e-5, ValueType::F32)},
-      {"llama.rope.freq_base", Value::f64(10000.0, ValueType::F32)}};
+  std::map<std::string, gguf::Value> md = llama_metadata(hidden, ff, layers, heads, kv_heads);
   const GgmlType types[] = {GgmlType::Q2_K,   GgmlType::Q3_K, GgmlType::Q5_K,
                             GgmlType::IQ4_XS, GgmlType::Q5_1, GgmlType::IQ4_NL};
   size_t next = 0;
@@ -251,21 +256,8 @@ TEST(QMatmul, KQuantMixLlamaLoadsKeptQuantized) {
 // A GGUF Llama whose projections have a tile layout (the CPU decode plan's weights, one type per
 // layer, Q8_0's head), kept quantized: 3 layers, 4 heads of 2 k/v heads, vocabulary 64.
 models::Llama tiled_llama() {
-  using gguf::Value;
-  using gguf::ValueType;
   const size_t hidden = 256, ff = 512, layers = 3, heads = 4, kv_heads = 2, vocab = 64;
-  auto u32 = [](size_t v) { return Value::u64(v, ValueType::U32); };
-  std::map<std::string, Value> md{
-      {"general.architecture", Value::string("llama")},
-      {"llama.embedding_length", u32(hidden)},
-      {"llama.feed_forward_length", u32(ff)},
-      {"llama.block_count", u32(layers)},
-      {"llama.attention.head_count", u32(heads)},
-      {"llama.attention.head_count_kv", u32(kv_heads)},
-      {"llama.rope.dimension_count", u32(hidden / heads)},
-      {"llama.context_length", u32(64)},
-      {"llama.attention.layer_norm_rms_epsilon", Value::f64(1e-5, ValueType::F32)},
-      {"llama.rope.freq_base", Value::f64(10000.0, ValueType::F32)}};
+  std::map<std::string, gguf::Value> md = llama_metadata(hidden, ff, layers, heads, kv_heads);
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0};
   std::map<std::string, Tensor> plain{
       {"token_embd.weight", testing::random_tensor({vocab, hidden}, DType::F32)},
