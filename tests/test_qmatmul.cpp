@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "../tools/teacher_forced.h"
@@ -179,56 +180,65 @@ TEST(QMatmul, Errors) {
   EXPECT_TRUE(qmatmul_supports(GgmlType::Q3_K));
 }
 
-// The GGUF metadata of a small Llama: rope over whole heads, a context of 64.
-std::map<std::string, gguf::Value> llama_metadata(size_t hidden, size_t ff, size_t layers,
-                                                  size_t heads, size_t kv_heads) {
+// A small Llama as a GGUF file at a temporary path named by `tag`, for the caller to load and
+// remove: hidden 256, feed-forward 512, 4 heads of 2 k/v heads, vocabulary 64, a context of 64;
+// random f32 embeddings, norms of 0.05 (small norm weights keep the random matrices' outputs
+// moderate: a smooth softmax) and 1 at the output; the head, then each layer's projections in
+// order, from head() and matrix(layer, n, k).
+std::string write_random_llama(const std::string& tag, size_t layers,
+                               const std::function<QTensor()>& head,
+                               const std::function<QTensor(size_t, size_t, size_t)>& matrix) {
   using gguf::Value;
   using gguf::ValueType;
+  const size_t hidden = 256, ff = 512, heads = 4, kv_heads = 2, vocab = 64;
   auto u32 = [](size_t v) { return Value::u64(v, ValueType::U32); };
-  return {{"general.architecture", Value::string("llama")},
-          {"llama.embedding_length", u32(hidden)},
-          {"llama.feed_forward_length", u32(ff)},
-          {"llama.block_count", u32(layers)},
-          {"llama.attention.head_count", u32(heads)},
-          {"llama.attention.head_count_kv", u32(kv_heads)},
-          {"llama.rope.dimension_count", u32(hidden / heads)},
-          {"llama.context_length", u32(64)},
-          {"llama.attention.layer_norm_rms_epsilon", Value::f64(1e-5, ValueType::F32)},
-          {"llama.rope.freq_base", Value::f64(10000.0, ValueType::F32)}};
+  const std::map<std::string, Value> md{
+      {"general.architecture", Value::string("llama")},
+      {"llama.embedding_length", u32(hidden)},
+      {"llama.feed_forward_length", u32(ff)},
+      {"llama.block_count", u32(layers)},
+      {"llama.attention.head_count", u32(heads)},
+      {"llama.attention.head_count_kv", u32(kv_heads)},
+      {"llama.rope.dimension_count", u32(hidden / heads)},
+      {"llama.context_length", u32(64)},
+      {"llama.attention.layer_norm_rms_epsilon", Value::f64(1e-5, ValueType::F32)},
+      {"llama.rope.freq_base", Value::f64(10000.0, ValueType::F32)}};
+  std::map<std::string, Tensor> plain{
+      {"token_embd.weight", testing::random_tensor({vocab, hidden}, DType::F32)},
+      {"output_norm.weight", Tensor::ones({hidden}, DType::F32, Device::cpu())}};
+  std::map<std::string, QTensor> quantized{{"output.weight", head()}};
+  const size_t kv = hidden / heads * kv_heads;
+  for (size_t i = 0; i < layers; ++i) {
+    std::string g = "blk." + std::to_string(i) + ".";
+    plain[g + "attn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
+    plain[g + "ffn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
+    quantized[g + "attn_q.weight"] = matrix(i, hidden, hidden);
+    quantized[g + "attn_k.weight"] = matrix(i, kv, hidden);
+    quantized[g + "attn_v.weight"] = matrix(i, kv, hidden);
+    quantized[g + "attn_output.weight"] = matrix(i, hidden, hidden);
+    quantized[g + "ffn_gate.weight"] = matrix(i, ff, hidden);
+    quantized[g + "ffn_up.weight"] = matrix(i, ff, hidden);
+    quantized[g + "ffn_down.weight"] = matrix(i, hidden, ff);
+  }
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("wick_" + tag + "_" + std::to_string(::getpid()) + ".gguf"))
+                         .string();
+  gguf::save(plain, path, md, quantized);
+  return path;
 }
 
 // A GGUF Llama whose matrices mix the types of llama.cpp's Q2_K, Q3_K_M, Q5_K_M and IQ4 files
 // (random blocks): load_gguf_quantized keeps them as blocks, and its logits equal those of the
 // same file dequantised at load (within the rounding of the activations).
 TEST(QMatmul, KQuantMixLlamaLoadsKeptQuantized) {
-  const size_t hidden = 256, ff = 512, layers = 2, heads = 4, kv_heads = 2, vocab = 64;
-  std::map<std::string, gguf::Value> md = llama_metadata(hidden, ff, layers, heads, kv_heads);
+  const size_t layers = 2;
   const GgmlType types[] = {GgmlType::Q2_K,   GgmlType::Q3_K, GgmlType::Q5_K,
                             GgmlType::IQ4_XS, GgmlType::Q5_1, GgmlType::IQ4_NL};
   size_t next = 0;
   auto matrix = [&](size_t n, size_t k) { return random_qtensor(types[next++ % 6], n, k); };
-  std::map<std::string, Tensor> plain{
-      {"token_embd.weight", testing::random_tensor({vocab, hidden}, DType::F32)},
-      {"output_norm.weight", Tensor::ones({hidden}, DType::F32, Device::cpu())}};
-  std::map<std::string, QTensor> quantized{{"output.weight", matrix(vocab, hidden)}};
-  const size_t kv = hidden / heads * kv_heads;
-  for (size_t i = 0; i < layers; ++i) {
-    std::string g = "blk." + std::to_string(i) + ".";
-    // Small norm weights keep the random +-1 matrices' outputs moderate (a smooth softmax).
-    plain[g + "attn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
-    plain[g + "ffn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
-    quantized[g + "attn_q.weight"] = matrix(hidden, hidden);
-    quantized[g + "attn_k.weight"] = matrix(kv, hidden);
-    quantized[g + "attn_v.weight"] = matrix(kv, hidden);
-    quantized[g + "attn_output.weight"] = matrix(hidden, hidden);
-    quantized[g + "ffn_gate.weight"] = matrix(ff, hidden);
-    quantized[g + "ffn_up.weight"] = matrix(ff, hidden);
-    quantized[g + "ffn_down.weight"] = matrix(hidden, ff);
-  }
-  std::string path = (std::filesystem::temp_directory_path() /
-                      ("wick_kmix_" + std::to_string(::getpid()) + ".gguf"))
-                         .string();
-  gguf::save(plain, path, md, quantized);
+  const std::string path = write_random_llama(
+      "kmix", layers, [&] { return matrix(64, 256); },
+      [&](size_t, size_t n, size_t k) { return matrix(n, k); });
   models::Llama q = models::Llama::load(path, Device::cpu(), DType::F32, true);
   models::Llama f = models::Llama::load(path, Device::cpu(), DType::F32, false);
   std::remove(path.c_str());
@@ -256,32 +266,10 @@ TEST(QMatmul, KQuantMixLlamaLoadsKeptQuantized) {
 // A GGUF Llama whose projections have a tile layout (the CPU decode plan's weights, one type per
 // layer, Q8_0's head), kept quantized: 3 layers, 4 heads of 2 k/v heads, vocabulary 64.
 models::Llama tiled_llama() {
-  const size_t hidden = 256, ff = 512, layers = 3, heads = 4, kv_heads = 2, vocab = 64;
-  std::map<std::string, gguf::Value> md = llama_metadata(hidden, ff, layers, heads, kv_heads);
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0};
-  std::map<std::string, Tensor> plain{
-      {"token_embd.weight", testing::random_tensor({vocab, hidden}, DType::F32)},
-      {"output_norm.weight", Tensor::ones({hidden}, DType::F32, Device::cpu())}};
-  std::map<std::string, QTensor> quantized{
-      {"output.weight", random_qtensor(GgmlType::Q8_0, vocab, hidden)}};
-  const size_t kv = hidden / heads * kv_heads;
-  for (size_t i = 0; i < layers; ++i) {
-    std::string g = "blk." + std::to_string(i) + ".";
-    auto matrix = [&](size_t n, size_t k) { return random_qtensor(types[i], n, k); };
-    plain[g + "attn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
-    plain[g + "ffn_norm.weight"] = Tensor::full(0.05f, Shape{hidden}, Device::cpu());
-    quantized[g + "attn_q.weight"] = matrix(hidden, hidden);
-    quantized[g + "attn_k.weight"] = matrix(kv, hidden);
-    quantized[g + "attn_v.weight"] = matrix(kv, hidden);
-    quantized[g + "attn_output.weight"] = matrix(hidden, hidden);
-    quantized[g + "ffn_gate.weight"] = matrix(ff, hidden);
-    quantized[g + "ffn_up.weight"] = matrix(ff, hidden);
-    quantized[g + "ffn_down.weight"] = matrix(hidden, ff);
-  }
-  std::string path = (std::filesystem::temp_directory_path() /
-                      ("wick_tiled_" + std::to_string(::getpid()) + ".gguf"))
-                         .string();
-  gguf::save(plain, path, md, quantized);
+  const std::string path = write_random_llama(
+      "tiled", 3, [] { return random_qtensor(GgmlType::Q8_0, 64, 256); },
+      [&](size_t layer, size_t n, size_t k) { return random_qtensor(types[layer], n, k); });
   models::Llama q = models::Llama::load(path, Device::cpu(), DType::F32, true);
   std::remove(path.c_str());
   return q;
