@@ -21,6 +21,7 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/load8.h"
 #include "cpu/parallel.h"
+#include "cpu/vec_exp.h"
 #include "dispatch.h"
 #include "fused/paged_attention.h"
 #include "tensor_internal.h"
@@ -75,30 +76,71 @@ void axpy(acc_t<T>* out, acc_t<T> p, const T* v, size_t d) {
   for (; e < d; ++e) out[e] = std::fma(p, static_cast<acc_t<T>>(v[e]), out[e]);
 }
 
-// dot() of four keys at once, each with the same lanes and sums: a row's dot product is a chain
-// of dependent multiply-adds, so four side by side keep the FMA units busy.
+// Asks for the cache lines of `bytes` bytes from p: a sequence's rows are contiguous only within
+// a page, where the hardware prefetchers are slow to start, so the kernel asks for the rows a few
+// keys ahead itself.
+inline void prefetch_bytes(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b);
+}
+
+// Keys ahead whose rows are asked for.
+constexpr size_t kPrefetchKeys = 16;
+
+// dot() of eight keys at once, each with the same lanes and sums: a row's dot product is a chain
+// of dependent multiply-adds, so eight side by side keep the FMA units busy, and their lanes are
+// summed in one transposed reduction, pair by pair as dot() adds them.
 template <class T>
-void dot4(const acc_t<T>* q, const T* const k[4], size_t d, acc_t<T> out[4]) {
+void dot8(const acc_t<T>* q, const T* const k[8], size_t d, acc_t<T> out[8]) {
 #if defined(WICK_PAGED_AVX2)
   if constexpr (!std::is_same_v<T, double>) {
     if (d % 8 == 0) {
-      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                       _mm256_setzero_ps()};
+      __m256 acc[8];
+      for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
       for (size_t e = 0; e < d; e += 8) {
         const __m256 qv = _mm256_loadu_ps(q + e);
-        for (int i = 0; i < 4; ++i) acc[i] = _mm256_fmadd_ps(qv, cpu::load8(k[i] + e), acc[i]);
+        for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qv, cpu::load8(k[i] + e), acc[i]);
       }
-      for (int i = 0; i < 4; ++i) {
-        float lanes[8];
-        _mm256_storeu_ps(lanes, acc[i]);
-        out[i] = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
-                 ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+      // Per key, lanes l0..l7: a = (l0 + l4, l1 + l5, l2 + l6, l3 + l7) for keys 2j and 2j + 1
+      // side by side, reordered to (a0, a2, a1, a3); then (a0 + a2, a1 + a3); then their sum.
+      __m256 a[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m256 lo = _mm256_permute2f128_ps(acc[2 * j], acc[2 * j + 1], 0x20);
+        const __m256 hi = _mm256_permute2f128_ps(acc[2 * j], acc[2 * j + 1], 0x31);
+        a[j] = _mm256_permute_ps(_mm256_add_ps(lo, hi), 0xD8);
       }
+      // Keys (0, 2, 4, 6 | 1, 3, 5, 7) after the two pairwise adds.
+      const __m256 sums = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+      _mm256_storeu_ps(out,
+                       _mm256_permutevar8x32_ps(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
       return;
     }
   }
 #endif
-  for (int i = 0; i < 4; ++i) out[i] = dot<T>(q, k[i], d);
+  for (int i = 0; i < 8; ++i) out[i] = dot<T>(q, k[i], d);
+}
+
+// The softmax of n scores in place, unnormalised: s[j] = exp(s[j] - max); returns their sum,
+// taken in 8 lanes added pairwise as dot() adds them.
+template <class A>
+A softmax_unnormalised(A* s, size_t n) {
+  A lanes[8];
+  std::fill(lanes, lanes + 8, -std::numeric_limits<A>::infinity());
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (size_t l = 0; l < 8; ++l) lanes[l] = std::max(lanes[l], s[j + l]);
+  }
+  A mx = -std::numeric_limits<A>::infinity();
+  for (size_t l = 0; l < 8; ++l) mx = std::max(mx, lanes[l]);
+  for (; j < n; ++j) mx = std::max(mx, s[j]);
+  for (size_t i = 0; i < n; ++i) s[i] = cpu::exp_le0<A>(s[i] - mx);
+  std::fill(lanes, lanes + 8, A(0));
+  for (j = 0; j + 8 <= n; j += 8) {
+    for (size_t l = 0; l < 8; ++l) lanes[l] += s[j + l];
+  }
+  for (; j < n; ++j) lanes[j % 8] += s[j];
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
 #if defined(WICK_PAGED_AVX2)
@@ -109,6 +151,7 @@ void add_rows_chunk(float* acc, const float* p, size_t n, const Row& row, size_t
   for (int v = 0; v < W; ++v) s[v] = _mm256_loadu_ps(acc + e0 + 8 * v);
   for (size_t i = 0; i < n; ++i) {
     const T* r = row(i) + e0;
+    if (i + kPrefetchKeys < n) prefetch_bytes(row(i + kPrefetchKeys) + e0, 8 * W * sizeof(T));
     const __m256 pv = _mm256_set1_ps(p[i]);
     for (int v = 0; v < W; ++v) s[v] = _mm256_fmadd_ps(pv, cpu::load8(r + 8 * v), s[v]);
   }
@@ -201,13 +244,17 @@ Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor&
           return cap > 0 ? cap * std::tanh(x / cap) : x;
         };
         size_t i = 0;
-        for (; i + 4 <= n; i += 4) {
-          const T* rows[4] = {key_row(kp, i), key_row(kp, i + 1), key_row(kp, i + 2),
-                              key_row(kp, i + 3)};
+        for (; i + 8 <= n; i += 8) {
+          const T* rows[8];
+          for (size_t u = 0; u < 8; ++u) {
+            rows[u] = key_row(kp, i + u);
+            if (i + u + kPrefetchKeys < n)
+              prefetch_bytes(key_row(kp, i + u + kPrefetchKeys), d * sizeof(T));
+          }
           for (size_t r = 0; r < heads_per_item; ++r) {
-            A dots[4];
-            dot4<T>(qf.data() + r * d, rows, d, dots);
-            for (size_t u = 0; u < 4; ++u) scores[r * n + i + u] = score(dots[u]);
+            A dots[8];
+            dot8<T>(qf.data() + r * d, rows, d, dots);
+            for (size_t u = 0; u < 8; ++u) scores[r * n + i + u] = score(dots[u]);
           }
         }
         for (; i < n; ++i) {
@@ -217,13 +264,7 @@ Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor&
         }
         for (size_t r = 0; r < heads_per_item; ++r) {
           A* s = scores.data() + r * n;
-          A mx = -std::numeric_limits<A>::infinity();
-          for (size_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-          A sum = 0;
-          for (size_t j = 0; j < n; ++j) {
-            s[j] = std::exp(s[j] - mx);
-            sum += s[j];
-          }
+          const A sum = softmax_unnormalised(s, n);
           std::fill(acc.begin(), acc.end(), A(0));
           add_rows<T>(
               acc.data(), s, n, [&](size_t i) { return key_row(vp, i); }, d);
