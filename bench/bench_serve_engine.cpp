@@ -72,11 +72,13 @@ struct Run {
 };
 
 // How the streams pick their tokens: greedy at temperature 0, greedy steps queued `lookahead` at
-// a time (EngineOptions::greedy_lookahead).
+// a time (EngineOptions::greedy_lookahead); and the engine's pages of page_size positions (0:
+// serve::preferred_page_size).
 struct Sampling {
   double temperature = 0;
   double top_p = 1;
   size_t lookahead = wick::serve::EngineOptions{}.greedy_lookahead;
+  size_t page_size = 0;
 };
 
 Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size_t streams,
@@ -86,6 +88,8 @@ Run run_streams(const std::shared_ptr<const wick::models::CausalLM>& model, size
   o.max_batch = std::max<size_t>(streams, 1);
   o.cuda_graphs = graphs;
   o.greedy_lookahead = sampling.lookahead;
+  o.page_size = sampling.page_size != 0 ? sampling.page_size
+                                        : wick::serve::preferred_page_size(model->device());
   wick::serve::Engine engine(model, nullptr, o);
   std::mutex mu;
   std::condition_variable cv;
@@ -156,6 +160,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1e-9, 1.0))
       ->capture_default_str();
   bool dequantize = false, per_sequence = false, compare_graphs = false, compare_invariant = false;
+  app.add_option("--page-size", sampling.page_size,
+                 "positions per KV page (0: serve::preferred_page_size, 64 CPU / 16 CUDA)")
+      ->capture_default_str();
   app.add_option("--greedy-lookahead", sampling.lookahead,
                  "greedy decode steps queued at once on CUDA (EngineOptions::greedy_lookahead)")
       ->capture_default_str()

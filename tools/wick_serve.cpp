@@ -55,6 +55,7 @@ struct ServeOptions {
   std::string dtype = "f32";
   size_t max_batch = 64;
   size_t kv_memory = 0;
+  size_t page_size = 0;  // 0: wick::serve::preferred_page_size of the device
   size_t max_queue = 256;
   size_t max_tokens = 0;  // 0: the model's context
   size_t max_body = size_t{8} << 20;
@@ -189,6 +190,8 @@ class Server {
       d->context = d->model->config().max_position;
       wick::serve::EngineOptions eo;
       eo.kv_memory = opt_.kv_memory;
+      eo.page_size = opt_.page_size != 0 ? opt_.page_size
+                                         : wick::serve::preferred_page_size(d->model->device());
       eo.max_batch = opt_.max_batch;
       eo.max_queue = opt_.max_queue;
       eo.cuda_graphs = opt_.cuda_graphs;
@@ -714,6 +717,11 @@ int main(int argc, char** argv) {
   app.add_option("--kv-memory", opt.kv_memory,
                  "bytes for the paged KV cache of each decoder (0: a default from its size)")
       ->check(tools::count_in(kMaxCount * 1024))
+      ->capture_default_str();
+  app.add_option("--page-size", opt.page_size,
+                 "positions per page of the KV cache (0: the device's, 64 on the CPU,\n"
+                 "16 on CUDA: wick::serve::preferred_page_size)")
+      ->check(tools::count_in(65536))
       ->capture_default_str();
   app.add_option("--max-queue", opt.max_queue,
                  "requests waiting for admission beyond which the server answers 429")

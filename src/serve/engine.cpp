@@ -10,6 +10,10 @@
 
 namespace wick::serve {
 
+size_t preferred_page_size(const Device& device) {
+  return device.is_cpu() ? 64 : 16;
+}
+
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::None:

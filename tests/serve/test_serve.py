@@ -598,6 +598,7 @@ class Deterministic(unittest.TestCase):
         try:
             # An embeddings batch waits 50 ms for more requests: the concurrent ones share one.
             cls.server = WickServer("--deterministic", "--kv-memory", str(8 * 4096),
+                                    "--page-size", "16",
                                     "--embed-window-us", "50000",
                                     models=[tiny, os.environ["WICK_MINILM_DIR"]])
         finally:
