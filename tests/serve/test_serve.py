@@ -710,7 +710,7 @@ class Cli(unittest.TestCase):
         self.assertEqual(r.returncode, 0)
         for option in ("--host", "--port", "--api-key", "--device", "--dtype", "--max-batch",
                        "--kv-memory", "--max-queue", "--deterministic", "--cuda-graphs",
-                       "--greedy-lookahead"):
+                       "--greedy-lookahead", "--page-size"):
             self.assertIn(option, r.stdout)
         self.assertEqual(self.run_serve().returncode, 2)  # no PATH
         self.assertEqual(self.run_serve("--port", "70000", "x.gguf").returncode, 2)
@@ -726,6 +726,9 @@ class Cli(unittest.TestCase):
         r = self.run_serve("--greedy-lookahead", "0", gguf)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--greedy-lookahead must be at least 1", r.stderr)
+        r = self.run_serve("--page-size", "-16", gguf)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--page-size", r.stderr)
 
 
 class Sigterm(unittest.TestCase):
