@@ -1,11 +1,13 @@
 #pragma once
-// Where the graph-captured greedy decode step leaves its token for the host: pinned host memory
-// written by the step's last kernel. The host can queue the next step before it reads this one's
-// token, so the GPU does not wait for the host between steps (a stream-ordered read-back would
-// wait for every step queued before it).
+// Decode tokens read back without waiting for the steps queued after them, so the host can queue
+// the next steps before it reads these and the GPU does not wait for the host between them (a
+// stream-ordered read-back would wait for every step queued before it). TokenMailbox: where the
+// graph-captured greedy decode step leaves its token, pinned host memory written by the step's
+// last kernel. PendingTokens: a copy of a window of steps' tokens to pinned host memory.
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "wick/tensor.h"
 
@@ -28,6 +30,25 @@ class TokenMailbox {
   /// later ones; rethrows the errors of failed device work (BackendError when the device went
   /// idle with no token for `position`).
   uint32_t wait(uint32_t position);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The U32 tokens of a device tensor, copied to the host after the work queued before them.
+class PendingTokens {
+ public:
+  /// Enqueues the copy of `tokens` (contiguous U32 on CUDA). BackendError without CUDA.
+  explicit PendingTokens(const Tensor& tokens);
+  /// Waits for the copy still under way (a window whose tokens nobody read).
+  ~PendingTokens();
+  PendingTokens(const PendingTokens&) = delete;
+  PendingTokens& operator=(const PendingTokens&) = delete;
+
+  /// Waits for the copy (so for the work queued before it, not after) and returns the tokens;
+  /// rethrows the errors of that work. Once.
+  std::vector<uint32_t> wait();
 
  private:
   struct Impl;

@@ -1205,7 +1205,18 @@ TEST(DecodeGraphs, GreedyStepsQueuedAheadEqualStepsOneAtATime) {
       }
       batch.push_back({{prompt.back()}, prompt.size() - 1, table});
     }
-    const std::vector<uint32_t> got = graphs.run_greedy(batch, steps, false);
+    // Three steps, then two queued after them (fed their last tokens on the device, the batch's
+    // own tokens placeholders) before the first three are read.
+    const serve::DecodeGraphs::QueuedSteps first = graphs.queue_greedy(batch, 3, false);
+    std::vector<PagedSequence> later = batch;
+    for (PagedSequence& s : later) {
+      s.tokens = {0};
+      s.cached += 3;
+    }
+    const serve::DecodeGraphs::QueuedSteps second = graphs.queue_greedy(later, 2, false, &first);
+    std::vector<uint32_t> got = serve::DecodeGraphs::read_greedy(first);
+    const std::vector<uint32_t> rest = serve::DecodeGraphs::read_greedy(second);
+    got.insert(got.end(), rest.begin(), rest.end());
     ASSERT_EQ(got.size(), steps * batch.size());
     std::vector<PagedSequence> step = batch;
     std::vector<uint32_t> want;

@@ -3,6 +3,7 @@
 
 #include "cuda/decoder_ops.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -215,6 +216,81 @@ uint32_t TokenMailbox::wait(uint32_t position) {
                              "token for position ", position));
     }
   }
+}
+
+// Pinned buffers of PendingTokens, kept for the next window: allocating pinned memory costs more
+// than the copy.
+namespace {
+
+struct PinnedBuffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+  cudaEvent_t done = nullptr;
+};
+
+std::mutex pinned_mutex;
+std::vector<PinnedBuffer> pinned_free;
+
+PinnedBuffer take_pinned(size_t bytes) {
+  {
+    std::lock_guard lock(pinned_mutex);
+    for (size_t i = 0; i < pinned_free.size(); ++i) {
+      if (pinned_free[i].bytes >= bytes) {
+        PinnedBuffer b = pinned_free[i];
+        pinned_free.erase(pinned_free.begin() + static_cast<ptrdiff_t>(i));
+        return b;
+      }
+    }
+  }
+  PinnedBuffer b;
+  b.bytes = std::max<size_t>(bytes, 64 << 10);
+  WICK_CUDA_CHECK(cudaHostAlloc(&b.data, b.bytes, cudaHostAllocDefault));
+  WICK_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
+  return b;
+}
+
+}  // namespace
+
+struct PendingTokens::Impl {
+  cuda::CudaDevice* device = nullptr;
+  PinnedBuffer buffer;
+  size_t count = 0;
+  bool waited = false;
+};
+
+PendingTokens::PendingTokens(const Tensor& tokens) : impl_(std::make_unique<Impl>()) {
+  if (tokens.dtype() != DType::U32 || !tokens.is_contiguous() || !tokens.device().is_cuda()) {
+    throw ShapeMismatch(str("PendingTokens: tokens must be contiguous u32 on CUDA; got ",
+                            tokens.shape(), " ", tokens.dtype(), " on ", tokens.device()));
+  }
+  impl_->device = &cuda::cuda_device(tokens.device().ordinal());
+  impl_->count = tokens.elem_count();
+  cuda::make_current(tokens.device().ordinal());
+  impl_->buffer = take_pinned(impl_->count * sizeof(uint32_t));
+  auto locks = read_locks({&tokens});
+  impl_->device->queue().read_back_later(ptr_of(tokens), impl_->count * sizeof(uint32_t),
+                                         impl_->buffer.data, impl_->buffer.done);
+}
+
+PendingTokens::~PendingTokens() {
+  if (impl_->buffer.data == nullptr) return;
+  if (!impl_->waited) {
+    // The copy writes the buffer until its event: wait before the buffer is handed out again.
+    if (cudaEventSynchronize(impl_->buffer.done) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;  // a failed context: the buffer is not reused
+    }
+  }
+  std::lock_guard lock(pinned_mutex);
+  pinned_free.push_back(impl_->buffer);
+}
+
+std::vector<uint32_t> PendingTokens::wait() {
+  if (impl_->waited) throw Error("PendingTokens::wait: the tokens were read already");
+  impl_->device->queue().wait_for(impl_->buffer.done, "PendingTokens::wait");
+  impl_->waited = true;
+  const auto* p = static_cast<const uint32_t*>(impl_->buffer.data);
+  return std::vector<uint32_t>(p, p + impl_->count);
 }
 
 }  // namespace detail

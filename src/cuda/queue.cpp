@@ -201,6 +201,26 @@ void Queue::read_back(const void* src, size_t bytes, void* dst) {
   }
 }
 
+void Queue::read_back_later(const void* src, size_t bytes, void* dst, cudaEvent_t done) {
+  std::lock_guard lock(mutex_);
+  refuse_in_step_capture_locked("read-back");
+  make_current(ordinal_);
+  end_capture_locked();  // the captured ops run before the copy, which is not captured
+  WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  flags_.enqueue_copy();
+  WICK_CUDA_CHECK(cudaEventRecord(done, stream_));
+  close_batch_locked();
+}
+
+void Queue::wait_for(cudaEvent_t done, const char* what) {
+  // Unlocked while waiting: other threads may queue work meanwhile.
+  const cudaError_t st = cudaEventSynchronize(done);
+  std::lock_guard lock(mutex_);
+  if (st != cudaSuccess) wait_locked(what);  // throws, naming the ops of the failed work
+  reap_locked();
+  flags_.check();
+}
+
 void Queue::upload(const void* src, size_t bytes, void* dst) {
   if (bytes == 0) return;
   make_current(ordinal_);

@@ -92,6 +92,13 @@ class Queue {
   /// Copies `bytes` of device memory at `src` to host `dst`: closes the batch, waits for the
   /// copy (so for all earlier work of the stream) and rethrows deferred errors.
   void read_back(const void* src, size_t bytes, void* dst);
+  /// Enqueues a copy of `bytes` of device memory at `src` to pinned host memory `dst` after the
+  /// work queued so far, records `done` after it and launches the open batch, without waiting:
+  /// a read-back that wait_for(done) ends without waiting for the work queued after it.
+  void read_back_later(const void* src, size_t bytes, void* dst, cudaEvent_t done);
+  /// Waits for `done` of read_back_later (not for later work) and rethrows the errors of the work
+  /// before it, as read_back does.
+  void wait_for(cudaEvent_t done, const char* what);
   /// Enqueues a copy of `bytes` host bytes to device memory `dst`; `src` may be reused at once.
   void upload(const void* src, size_t bytes, void* dst);
   /// Closes the batch, waits for all work, rethrows deferred errors.

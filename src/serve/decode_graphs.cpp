@@ -145,13 +145,18 @@ Tensor DecodeGraphs::run(const std::vector<models::PagedSequence>& batch, bool r
   return forward(g, key, replay).narrow(0, 0, batch.size());
 }
 
-std::vector<uint32_t> DecodeGraphs::run_greedy(const std::vector<models::PagedSequence>& batch,
-                                               size_t steps, bool replay) {
-  if (steps == 0) return {};
+DecodeGraphs::QueuedSteps DecodeGraphs::queue_greedy(
+    const std::vector<models::PagedSequence>& batch, size_t steps, bool replay,
+    const QueuedSteps* after) {
+  if (steps == 0) throw Error("serve decode steps: 0 steps queued");
   std::pair<size_t, size_t> key;
   // Run eagerly, the steps need no padding rows.
   Graph& g = prepare(batch, steps, replay, &key);
   const size_t n = batch.size(), bucket = key.first, page_size = cache_->page_size();
+  if (after != nullptr && (after->n != n || after->bucket != bucket)) {
+    throw Error(str("serve decode steps: queued after steps of ", after->n,
+                    " sequences in a bucket of ", after->bucket, ", not ", n, " in ", bucket));
+  }
   // The positions and slots of steps 1.. (the padding rows' as decode_inputs writes them).
   std::vector<uint32_t> ahead(2 * (steps - 1) * bucket);
   for (size_t j = 1; j < steps; ++j) {
@@ -170,6 +175,7 @@ std::vector<uint32_t> DecodeGraphs::run_greedy(const std::vector<models::PagedSe
   Tensor later;
   if (steps > 1) later = Tensor::from_vec(ahead, {ahead.size()}, model_->device());
   const models::PagedBatchTensors v = views(g.input, bucket, key.second);
+  if (after != nullptr) v.ids.assign(after->last);
   std::vector<Tensor> tokens;
   for (size_t j = 0; j < steps; ++j) {
     if (j > 0) {
@@ -179,15 +185,33 @@ std::vector<uint32_t> DecodeGraphs::run_greedy(const std::vector<models::PagedSe
     }
     tokens.push_back(forward(g, key, replay).argmax(1));
   }
-  // One read-back for all the steps: rows of the bucket, of which the batch's first n.
+  QueuedSteps q;
+  q.steps = steps;
+  q.n = n;
+  q.bucket = bucket;
+  q.last = tokens.back();
+  q.tokens = Tensor::cat(tokens, 0);
+  if (q.tokens.device().is_cuda()) q.copy = std::make_shared<detail::PendingTokens>(q.tokens);
+  return q;
+}
+
+std::vector<uint32_t> DecodeGraphs::read_greedy(const QueuedSteps& queued) {
+  // Rows of the bucket, of which the batch's first n.
+  const std::vector<uint32_t> flat =
+      queued.copy ? queued.copy->wait() : queued.tokens.to_vec1<uint32_t>();
   std::vector<uint32_t> out;
-  out.reserve(steps * n);
-  const std::vector<uint32_t> flat = Tensor::cat(tokens, 0).to_vec1<uint32_t>();
-  for (size_t j = 0; j < steps; ++j) {
-    out.insert(out.end(), flat.begin() + static_cast<ptrdiff_t>(j * bucket),
-               flat.begin() + static_cast<ptrdiff_t>(j * bucket + n));
+  out.reserve(queued.steps * queued.n);
+  for (size_t j = 0; j < queued.steps; ++j) {
+    out.insert(out.end(), flat.begin() + static_cast<ptrdiff_t>(j * queued.bucket),
+               flat.begin() + static_cast<ptrdiff_t>(j * queued.bucket + queued.n));
   }
   return out;
+}
+
+std::vector<uint32_t> DecodeGraphs::run_greedy(const std::vector<models::PagedSequence>& batch,
+                                               size_t steps, bool replay) {
+  if (steps == 0) return {};
+  return read_greedy(queue_greedy(batch, steps, replay));
 }
 
 size_t DecodeGraphs::graphs() const {

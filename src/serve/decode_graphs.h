@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "token_mailbox.h"
 #include "wick/causal_lm.h"
 #include "wick/cuda.h"
 
@@ -43,13 +44,26 @@ class DecodeGraphs {
   /// forward_paged checks a batch. The rows are a view of the graph's output: read them before
   /// the next run.
   Tensor run(const std::vector<models::PagedSequence>& batch, bool replay);
-  /// The greedy tokens of `steps` decode steps of a batch that fits, queued without a round trip
-  /// to the host between them: each step feeds the argmax of the step before (in the logits'
-  /// dtype, as Tensor::argmax gives it) at the next position, so the host waits once for all of
-  /// them. Each sequence's pages must hold positions up to cached + steps. Returns steps rows of
-  /// batch.size() tokens; step j's keys and values are at position cached + j. With `replay`,
-  /// each step is the graph's replay, otherwise run eagerly without padding rows. Checked as
-  /// run().
+  /// Greedy decode steps queued on the device, their tokens not yet read (queue_greedy).
+  struct QueuedSteps {
+    size_t steps = 0, n = 0, bucket = 0;
+    Tensor last;    // (bucket) U32: the last step's tokens, which the steps queued after feed
+    Tensor tokens;  // (steps x bucket) U32
+    std::shared_ptr<detail::PendingTokens> copy;  // on CUDA: the tokens on their way to the host
+  };
+  /// Queues `steps` greedy decode steps of a batch that fits, without a round trip to the host
+  /// between them: each step feeds the argmax of the step before (in the logits' dtype, as
+  /// Tensor::argmax gives it) at the next position; the first feeds the batch's tokens, or with
+  /// `after` (steps queued before these, for the same sequences) the tokens of after's last step,
+  /// the batch's own tokens then being placeholders. Each sequence's pages must hold positions up
+  /// to cached + steps; step j's keys and values are at position cached + j. With `replay`, each
+  /// step is the graph's replay, otherwise run eagerly without padding rows. Checked as run().
+  QueuedSteps queue_greedy(const std::vector<models::PagedSequence>& batch, size_t steps,
+                           bool replay, const QueuedSteps* after = nullptr);
+  /// The tokens of queued steps: steps rows of n, step by step. Waits for those steps alone, not
+  /// for the steps queued after them.
+  static std::vector<uint32_t> read_greedy(const QueuedSteps& queued);
+  /// read_greedy(queue_greedy(batch, steps, replay)).
   std::vector<uint32_t> run_greedy(const std::vector<models::PagedSequence>& batch, size_t steps,
                                    bool replay);
   /// Graphs captured so far.

@@ -85,12 +85,21 @@ struct Engine::Impl {
   void release_pages(Sequence& s);
   void preempt(size_t index);
   bool grow(size_t index, size_t positions);
-  /// Decode steps to queue at once now (EngineOptions::greedy_lookahead), 1 when they cannot
-  /// be: the running sequences' pages grown for them.
-  size_t lookahead();
-  /// `steps` greedy steps of `batch` (members' tokens), their tokens taken in order.
-  void run_ahead(const std::vector<models::PagedSequence>& batch,
-                 const std::vector<Sequence*>& members, size_t steps);
+  /// Greedy decode steps to queue at once (EngineOptions::greedy_lookahead) from `offset`
+  /// positions past each running sequence's kv_len (steps queued already), 1 when they cannot be:
+  /// a request waits or is cancelled, a sequence samples, prefills, has ended or is at its token
+  /// limit or the context, or the pool lacks their pages. The sequences' pages grown for them.
+  size_t lookahead(size_t offset);
+  /// Queues `steps` greedy steps of `batch` (members' tokens, or after `after`'s: see
+  /// DecodeGraphs::queue_greedy) into *queued; false, with the members ended in error, when that
+  /// fails eagerly too.
+  bool queue_ahead(const std::vector<models::PagedSequence>& batch,
+                   const std::vector<Sequence*>& members, size_t steps,
+                   const DecodeGraphs::QueuedSteps* after, DecodeGraphs::QueuedSteps* queued);
+  /// `steps` greedy steps of `batch` (members' tokens), their tokens taken in order; while the
+  /// lookahead allows, the next steps are queued before each window's tokens are read.
+  void run_ahead(std::vector<models::PagedSequence> batch, const std::vector<Sequence*>& members,
+                 size_t steps);
   void publish_full_pages(Sequence& s);
   void take_token(Sequence& s, uint32_t token);
   void finish_events(std::vector<std::unique_ptr<Sequence>>& ended);

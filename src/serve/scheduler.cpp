@@ -176,7 +176,7 @@ void Engine::Impl::take_token(Sequence& s, uint32_t token) {
   s.on_event(e);
 }
 
-size_t Engine::Impl::lookahead() {
+size_t Engine::Impl::lookahead(size_t offset) {
   if (!graphs || options.greedy_lookahead <= 1 || running.empty()) return 1;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -186,61 +186,99 @@ size_t Engine::Impl::lookahead() {
   const size_t context = model->config().max_position;
   size_t steps = options.greedy_lookahead;
   for (const auto& s : running) {
-    if (s->step_tokens != 1 || s->tokens.size() - s->kv_len != 1 ||
-        s->request.sampling.temperature != 0) {
+    if (s->finish != FinishReason::None || s->step_tokens != 1 ||
+        s->tokens.size() - s->kv_len != 1 || s->request.sampling.temperature != 0 ||
+        s->generated + offset >= s->request.sampling.max_tokens ||
+        (context > 0 && s->kv_len + offset >= context)) {
       return 1;
     }
-    steps = std::min(steps, s->request.sampling.max_tokens - s->generated);
-    if (context > 0) steps = std::min(steps, context - s->kv_len);
+    steps = std::min(steps, s->request.sampling.max_tokens - s->generated - offset);
+    if (context > 0) steps = std::min(steps, context - s->kv_len - offset);
   }
   if (steps <= 1) return 1;
   // The pages of the steps ahead, when the pool has them all (no preemption for them).
   const size_t ps = options.page_size;
   size_t need = 0;
   for (const auto& s : running) {
-    const size_t pages = (s->kv_len + steps + ps - 1) / ps;
+    const size_t pages = (s->kv_len + offset + steps + ps - 1) / ps;
     need += pages > s->pages.size() ? pages - s->pages.size() : 0;
   }
   if (need > pool->available()) return 1;
-  for (size_t i = 0; i < running.size(); ++i) grow(i, running[i]->kv_len + steps);
+  for (size_t i = 0; i < running.size(); ++i) grow(i, running[i]->kv_len + offset + steps);
   return steps;
 }
 
-void Engine::Impl::run_ahead(const std::vector<models::PagedSequence>& batch,
-                             const std::vector<Sequence*>& members, size_t steps) {
-  std::vector<uint32_t> tokens;
+bool Engine::Impl::queue_ahead(const std::vector<models::PagedSequence>& batch,
+                               const std::vector<Sequence*>& members, size_t steps,
+                               const DecodeGraphs::QueuedSteps* after,
+                               DecodeGraphs::QueuedSteps* queued) {
   try {
-    tokens = graphs->run_greedy(batch, steps, graph_replay);
+    *queued = graphs->queue_greedy(batch, steps, graph_replay, after);
     std::lock_guard<std::mutex> lock(mutex);
     if (graph_replay) totals.graph_steps += steps;
-    totals.steps_ahead += steps - 1;
+    totals.steps_ahead += steps - (after == nullptr ? 1 : 0);
+    return true;
   } catch (const std::exception& e) {
     if (graph_replay) {
       // As a step that cannot be captured: op by op from now on (the steps run again).
       graph_replay = false;
-      return run_ahead(batch, members, steps);
+      return queue_ahead(batch, members, steps, after, queued);
     }
     for (Sequence* s : members) {
       s->finish = FinishReason::Error;
       s->error = e.what();
     }
-    return;
+    return false;
   }
-  // Step j fed each sequence's token at position kv_len + j; a sequence that ends drops the rest.
-  const size_t n = members.size();
-  for (size_t j = 0; j < steps; ++j) {
-    for (size_t i = 0; i < n; ++i) {
-      Sequence& s = *members[i];
-      if (s.finish != FinishReason::None) continue;
-      s.kv_len += 1;
-      publish_full_pages(s);
-      try {
-        take_token(s, tokens[j * n + i]);
-      } catch (const std::exception& e) {
-        s.finish = FinishReason::Error;
-        s.error = e.what();
+}
+
+void Engine::Impl::run_ahead(std::vector<models::PagedSequence> batch,
+                             const std::vector<Sequence*>& members, size_t steps) {
+  DecodeGraphs::QueuedSteps window;
+  if (!queue_ahead(batch, members, steps, nullptr, &window)) return;
+  while (true) {
+    // The next steps, fed on the device by this window's last tokens, are queued before this
+    // window's tokens are read: the GPU runs them while the host takes these. When a sequence
+    // ends in this window, the next one's steps for it are wasted (its tokens dropped).
+    DecodeGraphs::QueuedSteps next;
+    const size_t more = lookahead(window.steps);
+    bool queued_next = false;
+    if (more > 1) {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        batch[i].cached += window.steps;
+        batch[i].pages = members[i]->pages;
+      }
+      queued_next = queue_ahead(batch, members, more, &window, &next);
+    }
+    std::vector<uint32_t> tokens;
+    try {
+      tokens = DecodeGraphs::read_greedy(window);
+    } catch (const std::exception& e) {
+      for (Sequence* s : members) {
+        s->finish = FinishReason::Error;
+        s->error = e.what();
+      }
+      return;
+    }
+    // Step j fed each sequence's token at position kv_len + j; a sequence that ends drops the
+    // rest.
+    const size_t n = members.size();
+    for (size_t j = 0; j < window.steps; ++j) {
+      for (size_t i = 0; i < n; ++i) {
+        Sequence& s = *members[i];
+        if (s.finish != FinishReason::None) continue;
+        s.kv_len += 1;
+        publish_full_pages(s);
+        try {
+          take_token(s, tokens[j * n + i]);
+        } catch (const std::exception& e) {
+          s.finish = FinishReason::Error;
+          s.error = e.what();
+        }
       }
     }
+    if (!queued_next) return;
+    window = std::move(next);
   }
 }
 
@@ -263,7 +301,7 @@ void Engine::Impl::step(std::vector<std::unique_ptr<Sequence>>& ended) {
   for (size_t i = 0; i < running.size();) {
     if (grow(i, running[i]->kv_len + running[i]->step_tokens)) ++i;
   }
-  const size_t ahead = lookahead();
+  const size_t ahead = lookahead(0);
   std::vector<models::PagedSequence> batch;
   std::vector<Sequence*> members;
   for (auto& sp : running) {

@@ -203,7 +203,8 @@ TEST(CudaServeGraphs, EngineGivesEachRequestWhatItGivesWithoutGraphs) {
   EXPECT_EQ(plain.stats.graph_steps, 0u);
   EXPECT_EQ(plain.stats.steps_ahead, 0u);
   for (bool graphs : {true, false}) {
-    for (size_t lookahead : {size_t{1}, size_t{8}}) {
+    // 3: windows of steps queued one after another, each before the one before is read.
+    for (size_t lookahead : {size_t{1}, size_t{3}, size_t{8}}) {
       SCOPED_TRACE(::testing::Message() << "graphs " << graphs << ", lookahead " << lookahead);
       const Served a = serve_twelve(model, options(graphs, lookahead), {});
       EXPECT_EQ(a.stats.graph_steps > 0, graphs);
