@@ -1,9 +1,11 @@
-// nn::add_rms_norm, nn::silu_mul and the decode step's rope + KV-cache write on the CPU against
-// references written here in long double (and the oracles of nn_reference.h), under the bounds
-// of wick/numerics.h, on every float dtype and layout; errors; the gradient through the composed
-// path against its closed form.
+// nn::add_rms_norm, nn::add_rms_normed, nn::silu_mul and the decode step's rope + KV-cache write
+// on the CPU against references written here in long double (and the oracles of nn_reference.h),
+// under the bounds of wick/numerics.h, on every float dtype and layout; add_rms_normed also bit
+// for bit against its composition; errors; the gradient through the composed path against its
+// closed form.
 
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -86,6 +88,125 @@ TEST(DecoderOps, AddRmsNormErrorsAndGradients) {
   double scale = max_abs(want);
   EXPECT_TRUE(
       within_bounds(g.get(xa)->to_vec_f64(), want, [&](size_t, double) { return 1e-12 * scale; }));
+}
+
+// Equal doubles and signs: the same value bit for bit (no NaNs here).
+::testing::AssertionResult bits_equal(const Tensor& got, const Tensor& want) {
+  if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
+    return ::testing::AssertionFailure()
+           << got.shape() << " " << got.dtype() << " vs " << want.shape() << " " << want.dtype();
+  }
+  std::vector<double> g = got.to_vec_f64(), w = want.to_vec_f64();
+  size_t differ = 0, first = g.size();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i] != w[i] || std::signbit(g[i]) != std::signbit(w[i])) {
+      if (differ++ == 0) first = i;
+    }
+  }
+  if (differ == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << differ << " of " << g.size() << " differ, first at "
+                                       << first << ": " << g[first] << " vs " << w[first];
+}
+
+// The weights rms_norm takes for x of dt: dt's own, and f32 for f16/bf16 (Gemma's 1 + w).
+std::vector<DType> norm_weight_dtypes(DType dt) {
+  if (dt == DType::F16 || dt == DType::BF16) return {dt, DType::F32};
+  return {dt};
+}
+
+TEST(DecoderOps, AddRmsNormedMatchesReference) {
+  const double eps = 1e-6;
+  for (DType dt : float_dtypes()) {
+    for (DType wt : norm_weight_dtypes(dt)) {
+      for (auto& [name, x] : layout_variants({2, 7, 130}, dt)) {
+        Tensor delta = random_tensor({2, 7, 130}, dt), w = random_tensor({130}, wt);
+        Tensor got = nn::add_rms_normed(x, delta, w, eps);
+        // x + w * delta / rms(delta) in long double; the norm's error (one rounding of
+        // delta * rstd to dt for a weight of dt, as rms_norm) then the add's.
+        const size_t n = 130, rows = 14;
+        std::vector<double> xv = x.to_vec_f64(), dv = delta.to_vec_f64(), wv = w.to_vec_f64();
+        std::vector<double> want(xv.size()), z(xv.size()), normed(xv.size()), m(rows);
+        for (size_t r = 0; r < rows; ++r) {
+          long double ms = 0, mean_abs = 0;
+          for (size_t i = 0; i < n; ++i) {
+            long double v = dv[r * n + i];
+            ms += v * v;
+            mean_abs += std::fabs(v);
+          }
+          long double sigma = std::sqrt(ms / n + eps);
+          m[r] = static_cast<double>(mean_abs / n / sigma);
+          for (size_t i = 0; i < n; ++i) {
+            long double zi = dv[r * n + i] / sigma;
+            z[r * n + i] = static_cast<double>(zi);
+            normed[r * n + i] = static_cast<double>(zi * wv[i]);
+            want[r * n + i] = static_cast<double>(xv[r * n + i] + zi * wv[i]);
+          }
+        }
+        const int t_roundings = wt == dt && (dt == DType::F16 || dt == DType::BF16) ? 1 : 0;
+        EXPECT_TRUE(within_bounds(got.to_vec_f64(), want,
+                                  [&](size_t i, double e) {
+                                    return numerics::norm_bound(dt, n, normed[i], z[i], wv[i % n],
+                                                                m[i / n], t_roundings) +
+                                           numerics::elementwise_bound("add", dt,
+                                                                       numerics::Backend::Cpu, e);
+                                  }))
+            << name << " " << dt << " weight " << wt;
+        EXPECT_TRUE(bits_equal(got, x.add(delta.rms_norm(w, eps))))
+            << name << " " << dt << " weight " << wt;
+      }
+    }
+  }
+}
+
+// The fused op keeps the composition's bits: rms_norm's sum order and both roundings.
+TEST(DecoderOps, AddRmsNormedEqualsCompositionBitForBit) {
+  for (DType dt : float_dtypes()) {
+    for (DType wt : norm_weight_dtypes(dt)) {
+      for (size_t d : {size_t{1152}, size_t{2560}, size_t{64}, size_t{40}, size_t{3}}) {
+        for (size_t rows : {size_t{1}, size_t{5}, size_t{33}}) {
+          Tensor x = random_tensor({rows, d}, dt), delta = random_tensor({rows, d}, dt);
+          Tensor w = random_tensor({d}, wt);
+          EXPECT_TRUE(
+              bits_equal(nn::add_rms_normed(x, delta, w, 1e-6), x.add(delta.rms_norm(w, 1e-6))))
+              << dt << " weight " << wt << " rows " << rows << " d " << d;
+        }
+      }
+    }
+  }
+}
+
+TEST(DecoderOps, AddRmsNormedErrorsAndGradients) {
+  Tensor x = random_tensor({3, 8}, DType::BF16), w = random_tensor({8}, DType::F32);
+  EXPECT_THROW(nn::add_rms_normed(x, random_tensor({3, 7}, DType::BF16), w, 1e-5), ShapeMismatch);
+  EXPECT_THROW(nn::add_rms_normed(x, x, random_tensor({7}, DType::F32), 1e-5), ShapeMismatch);
+  EXPECT_THROW(nn::add_rms_normed(x, x, random_tensor({3, 8}, DType::F32), 1e-5), ShapeMismatch);
+  EXPECT_THROW(nn::add_rms_normed(x, x.to_dtype(DType::F16), w, 1e-5), DTypeMismatch);
+  EXPECT_THROW(nn::add_rms_normed(x, x, w.to_dtype(DType::F64), 1e-5), DTypeMismatch);
+  Tensor x64 = x.to_dtype(DType::F64);
+  EXPECT_THROW(nn::add_rms_normed(x64, x64, w, 1e-5), DTypeMismatch);  // f32 weight, f64 x
+  EXPECT_THROW(nn::add_rms_normed(x.to_dtype(DType::U32), x.to_dtype(DType::U32),
+                                  w.to_dtype(DType::U32), 1e-5),
+               UnsupportedDType);
+  EXPECT_THROW(nn::add_rms_normed(x, x, w, -1), Error);
+  EXPECT_THROW(nn::add_rms_normed(x, Tensor(), w, 1e-5), Error);
+  try {
+    nn::add_rms_normed(x, x, w.to_dtype(DType::F64), 1e-5);
+  } catch (const DTypeMismatch& e) {
+    EXPECT_NE(std::string(e.what()).find("add_rms_normed: x bf16, delta bf16, weight f64"),
+              std::string::npos)
+        << e.what();
+  }
+  // Tracked inputs run the composition: the same gradients as the composition's.
+  Tensor a = random_tensor({3, 8}, DType::F64), d = random_tensor({3, 8}, DType::F64);
+  Tensor w64 = random_tensor({8}, DType::F64);
+  Tensor aa = a.requires_grad(), da = d.requires_grad(), wa = w64.requires_grad();
+  GradStore g = nn::add_rms_normed(aa, da, wa, 1e-5).sqr().sum_all().backward();
+  Tensor ab = a.requires_grad(), db = d.requires_grad(), wb = w64.requires_grad();
+  GradStore want = ab.add(db.rms_norm(wb, 1e-5)).sqr().sum_all().backward();
+  for (auto [got_t, want_t] : {std::pair{aa, ab}, std::pair{da, db}, std::pair{wa, wb}}) {
+    ASSERT_TRUE(g.get(got_t).has_value());
+    EXPECT_TRUE(bits_equal(*g.get(got_t), *want.get(want_t)));
+  }
 }
 
 TEST(DecoderOps, SiluMulMatchesComposition) {

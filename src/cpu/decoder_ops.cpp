@@ -1,10 +1,11 @@
-// The CPU kernels of fused::AddRmsNormOp and fused::SiluMulOp: one pass per row, f32 arithmetic
-// (f64 for f64), rows split across the workers.
+// The CPU kernels of fused::AddRmsNormOp, AddRmsNormedOp and SiluMulOp: one pass per row, f32
+// arithmetic (f64 for f64), rows split across the workers.
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "cpu/cpu_storage.h"
 #include "cpu/fused.h"
@@ -69,6 +70,40 @@ std::optional<TensorList> AddRmsNormOp::cpu(const TensorList& in) const {
   });
   return TensorList{detail::from_storage(std::move(sum), x.shape()),
                     detail::from_storage(std::move(normed), x.shape())};
+}
+
+std::optional<TensorList> AddRmsNormedOp::cpu(const TensorList& in) const {
+  auto locks = detail::lock_inputs(*this, in);
+  const Tensor& x = in[0];
+  const Tensor& delta = in[1];
+  const Tensor& weight = in[2];
+  size_t rows = x.dims()[0], d = x.dims()[1];
+  const bool f32_weight = weight.dtype() != x.dtype();  // an f32 weight of f16/bf16 x
+  auto out = std::make_unique<cpu::CpuStorage>(rows * d, x.dtype());
+  dispatch_float(x.dtype(), name(), [&]<class T>() {
+    using A = acc_t<T>;
+    const T* xp = data_of<T>(x);
+    const T* dp = data_of<T>(delta);
+    T* op = out->template as<T>();
+    std::vector<A> w(d);
+    const float* wf = f32_weight ? data_of<float>(weight) : nullptr;
+    const T* wt = f32_weight ? nullptr : data_of<T>(weight);
+    for (size_t c = 0; c < d; ++c) w[c] = wf ? static_cast<A>(wf[c]) : static_cast<A>(wt[c]);
+    const A e = static_cast<A>(eps);
+    cpu::parallel_for(rows, grain_for(d), [&](size_t begin, size_t end) {
+      std::vector<A> v(d);
+      std::vector<T> normed(d);
+      for (size_t r = begin; r < end; ++r) {
+        for (size_t c = 0; c < d; ++c) v[c] = static_cast<A>(dp[r * d + c]);
+        // rms_norm's own row (rounded to T), then the add: the composition's two roundings.
+        cpu::rms_norm_row<T>(v.data(), w.data(), e, d, f32_weight, normed.data());
+        for (size_t c = 0; c < d; ++c) {
+          op[r * d + c] = T(static_cast<A>(xp[r * d + c]) + static_cast<A>(normed[c]));
+        }
+      }
+    });
+  });
+  return TensorList{detail::from_storage(std::move(out), x.shape())};
 }
 
 std::optional<TensorList> SiluMulOp::cpu(const TensorList& in) const {

@@ -224,6 +224,24 @@ TensorList run_rows(const char* name, const TensorList& in, Kernel&& kernel) {
 
 }  // namespace
 
+template <class T>
+void rms_norm_row(const compute_t<T>* v, const compute_t<T>* w, compute_t<T> eps, size_t d,
+                  bool f32_weight, T* y) {
+  using C = compute_t<T>;
+  C rstd = ops::norm_rstd(lane_sum_sq_dev(v, d, C(0)), static_cast<C>(d), eps);
+  if (f32_weight) {
+    // NormOp's fallback: the f32 norm of the widened row, rounded once.
+    for (size_t i = 0; i < d; ++i) y[i] = T(w[i] * (v[i] * rstd));
+  } else {
+    rms_out(v, w, rstd, y, d, false);
+  }
+}
+
+template void rms_norm_row<float>(const float*, const float*, float, size_t, bool, float*);
+template void rms_norm_row<double>(const double*, const double*, double, size_t, bool, double*);
+template void rms_norm_row<f16>(const float*, const float*, float, size_t, bool, f16*);
+template void rms_norm_row<bf16>(const float*, const float*, float, size_t, bool, bf16*);
+
 }  // namespace wick::cpu
 
 namespace wick::fused {

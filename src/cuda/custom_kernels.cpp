@@ -27,6 +27,7 @@ void register_custom_kernels() {
   set_kernel<fused::NormOp>();
   set_kernel<fused::RopeOp>();
   set_kernel<fused::AddRmsNormOp>();
+  set_kernel<fused::AddRmsNormedOp>();
   set_kernel<fused::SiluMulOp>();
   set_kernel<fused::KvWriteOp>();
   set_kernel<fused::RopeWriteOp>();

@@ -179,7 +179,7 @@ class CudaDecodePlan final : public DecodePlan {
     auto project_norm_add = [&](const Tensor& in, const QLinear& w, const Tensor& post_norm) {
       Tensor y;
       if (!fused_linear(in, Tensor(), 0, w, &y)) y = w.forward(in);
-      x = x.add(y.rms_norm(post_norm, eps));
+      x = nn::add_rms_normed(x, y, post_norm, eps);
     };
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const DecoderWeights::Layer& l = m.layers[li];

@@ -1,5 +1,6 @@
-// The CUDA kernels of fused::AddRmsNormOp, SiluMulOp, RopeWriteOp and AttendToPositionOp
-// (src/fused/decoder.h, kv_write.h; checked by their front ends), and the token mailbox.
+// The CUDA kernels of fused::AddRmsNormOp, AddRmsNormedOp (rms_norm's kernels, fused.cu),
+// SiluMulOp, RopeWriteOp and AttendToPositionOp (src/fused/decoder.h, kv_write.h; checked by their
+// front ends), and the token mailbox.
 
 #include "cuda/decoder_ops.h"
 
@@ -50,6 +51,30 @@ std::optional<TensorList> AddRmsNormOp::cuda_kernel(const AddRmsNormOp& op, cons
   });
   return TensorList{detail::from_storage(std::move(sum), x.shape()),
                     detail::from_storage(std::move(normed), x.shape())};
+}
+
+std::optional<TensorList> AddRmsNormedOp::cuda_kernel(const AddRmsNormedOp& op,
+                                                      const TensorList& in) {
+  auto locks = wick::detail::lock_inputs(op, in);
+  const Tensor& x = in[0];
+  const Tensor& delta = in[1];
+  const Tensor& weight = in[2];
+  double eps = op.eps;
+  size_t rows = x.dims()[0], d = x.dims()[1];
+  cuda::CudaDevice& dev = device_of(x);
+  auto out = std::make_unique<cuda::CudaStorage>(dev, rows * d, x.dtype());
+  // rms_norm's kernels with x as their residual: the norm's summation order, so its bits.
+  dev.queue().enqueue(op.name(), x.dtype(), [&](cudaStream_t s) {
+    if (weight.dtype() != x.dtype()) {
+      cuda::launch_rms_norm_f32_weight(x.dtype(), ptr_of(delta),
+                                       static_cast<const float*>(ptr_of(weight)), out->data(), rows,
+                                       d, eps, s, ptr_of(x));
+    } else {
+      cuda::launch_norm(x.dtype(), true, ptr_of(delta), ptr_of(weight), nullptr, out->data(), rows,
+                        d, eps, s, ptr_of(x));
+    }
+  });
+  return TensorList{detail::from_storage(std::move(out), x.shape())};
 }
 
 std::optional<TensorList> SiluMulOp::cuda_kernel(const SiluMulOp& op, const TensorList& in) {

@@ -7,7 +7,8 @@
 // a warp per row held in registers (16-byte vectors, one read and one write of each element,
 // shuffles only), the norms and longer rows a block per row in registers (one block reduction);
 // else a block per row up to 8192 in registers, a looping block above. Statistics in f32 (f64 for
-// f64).
+// f64). The norms optionally add a residual to their rounded output (nn::add_rms_normed), so the
+// fused op sums in the order the plain norm does and keeps its bits.
 
 #include "cuda/fused_kernels.h"
 #include "cuda/kernel_utils.cuh"
@@ -23,11 +24,41 @@ using namespace row_math;
 
 constexpr int kWarpPerLane = 32;  // a warp keeps rows up to 1024 in registers
 
+// A norm's output element o plus the residual element res (nn::add_rms_normed): an add of its own,
+// rounded once, as x.add(rms_norm(...)) leaves it (never contracted with the norm's product).
+template <class T>
+__device__ __forceinline__ T plus_residual(T o, T res) {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<C, double>) {
+    return convert<T>(__dadd_rn(to_compute(res), to_compute(o)));
+  } else {
+    return convert<T>(__fadd_rn(to_compute(res), to_compute(o)));
+  }
+}
+
+// The output element i of a norm: r rounded to T, plus res[i] where a residual is given.
+template <class T>
+__device__ __forceinline__ T norm_out(compute_t<T> r, const T* res, uint64_t i) {
+  const T o = convert<T>(r);
+  return res == nullptr ? o : plus_residual(o, res[i]);
+}
+
+// The same for a 16-byte vector of outputs: plus vector vi of the residual row res.
+template <class T, class V>
+__device__ __forceinline__ void add_residual(V& o, const T* res, unsigned vi) {
+  const V r = reinterpret_cast<const V*>(res)[vi];
+#pragma unroll
+  for (int e = 0; e < static_cast<int>(sizeof(V) / sizeof(T)); ++e) {
+    o.v[e] = plus_residual(o.v[e], r.v[e]);
+  }
+}
+
 /// A warp per row of up to 1024 elements.
 template <class T, bool kRms>
 __global__ void __launch_bounds__(kBlock)
     norm_warp_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                     T* __restrict__ y, uint64_t rows, unsigned cols, compute_t<T> eps) {
+                     const T* __restrict__ res, T* __restrict__ y, uint64_t rows, unsigned cols,
+                     compute_t<T> eps) {
   using C = compute_t<T>;
   unsigned lane = threadIdx.x % 32;
   uint64_t w0 = global_tid() / 32, nw = grid_stride() / 32;
@@ -58,7 +89,7 @@ __global__ void __launch_bounds__(kBlock)
       if (c < cols) {
         C o = norm_value<T, kRms>(v[j], mean, rstd, to_compute(w[c]));
         if (!kRms && b != nullptr) o += to_compute(b[c]);
-        yr[c] = convert<T>(o);
+        yr[c] = norm_out<T>(o, res, row * cols + c);
       }
     }
   }
@@ -70,8 +101,8 @@ constexpr int kNormPerThread = 32;  // a block keeps rows up to 8192 in register
 template <class T, bool kRms>
 __global__ void __launch_bounds__(kBlock)
     norm_block_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                          T* __restrict__ y, uint64_t rows, unsigned cols, compute_t<T> eps,
-                          bool vec) {
+                          const T* __restrict__ res, T* __restrict__ y, uint64_t rows,
+                          unsigned cols, compute_t<T> eps, bool vec) {
   using C = compute_t<T>;
   constexpr int N = 16 / sizeof(T);
   constexpr int V = kNormPerThread / N;
@@ -123,6 +154,7 @@ __global__ void __launch_bounds__(kBlock)
           if (!kRms && b != nullptr) r += to_compute(bt.v[e]);
           o.v[e] = convert<T>(r);
         }
+        if (res != nullptr) add_residual<T>(o, res + row * cols, c0 / N);
         *reinterpret_cast<Vec<T, N>*>(yr + c0) = o;
       } else {
 #pragma unroll
@@ -131,7 +163,7 @@ __global__ void __launch_bounds__(kBlock)
           if (c < cols) {
             C r = norm_value<T, kRms>(v[j][e], mean, rstd, to_compute(w[c]));
             if (!kRms && b != nullptr) r += to_compute(b[c]);
-            yr[c] = convert<T>(r);
+            yr[c] = norm_out<T>(r, res, row * cols + c);
           }
         }
       }
@@ -143,7 +175,8 @@ __global__ void __launch_bounds__(kBlock)
 template <class T, bool kRms>
 __global__ void __launch_bounds__(kBlock)
     norm_block_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                      T* __restrict__ y, uint64_t rows, uint64_t cols, compute_t<T> eps) {
+                      const T* __restrict__ res, T* __restrict__ y, uint64_t rows, uint64_t cols,
+                      compute_t<T> eps) {
   using C = compute_t<T>;
   __shared__ C scratch[kBlock / 32];
   for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -164,7 +197,7 @@ __global__ void __launch_bounds__(kBlock)
     for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       C r = norm_value<T, kRms>(to_compute(xr[c]), mean, rstd, to_compute(w[c]));
       if (!kRms && b != nullptr) r += to_compute(b[c]);
-      yr[c] = convert<T>(r);
+      yr[c] = norm_out<T>(r, res, row * cols + c);
     }
   }
 }
@@ -174,7 +207,8 @@ __global__ void __launch_bounds__(kBlock)
 template <class T>
 __global__ void __launch_bounds__(kBlock)
     rms_norm_f32_weight_kernel(const T* __restrict__ x, const float* __restrict__ w,
-                               T* __restrict__ y, uint64_t rows, uint64_t cols, float eps) {
+                               const T* __restrict__ res, T* __restrict__ y, uint64_t rows,
+                               uint64_t cols, float eps) {
   __shared__ float scratch[kBlock / 32];
   for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
@@ -186,7 +220,8 @@ __global__ void __launch_bounds__(kBlock)
     const float rstd = ops::norm_rstd(block_sum(sq, scratch), static_cast<float>(cols), eps);
     T* yr = y + row * cols;
     for (uint64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      yr[c] = convert<T>(norm_value<float, true>(to_compute(xr[c]), 0.0f, rstd, w[c]));
+      yr[c] = norm_out<T>(norm_value<float, true>(to_compute(xr[c]), 0.0f, rstd, w[c]), res,
+                          row * cols + c);
     }
   }
 }
@@ -245,7 +280,8 @@ __device__ __forceinline__ RowStat<C> block_merge(RowStat<C> st, RowStat<C>* scr
 template <class T, int VPT, RowOp Op>
 __global__ void __launch_bounds__(kRowMaxThreads, 2)
     row_vec_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                   T* __restrict__ y, unsigned rows, unsigned nvec, compute_t<T> eps) {
+                   const T* __restrict__ res, T* __restrict__ y, unsigned rows, unsigned nvec,
+                   compute_t<T> eps) {
   using C = compute_t<T>;
   using V = Vec<T, 16 / sizeof(T)>;
   constexpr int N = 16 / sizeof(T);
@@ -348,6 +384,9 @@ __global__ void __launch_bounds__(kRowMaxThreads, 2)
         }
         o.v[e] = convert<T>(r);
       }
+      if (Op != RowOp::Softmax && res != nullptr) {
+        add_residual<T>(o, res + uint64_t{row} * cols, vi);
+      }
       yr[vi] = o;
     }
   }
@@ -386,7 +425,8 @@ __device__ __forceinline__ compute_t<T> elem(const V& vec, int e) {
 template <class T, int VPT, RowOp Op>
 __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
     row_warp_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                    T* __restrict__ y, unsigned rows, unsigned nvec, compute_t<T> eps) {
+                    const T* __restrict__ res, T* __restrict__ y, unsigned rows, unsigned nvec,
+                    compute_t<T> eps) {
   using C = compute_t<T>;
   using V = Vec<T, 16 / sizeof(T)>;
   constexpr int N = 16 / sizeof(T);
@@ -486,17 +526,19 @@ __global__ void __launch_bounds__(kRowWarpMaxRows * 32)
       }
       o.v[e] = convert<T>(r);
     }
+    if (Op != RowOp::Softmax && res != nullptr) add_residual<T>(o, res + uint64_t{row} * cols, vi);
     yr[vi] = o;
   }
 }
 
 /// The vector row kernel when rows are 16-byte aligned and short enough to sit in registers;
-/// false (nothing launched) otherwise.
+/// false (nothing launched) otherwise. res: the norms' residual (may be null).
 template <class T, RowOp Op>
-bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t cols, double eps,
-                 cudaStream_t s) {
+bool try_row_vec(const T* x, const T* w, const T* b, const T* res, T* y, size_t rows, size_t cols,
+                 double eps, cudaStream_t s) {
   constexpr int N = 16 / sizeof(T);
-  if (cols % N != 0 || rows > 0xffffffffu || !aligned16(x, 0, 1) || !aligned16(y, 0, 1)) {
+  if (cols % N != 0 || rows > 0xffffffffu || !aligned16(x, 0, 1) || !aligned16(y, 0, 1) ||
+      (res != nullptr && !aligned16(res, 0, 1))) {
     return false;
   }
   if (Op != RowOp::Softmax && !aligned16(w, 0, 1)) return false;
@@ -525,7 +567,7 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
     if (warp && nvec <= 32 * 16 && rows <= 0xffffffffu - kRowWarpMaxRows) {
       unsigned blocks = static_cast<unsigned>((rows + row_warps - 1) / row_warps);
       auto go = [&](auto kernel) {
-        kernel<<<blocks, row_warps * 32, 0, s>>>(x, w, b, y, static_cast<unsigned>(rows),
+        kernel<<<blocks, row_warps * 32, 0, s>>>(x, w, b, res, y, static_cast<unsigned>(rows),
                                                  static_cast<unsigned>(nvec), e);
         WICK_CUDA_CHECK_LAUNCH();
       };
@@ -542,8 +584,8 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
   };
   unsigned grid = static_cast<unsigned>(std::min<size_t>(rows, 1u << 20));
   auto go = [&](auto kernel, unsigned threads) {
-    launch_pdl(kernel, dim3(grid), dim3(threads), 0, s, x, w, b, y, static_cast<unsigned>(rows),
-               static_cast<unsigned>(nvec), e);
+    launch_pdl(kernel, dim3(grid), dim3(threads), 0, s, x, w, b, res, y,
+               static_cast<unsigned>(rows), static_cast<unsigned>(nvec), e);
   };
   // Four vectors a thread (64 bytes in flight each) up to 256 threads, then eight up to 512;
   // TuningOverrides::row_vectors_per_thread forces one.
@@ -563,23 +605,24 @@ bool try_row_vec(const T* x, const T* w, const T* b, T* y, size_t rows, size_t c
 }
 
 template <class T, bool kRms>
-void run_norm(const T* x, const T* w, const T* b, T* y, size_t rows, size_t cols, double eps,
-              cudaStream_t s) {
+void run_norm(const T* x, const T* w, const T* b, const T* res, T* y, size_t rows, size_t cols,
+              double eps, cudaStream_t s) {
   using C = compute_t<T>;
   C e = static_cast<C>(eps);
   if (cols <= 32 * kWarpPerLane) {
     norm_warp_kernel<T, kRms><<<grid_for(rows, kBlock / 32), kBlock, 0, s>>>(
-        x, w, b, y, rows, static_cast<unsigned>(cols), e);
+        x, w, b, res, y, rows, static_cast<unsigned>(cols), e);
   } else if (try_row_vec < T,
-             kRms ? RowOp::RmsNorm : RowOp::LayerNorm > (x, w, b, y, rows, cols, eps, s)) {
+             kRms ? RowOp::RmsNorm : RowOp::LayerNorm > (x, w, b, res, y, rows, cols, eps, s)) {
     return;
   } else if (cols <= kBlock * kNormPerThread) {
     bool vec = (cols * sizeof(T)) % 16 == 0 && aligned16(x, 0, 1) && aligned16(w, 0, 1) &&
-               (b == nullptr || aligned16(b, 0, 1)) && aligned16(y, 0, 1);
+               (b == nullptr || aligned16(b, 0, 1)) && (res == nullptr || aligned16(res, 0, 1)) &&
+               aligned16(y, 0, 1);
     norm_block_reg_kernel<T, kRms><<<grid_for(rows, 1), kBlock, 0, s>>>(
-        x, w, b, y, rows, static_cast<unsigned>(cols), e, vec);
+        x, w, b, res, y, rows, static_cast<unsigned>(cols), e, vec);
   } else {
-    norm_block_kernel<T, kRms><<<grid_for(rows, 1), kBlock, 0, s>>>(x, w, b, y, rows, cols, e);
+    norm_block_kernel<T, kRms><<<grid_for(rows, 1), kBlock, 0, s>>>(x, w, b, res, y, rows, cols, e);
   }
   WICK_CUDA_CHECK_LAUNCH();
 }
@@ -587,30 +630,34 @@ void run_norm(const T* x, const T* w, const T* b, T* y, size_t rows, size_t cols
 }  // namespace
 
 void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const void* bias,
-                 void* y, size_t rows, size_t cols, double eps, cudaStream_t s) {
+                 void* y, size_t rows, size_t cols, double eps, cudaStream_t s,
+                 const void* residual) {
   if (rows == 0 || cols == 0) return;
   dispatch_float<DeviceTypes>(dtype, rms ? "rms_norm" : "layer_norm", [&]<class T>() {
     auto xp = static_cast<const T*>(x);
     auto wp = static_cast<const T*>(weight);
     auto bp = static_cast<const T*>(bias);
+    auto rp = static_cast<const T*>(residual);
     auto yp = static_cast<T*>(y);
     if (rms) {
-      run_norm<T, true>(xp, wp, nullptr, yp, rows, cols, eps, s);
+      run_norm<T, true>(xp, wp, nullptr, rp, yp, rows, cols, eps, s);
     } else {
-      run_norm<T, false>(xp, wp, bp, yp, rows, cols, eps, s);
+      run_norm<T, false>(xp, wp, bp, rp, yp, rows, cols, eps, s);
     }
   });
 }
 
 void launch_rms_norm_f32_weight(DType dtype, const void* x, const float* weight, void* y,
-                                size_t rows, size_t cols, double eps, cudaStream_t s) {
+                                size_t rows, size_t cols, double eps, cudaStream_t s,
+                                const void* residual) {
   if (rows == 0 || cols == 0) return;
   if (dtype != DType::F16 && dtype != DType::BF16) {
     throw UnsupportedDType("rms_norm with an f32 weight: x must be f16 or bf16");
   }
   dispatch_float<DeviceTypes>(dtype, "rms_norm", [&]<class T>() {
     rms_norm_f32_weight_kernel<T><<<grid_for(rows, 1), kBlock, 0, s>>>(
-        static_cast<const T*>(x), weight, static_cast<T*>(y), rows, cols, static_cast<float>(eps));
+        static_cast<const T*>(x), weight, static_cast<const T*>(residual), static_cast<T*>(y), rows,
+        cols, static_cast<float>(eps));
     WICK_CUDA_CHECK_LAUNCH();
   });
 }
@@ -619,7 +666,7 @@ bool launch_softmax_rows_vec(DType dtype, const void* src, void* dst, size_t row
                              cudaStream_t s) {
   if (rows == 0 || cols == 0) return true;
   return dispatch_float<DeviceTypes>(dtype, "softmax", [&]<class T>() {
-    return try_row_vec<T, RowOp::Softmax>(static_cast<const T*>(src), nullptr, nullptr,
+    return try_row_vec<T, RowOp::Softmax>(static_cast<const T*>(src), nullptr, nullptr, nullptr,
                                           static_cast<T*>(dst), rows, cols, 0.0, s);
   });
 }

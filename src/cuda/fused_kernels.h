@@ -12,13 +12,17 @@
 
 namespace wick::cuda {
 
-/// layer_norm (rms = false; bias may be null) or rms_norm over contiguous rows x cols.
+/// layer_norm (rms = false; bias may be null) or rms_norm over contiguous rows x cols. With a
+/// residual (rows x cols, x's dtype), y = residual + the norm's output, rounded once more.
 void launch_norm(DType dtype, bool rms, const void* x, const void* weight, const void* bias,
-                 void* y, size_t rows, size_t cols, double eps, cudaStream_t s);
+                 void* y, size_t rows, size_t cols, double eps, cudaStream_t s,
+                 const void* residual = nullptr);
 
-/// rms_norm of contiguous f16/bf16 rows x cols by an f32 weight: in f32, rounded once.
+/// rms_norm of contiguous f16/bf16 rows x cols by an f32 weight: in f32, rounded once; plus the
+/// residual, as launch_norm's, when given.
 void launch_rms_norm_f32_weight(DType dtype, const void* x, const float* weight, void* y,
-                                size_t rows, size_t cols, double eps, cudaStream_t s);
+                                size_t rows, size_t cols, double eps, cudaStream_t s,
+                                const void* residual = nullptr);
 
 /// softmax over contiguous rows x cols by the vector row kernel (rows 16-byte aligned and up to
 /// 32768 bf16 / 16384 f32 long); false, with nothing launched, when it does not apply.

@@ -1,9 +1,10 @@
-// nn::add_rms_norm and nn::silu_mul: checks, then their CustomOps (src/fused/decoder.h), whose
-// fallbacks (the compositions autograd records) are defined here.
+// nn::add_rms_norm, nn::add_rms_normed and nn::silu_mul: checks, then their CustomOps
+// (src/fused/decoder.h), whose fallbacks (the compositions autograd records) are defined here.
 
 #include "wick/nn/decoder_ops.h"
 
 #include "fused/decoder.h"
+#include "fused/norm.h"
 #include "tensor_internal.h"
 #include "wick/error.h"
 
@@ -52,6 +53,34 @@ ResidualNorm add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& we
   return {r[0].reshape(x.shape()), r[1].reshape(x.shape())};
 }
 
+Tensor add_rms_normed(const Tensor& x, const Tensor& delta, const Tensor& weight, double eps) {
+  constexpr const char* kOp = "add_rms_normed";
+  impl_of(x, kOp);
+  impl_of(delta, kOp);
+  impl_of(weight, kOp);
+  check_float(kOp, x);
+  if (x.rank() == 0 || x.shape() != delta.shape() || weight.rank() != 1 ||
+      weight.dims()[0] != x.dims().back()) {
+    throw ShapeMismatch(str(kOp, ": x ", x.shape(), ", delta ", delta.shape(), " and weight ",
+                            weight.shape(), " must be (..., d), (..., d) and (d)"));
+  }
+  if (delta.dtype() != x.dtype() || !fused::rms_norm_weight_fits(x.dtype(), weight.dtype())) {
+    throw DTypeMismatch(str(kOp, ": x ", x.dtype(), ", delta ", delta.dtype(), ", weight ",
+                            weight.dtype(), " (delta of x's dtype; weight of it, or f32 for ",
+                            "f16/bf16 x)"));
+  }
+  if (delta.device() != x.device() || weight.device() != x.device()) {
+    throw DeviceMismatch(str(kOp, ": x on ", x.device(), ", delta on ", delta.device(),
+                             ", weight on ", weight.device()));
+  }
+  if (!(eps >= 0)) throw Error(str(kOp, ": eps must be >= 0, got ", eps));
+  fused::AddRmsNormedOp op(eps);
+  if (x.elem_count() == 0) return op.fallback({x, delta, weight})[0];
+  size_t d = x.dims().back(), rows = x.elem_count() / d;
+  Tensor x2 = x.contiguous().reshape({rows, d}), d2 = delta.contiguous().reshape({rows, d});
+  return wick::apply(op, {x2, d2, weight.contiguous()})[0].reshape(x.shape());
+}
+
 Tensor silu_mul(const Tensor& gate_up) {
   constexpr const char* kOp = "silu_mul";
   impl_of(gate_up, kOp);
@@ -76,6 +105,10 @@ namespace wick::fused {
 TensorList AddRmsNormOp::fallback(const TensorList& in) const {
   Tensor sum = in[0].add(in[1]);
   return {sum, sum.rms_norm(in[2], eps)};
+}
+
+TensorList AddRmsNormedOp::fallback(const TensorList& in) const {
+  return {in[0].add(in[1].rms_norm(in[2], eps))};
 }
 
 TensorList SiluMulOp::fallback(const TensorList& in) const {

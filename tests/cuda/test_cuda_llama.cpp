@@ -291,6 +291,46 @@ TEST(CudaDecoderOps, AddRmsNormAndSiluMulMatchCpu) {
   }
 }
 
+// add_rms_normed on the GPU keeps the bits of x.add(delta.rms_norm(w)) there: rows the norm's
+// warp kernel (d <= 1024), vector row kernel (2560, 1152), register block kernel (1030: not whole
+// vectors) and looping block kernel (9000) take, weights of the dtype and f32 (Gemma's 1 + w).
+TEST(CudaDecoderOps, AddRmsNormedEqualsCompositionBitForBit) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  const double eps = 1e-6;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    std::vector<DType> weights{dt};
+    if (dt != DType::F32) weights.push_back(DType::F32);
+    for (DType wt : weights) {
+      for (size_t d :
+           {size_t{1152}, size_t{2560}, size_t{64}, size_t{40}, size_t{1030}, size_t{9000}}) {
+        for (size_t rows : {size_t{1}, size_t{4}, size_t{33}}) {
+          Tensor x = testing::random_tensor({rows, d}, dt);
+          Tensor delta = testing::random_tensor({rows, d}, dt);
+          Tensor w = testing::random_tensor({d}, wt);
+          Tensor xg = x.to_device(gpu), dg = delta.to_device(gpu), wg = w.to_device(gpu);
+          std::vector<double> got = nn::add_rms_normed(xg, dg, wg, eps).to_vec_f64();
+          std::vector<double> want = xg.add(dg.rms_norm(wg, eps)).to_vec_f64();
+          size_t differ = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            differ += got[i] != want[i] || std::signbit(got[i]) != std::signbit(want[i]);
+          }
+          EXPECT_EQ(differ, 0u) << dt << " weight " << wt << " rows " << rows << " d " << d;
+          // And near the CPU's (tested there against a float64 reference).
+          EXPECT_TRUE(testing::close_to(nn::add_rms_normed(xg, dg, wg, eps),
+                                        testing::f64(nn::add_rms_normed(x, delta, w, eps)),
+                                        2 * testing::tolerance(dt)))
+              << dt << " weight " << wt << " rows " << rows << " d " << d;
+        }
+      }
+    }
+  }
+  Tensor x = testing::random_tensor({2, 8}, DType::BF16).to_device(gpu);
+  EXPECT_THROW(nn::add_rms_normed(x, x.to_device(Device::cpu()),
+                                  testing::random_tensor({8}, DType::F32).to_device(gpu), eps),
+               DeviceMismatch);
+}
+
 TEST(CudaDecoderOps, RopeWriteAtPositionMatchesCpu) {
   SKIP_WITHOUT_GPU();
   Device gpu = Device::cuda(0);
