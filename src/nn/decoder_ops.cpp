@@ -21,27 +21,38 @@ void check_float(const char* op, const Tensor& t) {
   }
 }
 
+// x and delta (..., d) of a float dtype, weight (d): the residual ops' operands.
+void check_residual_shapes(const char* op, const Tensor& x, const Tensor& delta,
+                           const Tensor& weight) {
+  impl_of(x, op);
+  impl_of(delta, op);
+  impl_of(weight, op);
+  check_float(op, x);
+  if (x.rank() == 0 || x.shape() != delta.shape() || weight.rank() != 1 ||
+      weight.dims()[0] != x.dims().back()) {
+    throw ShapeMismatch(str(op, ": x ", x.shape(), ", delta ", delta.shape(), " and weight ",
+                            weight.shape(), " must be (..., d), (..., d) and (d)"));
+  }
+}
+
+void check_residual_devices(const char* op, const Tensor& x, const Tensor& delta,
+                            const Tensor& weight) {
+  if (delta.device() != x.device() || weight.device() != x.device()) {
+    throw DeviceMismatch(str(op, ": x on ", x.device(), ", delta on ", delta.device(),
+                             ", weight on ", weight.device()));
+  }
+}
+
 }  // namespace
 
 ResidualNorm add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& weight, double eps) {
   constexpr const char* kOp = "add_rms_norm";
-  impl_of(x, kOp);
-  impl_of(delta, kOp);
-  impl_of(weight, kOp);
-  check_float(kOp, x);
-  if (x.rank() == 0 || x.shape() != delta.shape() || weight.rank() != 1 ||
-      weight.dims()[0] != x.dims().back()) {
-    throw ShapeMismatch(str(kOp, ": x ", x.shape(), ", delta ", delta.shape(), " and weight ",
-                            weight.shape(), " must be (..., d), (..., d) and (d)"));
-  }
+  check_residual_shapes(kOp, x, delta, weight);
   if (delta.dtype() != x.dtype() || weight.dtype() != x.dtype()) {
     throw DTypeMismatch(
         str(kOp, ": x ", x.dtype(), ", delta ", delta.dtype(), ", weight ", weight.dtype()));
   }
-  if (delta.device() != x.device() || weight.device() != x.device()) {
-    throw DeviceMismatch(str(kOp, ": x on ", x.device(), ", delta on ", delta.device(),
-                             ", weight on ", weight.device()));
-  }
+  check_residual_devices(kOp, x, delta, weight);
   fused::AddRmsNormOp op(eps);
   if (x.elem_count() == 0) {
     TensorList r = op.fallback({x, delta, weight});
@@ -55,24 +66,13 @@ ResidualNorm add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& we
 
 Tensor add_rms_normed(const Tensor& x, const Tensor& delta, const Tensor& weight, double eps) {
   constexpr const char* kOp = "add_rms_normed";
-  impl_of(x, kOp);
-  impl_of(delta, kOp);
-  impl_of(weight, kOp);
-  check_float(kOp, x);
-  if (x.rank() == 0 || x.shape() != delta.shape() || weight.rank() != 1 ||
-      weight.dims()[0] != x.dims().back()) {
-    throw ShapeMismatch(str(kOp, ": x ", x.shape(), ", delta ", delta.shape(), " and weight ",
-                            weight.shape(), " must be (..., d), (..., d) and (d)"));
-  }
+  check_residual_shapes(kOp, x, delta, weight);
   if (delta.dtype() != x.dtype() || !fused::rms_norm_weight_fits(x.dtype(), weight.dtype())) {
     throw DTypeMismatch(str(kOp, ": x ", x.dtype(), ", delta ", delta.dtype(), ", weight ",
                             weight.dtype(), " (delta of x's dtype; weight of it, or f32 for ",
                             "f16/bf16 x)"));
   }
-  if (delta.device() != x.device() || weight.device() != x.device()) {
-    throw DeviceMismatch(str(kOp, ": x on ", x.device(), ", delta on ", delta.device(),
-                             ", weight on ", weight.device()));
-  }
+  check_residual_devices(kOp, x, delta, weight);
   if (!(eps >= 0)) throw Error(str(kOp, ": eps must be >= 0, got ", eps));
   fused::AddRmsNormedOp op(eps);
   if (x.elem_count() == 0) return op.fallback({x, delta, weight})[0];
