@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -26,5 +27,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)wick::models::BertConfig::from_file(path);
   } catch (const wick::Error&) {
   }
+  std::remove(path.c_str());  // one file per input, none left behind
   return 0;
 }

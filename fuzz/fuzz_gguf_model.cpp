@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -48,5 +49,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)tok.apply_chat_template({{"user", "hi"}});
   } catch (const wick::Error&) {
   }
+  std::remove(path.c_str());  // the loaders read a path: one file per input, none left behind
   return 0;
 }

@@ -48,10 +48,20 @@ std::string make_folder() {
   return dir.string();
 }
 
+// The folder, removed when the process ends.
+struct Folder {
+  std::string path = make_folder();
+  ~Folder() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string dir = make_folder();
+  static const Folder folder;
+  const std::string& dir = folder.path;
   static const std::string index = dir + "/model.safetensors.index.json";
   {
     std::ofstream out(index, std::ios::binary | std::ios::trunc);
