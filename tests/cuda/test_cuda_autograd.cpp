@@ -118,7 +118,7 @@ TEST(CudaAutograd, UnaryOps) {
     for (Form form : {Form::Contiguous, Form::Transposed, Form::Narrowed}) {
       SCOPED_TRACE(name);
       expect_same_gradients({{{33, 17}, form, lo, hi}},
-                            [&](const std::vector<Tensor>& x) { return f(x[0]); });
+                            [&f = f](const std::vector<Tensor>& x) { return f(x[0]); });
     }
   }
 }
@@ -136,9 +136,9 @@ TEST(CudaAutograd, BinaryAndBroadcastOps) {
   for (const auto& [name, f] : cases) {
     SCOPED_TRACE(name);
     expect_same_gradients({{{20, 30}, Form::Transposed}, {{20, 30}, Form::Narrowed, 0.5}},
-                          [&](const std::vector<Tensor>& x) { return f(x[0], x[1]); });
+                          [&f = f](const std::vector<Tensor>& x) { return f(x[0], x[1]); });
     expect_same_gradients({{{4, 20, 30}}, {{20, 1}, Form::Contiguous, 0.5}},
-                          [&](const std::vector<Tensor>& x) { return f(x[0], x[1]); });
+                          [&f = f](const std::vector<Tensor>& x) { return f(x[0], x[1]); });
   }
 }
 

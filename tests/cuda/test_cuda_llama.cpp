@@ -264,7 +264,7 @@ TEST(CudaDecoderOps, TokenMailboxPostsTokensByPosition) {
   EXPECT_THROW(mailbox.wait(43), BackendError);
   EXPECT_THROW(mailbox.advance(Tensor::from_vec(std::vector<uint32_t>{1, 2}, {2}, dev), input),
                ShapeMismatch);
-  EXPECT_THROW(detail::TokenMailbox(Device::cpu()), DeviceMismatch);
+  EXPECT_THROW(detail::TokenMailbox mailbox_on_cpu(Device::cpu()), DeviceMismatch);
 }
 
 // ---- the fused decoder ops: GPU against the CPU's (tested there against f64 compositions) ----
@@ -369,8 +369,10 @@ TEST(CudaDecoderOps, RopeWriteWithNormsAndPagesMatchesCpu) {
   const Device cpu = Device::cpu();
   const size_t s = 3, h = 4, hkv = 2, rows = 12, p = 7;
   // bf16 with f32 norm weights: Gemma's, normalised in f32 and rounded once.
-  for (auto [dt, norm_dt] : {std::pair{DType::F32, DType::F32}, std::pair{DType::BF16, DType::BF16},
-                             std::pair{DType::BF16, DType::F32}}) {
+  for (auto [dtype, norm_dtype] :
+       {std::pair{DType::F32, DType::F32}, std::pair{DType::BF16, DType::BF16},
+        std::pair{DType::BF16, DType::F32}}) {
+    const DType dt = dtype, norm_dt = norm_dtype;  // lambdas below capture them (not bindings)
     for (size_t d : {size_t{16}, size_t{128}, size_t{256}, size_t{512}}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " norms " + dtype_name(norm_dt) + " d " +
                    std::to_string(d));
