@@ -38,9 +38,10 @@ inline float hsum8(v8f v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-/// One row of rms_norm as fused::NormOp's CPU kernel computes it (the plain norm and
-/// nn::add_rms_normed share it, so that they sum in one order): v (d) the row widened, w (d) the
-/// weight widened; y = w * round(v * rstd) rounded to T, or with `f32_weight` (an f32 weight of
+/// One row of rms_norm as fused::NormOp's CPU kernel computes it (its sum of squares and output,
+/// lane_sum_sq_dev and rms_out; for an f32 weight its fallback's arithmetic), for
+/// nn::add_rms_normed, so that both give the same bits: v (d) the row widened, w (d) the weight
+/// widened; y = w * round(v * rstd) rounded to T, or with `f32_weight` (an f32 weight of
 /// f16/bf16 rows) round(w * (v * rstd)). Defined for float, double, f16 and bf16.
 template <class T>
 void rms_norm_row(const compute_t<T>* v, const compute_t<T>* w, compute_t<T> eps, size_t d,

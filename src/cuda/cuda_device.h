@@ -42,6 +42,7 @@ class CudaDevice final : public BackendDevice {
   Queue& queue() { return queue_; }
   const Queue& queue() const { return queue_; }
   Allocator& allocator() { return allocator_; }
+  PinnedStaging& staging() { return staging_; }
   MatmulEngine& matmul_engine() { return *matmul_; }
 
   // ---- BackendDevice ----

@@ -4,7 +4,6 @@
 
 #include "cuda/decoder_ops.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -243,44 +242,19 @@ uint32_t TokenMailbox::wait(uint32_t position) {
   }
 }
 
-// Pinned buffers of PendingTokens, kept for the next window: allocating pinned memory costs more
-// than the copy.
-namespace {
-
-struct PinnedBuffer {
-  void* data = nullptr;
-  size_t bytes = 0;
-  cudaEvent_t done = nullptr;
-};
-
-std::mutex pinned_mutex;
-std::vector<PinnedBuffer> pinned_free;
-
-PinnedBuffer take_pinned(size_t bytes) {
-  {
-    std::lock_guard lock(pinned_mutex);
-    for (size_t i = 0; i < pinned_free.size(); ++i) {
-      if (pinned_free[i].bytes >= bytes) {
-        PinnedBuffer b = pinned_free[i];
-        pinned_free.erase(pinned_free.begin() + static_cast<ptrdiff_t>(i));
-        return b;
-      }
-    }
-  }
-  PinnedBuffer b;
-  b.bytes = std::max<size_t>(bytes, 64 << 10);
-  WICK_CUDA_CHECK(cudaHostAlloc(&b.data, b.bytes, cudaHostAllocDefault));
-  WICK_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
-  return b;
-}
-
-}  // namespace
-
 struct PendingTokens::Impl {
   cuda::CudaDevice* device = nullptr;
-  PinnedBuffer buffer;
+  std::shared_ptr<void> buffer;  // a pinned chunk of the device's staging
+  cudaEvent_t done = nullptr;    // recorded after the copy into it
   size_t count = 0;
   bool waited = false;
+
+  ~Impl() {
+    if (done == nullptr) return;
+    // The copy writes the chunk until its event: wait before the chunk goes back to the pool.
+    if (!waited && cudaEventSynchronize(done) != cudaSuccess) (void)cudaGetLastError();
+    (void)cudaEventDestroy(done);
+  }
 };
 
 PendingTokens::PendingTokens(const Tensor& tokens) : impl_(std::make_unique<Impl>()) {
@@ -291,30 +265,20 @@ PendingTokens::PendingTokens(const Tensor& tokens) : impl_(std::make_unique<Impl
   impl_->device = &cuda::cuda_device(tokens.device().ordinal());
   impl_->count = tokens.elem_count();
   cuda::make_current(tokens.device().ordinal());
-  impl_->buffer = take_pinned(impl_->count * sizeof(uint32_t));
+  impl_->buffer = impl_->device->staging().upload_chunk(impl_->count * sizeof(uint32_t));
+  WICK_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->done, cudaEventDisableTiming));
   auto locks = read_locks({&tokens});
   impl_->device->queue().read_back_later(ptr_of(tokens), impl_->count * sizeof(uint32_t),
-                                         impl_->buffer.data, impl_->buffer.done);
+                                         impl_->buffer.get(), impl_->done);
 }
 
-PendingTokens::~PendingTokens() {
-  if (impl_->buffer.data == nullptr) return;
-  if (!impl_->waited) {
-    // The copy writes the buffer until its event: wait before the buffer is handed out again.
-    if (cudaEventSynchronize(impl_->buffer.done) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;  // a failed context: the buffer is not reused
-    }
-  }
-  std::lock_guard lock(pinned_mutex);
-  pinned_free.push_back(impl_->buffer);
-}
+PendingTokens::~PendingTokens() = default;
 
 std::vector<uint32_t> PendingTokens::wait() {
   if (impl_->waited) throw Error("PendingTokens::wait: the tokens were read already");
-  impl_->device->queue().wait_for(impl_->buffer.done, "PendingTokens::wait");
+  impl_->device->queue().wait_for(impl_->done, "PendingTokens::wait");
   impl_->waited = true;
-  const auto* p = static_cast<const uint32_t*>(impl_->buffer.data);
+  const auto* p = static_cast<const uint32_t*>(impl_->buffer.get());
   return std::vector<uint32_t>(p, p + impl_->count);
 }
 

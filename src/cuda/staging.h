@@ -1,7 +1,8 @@
 #pragma once
 // Pinned host memory of one GPU's transfers: the read-back buffer, which grows and never shrinks,
-// and upload chunks by size class, reused once the batch that copies from them has run. Pinned
-// memory keeps small copies asynchronous and at full speed. Freed by the driver at process end.
+// and chunks by size class (uploads, and read-backs waited for later: PendingTokens), reused once
+// the copy from or into them has run. Pinned memory keeps small copies asynchronous and at full
+// speed. Freed by the driver at process end.
 
 #include <cstddef>
 #include <memory>
@@ -20,7 +21,7 @@ class PinnedStaging {
   /// Read-back buffer of at least `bytes`. The caller serialises (the queue lock) and has waited
   /// for every earlier read-back: a bigger buffer replaces the old one.
   void* read_buffer(size_t bytes);
-  /// An upload chunk of at least `bytes`, back in the pool when the last owner lets go (the
+  /// A chunk of at least `bytes`, back in the pool when the last owner lets go (an upload's: the
   /// queue keeps it until its batch has run). Thread-safe.
   std::shared_ptr<void> upload_chunk(size_t bytes);
 
