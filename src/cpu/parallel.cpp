@@ -57,27 +57,40 @@ constexpr unsigned kCallerSpins = 64;
 // How long an idle worker spins before it sleeps (it sleeps at once on an oversubscribed machine).
 constexpr size_t kSpinUs = 300;
 
-// Whether the machine has more runnable threads than CPUs (the running count of /proc/loadavg,
-// read at most every 20 ms). Spinning workers then only take CPU time from the threads with
-// work, while sleeping ones get the scheduler's wake-up preference: they sleep at once.
+// Whether the machine has more runnable threads than CPUs, on average: the running count of
+// /proc/loadavg, read at most every kLoadCheckMs, smoothed over a few reads (each read moves the
+// average kLoadSmoothing of the way). A single read catches whatever thread was awake at that
+// instant -- a server's HTTP thread writing a token, its client reading it -- and a pool that
+// took that for a loaded machine slept between jobs for the next kLoadCheckMs. Spinning workers on
+// a machine that stays oversubscribed only take CPU time from the threads with work, while
+// sleeping ones get the scheduler's wake-up preference: they sleep at once.
+constexpr int kLoadCheckMs = 20;
+constexpr int64_t kLoadSmoothing = 4;  // the average moves 1/4 of the way a read
 bool loadavg_oversubscribed() {
   static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   static std::atomic<int64_t> next_check{0};
+  // The average running count, in thousandths; -1 before the first read.
+  static std::atomic<int64_t> average_milli{-1};
   static std::atomic<bool> over{false};
   const int64_t now = Clock::now().time_since_epoch().count();
   int64_t next = next_check.load(std::memory_order_relaxed);
   if (now < next ||
-      !next_check.compare_exchange_strong(
-          next,
-          now +
-              std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(20)).count())) {
+      !next_check.compare_exchange_strong(next, now + std::chrono::duration_cast<Clock::duration>(
+                                                          std::chrono::milliseconds(kLoadCheckMs))
+                                                          .count())) {
     return over.load(std::memory_order_relaxed);
   }
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     double l1, l5, l15;
     long running = 0, total = 0;
     if (std::fscanf(f, "%lf %lf %lf %ld/%ld", &l1, &l5, &l15, &running, &total) == 5) {
-      over.store(running > cpus, std::memory_order_relaxed);
+      // Only the thread that won the compare-exchange above gets here: no other writer.
+      const int64_t sample = int64_t{running} * 1000;
+      int64_t average = average_milli.load(std::memory_order_relaxed);
+      average = average < 0 ? sample : average + (sample - average) / kLoadSmoothing;
+      average_milli.store(average, std::memory_order_relaxed);
+      // Above cpus + 1/2: a thread more than the CPUs on most reads.
+      over.store(average > int64_t{cpus} * 1000 + 500, std::memory_order_relaxed);
     }
     std::fclose(f);
   }
