@@ -330,7 +330,10 @@ bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual
 bool fused_project_norm_add(const Tensor& x, const QLinear& w, const Tensor& residual,
                             const Tensor& post_norm, double eps, Tensor* sum) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::NormAdd, x, Tensor(), 0, w, &l)) return false;
+  if (!cuda::tuning().gemv_norm_add ||
+      !prepare(cuda::GemvEpilogue::NormAdd, x, Tensor(), 0, w, &l)) {
+    return false;
+  }
   const size_t n = static_cast<size_t>(l.weight.n);
   for (const Tensor* t : {&residual, &post_norm}) {
     if (t->elem_count() != n || !t->is_contiguous() || t->device() != x.device()) return false;
