@@ -59,11 +59,9 @@ __device__ __forceinline__ float load_from_l2(const T* p) {
 template <class T, int N>
 __device__ __forceinline__ void norm_add_tail(const GemvArgs& a) {
   __shared__ bool last;
-  __syncthreads();  // the block's stores (finish_pairs) before its ticket
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(&g_norm_add_ticket, 1u) == gridDim.x - 1;
-  }
+  __threadfence();  // the block's stores (finish_pairs), seen by the device before its ticket
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&g_norm_add_ticket, 1u) == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
