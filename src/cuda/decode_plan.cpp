@@ -175,9 +175,14 @@ class CudaDecodePlan final : public DecodePlan {
         normed = r.normed;
       }
     };
-    // A residual add of the projection's output normalised first (Gemma's post-norms).
+    // A residual add of the projection's output normalised first (Gemma's post-norms): in the
+    // projection's kernel, else after it.
     auto project_norm_add = [&](const Tensor& in, const QLinear& w, const Tensor& post_norm) {
-      Tensor y;
+      Tensor sum, y;
+      if (fused_project_norm_add(in, w, x, post_norm, eps, &sum)) {
+        x = sum;
+        return;
+      }
       if (!fused_linear(in, Tensor(), 0, w, &y)) y = w.forward(in);
       x = nn::add_rms_normed(x, y, post_norm, eps);
     };
