@@ -21,13 +21,13 @@
 #include "cpu/attention.h"
 #include "cpu/cpu_storage.h"
 #include "cpu/kernels.h"
+#include "cpu/paged_attention.h"
 #include "cpu/qmatmul.h"
 #include "fused/quantized.h"
 #include "ops/norm_math.h"
 #include "ops/rope_math.h"
 #include "ops/unary_math.h"
 #include "tensor_internal.h"
-#include "wick/nn/paged_attention.h"
 #include "wick/paged_kv_cache.h"
 
 namespace wick::cpu {
@@ -142,9 +142,8 @@ class CpuDecodePlan final : public DecodePlan {
       return std::pair{f32_data_mut(cache.k(li)) + at, f32_data_mut(cache.v(li)) + at};
     };
     auto attend = [&](size_t li, const Tensor& q, float* att) {
-      Tensor out = nn::paged_attention(q.reshape({1, w_.heads, hd}), cache.k(li), cache.v(li),
-                                       b.page_table, b.token_seq, b.positions);
-      std::memcpy(att, f32_data(out), w_.heads * hd * sizeof(float));
+      paged_attention_f32(f32_data(q), 1, w_.heads, cache.k(li), cache.v(li), b.page_table,
+                          b.token_seq, b.positions, att);
     };
     return run(b.ids.reshape({1, 1}), p, cache.cos(), cache.sin(), write, attend);
   }

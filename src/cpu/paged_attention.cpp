@@ -20,6 +20,7 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/load8.h"
+#include "cpu/paged_attention.h"
 #include "cpu/parallel.h"
 #include "cpu/vec_exp.h"
 #include "dispatch.h"
@@ -179,18 +180,22 @@ void add_rows(acc_t<T>* acc, const acc_t<T>* p, size_t n, const Row& row, size_t
   for (size_t i = 0; i < n; ++i) axpy<T>(acc, p[i], row(i), d);
 }
 
-Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
-                           const Tensor& page_table, const Tensor& token_seq,
-                           const Tensor& token_pos, double scale, size_t window, double softcap) {
-  const size_t tokens = q.dims()[0], h = q.dims()[1], d = q.dims()[2];
-  const size_t pages = k_pages.dims()[0], h_kv = k_pages.dims()[1], ps = k_pages.dims()[2];
-  const size_t group = h / h_kv;
-  const size_t n_seqs = page_table.dims()[0], width = page_table.dims()[1];
-  auto out = std::make_unique<cpu::CpuStorage>(tokens * h * d, q.dtype());
-  auto locks = read_locks({&q, &k_pages, &v_pages, &page_table, &token_seq, &token_pos});
-  const uint32_t* table = data_of<uint32_t>(page_table);
-  const uint32_t* seq = data_of<uint32_t>(token_seq);
-  const uint32_t* pos = data_of<uint32_t>(token_pos);
+// Pointers and sizes of one paged attention call (see the file comment); T the element type.
+template <class T>
+struct PagedRows {
+  const T *q, *k, *v;         // (tokens, h, d); the pools (pages, h_kv, ps, d)
+  size_t tokens, h, d;        //
+  size_t pages, h_kv, ps;     //
+  const uint32_t* table;      // (n_seqs, width)
+  size_t n_seqs, width;       //
+  const uint32_t *seq, *pos;  // (tokens)
+  double scale, softcap;      // 0: 1 / sqrt(d); 0: none
+  size_t window;              // 0: none
+};
+
+// Each token's indices checked against the page table and the pool.
+void check_pages(size_t tokens, const uint32_t* seq, const uint32_t* pos, const uint32_t* table,
+                 size_t n_seqs, size_t width, size_t ps, size_t pages) {
   for (size_t t = 0; t < tokens; ++t) {
     if (seq[t] >= n_seqs || pos[t] / ps >= width) {
       throw IndexOutOfRange(str("paged_attention: token ", t, " of sequence ", seq[t],
@@ -204,76 +209,106 @@ Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor&
       }
     }
   }
-  dispatch_float(q.dtype(), "paged_attention", [&]<class T>() {
-    using A = acc_t<T>;
-    const T* qp = data_of<T>(q);
-    const T* kp = data_of<T>(k_pages);
-    const T* vp = data_of<T>(v_pages);
-    T* op = out->template as<T>();
-    const A sc = static_cast<A>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(d)));
-    const A cap = static_cast<A>(softcap);
-    auto first_key = [&](size_t p) { return window > 0 && p + 1 > window ? p + 1 - window : 0; };
-    // An item is a (token, k/v head) and its group's query heads, which share the key and value
-    // rows; where those are fewer than two a thread (a decode step), a (token, query head) alone.
-    // The same arithmetic a head either way. Chunks of about 16k multiply-adds, from the batch's
-    // average key count.
-    const size_t heads_per_item = tokens * h_kv < 2 * cpu::num_threads() ? 1 : group;
-    const size_t per_token = h / heads_per_item;
-    size_t keys = 0;
-    for (size_t t = 0; t < tokens; ++t) keys += pos[t] + 1 - first_key(pos[t]);
-    const size_t per_item = std::max<size_t>(1, keys * heads_per_item * d / tokens);
-    const size_t grain = std::max<size_t>(1, 16384 / per_item);
-    cpu::parallel_for(tokens * per_token, grain, [&](size_t begin, size_t end) {
-      std::vector<A> qf(heads_per_item * d), acc(d), scores;
-      for (size_t item = begin; item < end; ++item) {
-        const size_t t = item / per_token, head0 = item % per_token * heads_per_item;
-        const size_t g = head0 / group;
-        // Keys first..pos[t]: n of them, score i for position first + i.
-        const size_t first = first_key(pos[t]), n = pos[t] + 1 - first;
-        const uint32_t* pt = table + seq[t] * width;
-        scores.resize(heads_per_item * n);
-        for (size_t r = 0; r < heads_per_item * d; ++r) {
-          qf[r] = static_cast<A>(qp[(t * h + head0) * d + r]);
-        }
-        auto key_row = [&](const T* pool, size_t i) {
-          const size_t j = first + i;
-          return pool + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d;
-        };
-        auto score = [&](A dot_product) {
-          A x = dot_product * sc;
-          return cap > 0 ? cap * std::tanh(x / cap) : x;
-        };
-        size_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-          const T* rows[8];
-          for (size_t u = 0; u < 8; ++u) {
-            rows[u] = key_row(kp, i + u);
-            if (i + u + kPrefetchKeys < n)
-              prefetch_bytes(key_row(kp, i + u + kPrefetchKeys), d * sizeof(T));
-          }
-          for (size_t r = 0; r < heads_per_item; ++r) {
-            A dots[8];
-            dot8<T>(qf.data() + r * d, rows, d, dots);
-            for (size_t u = 0; u < 8; ++u) scores[r * n + i + u] = score(dots[u]);
-          }
-        }
-        for (; i < n; ++i) {
-          for (size_t r = 0; r < heads_per_item; ++r) {
-            scores[r * n + i] = score(dot<T>(qf.data() + r * d, key_row(kp, i), d));
-          }
+}
+
+template <class T>
+void attend_pages(const PagedRows<T>& a, T* op) {
+  using A = acc_t<T>;
+  check_pages(a.tokens, a.seq, a.pos, a.table, a.n_seqs, a.width, a.ps, a.pages);
+  const size_t tokens = a.tokens, h = a.h, d = a.d, h_kv = a.h_kv, ps = a.ps, width = a.width;
+  const size_t group = h / h_kv, window = a.window;
+  const uint32_t *table = a.table, *seq = a.seq, *pos = a.pos;
+  const T *qp = a.q, *kp = a.k, *vp = a.v;
+  const A sc = static_cast<A>(a.scale != 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(d)));
+  const A cap = static_cast<A>(a.softcap);
+  auto first_key = [&](size_t p) { return window > 0 && p + 1 > window ? p + 1 - window : 0; };
+  // An item is a (token, k/v head) and its group's query heads, which share the key and value
+  // rows; where those are fewer than two a thread (a decode step), a (token, query head) alone.
+  // The same arithmetic a head either way. Chunks of about 16k multiply-adds, from the batch's
+  // average key count.
+  const size_t heads_per_item = tokens * h_kv < 2 * cpu::num_threads() ? 1 : group;
+  const size_t per_token = h / heads_per_item;
+  size_t keys = 0;
+  for (size_t t = 0; t < tokens; ++t) keys += pos[t] + 1 - first_key(pos[t]);
+  const size_t per_item = std::max<size_t>(1, keys * heads_per_item * d / tokens);
+  const size_t grain = std::max<size_t>(1, 16384 / per_item);
+  cpu::parallel_for(tokens * per_token, grain, [&](size_t begin, size_t end) {
+    std::vector<A> qf(heads_per_item * d), acc(d), scores;
+    for (size_t item = begin; item < end; ++item) {
+      const size_t t = item / per_token, head0 = item % per_token * heads_per_item;
+      const size_t g = head0 / group;
+      // Keys first..pos[t]: n of them, score i for position first + i.
+      const size_t first = first_key(pos[t]), n = pos[t] + 1 - first;
+      const uint32_t* pt = table + seq[t] * width;
+      scores.resize(heads_per_item * n);
+      for (size_t r = 0; r < heads_per_item * d; ++r) {
+        qf[r] = static_cast<A>(qp[(t * h + head0) * d + r]);
+      }
+      auto key_row = [&](const T* pool, size_t i) {
+        const size_t j = first + i;
+        return pool + ((pt[j / ps] * h_kv + g) * ps + j % ps) * d;
+      };
+      auto score = [&](A dot_product) {
+        A x = dot_product * sc;
+        return cap > 0 ? cap * std::tanh(x / cap) : x;
+      };
+      size_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        const T* rows[8];
+        for (size_t u = 0; u < 8; ++u) {
+          rows[u] = key_row(kp, i + u);
+          if (i + u + kPrefetchKeys < n)
+            prefetch_bytes(key_row(kp, i + u + kPrefetchKeys), d * sizeof(T));
         }
         for (size_t r = 0; r < heads_per_item; ++r) {
-          A* s = scores.data() + r * n;
-          const A sum = softmax_unnormalised(s, n);
-          std::fill(acc.begin(), acc.end(), A(0));
-          add_rows<T>(
-              acc.data(), s, n, [&](size_t i) { return key_row(vp, i); }, d);
-          const A inv = A(1) / sum;
-          T* o = op + (t * h + head0 + r) * d;
-          for (size_t e = 0; e < d; ++e) o[e] = T(acc[e] * inv);
+          A dots[8];
+          dot8<T>(qf.data() + r * d, rows, d, dots);
+          for (size_t u = 0; u < 8; ++u) scores[r * n + i + u] = score(dots[u]);
         }
       }
-    });
+      for (; i < n; ++i) {
+        for (size_t r = 0; r < heads_per_item; ++r) {
+          scores[r * n + i] = score(dot<T>(qf.data() + r * d, key_row(kp, i), d));
+        }
+      }
+      for (size_t r = 0; r < heads_per_item; ++r) {
+        A* s = scores.data() + r * n;
+        const A sum = softmax_unnormalised(s, n);
+        std::fill(acc.begin(), acc.end(), A(0));
+        add_rows<T>(
+            acc.data(), s, n, [&](size_t i) { return key_row(vp, i); }, d);
+        const A inv = A(1) / sum;
+        T* o = op + (t * h + head0 + r) * d;
+        for (size_t e = 0; e < d; ++e) o[e] = T(acc[e] * inv);
+      }
+    }
+  });
+}
+
+Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                           const Tensor& page_table, const Tensor& token_seq,
+                           const Tensor& token_pos, double scale, size_t window, double softcap) {
+  auto out = std::make_unique<cpu::CpuStorage>(q.elem_count(), q.dtype());
+  auto locks = read_locks({&q, &k_pages, &v_pages, &page_table, &token_seq, &token_pos});
+  dispatch_float(q.dtype(), "paged_attention", [&]<class T>() {
+    const PagedRows<T> rows{data_of<T>(q),
+                            data_of<T>(k_pages),
+                            data_of<T>(v_pages),
+                            q.dims()[0],
+                            q.dims()[1],
+                            q.dims()[2],
+                            k_pages.dims()[0],
+                            k_pages.dims()[1],
+                            k_pages.dims()[2],
+                            data_of<uint32_t>(page_table),
+                            page_table.dims()[0],
+                            page_table.dims()[1],
+                            data_of<uint32_t>(token_seq),
+                            data_of<uint32_t>(token_pos),
+                            scale,
+                            softcap,
+                            window};
+    attend_pages<T>(rows, out->template as<T>());
   });
   return from_storage(std::move(out), q.shape());
 }
@@ -327,3 +362,46 @@ std::optional<TensorList> PagedKvWriteOp::cpu(const TensorList& in) const {
 }
 
 }  // namespace wick::fused
+
+namespace wick::cpu {
+
+void paged_attention_f32(const float* q, size_t tokens, size_t h, const Tensor& k_pages,
+                         const Tensor& v_pages, const Tensor& page_table, const Tensor& token_seq,
+                         const Tensor& token_pos, float* out) {
+  using detail::data_of;
+  for (const Tensor* t : {&k_pages, &v_pages}) {
+    if (t->dtype() != DType::F32 || t->rank() != 4 || !t->is_contiguous() ||
+        !t->device().is_cpu()) {
+      throw Error(
+          str("paged_attention_f32: the pools must be contiguous f32 (pages, h_kv, page "
+              "size, d) on the CPU, got ",
+              dtype_name(t->dtype()), " ", t->shape()));
+    }
+  }
+  for (const Tensor* t : {&page_table, &token_seq, &token_pos}) {
+    if (t->dtype() != DType::U32 || !t->is_contiguous() || !t->device().is_cpu()) {
+      throw Error(str("paged_attention_f32: the indices must be contiguous u32 on the CPU, got ",
+                      dtype_name(t->dtype()), " ", t->shape()));
+    }
+  }
+  const detail::PagedRows<float> rows{q,
+                                      data_of<float>(k_pages),
+                                      data_of<float>(v_pages),
+                                      tokens,
+                                      h,
+                                      k_pages.dims()[3],
+                                      k_pages.dims()[0],
+                                      k_pages.dims()[1],
+                                      k_pages.dims()[2],
+                                      data_of<uint32_t>(page_table),
+                                      page_table.dims()[0],
+                                      page_table.dims()[1],
+                                      data_of<uint32_t>(token_seq),
+                                      data_of<uint32_t>(token_pos),
+                                      0,
+                                      0,
+                                      0};
+  detail::attend_pages<float>(rows, out);
+}
+
+}  // namespace wick::cpu
