@@ -183,13 +183,15 @@ void add_rows(acc_t<T>* acc, const acc_t<T>* p, size_t n, const Row& row, size_t
 // Pointers and sizes of one paged attention call (see the file comment); T the element type.
 template <class T>
 struct PagedRows {
-  const T *q, *k, *v;         // (tokens, h, d); the pools (pages, h_kv, ps, d)
-  size_t tokens, h, d;        //
-  size_t pages, h_kv, ps;     //
-  const uint32_t* table;      // (n_seqs, width)
-  size_t n_seqs, width;       //
+  const T* q;      // (tokens, h, d)
+  const T *k, *v;  // the pools (pages, h_kv, ps, d)
+  size_t tokens, h, d;
+  size_t pages, h_kv, ps;
+  const uint32_t* table;  // (n_seqs, width)
+  size_t n_seqs, width;
   const uint32_t *seq, *pos;  // (tokens)
-  double scale, softcap;      // 0: 1 / sqrt(d); 0: none
+  double scale;               // 0: 1 / sqrt(d)
+  double softcap;             // 0: none
   size_t window;              // 0: none
 };
 
