@@ -195,6 +195,30 @@ struct PagedRows {
   size_t window;              // 0: none
 };
 
+// The call's pointers and sizes from its operands (q's rows already typed: tokens x h x d).
+template <class T>
+PagedRows<T> rows_of(const T* q, size_t tokens, size_t h, size_t d, const Tensor& k_pages,
+                     const Tensor& v_pages, const Tensor& page_table, const Tensor& token_seq,
+                     const Tensor& token_pos, double scale, double softcap, size_t window) {
+  return {q,
+          data_of<T>(k_pages),
+          data_of<T>(v_pages),
+          tokens,
+          h,
+          d,
+          k_pages.dims()[0],
+          k_pages.dims()[1],
+          k_pages.dims()[2],
+          data_of<uint32_t>(page_table),
+          page_table.dims()[0],
+          page_table.dims()[1],
+          data_of<uint32_t>(token_seq),
+          data_of<uint32_t>(token_pos),
+          scale,
+          softcap,
+          window};
+}
+
 // Each token's indices checked against the page table and the pool.
 void check_pages(size_t tokens, const uint32_t* seq, const uint32_t* pos, const uint32_t* table,
                  size_t n_seqs, size_t width, size_t ps, size_t pages) {
@@ -293,23 +317,9 @@ Tensor cpu_paged_attention(const Tensor& q, const Tensor& k_pages, const Tensor&
   auto out = std::make_unique<cpu::CpuStorage>(q.elem_count(), q.dtype());
   auto locks = read_locks({&q, &k_pages, &v_pages, &page_table, &token_seq, &token_pos});
   dispatch_float(q.dtype(), "paged_attention", [&]<class T>() {
-    const PagedRows<T> rows{data_of<T>(q),
-                            data_of<T>(k_pages),
-                            data_of<T>(v_pages),
-                            q.dims()[0],
-                            q.dims()[1],
-                            q.dims()[2],
-                            k_pages.dims()[0],
-                            k_pages.dims()[1],
-                            k_pages.dims()[2],
-                            data_of<uint32_t>(page_table),
-                            page_table.dims()[0],
-                            page_table.dims()[1],
-                            data_of<uint32_t>(token_seq),
-                            data_of<uint32_t>(token_pos),
-                            scale,
-                            softcap,
-                            window};
+    const PagedRows<T> rows =
+        rows_of(data_of<T>(q), q.dims()[0], q.dims()[1], q.dims()[2], k_pages, v_pages, page_table,
+                token_seq, token_pos, scale, softcap, window);
     attend_pages<T>(rows, out->template as<T>());
   });
   return from_storage(std::move(out), q.shape());
@@ -370,7 +380,6 @@ namespace wick::cpu {
 void paged_attention_f32(const float* q, size_t tokens, size_t h, const Tensor& k_pages,
                          const Tensor& v_pages, const Tensor& page_table, const Tensor& token_seq,
                          const Tensor& token_pos, float* out) {
-  using detail::data_of;
   for (const Tensor* t : {&k_pages, &v_pages}) {
     if (t->dtype() != DType::F32 || t->rank() != 4 || !t->is_contiguous() ||
         !t->device().is_cpu()) {
@@ -386,23 +395,8 @@ void paged_attention_f32(const float* q, size_t tokens, size_t h, const Tensor& 
                       dtype_name(t->dtype()), " ", t->shape()));
     }
   }
-  const detail::PagedRows<float> rows{q,
-                                      data_of<float>(k_pages),
-                                      data_of<float>(v_pages),
-                                      tokens,
-                                      h,
-                                      k_pages.dims()[3],
-                                      k_pages.dims()[0],
-                                      k_pages.dims()[1],
-                                      k_pages.dims()[2],
-                                      data_of<uint32_t>(page_table),
-                                      page_table.dims()[0],
-                                      page_table.dims()[1],
-                                      data_of<uint32_t>(token_seq),
-                                      data_of<uint32_t>(token_pos),
-                                      0,
-                                      0,
-                                      0};
+  const detail::PagedRows<float> rows = detail::rows_of(
+      q, tokens, h, k_pages.dims()[3], k_pages, v_pages, page_table, token_seq, token_pos, 0, 0, 0);
   detail::attend_pages<float>(rows, out);
 }
 
