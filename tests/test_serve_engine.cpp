@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/paged_attention.h"
 #include "fused/paged_attention.h"
 #include "nn_reference.h"
 #include "serve/decode_graphs.h"
@@ -162,6 +163,38 @@ TEST(PagedAttention, Errors) {
   EXPECT_EQ(pool.sum_all().to_vec_f64()[0], 16.0);
   EXPECT_EQ(pool.get(2).narrow(1, 3, 1).sum_all().to_vec_f64()[0], 16.0);
   EXPECT_EQ(pool_v.get(2).narrow(1, 3, 1).sum_all().to_vec_f64()[0], 32.0);
+}
+
+// cpu::paged_attention_f32, which the CPU decode plan calls on its own buffers once a layer: the
+// op's bits for a ragged batch (decode tokens and a prefill chunk), and the op's checks.
+TEST(PagedAttention, BackendEntryGivesTheOpsBits) {
+  const Device host = Device::cpu();
+  const size_t h = 6, h_kv = 2, d = 40, ps = 4, pages = 24;
+  auto tables = scattered_tables({8, 18, 9}, ps, pages);
+  const std::vector<uint32_t> seq{1, 0, 0, 0, 2}, pos{17, 5, 6, 7, 8};
+  const size_t t = seq.size();
+  Tensor q = wick::testing::random_tensor({t, h, d}, DType::F32);
+  Tensor k = wick::testing::random_tensor({pages, h_kv, ps, d}, DType::F32);
+  Tensor v = wick::testing::random_tensor({pages, h_kv, ps, d}, DType::F32);
+  Tensor table = table_tensor(tables), seqs = Tensor::from_vec(seq, {t}, host),
+         positions = Tensor::from_vec(pos, {t}, host);
+  const std::vector<float> qv = q.flatten_all().to_vec1<float>();
+  std::vector<float> got(t * h * d);
+  wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, positions, got.data());
+  const std::vector<double> want =
+      nn::paged_attention(q, k, v, table, seqs, positions).to_vec_f64();
+  EXPECT_EQ(std::vector<double>(got.begin(), got.end()), want);
+  EXPECT_GT(wick::testing::range_of(want), 0.1);
+  // Pools of another dtype, indices of another dtype, a position past the sequence's pages.
+  EXPECT_THROW(wick::cpu::paged_attention_f32(qv.data(), t, h, k.to_dtype(DType::F16), v, table,
+                                              seqs, positions, got.data()),
+               wick::Error);
+  EXPECT_THROW(wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table,
+                                              seqs.to_dtype(DType::I64), positions, got.data()),
+               wick::Error);
+  const Tensor far = Tensor::from_vec(std::vector<uint32_t>{17, 5, 6, 7, 4 * 5}, {t}, host);
+  EXPECT_THROW(wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, far, got.data()),
+               wick::IndexOutOfRange);
 }
 
 // ---- CausalLM::forward_paged ----
