@@ -1,14 +1,15 @@
 #pragma once
 // The decode plan: how a backend runs the one-token decode step of a standard decoder (pre-norm
 // RMS norms, fused q/k/v with optional bias, optional per-head q/k RMS norms before rope,
-// rotate-half rope over whole heads with a table per layer, grouped-query attention over a KvCache
+// rotate-half rope over whole heads or their first dims (partial rotary) with a table per layer,
+// grouped-query attention over a KvCache
 // with an optional sliding window, scale and score soft-cap, optional RMS norms of the attention's
 // and the FFN's outputs before their residual adds, a SiLU- or GELU-gated FFN, a scaled
 // embedding, tied or separate output head, optional logit soft-cap): Llama, Qwen2, Qwen3,
-// Mistral, Phi-3, Gemma 2 and 3. A model hands its weights over once (BackendDevice::decode_plan);
-// the backend may answer with a plan that fuses, prefetches and launches as it sees fit, or with
-// none, and the model then composes the step from its own ops. Models never see what a plan does;
-// plans never see a model's class.
+// Mistral, Phi-3 (Phi-4-mini's partial rotary too), Gemma 2 and 3. A model hands its weights over
+// once (BackendDevice::decode_plan); the backend may answer with a plan that fuses, prefetches and
+// launches as it sees fit, or with none, and the model then composes the step from its own ops.
+// Models never see what a plan does; plans never see a model's class.
 
 #include <cstddef>
 #include <vector>
@@ -39,14 +40,17 @@ struct DecoderWeights {
     // RMS norms of the attention's output projection and of the FFN's down projection before
     // each is added to the residual stream (Gemma), or undefined.
     Tensor post_attn_norm, post_ffn_norm;
-    // (positions, head_dim / 2) rope tables of this layer, covering every position a cache holds
-    // (Gemma 3's local layers), or undefined: the cache's.
+    // (positions, rotary_dims / 2) rope tables of this layer, covering every position a cache
+    // holds (Gemma 3's local layers), or undefined: the cache's.
     Tensor cos, sin;
     size_t window = 0;   // > 0: the position p attends keys (p - window, p] only
     double scale = 0;    // of the scores; 0: 1 / sqrt(head_dim)
     double softcap = 0;  // > 0: scores softcap tanh(score / softcap)
   };
   size_t heads = 0, kv_heads = 0, head_dim = 0;
+  // The dims of each q and k head that rope turns, the first ones: head_dim, or fewer (partial
+  // rotary; the rest pass through). The rope tables are rotary_dims / 2 wide.
+  size_t rotary_dims = 0;
   double eps = 0;          // of every RMS norm
   double embed_scale = 1;  // the embedding times this (affine), Gemma's sqrt(hidden)
   GatedActivation activation = GatedActivation::SiLU;

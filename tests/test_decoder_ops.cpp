@@ -315,6 +315,59 @@ TEST(DecoderOps, RopeWriteAtPositionMatchesComposition) {
   }
 }
 
+// Partial rotary (Phi-4-mini): tables of r / 2 < d / 2 rotate the first r dims of each q and k
+// head (rope_ref over those dims) and pass the others through unchanged, at a position (the CPU
+// kernel in f32, the composition in f64 and bf16) and into a paged cache's slots; tables wider
+// than half a head are refused.
+TEST(DecoderOps, RopeWritePartialRotatesTheFirstDimsOnly) {
+  const size_t s = 3, h = 4, hkv = 2, d = 12, rows = 10, p = 4;
+  for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
+    for (size_t r : {size_t{4}, size_t{8}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " rotating " + std::to_string(r) + " of 12");
+      Tensor qkv = random_tensor({1, s, (h + 2 * hkv) * d}, dt);
+      Tensor cos = random_tensor({rows, r / 2}, dt), sin = random_tensor({rows, r / 2}, dt);
+      auto heads = [&](size_t from, size_t n) {  // (1, n, s, d)
+        return qkv.narrow(2, from * d, n * d).reshape({1, s, n, d}).transpose(1, 2);
+      };
+      // got (1, n, s, d) against the heads of qkv from `from` at table rows c, sn.
+      auto check = [&](const Tensor& got, size_t from, size_t n, const Tensor& c,
+                       const Tensor& sn) {
+        Tensor x = heads(from, n);
+        EXPECT_TRUE(rope_within(got.narrow(3, 0, r).contiguous(), x.narrow(3, 0, r).contiguous(), c,
+                                sn, false));
+        EXPECT_EQ(got.narrow(3, r, d - r).to_vec_f64(), x.narrow(3, r, d - r).to_vec_f64());
+      };
+      Tensor kc = Tensor::zeros({1, hkv, rows, d}, dt, cpu),
+             vc = Tensor::zeros(kc.shape(), dt, cpu);
+      Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, cpu);
+      Tensor q = nn::detail::rope_write_at_position(qkv, Tensor(), h, hkv, cos, sin, kc, vc, pos);
+      check(q, 0, h, cos.narrow(0, p, s), sin.narrow(0, p, s));
+      check(kc.narrow(2, p, s), h, hkv, cos.narrow(0, p, s), sin.narrow(0, p, s));
+      EXPECT_EQ(vc.narrow(2, p, s).to_vec_f64(), heads(h + hkv, hkv).to_vec_f64());
+      // Paged: token t at positions[t], its keys at slots[t] of pools (pages, hkv, 4, d).
+      std::vector<uint32_t> positions = {7, 0, 3}, slots = {9, 2, 6};
+      Tensor pos_t = Tensor::from_vec(positions, {s}, cpu);
+      Tensor kp = Tensor::zeros({3, hkv, 4, d}, dt, cpu), vp = Tensor::zeros(kp.shape(), dt, cpu);
+      Tensor q_paged =
+          nn::detail::rope_write_paged(qkv.reshape({s, (h + 2 * hkv) * d}), Tensor(), h, hkv, cos,
+                                       sin, kp, vp, pos_t, Tensor::from_vec(slots, {s}, cpu));
+      Tensor c = cos.index_select(pos_t, 0), sn = sin.index_select(pos_t, 0);
+      check(q_paged.transpose(0, 1).unsqueeze(0), 0, h, c, sn);
+      std::vector<Tensor> keys;
+      for (size_t t = 0; t < s; ++t) {
+        keys.push_back(kp.get(slots[t] / 4).narrow(1, slots[t] % 4, 1));  // (hkv, 1, d)
+      }
+      check(Tensor::cat(keys, 1).unsqueeze(0), h, hkv, c, sn);
+    }
+    Tensor qkv = random_tensor({1, 1, (h + 2 * hkv) * d}, dt);
+    Tensor wide = random_tensor({rows, d / 2 + 1}, dt);
+    Tensor kc = Tensor::zeros({1, hkv, rows, d}, dt, cpu), vc = Tensor::zeros(kc.shape(), dt, cpu);
+    Tensor pos = Tensor::from_vec(std::vector<uint32_t>{0}, {1}, cpu);
+    EXPECT_THROW(nn::detail::rope_write_at_position(qkv, Tensor(), h, hkv, wide, wide, kc, vc, pos),
+                 ShapeMismatch);
+  }
+}
+
 // Per-head norms before rope: with tables of cos 1 and sin 0 (rope the identity) the q heads
 // and the keys written are each head of qkv + bias normalised (norm_within), the values copied;
 // at a position and into a paged cache's slots alike.

@@ -5,9 +5,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,7 +18,9 @@
 
 #include "cpu/paged_attention.h"
 #include "fused/paged_attention.h"
+#include "models/decoder.h"
 #include "nn_reference.h"
+#include "qmatmul_test_util.h"
 #include "serve/decode_graphs.h"
 #include "serve/page_pool.h"
 #include "test_util.h"
@@ -1105,6 +1110,49 @@ TEST_P(FamilyPaged, LogitsOfASequenceAreTheSameBitsInAnyBatch) {
 INSTANTIATE_TEST_SUITE_P(Families, FamilyPaged,
                          ::testing::Values("qwen3", "mistral", "phi3", "gemma2", "gemma3_text",
                                            "phi3_partial", "phi3_partial_longrope"));
+
+// The CPU decode plan for Phi-3's layout, partial rotary included (Phi-4-mini: quantized
+// projections, the first dims of each head rotating, no window): phi3_partial's GGUF with random
+// Q8_0 projections and head, its window dropped and its FFN 64 wide (Q8_0 rows are blocks of 32),
+// rotating 4, 6 and all 8 of each head's dims. The plan takes the model, and a decode token
+// through its paged step gets the bits the family's composed step of a larger batch gives it.
+TEST(FamilyPaged, QuantizedPhi3TakesThePlanWithTheBatchsBits) {
+  wick::gguf::File f = wick::gguf::File::open(family_data("phi3_partial") + "/model.gguf");
+  const size_t ffn = 64;
+  std::map<std::string, Tensor> dense;
+  std::map<std::string, wick::QTensor> blocks;
+  for (const std::string& name : f.tensor_names()) {
+    Tensor t = f.get(name);
+    if (t.rank() != 2 || name == "token_embd.weight") {
+      dense[name] = t;
+      continue;
+    }
+    size_t n = t.dims()[0], k = t.dims()[1];
+    if (name.find("ffn_up") != std::string::npos) n = 2 * ffn;  // gate and up rows
+    if (name.find("ffn_down") != std::string::npos) k = ffn;
+    blocks[name] = wick::testing::random_qtensor(wick::GgmlType::Q8_0, n, k);
+  }
+  for (uint64_t rotated : {4, 6, 8}) {
+    SCOPED_TRACE("rotating " + std::to_string(rotated) + " of 8 dims");
+    std::map<std::string, wick::gguf::Value> metadata(f.metadata().begin(), f.metadata().end());
+    metadata.erase("phi3.attention.sliding_window");
+    metadata["phi3.feed_forward_length"] = wick::gguf::Value::u64(ffn, wick::gguf::ValueType::U32);
+    metadata["phi3.rope.dimension_count"] =
+        wick::gguf::Value::u64(rotated, wick::gguf::ValueType::U32);
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "wick_phi3_partial_q8.gguf").string();
+    wick::gguf::save(dense, path, metadata, blocks);
+    auto model = wick::models::load_causal_lm(path, Device::cpu());
+    std::remove(path.c_str());
+    const auto* decoder = dynamic_cast<const wick::models::decoder::Decoder*>(model.get());
+    ASSERT_NE(decoder, nullptr);
+    EXPECT_TRUE(decoder->has_decode_plan());
+    auto [alone, batched] = alone_and_batched(*model, 96);
+    ASSERT_EQ(alone.size(), 2 * 96u);
+    EXPECT_GT(wick::testing::range_of(alone), 0.0);
+    EXPECT_EQ(alone, batched);
+  }
+}
 
 TEST(FamilyPaged, Errors) {
   auto model = wick::models::load_causal_lm(family_data("gemma2"), Device::cpu());

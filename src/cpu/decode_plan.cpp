@@ -80,13 +80,16 @@ void add_rms_norm(float* x, const float* delta, const float* w, float eps, float
   for (size_t c = 0; c < d; ++c) normed[c] = w[c] * (x[c] * rstd);
 }
 
-// dst = rotate-half rope of the head at src by the table rows c, s (half values each).
-void rotate(const float* src, const float* c, const float* s, size_t half, float* dst) {
+// dst = rotate-half rope of the head of d values at src by the table rows c, s (rot_half values
+// each): its first 2 rot_half values rotate, the others are copied (partial rotary).
+void rotate(const float* src, const float* c, const float* s, size_t rot_half, size_t d,
+            float* dst) {
   auto same = [](float v) { return v; };
-  for (size_t i = 0; i < half; ++i) {
-    dst[i] = ops::rope_lo(src[i], src[i + half], c[i], s[i], same);
-    dst[i + half] = ops::rope_hi(src[i], src[i + half], c[i], s[i], same);
+  for (size_t i = 0; i < rot_half; ++i) {
+    dst[i] = ops::rope_lo(src[i], src[i + rot_half], c[i], s[i], same);
+    dst[i + rot_half] = ops::rope_hi(src[i], src[i + rot_half], c[i], s[i], same);
   }
+  std::memcpy(dst + 2 * rot_half, src + 2 * rot_half, (d - 2 * rot_half) * sizeof(float));
 }
 
 class CpuDecodePlan final : public DecodePlan {
@@ -149,9 +152,9 @@ class CpuDecodePlan final : public DecodePlan {
   }
 
  private:
-  // Rope tables of (positions, head_dim / 2) in f32 on the CPU.
+  // Rope tables of (positions, rotary_dims / 2) in f32 on the CPU.
   bool rope_tables_fit(const Tensor& cos) const {
-    return cos.defined() && cos.rank() == 2 && cos.dims()[1] == w_.head_dim / 2 &&
+    return cos.defined() && cos.rank() == 2 && cos.dims()[1] == w_.rotary_dims / 2 &&
            cos.dtype() == DType::F32 && cos.device().is_cpu() && cos.is_contiguous();
   }
 
@@ -162,7 +165,7 @@ class CpuDecodePlan final : public DecodePlan {
   Tensor run(const Tensor& token, size_t p, const Tensor& cos_table, const Tensor& sin_table,
              const Write& write, const Attend& attend) const {
     const DecoderWeights& m = w_;
-    const size_t h = m.heads, hk = m.kv_heads, hd = m.head_dim, half = hd / 2;
+    const size_t h = m.heads, hk = m.kv_heads, hd = m.head_dim, rot_half = m.rotary_dims / 2;
     const size_t d = m.embed.dims()[1], rows = (h + 2 * hk) * hd;
     const size_t inter = m.layers[0].wgate_up.parts()[0].shape()[0] / 2;
     const size_t vocab = m.lm_head.parts()[0].shape()[0];
@@ -173,8 +176,8 @@ class CpuDecodePlan final : public DecodePlan {
     std::vector<float> normed = x0.rms_norm(m.layers[0].ln1, m.eps).to_vec1<float>();
     std::vector<float> qkv(rows), att(h * hd), y(d), gate_up(2 * inter), act(inter);
     Tensor q = detail::from_storage(device().alloc(h * hd, DType::F32), Shape{h, hd});
-    const float* cos = f32_data(cos_table) + p * half;
-    const float* sin = f32_data(sin_table) + p * half;
+    const float* cos = f32_data(cos_table) + p * rot_half;
+    const float* sin = f32_data(sin_table) + p * rot_half;
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const DecoderWeights::Layer& l = m.layers[li];
       project(l.wqkv, normed.data(), qkv.data());
@@ -184,10 +187,12 @@ class CpuDecodePlan final : public DecodePlan {
       }
       // q rotated into its buffer; this position's key (rotated) and value into the cache.
       float* qp = f32_data_mut(q);
-      for (size_t i = 0; i < h; ++i) rotate(qkv.data() + i * hd, cos, sin, half, qp + i * hd);
+      for (size_t i = 0; i < h; ++i) {
+        rotate(qkv.data() + i * hd, cos, sin, rot_half, hd, qp + i * hd);
+      }
       for (size_t i = 0; i < hk; ++i) {
         auto [k_row, v_row] = write(li, i);
-        rotate(qkv.data() + (h + i) * hd, cos, sin, half, k_row);
+        rotate(qkv.data() + (h + i) * hd, cos, sin, rot_half, hd, k_row);
         std::memcpy(v_row, qkv.data() + (h + hk + i) * hd, hd * sizeof(float));
       }
       attend(li, q, att.data());
@@ -213,6 +218,7 @@ class CpuDecodePlan final : public DecodePlan {
 // Whether the plan takes these weights (see the design note).
 bool takes(const DecoderWeights& m) {
   if (m.layers.empty() || m.heads == 0 || m.kv_heads == 0 || m.head_dim % 2 != 0 ||
+      m.rotary_dims == 0 || m.rotary_dims % 2 != 0 || m.rotary_dims > m.head_dim ||
       m.activation != GatedActivation::SiLU || m.final_softcap > 0 || m.embed_scale != 1 ||
       !m.embed.defined() || m.embed.rank() != 2 || m.embed.dtype() != DType::F32 ||
       !m.embed.device().is_cpu()) {

@@ -36,7 +36,8 @@ std::optional<TensorList> RopeWriteOp::cpu(const TensorList& in) const {
   auto locks = detail::lock_inputs(*this, in);
   // The front end checked the shapes, dtypes and row-major caches; qkv, bias and the tables are
   // contiguous.
-  const size_t b = qkv.dims()[0], s = qkv.dims()[1], d = k_cache.dims()[3], half = d / 2;
+  const size_t b = qkv.dims()[0], s = qkv.dims()[1], d = k_cache.dims()[3];
+  const size_t rot_half = cos.dims()[1];  // the tables' width: the rotated dims / 2
   const size_t max_len = k_cache.dims()[2], heads = h + 2 * h_kv;
   const size_t p = data_of<const uint32_t>(position)[0];
   if (p + s > cos.dims()[0]) {
@@ -64,15 +65,16 @@ std::optional<TensorList> RopeWriteOp::cpu(const TensorList& in) const {
         for (size_t c = 0; c < heads * d; ++c) biased[c] = row[c] + bp[c];
         row = biased.get();
       }
-      const float* c = cp + (p + si) * half;
-      const float* sn = sp + (p + si) * half;
-      // Head `hd` of the row rotated into dst.
+      const float* c = cp + (p + si) * rot_half;
+      const float* sn = sp + (p + si) * rot_half;
+      // Head `hd` of the row rotated into dst (its first 2 rot_half dims; the rest copied).
       auto rotate = [&](size_t hd, float* dst) {
         const float* src = row + hd * d;
-        for (size_t i = 0; i < half; ++i) {
-          dst[i] = ops::rope_lo(src[i], src[i + half], c[i], sn[i], same);
-          dst[i + half] = ops::rope_hi(src[i], src[i + half], c[i], sn[i], same);
+        for (size_t i = 0; i < rot_half; ++i) {
+          dst[i] = ops::rope_lo(src[i], src[i + rot_half], c[i], sn[i], same);
+          dst[i + rot_half] = ops::rope_hi(src[i], src[i + rot_half], c[i], sn[i], same);
         }
+        for (size_t i = 2 * rot_half; i < d; ++i) dst[i] = src[i];
       };
       for (size_t hd = 0; hd < h; ++hd) rotate(hd, q + ((bi * h + hd) * s + si) * d);
       for (size_t hd = 0; hd < h_kv; ++hd) {

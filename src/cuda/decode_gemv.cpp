@@ -171,7 +171,8 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   if (!prepare(cuda::GemvEpilogue::QkvRope, x, norm_weight, eps, wqkv, &l) ||
       (slot.defined() ? !one_slot : k_cache.dims()[0] != 1) || !k_cache.is_contiguous() ||
       !v_cache.is_contiguous() || k_cache.shape() != v_cache.shape() || !cos.is_contiguous() ||
-      !sin.is_contiguous() ||
+      !sin.is_contiguous() || cos.rank() != 2 || cos.shape() != sin.shape() ||
+      cos.dtype() != x.dtype() || sin.dtype() != x.dtype() ||
       (bias.defined() && (!bias.is_contiguous() || bias.dtype() != x.dtype()))) {
     return false;
   }
@@ -188,6 +189,7 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   a.h_kv = static_cast<int64_t>(h_kv);
   a.d = static_cast<int64_t>(d);
   a.max_len = static_cast<int64_t>(k_cache.dims()[2]);
+  a.rot_half = static_cast<int64_t>(cos.dims()[1]);
   // Its blocks, launched as the down projection before them retires, ask the L2 for the rest of
   // their rows before pdl_wait (GemvArgs::prefetch_rows); with the end asks of the projection
   // before, this fills the gap between that projection's end and qkv's first block.

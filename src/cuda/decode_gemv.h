@@ -47,7 +47,7 @@ struct GemvArgs {
   double eps;
   // QkvRope
   const void* bias;  // (n) or null
-  const void* cos;   // (max_len, d / 2)
+  const void* cos;   // (max_len, rot_half)
   const void* sin;
   void* q;  // (h, d)
   void* k_cache;
@@ -58,6 +58,9 @@ struct GemvArgs {
   // *slot / max_len, row *slot % max_len): a paged step's one token.
   const uint32_t* slot = nullptr;
   int64_t h, h_kv, d, max_len;
+  // Half the rotated dims of a head: d / 2, or less for partial rotary (the first 2 rot_half
+  // dims rotate, the others pass through).
+  int64_t rot_half = 0;
   // Store, SiluMul / GeluMul, Add, NormAdd
   void* out;             // (n), (n / 2), (n), (n)
   const void* residual;  // Add, NormAdd: (n)

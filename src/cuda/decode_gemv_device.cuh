@@ -13,6 +13,7 @@
 #include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
 #include "ops/norm_math.h"
+#include "ops/rope_math.h"
 
 namespace wick::cuda::gemv {
 
@@ -462,8 +463,9 @@ __device__ __forceinline__ void dot_rows_staged(const uint8_t* const (&w)[R], In
 __device__ __forceinline__ void pair_rows(const GemvArgs& a, int64_t p, int64_t& r0, int64_t& r1) {
   if (a.epilogue == GemvEpilogue::QkvRope) {
     const int64_t half = a.d / 2;
-    r0 = (p / half) * a.d + p % half;
-    r1 = r0 + half;
+    const ops::RopePair e = ops::rope_pair(p % half, half, a.rot_half);
+    r0 = (p / half) * a.d + e.lo;
+    r1 = (p / half) * a.d + e.hi;
   } else if (a.epilogue == GemvEpilogue::SiluMul || a.epilogue == GemvEpilogue::GeluMul) {
     r0 = p;
     r1 = a.n / 2 + p;
@@ -488,6 +490,7 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
   a1 = round_to<T>(a1);
   if (a.epilogue == GemvEpilogue::QkvRope) {
     const int64_t half = a.d / 2, head = p / half, i = p % half;
+    const ops::RopePair e = ops::rope_pair(i, half, a.rot_half);
     const int64_t pos = static_cast<int64_t>(*a.position);
     // The cache row: the position's in (h_kv, max_len, d) caches, or the slot's in pools of
     // pages (pages, h_kv, max_len, d) whose pages are max_len rows long.
@@ -498,11 +501,11 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
     } else if (pos >= a.max_len) {
       return;
     }
-    if (head < a.h + a.h_kv) {
+    if (head < a.h + a.h_kv && e.rotates) {
       // Each product rounded, then the sum: transformers' q * cos + rotate_half(q) * sin in the
       // model's dtype (f32: plain products).
-      float c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
-      float s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
+      float c = to_compute(static_cast<const T*>(a.cos)[pos * a.rot_half + i]);
+      float s = to_compute(static_cast<const T*>(a.sin)[pos * a.rot_half + i]);
       float x1 = round_to<T>(__fmul_rn(a0, c)) - round_to<T>(__fmul_rn(a1, s));
       float x2 = round_to<T>(__fmul_rn(a1, c)) + round_to<T>(__fmul_rn(a0, s));
       a0 = x1;
@@ -517,8 +520,8 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
       dst = static_cast<T*>(a.v_cache) +
             (((page * a.h_kv) + head - a.h - a.h_kv) * a.max_len + row) * a.d;
     }
-    dst[i] = convert<T>(a0);
-    dst[i + half] = convert<T>(a1);
+    dst[e.lo] = convert<T>(a0);
+    dst[e.hi] = convert<T>(a1);
   } else if (a.epilogue == GemvEpilogue::Store || a.epilogue == GemvEpilogue::NormAdd) {
     static_cast<T*>(a.out)[r0] = convert<T>(a0);
     static_cast<T*>(a.out)[r1] = convert<T>(a1);

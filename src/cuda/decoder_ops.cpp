@@ -116,6 +116,7 @@ std::optional<TensorList> RopeWriteOp::cuda_kernel(const RopeWriteOp& op, const 
   a.h_kv = static_cast<int64_t>(h_kv);
   a.d = static_cast<int64_t>(d);
   a.max_len = static_cast<int64_t>(k_cache.dims()[2]);
+  a.rot_half = static_cast<int64_t>(cos.dims()[1]);
   if (!cuda::rope_write_fits(a)) return std::nullopt;
   auto locks = wick::detail::lock_inputs(op, in);
   cuda::CudaDevice& dev = device_of(qkv);

@@ -80,7 +80,8 @@ __global__ void __launch_bounds__(kBlock)
 constexpr int kRopePairsPerLane = 4;
 
 // A warp per (token, head of q|k|v): lane j holds the pairs i = j, j + 32, ... < d/2 of the head
-// (elements i and i + d/2), normalised over the head where a norm weight is given, then rotated.
+// (elements i and i + d/2; with partial rotary ops::rope_pair's), normalised over the head where a
+// norm weight is given, then rotated.
 template <class T>
 __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
   using C = compute_t<T>;
@@ -115,13 +116,14 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
       const int64_t i = lane + 32 * j;
       x1[j] = x2[j] = 0;
       if (i >= half) continue;
-      x1[j] = to_compute(qkv[in + i]);
-      x2[j] = to_compute(qkv[in + i + half]);
+      const ops::RopePair e = ops::rope_pair(i, half, a.rot_half);
+      x1[j] = to_compute(qkv[in + e.lo]);
+      x2[j] = to_compute(qkv[in + e.hi]);
       if (bias != nullptr) {
         // Rounded as the separate bias add would leave it (Llama passes f16/bf16 biases already
         // added, rounded once with the product as nn.Linear does).
-        x1[j] = round_as<T>(x1[j] + to_compute(bias[head * a.d + i]));
-        x2[j] = round_as<T>(x2[j] + to_compute(bias[head * a.d + i + half]));
+        x1[j] = round_as<T>(x1[j] + to_compute(bias[head * a.d + e.lo]));
+        x2[j] = round_as<T>(x2[j] + to_compute(bias[head * a.d + e.hi]));
       }
       sq += x1[j] * x1[j] + x2[j] * x2[j];
     }
@@ -143,8 +145,9 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
       for (int j = 0; j < kRopePairsPerLane; ++j) {
         const int64_t i = lane + 32 * j;
         if (i >= half) continue;
-        x1[j] = normed(x1[j], i);
-        x2[j] = normed(x2[j], i + half);
+        const ops::RopePair e = ops::rope_pair(i, half, a.rot_half);
+        x1[j] = normed(x1[j], e.lo);
+        x2[j] = normed(x2[j], e.hi);
       }
     }
     T* dst;
@@ -160,16 +163,17 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
     for (int j = 0; j < kRopePairsPerLane; ++j) {
       const int64_t i = lane + 32 * j;
       if (i >= half) continue;
+      const ops::RopePair e = ops::rope_pair(i, half, a.rot_half);
       C y1 = x1[j], y2 = x2[j];
-      if (head < a.h + a.h_kv) {
-        C c = to_compute(static_cast<const T*>(a.cos)[pos * half + i]);
-        C s = to_compute(static_cast<const T*>(a.sin)[pos * half + i]);
+      if (head < a.h + a.h_kv && e.rotates) {
+        C c = to_compute(static_cast<const T*>(a.cos)[pos * a.rot_half + i]);
+        C s = to_compute(static_cast<const T*>(a.sin)[pos * a.rot_half + i]);
         auto round = [](C v) { return round_as<T>(v); };
         y1 = ops::rope_lo(x1[j], x2[j], c, s, round);
         y2 = ops::rope_hi(x1[j], x2[j], c, s, round);
       }
-      dst[i] = convert<T>(y1);
-      dst[i + half] = convert<T>(y2);
+      dst[e.lo] = convert<T>(y1);
+      dst[e.hi] = convert<T>(y2);
     }
   }
 }
@@ -225,7 +229,8 @@ void launch_advance_decode(const uint32_t* next, uint32_t* input, uint64_t* mail
 }
 
 bool rope_write_fits(const RopeWriteArgs& a) {
-  return a.d % 2 == 0 && a.d / 2 <= 32 * kRopePairsPerLane;
+  return a.d % 2 == 0 && a.d / 2 <= 32 * kRopePairsPerLane && a.rot_half > 0 &&
+         2 * a.rot_half <= a.d;
 }
 
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s) {

@@ -22,7 +22,9 @@ void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, s
 /// qkv (b, s, (h + 2 h_kv) * d) plus `bias` ((h + 2 h_kv) * d, may be null): the q and k heads
 /// normalised by q_norm and k_norm (d each; RMS norms over a head, when not null; see
 /// nn::detail::HeadNorms), then rotated
-/// (rotate-half) by row p of cos/sin (rows, d / 2); q out, keys and values into the caches.
+/// (rotate-half) by row p of cos/sin (rows, rot_half): the first 2 rot_half dims of each head
+/// (all d, or fewer: partial rotary), the others passing through; q out, keys and values into
+/// the caches.
 ///   slots null: p = *position + i for row i of each sequence; q (b, h, s, d); caches (b, h_kv,
 ///     max_len, d) written at row p (rows past max_len are skipped).
 ///   slots set (a paged step, b = 1): p = position[i]; q (s, h, d); caches are pools (pages, h_kv,
@@ -42,8 +44,9 @@ struct RopeWriteArgs {
   const uint32_t* position;
   const uint32_t* slots;
   int64_t b, s, h, h_kv, d, max_len;
+  int64_t rot_half;  // the tables' width: half the rotated dims of a head
 };
-/// Whether the kernel takes heads of a.d (even, at most 256).
+/// Whether the kernel takes heads of a.d (even, at most 256) rotating 2 a.rot_half (> 0) dims.
 bool rope_write_fits(const RopeWriteArgs& a);
 void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s);
 

@@ -568,10 +568,7 @@ Tensor Decoder::attend(const Tensor& in, size_t li, const Step& at) const {
   const size_t h = c.num_heads, h_kv = c.num_kv_heads, hd = c.head_dim;
   const size_t len = start + s;
   Tensor qkv = linear(l.wqkv, in, at);  // (b, s, (h + 2 h_kv) hd)
-  if (at.position.defined()) {
-    Tensor att = attend_at_position(qkv, li, at);
-    if (att.defined()) return att;
-  }
+  if (at.position.defined()) return attend_at_position(qkv, li, at);
   auto heads = [&](size_t first, size_t n) {
     return qkv.narrow(2, first * hd, n * hd).contiguous().reshape({b, s, n, hd});
   };
@@ -619,7 +616,6 @@ Tensor Decoder::attend_at_position(const Tensor& qkv, size_t li, const Step& at)
   const size_t rope = l.attention.rope;
   const Tensor& cos = rope == 0 ? cache.cos() : extra_rope_tables_.at(rope - 1).first;
   const Tensor& sin = rope == 0 ? cache.sin() : extra_rope_tables_.at(rope - 1).second;
-  if (cos.dims()[1] * 2 != hd) return Tensor();  // a rope of part of each head
   Tensor q =
       nn::detail::rope_write_at_position(qkv, Tensor(), h, h_kv, cos, sin, cache.k(li), cache.v(li),
                                          at.position, {l.q_norm, l.k_norm, c.rms_norm_eps});
@@ -727,8 +723,9 @@ Tensor Decoder::forward_last(const Tensor& ids, KvCache& cache) const {
 }
 
 void Decoder::ask_for_plan(GatedActivation activation, double embed_scale) {
+  const size_t rotary_dims = w_.ropes.at(0).rotated_dims(config_.head_dim);
   for (const Rope& r : w_.ropes) {
-    if (r.rotated_dims(config_.head_dim) != config_.head_dim) return;
+    if (r.rotated_dims(config_.head_dim) != rotary_dims) return;
   }
   // Norm weights of the dtype, or f32 ones of an f16/bf16 model (Gemma's 1 + w).
   auto norm_ok = [&](const Tensor& w) {
@@ -738,6 +735,7 @@ void Decoder::ask_for_plan(GatedActivation activation, double embed_scale) {
   plan.heads = config_.num_heads;
   plan.kv_heads = config_.num_kv_heads;
   plan.head_dim = config_.head_dim;
+  plan.rotary_dims = rotary_dims;
   plan.eps = config_.rms_norm_eps;
   plan.embed_scale = embed_scale;
   plan.activation = activation;
@@ -783,13 +781,20 @@ PreNormDecoder::PreNormDecoder(DecoderConfig config, Weights weights, const Devi
 Tensor PreNormDecoder::hidden(const Tensor& ids, const Step& at) const {
   const double eps = config_.rms_norm_eps;
   Tensor x = w_.embed.embedding(ids);
+  // Each residual add with the norm after it in one op, as Llama's forward and the decode plans
+  // compute them: a sequence's logits are then the same bits whichever of them ran its step.
+  Tensor normed = x.rms_norm(w_.layers.at(0).attn_norm, eps);
   for (size_t li = 0; li < w_.layers.size(); ++li) {
     const Layer& l = w_.layers[li];
-    x = x.add(linear(l.wo, attend(x.rms_norm(l.attn_norm, eps), li, at), at));
-    Tensor act = nn::silu_mul(linear(l.wgate_up, x.rms_norm(l.ffn_norm, eps), at));
-    x = x.add(linear(l.wdown, act, at));
+    nn::ResidualNorm r =
+        nn::add_rms_norm(x, linear(l.wo, attend(normed, li, at), at), l.ffn_norm, eps);
+    Tensor act = nn::silu_mul(linear(l.wgate_up, r.normed, at));
+    const Tensor& next = li + 1 < w_.layers.size() ? w_.layers[li + 1].attn_norm : w_.norm;
+    r = nn::add_rms_norm(r.residual, linear(l.wdown, act, at), next, eps);
+    x = r.residual;
+    normed = r.normed;
   }
-  return x.rms_norm(w_.norm, eps);
+  return normed;
 }
 
 }  // namespace wick::models::decoder

@@ -206,6 +206,8 @@ class Decoder : public CausalLM {
   /// the pages with the layer's window and soft-cap.
   Tensor forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const override;
   bool has_paged_tensors() const override { return true; }
+  /// Whether the backend gave a decode plan for these weights (ask_for_plan).
+  bool has_decode_plan() const { return plan_ != nullptr; }
   Tensor forward_paged_tensors(const PagedBatchTensors& batch, PagedKvCache& cache) const override;
 
  protected:
@@ -216,7 +218,7 @@ class Decoder : public CausalLM {
   /// the cache write and attention; returns (b, s, heads * head_dim) before the output projection.
   Tensor attend(const Tensor& in, size_t li, const Step& at) const;
   /// Asks the backend for a decode plan (decode_plan.h) for these weights, the FFN's gate
-  /// `activation` and the embedding times `embed_scale`, unless a rope rotates part of each head
+  /// `activation` and the embedding times `embed_scale`, unless the ropes rotate different dims
   /// or a norm weight is of a dtype the plan does not take; plan_ stays null otherwise.
   void ask_for_plan(GatedActivation activation, double embed_scale);
   /// w x: in a paged step through batch_linear (a row's result does not depend on the batch).
@@ -234,9 +236,9 @@ class Decoder : public CausalLM {
  private:
   Tensor run(const Tensor& ids, KvCache& cache, bool last_only, const char* op) const;
   Tensor head(const Tensor& normed, const Step& at) const;
-  /// attend's decode step from the projection qkv (b, 1, n) where the layer's rope rotates whole
-  /// heads: the head norms, rope and the cache write at the device position in one op, attention
-  /// bounded by the position (masked where a window or soft-cap needs it); undefined otherwise.
+  /// attend's decode step from the projection qkv (b, 1, n): the head norms, rope and the cache
+  /// write at the device position in one op, attention bounded by the position (masked where a
+  /// window or soft-cap needs it).
   Tensor attend_at_position(const Tensor& qkv, size_t li, const Step& at) const;
   /// attend's paged step: rope at each token's position, the write into its slot, paged attention.
   Tensor attend_paged(const Tensor& q, const Tensor& k, const Tensor& v, size_t li,

@@ -256,6 +256,7 @@ Llama::Llama(std::shared_ptr<Impl> impl) {
   impl->heads = impl->config.num_attention_heads;
   impl->kv_heads = impl->config.num_key_value_heads;
   impl->head_dim = impl->config.head_dim;
+  impl->rotary_dims = impl->config.head_dim;  // Llama's rope turns whole heads
   impl->eps = impl->config.rms_norm_eps;
   impl->plan = backend_device(impl->device).decode_plan(*impl);
   impl_ = std::move(impl);

@@ -78,7 +78,8 @@ void write_at_position(const Tensor& k_cache, const Tensor& k, const Tensor& v_c
 namespace {
 
 // The checks rope_write_at_position and rope_write_paged share: qkv's last dim of h + 2 h_kv
-// heads of the caches' width, tables of half that width, bias and norms, dtypes and devices.
+// heads of the caches' width, tables of at most half that width (partial rotary: the first
+// 2 x width dims of each head rotate), bias and norms, dtypes and devices.
 void check_rope_write(const char* op, const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
                       const Tensor& cos, const Tensor& sin, const Tensor& k_cache,
                       const Tensor& v_cache, const HeadNorms& norms) {
@@ -87,8 +88,9 @@ void check_rope_write(const char* op, const Tensor& qkv, const Tensor& bias, siz
   auto bad_norm = [&](const Tensor& w) { return w.defined() && w.shape() != Shape{d}; };
   if (qkv.rank() == 0 || k_cache.rank() != 4 || qkv.dims().back() != heads * d ||
       k_cache.dims()[1] != h_kv || cos.rank() != 2 || cos.shape() != sin.shape() ||
-      cos.dims()[1] * 2 != d || (bias.defined() && bias.shape() != Shape{heads * d}) ||
-      bad_norm(norms.q) || bad_norm(norms.k)) {
+      cos.dims()[1] == 0 || cos.dims()[1] * 2 > d ||
+      (bias.defined() && bias.shape() != Shape{heads * d}) || bad_norm(norms.q) ||
+      bad_norm(norms.k)) {
     throw ShapeMismatch(str(op, ": qkv ", qkv.shape(), " for ", h, " + 2 x ", h_kv,
                             " heads, cache ", k_cache.shape(), ", tables ", cos.shape(), " ",
                             sin.shape(), bias.defined() ? str(", bias ", bias.shape()) : "",
@@ -237,7 +239,7 @@ TensorList RopeWriteOp::fallback(const TensorList& in) const {
   Tensor q = x.narrow(2, 0, h), k = x.narrow(2, h, h_kv), v = x.narrow(2, h + h_kv, h_kv);
   if (q_norm.defined()) q = q.rms_norm(q_norm, eps);  // an f32 weight: in f32 (HeadNorms)
   if (k_norm.defined()) k = k.rms_norm(k_norm, eps);
-  Tensor c, sn;  // (s, d / 2): each row's table rows
+  Tensor c, sn;  // (s, rotated / 2): each row's table rows
   if (paged) {
     c = cos.index_select(position, 0);
     sn = sin.index_select(position, 0);
@@ -250,8 +252,15 @@ TensorList RopeWriteOp::fallback(const TensorList& in) const {
     c = cos.narrow(0, p, s);
     sn = sin.narrow(0, p, s);
   }
-  q = q.transpose(1, 2).rope(c, sn);  // (b, h, s, d)
-  k = k.transpose(1, 2).rope(c, sn);
+  // The first 2 x the tables' width dims of each head rotate, the others pass through.
+  const size_t rotated = c.dims()[1] * 2;
+  auto rope = [&](const Tensor& x) {  // (b, s, heads, d) -> (b, heads, s, d)
+    Tensor t = x.transpose(1, 2);
+    if (rotated == d) return t.rope(c, sn);
+    return Tensor::cat({t.narrow(3, 0, rotated).rope(c, sn), t.narrow(3, rotated, d - rotated)}, 3);
+  };
+  q = rope(q);
+  k = rope(k);
   if (paged) {
     nn::paged_kv_write(k_cache, v_cache, k.squeeze(0).transpose(0, 1), v.squeeze(0), slots);
     return {q.squeeze(0).transpose(0, 1).contiguous()};

@@ -38,7 +38,9 @@ struct HeadNorms {
 /// The decode step's attention input in one kernel (CUDA): qkv (b, s, (h + 2 h_kv) * d)
 /// row-major, the projection's output, plus `bias` ((h + 2 h_kv) * d) when defined; the q and k
 /// heads are normalised by `norms` and rotated (rotate-half rope) by rows p + i of the
-/// (max_len, d / 2) cos/sin tables, the keys and values are written into the caches (b, h_kv,
+/// (max_len, r / 2) cos/sin tables (r = d, or fewer even dims: partial rotary, the first r dims
+/// of each head rotate and the others pass through), the keys and values are written into the
+/// caches (b, h_kv,
 /// max_len, d) at rows p + i (p = position's one U32, read on the device), and q is returned as
 /// (b, h, s, d) row-major. Same rules as write_at_position for the position.
 Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
@@ -48,10 +50,10 @@ Tensor rope_write_at_position(const Tensor& qkv, const Tensor& bias, size_t h, s
 
 /// The same for a paged step's T tokens (nn/paged_attention.h): qkv (T, (h + 2 h_kv) * d)
 /// row-major plus `bias`, token t's q and k heads normalised and rotated by row positions[t] of
-/// cos/sin (rows, d / 2), its keys and values written into the pools (pages, h_kv, page_size, d)
-/// at slots[t] (as nn::paged_kv_write); q returned as (T, h, d). positions and slots (T) U32. A
-/// position past the tables or a slot past the pools is IndexOutOfRange on the CPU (CUDA: the
-/// caller's checks, as for the paged batch).
+/// cos/sin (rows, r / 2, as above), its keys and values written into the pools (pages, h_kv,
+/// page_size, d) at slots[t] (as nn::paged_kv_write); q returned as (T, h, d). positions and slots
+/// (T) U32. A position past the tables or a slot past the pools is IndexOutOfRange on the CPU
+/// (CUDA: the caller's checks, as for the paged batch).
 Tensor rope_write_paged(const Tensor& qkv, const Tensor& bias, size_t h, size_t h_kv,
                         const Tensor& cos, const Tensor& sin, const Tensor& k_pages,
                         const Tensor& v_pages, const Tensor& positions, const Tensor& slots,

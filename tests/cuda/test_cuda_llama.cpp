@@ -331,16 +331,19 @@ TEST(CudaDecoderOps, AddRmsNormedEqualsCompositionBitForBit) {
                DeviceMismatch);
 }
 
+// Tables of d / 2 (whole heads rotate) and of d / 4 (partial rotary: the first half of each head
+// rotates, the rest passes through).
 TEST(CudaDecoderOps, RopeWriteAtPositionMatchesCpu) {
   SKIP_WITHOUT_GPU();
   Device gpu = Device::cuda(0);
   size_t b = 2, s = 3, h = 4, hkv = 2, d = 16, max_len = 12, p = 7;
   for (DType dt : {DType::F32, DType::BF16}) {
     for (bool with_bias : {false, true}) {
+      const size_t rot_half = with_bias ? d / 4 : d / 2;
       Tensor qkv = testing::random_tensor({b, s, (h + 2 * hkv) * d}, dt);
       Tensor bias = with_bias ? testing::random_tensor({(h + 2 * hkv) * d}, dt) : Tensor();
-      Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
-      Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
+      Tensor cos = testing::random_tensor({max_len, rot_half}, dt);
+      Tensor sin = testing::random_tensor({max_len, rot_half}, dt);
       Tensor pos =
           Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1}, Device::cpu());
       auto run = [&](const Device& dev, Tensor& kc, Tensor& vc) {
@@ -362,7 +365,8 @@ TEST(CudaDecoderOps, RopeWriteAtPositionMatchesCpu) {
 
 // The rope + cache write with per-head norms (weights of the dtype, or f32), at a position and
 // into a paged cache's slots, on the GPU against the CPU's composition: head widths of 1, 2 and 4
-// pairs a lane, and one past the kernel's (its composition on the GPU).
+// pairs a lane, and one past the kernel's (its composition on the GPU); the bf16 runs with f32
+// norms rotate the first 3/4 of each head only (partial rotary).
 TEST(CudaDecoderOps, RopeWriteWithNormsAndPagesMatchesCpu) {
   SKIP_WITHOUT_GPU();
   Device gpu = Device::cuda(0);
@@ -379,8 +383,9 @@ TEST(CudaDecoderOps, RopeWriteWithNormsAndPagesMatchesCpu) {
       Tensor qkv = testing::random_tensor({1, s, (h + 2 * hkv) * d}, dt);
       Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
       Tensor qn = testing::random_tensor({d}, norm_dt), kn = testing::random_tensor({d}, norm_dt);
-      Tensor cos = testing::random_tensor({rows, d / 2}, dt);
-      Tensor sin = testing::random_tensor({rows, d / 2}, dt);
+      const size_t rot_half = norm_dt != dt ? 3 * d / 8 : d / 2;
+      Tensor cos = testing::random_tensor({rows, rot_half}, dt);
+      Tensor sin = testing::random_tensor({rows, rot_half}, dt);
       std::vector<uint32_t> positions = {11, 0, 4}, slots = {9, 2, 7};
       auto on = [&](const Tensor& t, const Device& dev) { return t.to_device(dev); };
       auto run = [&](const Device& dev, Tensor& kc, Tensor& vc, Tensor& kp, Tensor& vp) {
@@ -647,12 +652,14 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
             } else {
               EXPECT_FALSE(md::fused_linear(xg, norm_g, eps, wl, &y, &ids));
             }
-            // qkv + rope + cache write, with a bias.
+            // qkv + rope + cache write, with a bias; with the norm in, partial rotary (the first
+            // 3/4 of each head rotate, as Phi-4-mini's).
             Tensor w_ref;
             nn::QLinear w = weight((h + 2 * hkv) * d, k, &w_ref);
             Tensor bias = testing::random_tensor({(h + 2 * hkv) * d}, dt);
-            Tensor cos = testing::random_tensor({max_len, d / 2}, dt);
-            Tensor sin = testing::random_tensor({max_len, d / 2}, dt);
+            const size_t rot_half = norm ? 3 * d / 8 : d / 2;
+            Tensor cos = testing::random_tensor({max_len, rot_half}, dt);
+            Tensor sin = testing::random_tensor({max_len, rot_half}, dt);
             Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(p)}, {1},
                                           Device::cpu());
             Tensor kc = Tensor::zeros({1, hkv, max_len, d}, ref_dt, Device::cpu()), vc = kc.copy();
