@@ -171,7 +171,8 @@ TEST(PagedAttention, Errors) {
 }
 
 // cpu::paged_attention_f32, which the CPU decode plan calls on its own buffers once a layer: the
-// op's bits for a ragged batch (decode tokens and a prefill chunk), and the op's checks.
+// op's bits for a ragged batch (decode tokens and a prefill chunk), without and with a sliding
+// window, and the op's checks.
 TEST(PagedAttention, BackendEntryGivesTheOpsBits) {
   const Device host = Device::cpu();
   const size_t h = 6, h_kv = 2, d = 40, ps = 4, pages = 24;
@@ -185,21 +186,28 @@ TEST(PagedAttention, BackendEntryGivesTheOpsBits) {
          positions = Tensor::from_vec(pos, {t}, host);
   const std::vector<float> qv = q.flatten_all().to_vec1<float>();
   std::vector<float> got(t * h * d);
-  wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, positions, got.data());
-  const std::vector<double> want =
-      nn::paged_attention(q, k, v, table, seqs, positions).to_vec_f64();
-  EXPECT_EQ(std::vector<double>(got.begin(), got.end()), want);
-  EXPECT_GT(wick::testing::range_of(want), 0.1);
+  std::vector<double> unwindowed;
+  for (size_t window : {size_t{0}, size_t{3}}) {
+    wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, positions, window,
+                                   got.data());
+    const std::vector<double> want =
+        nn::paged_attention(q, k, v, table, seqs, positions, 0, window).to_vec_f64();
+    EXPECT_EQ(std::vector<double>(got.begin(), got.end()), want) << "window " << window;
+    EXPECT_GT(wick::testing::range_of(want), 0.1);
+    if (window == 0) unwindowed = want;
+    if (window > 0) EXPECT_NE(want, unwindowed);  // the window hides keys of these positions
+  }
   // Pools of another dtype, indices of another dtype, a position past the sequence's pages.
   EXPECT_THROW(wick::cpu::paged_attention_f32(qv.data(), t, h, k.to_dtype(DType::F16), v, table,
-                                              seqs, positions, got.data()),
+                                              seqs, positions, 0, got.data()),
                wick::Error);
   EXPECT_THROW(wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table,
-                                              seqs.to_dtype(DType::I64), positions, got.data()),
+                                              seqs.to_dtype(DType::I64), positions, 0, got.data()),
                wick::Error);
   const Tensor far = Tensor::from_vec(std::vector<uint32_t>{17, 5, 6, 7, 4 * 5}, {t}, host);
-  EXPECT_THROW(wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, far, got.data()),
-               wick::IndexOutOfRange);
+  EXPECT_THROW(
+      wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, far, 0, got.data()),
+      wick::IndexOutOfRange);
 }
 
 // ---- CausalLM::forward_paged ----
@@ -1111,11 +1119,12 @@ INSTANTIATE_TEST_SUITE_P(Families, FamilyPaged,
                          ::testing::Values("qwen3", "mistral", "phi3", "gemma2", "gemma3_text",
                                            "phi3_partial", "phi3_partial_longrope"));
 
-// The CPU decode plan for Phi-3's layout, partial rotary included (Phi-4-mini: quantized
-// projections, the first dims of each head rotating, no window): phi3_partial's GGUF with random
-// Q8_0 projections and head, its window dropped and its FFN 64 wide (Q8_0 rows are blocks of 32),
-// rotating 4, 6 and all 8 of each head's dims. The plan takes the model, and a decode token
-// through its paged step gets the bits the family's composed step of a larger batch gives it.
+// The CPU decode plan for Phi-3's layout, partial rotary and sliding windows included (Phi-4-mini:
+// quantized projections, the first dims of each head rotating): phi3_partial's GGUF with random
+// Q8_0 projections and head and its FFN 64 wide (Q8_0 rows are blocks of 32), rotating 4, 6 and
+// all 8 of each head's dims, without a window and with windows of 4 (shorter than the decode
+// token's 10 earlier keys) and 8. The plan takes the model, and a decode token through its paged
+// step gets the bits the family's composed step of a larger batch gives it.
 TEST(FamilyPaged, QuantizedPhi3TakesThePlanWithTheBatchsBits) {
   wick::gguf::File f = wick::gguf::File::open(family_data("phi3_partial") + "/model.gguf");
   const size_t ffn = 64;
@@ -1132,10 +1141,16 @@ TEST(FamilyPaged, QuantizedPhi3TakesThePlanWithTheBatchsBits) {
     if (name.find("ffn_down") != std::string::npos) k = ffn;
     blocks[name] = wick::testing::random_qtensor(wick::GgmlType::Q8_0, n, k);
   }
-  for (uint64_t rotated : {4, 6, 8}) {
-    SCOPED_TRACE("rotating " + std::to_string(rotated) + " of 8 dims");
+  for (auto [rotated, window] :
+       {std::pair<uint64_t, uint64_t>{4, 0}, {6, 0}, {8, 0}, {6, 4}, {8, 8}}) {
+    SCOPED_TRACE("rotating " + std::to_string(rotated) + " of 8 dims, window " +
+                 std::to_string(window));
     std::map<std::string, wick::gguf::Value> metadata(f.metadata().begin(), f.metadata().end());
     metadata.erase("phi3.attention.sliding_window");
+    if (window > 0) {
+      metadata["phi3.attention.sliding_window"] =
+          wick::gguf::Value::u64(window, wick::gguf::ValueType::U32);
+    }
     metadata["phi3.feed_forward_length"] = wick::gguf::Value::u64(ffn, wick::gguf::ValueType::U32);
     metadata["phi3.rope.dimension_count"] =
         wick::gguf::Value::u64(rotated, wick::gguf::ValueType::U32);

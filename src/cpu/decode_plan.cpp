@@ -6,8 +6,8 @@
 // composed forward makes some 300 tensors and op calls, all on the calling thread while the
 // other threads wait. The arithmetic is that of the ops the model composes (add_rms_norm,
 // rope_write_at_position, silu_mul, scaled_dot_product_attention, qmatmul). Weights it does not
-// take (plain or several-part projections, head or post norms, windows, soft-caps, GELU, f16/bf16
-// models) get no plan.
+// take (plain or several-part projections, head or post norms, soft-caps, GELU, f16/bf16 models)
+// get no plan; sliding windows (Mistral's) only in the paged step.
 
 #include "decode_plan.h"
 
@@ -103,8 +103,9 @@ class CpuDecodePlan final : public DecodePlan {
 
   Tensor forward_one(const Tensor& token, models::KvCache& cache) const override {
     const size_t hk = w_.kv_heads, hd = w_.head_dim;
+    // Its attention reads the whole cache: no sliding window.
     if (token.elem_count() != 1 || cache.batch() != 1 || cache.k(0).dtype() != DType::F32 ||
-        !rope_tables_fit(cache.cos())) {
+        !rope_tables_fit(cache.cos()) || windowed()) {
       return Tensor();
     }
     const size_t p = cache.length(), max_len = cache.max_len();
@@ -146,12 +147,19 @@ class CpuDecodePlan final : public DecodePlan {
     };
     auto attend = [&](size_t li, const Tensor& q, float* att) {
       paged_attention_f32(f32_data(q), 1, w_.heads, cache.k(li), cache.v(li), b.page_table,
-                          b.token_seq, b.positions, att);
+                          b.token_seq, b.positions, w_.layers[li].window, att);
     };
     return run(b.ids.reshape({1, 1}), p, cache.cos(), cache.sin(), write, attend);
   }
 
  private:
+  bool windowed() const {
+    for (const DecoderWeights::Layer& l : w_.layers) {
+      if (l.window > 0) return true;
+    }
+    return false;
+  }
+
   // Rope tables of (positions, rotary_dims / 2) in f32 on the CPU.
   bool rope_tables_fit(const Tensor& cos) const {
     return cos.defined() && cos.rank() == 2 && cos.dims()[1] == w_.rotary_dims / 2 &&
@@ -233,7 +241,7 @@ bool takes(const DecoderWeights& m) {
   for (const DecoderWeights::Layer& l : m.layers) {
     if (!f32_cpu(l.ln1, d) || !f32_cpu(l.ln2, d) || (l.bqkv.defined() && !f32_cpu(l.bqkv, rows)) ||
         l.q_norm.defined() || l.k_norm.defined() || l.post_attn_norm.defined() ||
-        l.post_ffn_norm.defined() || l.cos.defined() || l.window > 0 || l.softcap > 0 ||
+        l.post_ffn_norm.defined() || l.cos.defined() || l.softcap > 0 ||
         (l.scale != 0 && l.scale != 1.0 / std::sqrt(static_cast<double>(hd))) ||
         !tiled(l.wqkv, rows, d) || !tiled(l.wo, d, q_out) || !tiled(l.wgate_up, 2 * inter, d) ||
         !tiled(l.wdown, d, inter)) {

@@ -379,7 +379,7 @@ namespace wick::cpu {
 
 void paged_attention_f32(const float* q, size_t tokens, size_t h, const Tensor& k_pages,
                          const Tensor& v_pages, const Tensor& page_table, const Tensor& token_seq,
-                         const Tensor& token_pos, float* out) {
+                         const Tensor& token_pos, size_t window, float* out) {
   for (const Tensor* t : {&k_pages, &v_pages}) {
     if (t->dtype() != DType::F32 || t->rank() != 4 || !t->is_contiguous() ||
         !t->device().is_cpu()) {
@@ -395,8 +395,9 @@ void paged_attention_f32(const float* q, size_t tokens, size_t h, const Tensor& 
                       dtype_name(t->dtype()), " ", t->shape()));
     }
   }
-  const detail::PagedRows<float> rows = detail::rows_of(
-      q, tokens, h, k_pages.dims()[3], k_pages, v_pages, page_table, token_seq, token_pos, 0, 0, 0);
+  const detail::PagedRows<float> rows =
+      detail::rows_of(q, tokens, h, k_pages.dims()[3], k_pages, v_pages, page_table, token_seq,
+                      token_pos, 0, 0, window);
   detail::attend_pages<float>(rows, out);
 }
 
