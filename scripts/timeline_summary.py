@@ -22,7 +22,7 @@ import bisect
 import statistics
 from collections import defaultdict
 
-EPILOGUES = {0: "store", 1: "qkv_rope", 2: "silu_mul", 3: "gelu_mul", 4: "add", 5: "norm_add"}  # GemvEpilogue
+EPILOGUES = {0: "store", 1: "qkv_rope", 2: "silu_mul", 3: "gelu_mul", 4: "add"}  # GemvEpilogue
 
 
 def kind_of(tag):

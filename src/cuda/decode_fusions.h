@@ -55,13 +55,6 @@ bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const
 bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
                        bool prefetch_rows = false, const QLinear* next = nullptr);
 
-/// residual + rms_norm(linear(x, w), post_norm, eps), in residual's shape: the projection and
-/// nn::add_rms_normed in one kernel (GemvEpilogue::NormAdd: Gemma's post-norms), plain weights
-/// of x's dtype and a post_norm of that dtype or f32. The same roundings as the composition; the
-/// norm's sum of squares is taken in another order.
-bool fused_project_norm_add(const Tensor& x, const QLinear& w, const Tensor& residual,
-                            const Tensor& post_norm, double eps, Tensor* sum);
-
 /// While a decode step is recorded as a CUDA graph (CudaGraph::capture): a side branch, which the
 /// step does not wait for, asks the L2 for the first rows of `next` (plain gate/up weights over 4
 /// MB, instead of the output projection: fused_project_add) while the attention leaves the HBM

@@ -329,42 +329,4 @@ bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual
   return true;
 }
 
-bool fused_project_norm_add(const Tensor& x, const QLinear& w, const Tensor& residual,
-                            const Tensor& post_norm, double eps, Tensor* sum) {
-  Launch l;
-  if (!cuda::tuning().gemv_norm_add ||
-      !prepare(cuda::GemvEpilogue::NormAdd, x, Tensor(), 0, w, &l)) {
-    return false;
-  }
-  const size_t n = static_cast<size_t>(l.weight.n);
-  for (const Tensor* t : {&residual, &post_norm}) {
-    if (t->elem_count() != n || !t->is_contiguous() || t->device() != x.device()) return false;
-  }
-  if (residual.dtype() != x.dtype() || !fused::rms_norm_weight_fits(x.dtype(), post_norm.dtype())) {
-    return false;
-  }
-  cuda::GemvArgs& a = l.args;
-  a.residual = ptr_of(residual);
-  a.post_norm = ptr_of(post_norm);
-  a.post_norm_f32 = fused::f32_weight_of_half(x.dtype(), post_norm.dtype());
-  a.post_eps = eps;
-  // The product itself, which only the kernel reads back, and the normalised sum.
-  const DType dt = x.dtype();
-  cuda::CudaDevice& dev = device_of(x);
-  auto product = std::make_unique<cuda::CudaStorage>(dev, n, dt);
-  auto out = std::make_unique<cuda::CudaStorage>(dev, n, dt);
-  a.out = product->data();
-  a.normed_sum = out->data();
-  if (!cuda::gemv_fits(dt, a)) return false;
-  l.reads.push_back(&residual);
-  l.reads.push_back(&post_norm);
-  {
-    auto locks = wick::detail::read_locks(wick::detail::Inputs(l.reads.data(), l.reads.size()));
-    dev.queue().enqueue("project_norm_add_gemv", dt,
-                        [&](cudaStream_t s) { cuda::launch_gemv(dt, a, s); });
-  }
-  *sum = wick::detail::from_storage(std::move(out), residual.shape());
-  return true;
-}
-
 }  // namespace wick::cuda

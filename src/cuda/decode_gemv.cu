@@ -77,10 +77,6 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
     return a.d > 0 && a.d % 2 == 0 && a.n == (a.h + 2 * a.h_kv) * a.d && a.rot_half > 0 &&
            2 * a.rot_half <= a.d;
   }
-  if (a.epilogue == GemvEpilogue::NormAdd) {
-    return a.weights == GemvWeights::Dense && a.residual != nullptr && a.post_norm != nullptr &&
-           a.normed_sum != nullptr;
-  }
   return a.epilogue != GemvEpilogue::Add || a.residual != nullptr;
 }
 

@@ -8,9 +8,7 @@
 //            (or into the pools of a paged cache);
 //   SiluMul: rows j and n/2 + j give silu(gate) * up -> out;
 //   GeluMul: the same with the tanh-approximated GELU (Gemma's GeGLU);
-//   Add:     residual + product -> out;
-//   NormAdd: the product -> out, then residual + RMSNorm(product) * post_norm -> normed_sum, the
-//            grid's last block to finish normalising the whole product (Gemma's post-norms).
+//   Add:     residual + product -> out.
 
 #include <cuda_runtime.h>
 
@@ -21,7 +19,7 @@
 
 namespace wick::cuda {
 
-enum class GemvEpilogue { Store, QkvRope, SiluMul, GeluMul, Add, NormAdd };
+enum class GemvEpilogue { Store, QkvRope, SiluMul, GeluMul, Add };
 
 /// Threads a block of the kernel, unless dense_threads in decode_gemv.cu picks others for a large
 /// projection; each takes 16 bytes of a plain row at a time.
@@ -61,15 +59,9 @@ struct GemvArgs {
   // Half the rotated dims of a head: d / 2, or less for partial rotary (the first 2 rot_half
   // dims rotate, the others pass through).
   int64_t rot_half = 0;
-  // Store, SiluMul / GeluMul, Add, NormAdd
-  void* out;             // (n), (n / 2), (n), (n)
-  const void* residual;  // Add, NormAdd: (n)
-  // NormAdd (plain weights only): residual + RMSNorm(out) * post_norm -> normed_sum, as
-  // nn::add_rms_normed computes it (post_norm f32 for f16/bf16 activations: post_norm_f32).
-  const void* post_norm = nullptr;  // (n)
-  bool post_norm_f32 = false;
-  double post_eps = 0;
-  void* normed_sum = nullptr;  // (n)
+  // Store, SiluMul / GeluMul, Add
+  void* out;             // (n), (n / 2), (n)
+  const void* residual;  // Add: (n)
   // Store with plain weights: also the index of the largest stored product (the first of equals;
   // the first NaN), as argmax gives it; null when not wanted.
   uint32_t* argmax = nullptr;

@@ -2,9 +2,8 @@
 // Device pieces of the decode projections (decode_gemv*.cu): the weight formats (plain rows,
 // GGML Q4_0 / Q4_1 / Q8_0 rows and their integer dots against quantized activations), the
 // input (x, or its RMSNorm as transformers computes it in the dtype), the block's dot of its rows
-// and the epilogues (store, qkv + rope + cache write, SiLU product, residual add, normalised
-// residual add), with the L2 requests the step's kernels make. Each includer expands
-// WICK_TIMELINE_TU first.
+// and the epilogues (store, qkv + rope + cache write, SiLU product, residual add), with the L2
+// requests the step's kernels make. Each includer expands WICK_TIMELINE_TU first.
 
 #include <algorithm>
 
@@ -522,7 +521,7 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, int64_t p, int64_t r
     }
     dst[e.lo] = convert<T>(a0);
     dst[e.hi] = convert<T>(a1);
-  } else if (a.epilogue == GemvEpilogue::Store || a.epilogue == GemvEpilogue::NormAdd) {
+  } else if (a.epilogue == GemvEpilogue::Store) {
     static_cast<T*>(a.out)[r0] = convert<T>(a0);
     static_cast<T*>(a.out)[r1] = convert<T>(a1);
   } else if (a.epilogue == GemvEpilogue::SiluMul) {

@@ -37,57 +37,6 @@ __device__ __forceinline__ void post_argmax(const GemvArgs& a, const int64_t (&r
   atomicMax(&g_argmax_slots[(blockIdx.x % kArgmaxSlots) * kArgmaxStride], best);
 }
 
-// GemvEpilogue::NormAdd: each block takes a ticket after its products are stored; the block that
-// takes the last one reads the whole product back (from the L2: other blocks wrote it) and writes
-// residual + RMSNorm(product) * post_norm, then sets the ticket back to zero for the next launch.
-// One ticket serves every launch: a device's kernels run on its one stream, and a kernel takes
-// its ticket after pdl_wait, when the projection before it has ended.
-__device__ unsigned int g_norm_add_ticket;
-
-template <class T>
-__device__ __forceinline__ float load_from_l2(const T* p) {
-  if constexpr (sizeof(T) == 4) {
-    return __ldcg(reinterpret_cast<const float*>(p));
-  } else {
-    const unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
-    T v;
-    memcpy(&v, &bits, sizeof v);
-    return to_compute(v);
-  }
-}
-
-template <class T, int N>
-__device__ __forceinline__ void norm_add_tail(const GemvArgs& a) {
-  __shared__ bool last;
-  __threadfence();  // the block's stores (finish_pairs), seen by the device before its ticket
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&g_norm_add_ticket, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const T* y = static_cast<const T*>(a.out);
-  float sq = 0;
-  for (int64_t i = threadIdx.x; i < a.n; i += N) {
-    const float v = load_from_l2(y + i);
-    sq += v * v;
-  }
-  float t[1] = {sq};
-  block_totals<1, N>(t);
-  const float rstd = ops::norm_rstd(t[0], static_cast<float>(a.n), static_cast<float>(a.post_eps));
-  const T* res = static_cast<const T*>(a.residual);
-  T* out = static_cast<T*>(a.normed_sum);
-  for (int64_t i = threadIdx.x; i < a.n; i += N) {
-    const float v = load_from_l2(y + i);
-    // The normalised product rounded to the dtype (by an f32 weight: in f32, one rounding), then
-    // the add, rounded once: add_rms_normed's roundings.
-    const float normed =
-        a.post_norm_f32 ? round_to<T>(static_cast<const float*>(a.post_norm)[i] * (v * rstd))
-                        : rms_normed<T>(v, to_compute(static_cast<const T*>(a.post_norm)[i]), rstd);
-    out[i] = convert<T>(to_compute(res[i]) + normed);
-  }
-  if (threadIdx.x == 0) g_norm_add_ticket = 0;
-}
-
 // Blocks of N threads a multiprocessor should hold: for 4 plain rows a block, as many as 64
 // registers a thread allow (more blocks than the compiler's own choice, without spills).
 template <class T, class F, int R, int N>
@@ -119,9 +68,6 @@ __global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
   }
   finish_pairs<T, R>(a, p0, rows, acc);
   if (a.argmax != nullptr) post_argmax<T, R>(a, rows, acc);
-  if constexpr (kDense) {
-    if (a.epilogue == GemvEpilogue::NormAdd) norm_add_tail<T, N>(a);
-  }
   if (kDense && a.l2_next_end_blocks > 0) {
     const int64_t n = min(static_cast<int64_t>(a.l2_next_end_blocks), int64_t{gridDim.x});
     const int64_t i = static_cast<int64_t>(blockIdx.x) - (gridDim.x - n);

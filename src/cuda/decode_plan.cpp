@@ -175,14 +175,9 @@ class CudaDecodePlan final : public DecodePlan {
         normed = r.normed;
       }
     };
-    // A residual add of the projection's output normalised first (Gemma's post-norms): in the
-    // projection's kernel, else after it.
+    // A residual add of the projection's output normalised first (Gemma's post-norms).
     auto project_norm_add = [&](const Tensor& in, const QLinear& w, const Tensor& post_norm) {
-      Tensor sum, y;
-      if (fused_project_norm_add(in, w, x, post_norm, eps, &sum)) {
-        x = sum;
-        return;
-      }
+      Tensor y;
       if (!fused_linear(in, Tensor(), 0, w, &y)) y = w.forward(in);
       x = nn::add_rms_normed(x, y, post_norm, eps);
     };

@@ -19,7 +19,6 @@ Tuning make_tuning() {
   t.paged_early = pick(o.paged_early, t.paged_early);
   t.decode_gemv = pick(o.decode_gemv, t.decode_gemv);
   t.gemv_argmax = pick(o.gemv_argmax, t.gemv_argmax);
-  t.gemv_norm_add = pick(o.gemv_norm_add, t.gemv_norm_add);
   t.qkv_prefetch = pick(o.qkv_prefetch, t.qkv_prefetch);
   t.gemv_stream = pick(o.gemv_stream, t.gemv_stream);
   t.gemv_pairs = pick(o.gemv_pairs, t.gemv_pairs);

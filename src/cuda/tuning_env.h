@@ -35,7 +35,6 @@ inline void apply_tuning_env() {
   flag("WICK_PAGED_EARLY", o.paged_early);
   flag("WICK_DECODE_GEMV", o.decode_gemv);
   flag("WICK_GEMV_ARGMAX", o.gemv_argmax);
-  flag("WICK_GEMV_NORM_ADD", o.gemv_norm_add);
   flag("WICK_QKV_PREFETCH", o.qkv_prefetch);
   flag("WICK_GEMV_STREAM", o.gemv_stream);
   flag("WICK_GEMV_PAIRS", o.gemv_pairs);

@@ -778,59 +778,5 @@ TEST(CudaDecodeGemv, F32NormWeightsAndGeluGateMatchComposition) {
   }
 }
 
-// Gemma's post-norm residual add inside the projection's kernel (GemvEpilogue::NormAdd: the
-// grid's last block normalises the whole product): against an f64 reference over the products
-// that fused_linear stores (the same kernel's), and against nn::add_rms_normed of them, which sums
-// the squares in another order; twice in a row with the same bits (the kernel's ticket goes back
-// to zero), for grids of few and of many blocks, norm weights of the dtype and f32.
-TEST(CudaDecodeGemv, ProjectNormAddMatchesReference) {
-  SKIP_WITHOUT_GPU();
-  Device gpu = Device::cuda(0);
-  const double eps = 1e-5;
-  const std::pair<size_t, size_t> shapes[] = {{1152, 1024}, {1152, 6912}, {64, 96}, {4096, 256}};
-  for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
-    std::vector<DType> norm_dtypes = {dt};
-    if (dt != DType::F32) norm_dtypes.push_back(DType::F32);  // Gemma's (1 + w) of bf16 / f16
-    for (DType norm_dt : norm_dtypes) {
-      for (const auto& [n, k] : shapes) {
-        SCOPED_TRACE(std::string(dtype_name(dt)) + " norm " + dtype_name(norm_dt) + " n " +
-                     std::to_string(n) + " k " + std::to_string(k));
-        Tensor w = testing::random_tensor({n, k}, dt).affine(0.1, 0);
-        Tensor x = testing::random_tensor({1, 1, k}, dt).to_device(gpu);
-        Tensor res = testing::random_tensor({1, 1, n}, dt).to_device(gpu);
-        Tensor nw = testing::random_tensor({n}, DType::F32).affine(0.5, 1).to_dtype(norm_dt);
-        Tensor nwg = nw.to_device(gpu);
-        nn::QLinear wg(w.to_device(gpu));
-        Tensor y, first, second;
-        ASSERT_TRUE(cuda::fused_linear(x, Tensor(), 0, wg, &y));
-        ASSERT_TRUE(cuda::fused_project_norm_add(x, wg, res, nwg, eps, &first));
-        ASSERT_TRUE(cuda::fused_project_norm_add(x, wg, res, nwg, eps, &second));
-        ASSERT_EQ(first.shape(), res.shape());
-        EXPECT_EQ(first.to_vec_f64(), second.to_vec_f64());
-        // The normalised product rounded (twice by a weight of the dtype), the sum rounded.
-        const Device cpu = Device::cpu();
-        Tensor ref =
-            testing::f64(res.to_device(cpu))
-                .add(testing::rms_norm_ref(testing::f64(y.to_device(cpu)), testing::f64(nw), eps)
-                         .reshape({1, 1, n}));
-        // Two or three roundings of the dtype; in f32 also the sum of squares' own order.
-        const double tol = (dt == DType::F32 ? 16 : 4) * numerics::unit_roundoff(dt);
-        EXPECT_TRUE(testing::close_to(first, ref, tol));
-        EXPECT_TRUE(testing::close_to(nn::add_rms_normed(res, y, nwg, eps), ref, tol));
-      }
-    }
-  }
-  // Composed by the caller: GGML weights, a residual of another length or dtype.
-  Tensor x = testing::random_tensor({1, 1, 256}, DType::BF16).to_device(gpu);
-  Tensor res = testing::random_tensor({1, 1, 64}, DType::BF16).to_device(gpu), sum;
-  Tensor nw = Tensor::ones({64}, DType::F32, gpu);
-  nn::QLinear q8(
-      std::vector<QTensor>{testing::random_qtensor(GgmlType::Q8_0, 64, 256).to_device(gpu)});
-  EXPECT_FALSE(cuda::fused_project_norm_add(x, q8, res, nw, 1e-6, &sum));
-  nn::QLinear dense(testing::random_tensor({64, 256}, DType::BF16).to_device(gpu));
-  EXPECT_FALSE(cuda::fused_project_norm_add(x, dense, res.narrow(2, 0, 32), nw, 1e-6, &sum));
-  EXPECT_FALSE(cuda::fused_project_norm_add(x, dense, res.to_dtype(DType::F16), nw, 1e-6, &sum));
-}
-
 }  // namespace
 }  // namespace wick
