@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1122,14 +1123,15 @@ INSTANTIATE_TEST_SUITE_P(Families, FamilyPaged,
                          ::testing::Values("qwen3", "mistral", "phi3", "gemma2", "gemma3_text",
                                            "phi3_partial", "phi3_partial_longrope"));
 
-// The CPU decode plan for Phi-3's layout, partial rotary and sliding windows included (Phi-4-mini:
-// quantized projections, the first dims of each head rotating): phi3_partial's GGUF with random
-// Q8_0 projections and head and its FFN 64 wide (Q8_0 rows are blocks of 32), rotating 4, 6 and
-// all 8 of each head's dims, without a window and with windows of 4 (shorter than the decode
-// token's 10 earlier keys) and 8. The plan takes the model, and a decode token through its paged
-// step gets the bits the family's composed step of a larger batch gives it.
-TEST(FamilyPaged, QuantizedPhi3TakesThePlanWithTheBatchsBits) {
-  wick::gguf::File f = wick::gguf::File::open(family_data("phi3_partial") + "/model.gguf");
+// A family's test GGUF with random Q8_0 blocks for every projection and the output head (one
+// added where the head is tied to the embedding) and its FFN 64 wide (Q8_0 rows are blocks of
+// 32), with `edits` to its metadata (nullopt erases the key); written, loaded on the CPU and
+// removed. The CPU decode plan takes such a model.
+std::shared_ptr<const CausalLM> quantized_family(
+    const std::string& family,
+    const std::map<std::string, std::optional<wick::gguf::Value>>& edits) {
+  wick::gguf::File f = wick::gguf::File::open(family_data(family) + "/model.gguf");
+  const std::string arch = f.get_string("general.architecture");
   const size_t ffn = 64;
   std::map<std::string, Tensor> dense;
   std::map<std::string, wick::QTensor> blocks;
@@ -1140,36 +1142,79 @@ TEST(FamilyPaged, QuantizedPhi3TakesThePlanWithTheBatchsBits) {
       continue;
     }
     size_t n = t.dims()[0], k = t.dims()[1];
-    if (name.find("ffn_up") != std::string::npos) n = 2 * ffn;  // gate and up rows
+    // Phi-3's ffn_up holds gate and up rows; the others have ffn_gate and ffn_up of ffn rows.
+    if (name.find("ffn_up") != std::string::npos) n = arch == "phi3" ? 2 * ffn : ffn;
+    if (name.find("ffn_gate") != std::string::npos) n = ffn;
     if (name.find("ffn_down") != std::string::npos) k = ffn;
     blocks[name] = wick::testing::random_qtensor(wick::GgmlType::Q8_0, n, k);
   }
+  if (!blocks.count("output.weight")) {
+    const Tensor& embed = dense.at("token_embd.weight");
+    blocks["output.weight"] =
+        wick::testing::random_qtensor(wick::GgmlType::Q8_0, embed.dims()[0], embed.dims()[1]);
+  }
+  std::map<std::string, wick::gguf::Value> metadata(f.metadata().begin(), f.metadata().end());
+  metadata[arch + ".feed_forward_length"] = wick::gguf::Value::u64(ffn, wick::gguf::ValueType::U32);
+  for (const auto& [key, value] : edits) {
+    metadata.erase(key);
+    if (value) metadata[key] = *value;
+  }
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("wick_" + family + "_q8.gguf")).string();
+  wick::gguf::save(dense, path, metadata, blocks);
+  std::shared_ptr<const CausalLM> model = wick::models::load_causal_lm(path, Device::cpu());
+  std::remove(path.c_str());
+  return model;
+}
+
+// The plan taken, and a decode token through its paged step gets the bits the family's composed
+// step of a larger batch gives it; over a plain cache, forward_last of one token (the plan's
+// host step where the model has no window) gives forward's logits within 64 f32 roundoffs of
+// their range (another attention kernel: other bits).
+void expect_plan_with_the_batchs_bits(const CausalLM& model) {
+  const auto* decoder = dynamic_cast<const wick::models::decoder::Decoder*>(&model);
+  ASSERT_NE(decoder, nullptr);
+  EXPECT_TRUE(decoder->has_decode_plan());
+  auto [alone, batched] = alone_and_batched(model, 96);
+  ASSERT_EQ(alone.size(), 2 * 96u);
+  EXPECT_GT(wick::testing::range_of(alone), 0.0);
+  EXPECT_EQ(alone, batched);
+  std::vector<uint32_t> prompt;
+  for (uint32_t i = 0; i < 10; ++i) prompt.push_back((i * 13 + 1) % 96);
+  Tensor ids = Tensor::from_vec(prompt, {1, prompt.size()}, Device::cpu());
+  Tensor token = Tensor::from_vec(std::vector<uint32_t>{5}, {1, 1}, Device::cpu());
+  wick::models::KvCache a = model.make_cache(1, 16), b = model.make_cache(1, 16);
+  model.forward(ids, a);
+  model.forward(ids, b);
+  const std::vector<double> step = model.forward_last(token, a).to_vec_f64();
+  const std::vector<double> want = model.forward(token, b).to_vec_f64();
+  EXPECT_EQ(a.length(), 11u);
+  EXPECT_LE(wick::testing::max_abs_diff(step, want),
+            64 * wick::numerics::unit_roundoff(DType::F32) * wick::testing::range_of(want));
+}
+
+// The CPU decode plan for Phi-3's layout, partial rotary and sliding windows included
+// (Phi-4-mini: quantized projections, the first dims of each head rotating): rotating 4, 6 and
+// all 8 of each head's dims, without a window and with windows of 4 (shorter than the decode
+// token's 10 earlier keys) and 8.
+TEST(FamilyPaged, QuantizedPhi3TakesThePlanWithTheBatchsBits) {
   for (auto [rotated, window] :
        {std::pair<uint64_t, uint64_t>{4, 0}, {6, 0}, {8, 0}, {6, 4}, {8, 8}}) {
     SCOPED_TRACE("rotating " + std::to_string(rotated) + " of 8 dims, window " +
                  std::to_string(window));
-    std::map<std::string, wick::gguf::Value> metadata(f.metadata().begin(), f.metadata().end());
-    metadata.erase("phi3.attention.sliding_window");
-    if (window > 0) {
-      metadata["phi3.attention.sliding_window"] =
-          wick::gguf::Value::u64(window, wick::gguf::ValueType::U32);
-    }
-    metadata["phi3.feed_forward_length"] = wick::gguf::Value::u64(ffn, wick::gguf::ValueType::U32);
-    metadata["phi3.rope.dimension_count"] =
-        wick::gguf::Value::u64(rotated, wick::gguf::ValueType::U32);
-    const std::string path =
-        (std::filesystem::temp_directory_path() / "wick_phi3_partial_q8.gguf").string();
-    wick::gguf::save(dense, path, metadata, blocks);
-    auto model = wick::models::load_causal_lm(path, Device::cpu());
-    std::remove(path.c_str());
-    const auto* decoder = dynamic_cast<const wick::models::decoder::Decoder*>(model.get());
-    ASSERT_NE(decoder, nullptr);
-    EXPECT_TRUE(decoder->has_decode_plan());
-    auto [alone, batched] = alone_and_batched(*model, 96);
-    ASSERT_EQ(alone.size(), 2 * 96u);
-    EXPECT_GT(wick::testing::range_of(alone), 0.0);
-    EXPECT_EQ(alone, batched);
+    using wick::gguf::Value, wick::gguf::ValueType;
+    expect_plan_with_the_batchs_bits(*quantized_family(
+        "phi3_partial",
+        {{"phi3.attention.sliding_window",
+          window > 0 ? std::optional(Value::u64(window, ValueType::U32)) : std::nullopt},
+         {"phi3.rope.dimension_count", Value::u64(rotated, ValueType::U32)}}));
   }
+}
+
+// The same for Qwen3's layout (per-head q/k RMS norms before rope): the plan normalises each
+// head as Tensor::rms_norm does.
+TEST(FamilyPaged, QuantizedQwen3TakesThePlanWithTheBatchsBits) {
+  expect_plan_with_the_batchs_bits(*quantized_family("qwen3", {}));
 }
 
 TEST(FamilyPaged, Errors) {

@@ -6,8 +6,9 @@
 // composed forward makes some 300 tensors and op calls, all on the calling thread while the
 // other threads wait. The arithmetic is that of the ops the model composes (add_rms_norm,
 // rope_write_at_position, silu_mul, scaled_dot_product_attention, qmatmul). Weights it does not
-// take (plain or several-part projections, head or post norms, soft-caps, GELU, f16/bf16 models)
-// get no plan; sliding windows (Mistral's) only in the paged step.
+// take (plain or several-part projections, post norms, soft-caps, GELU, f16/bf16 models) get no
+// plan; sliding windows (Mistral's) only in the paged step. Qwen3's per-head q/k norms run as
+// rows of Tensor::rms_norm.
 
 #include "decode_plan.h"
 
@@ -20,6 +21,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/cpu_storage.h"
+#include "cpu/fused.h"
 #include "cpu/kernels.h"
 #include "cpu/paged_attention.h"
 #include "cpu/qmatmul.h"
@@ -182,7 +184,8 @@ class CpuDecodePlan final : public DecodePlan {
     Tensor x0 = m.embed.embedding(token).reshape({d});
     std::vector<float> x = x0.to_vec1<float>();
     std::vector<float> normed = x0.rms_norm(m.layers[0].ln1, m.eps).to_vec1<float>();
-    std::vector<float> qkv(rows), att(h * hd), y(d), gate_up(2 * inter), act(inter);
+    std::vector<float> qkv(rows), att(h * hd), y(d), gate_up(2 * inter), act(inter),
+        normed_head(hd);
     Tensor q = detail::from_storage(device().alloc(h * hd, DType::F32), Shape{h, hd});
     const float* cos = f32_data(cos_table) + p * rot_half;
     const float* sin = f32_data(sin_table) + p * rot_half;
@@ -192,6 +195,18 @@ class CpuDecodePlan final : public DecodePlan {
       if (l.bqkv.defined()) {
         const float* b = f32_data(l.bqkv);
         for (size_t i = 0; i < rows; ++i) qkv[i] += b[i];
+      }
+      // Qwen3's per-head norms of q and k (Tensor::rms_norm's rows), before rope.
+      if (l.q_norm.defined()) {
+        auto norm_heads = [&](size_t first, size_t n, const Tensor& w) {
+          for (size_t i = first; i < first + n; ++i) {
+            float* head = qkv.data() + i * hd;
+            rms_norm_row<float>(head, f32_data(w), eps, hd, false, normed_head.data());
+            std::memcpy(head, normed_head.data(), hd * sizeof(float));
+          }
+        };
+        norm_heads(0, h, l.q_norm);
+        norm_heads(h, hk, l.k_norm);
       }
       // q rotated into its buffer; this position's key (rotated) and value into the cache.
       float* qp = f32_data_mut(q);
@@ -240,9 +255,10 @@ bool takes(const DecoderWeights& m) {
   if (!f32_cpu(m.norm, d) || !tiled(m.lm_head, m.embed.dims()[0], d)) return false;
   for (const DecoderWeights::Layer& l : m.layers) {
     if (!f32_cpu(l.ln1, d) || !f32_cpu(l.ln2, d) || (l.bqkv.defined() && !f32_cpu(l.bqkv, rows)) ||
-        l.q_norm.defined() || l.k_norm.defined() || l.post_attn_norm.defined() ||
-        l.post_ffn_norm.defined() || l.cos.defined() || l.softcap > 0 ||
-        (l.scale != 0 && l.scale != 1.0 / std::sqrt(static_cast<double>(hd))) ||
+        l.q_norm.defined() != l.k_norm.defined() ||
+        (l.q_norm.defined() && (!f32_cpu(l.q_norm, hd) || !f32_cpu(l.k_norm, hd))) ||
+        l.post_attn_norm.defined() || l.post_ffn_norm.defined() || l.cos.defined() ||
+        l.softcap > 0 || (l.scale != 0 && l.scale != 1.0 / std::sqrt(static_cast<double>(hd))) ||
         !tiled(l.wqkv, rows, d) || !tiled(l.wo, d, q_out) || !tiled(l.wgate_up, 2 * inter, d) ||
         !tiled(l.wdown, d, inter)) {
       return false;

@@ -652,6 +652,14 @@ Tensor Decoder::run(const Tensor& ids, KvCache& cache, bool last_only, const cha
     throw IndexOutOfRange(str(name, ": ", start, " cached + ", s,
                               " new positions exceed the cache's max_len ", cache.max_len()));
   }
+  // One token's logits through the backend's host-side step where it has one (the CPU plan).
+  if (last_only && s == 1 && plan_) {
+    Tensor logits = plan_->forward_one(ids, cache);
+    if (logits.defined()) {
+      cache.set_length(start + 1);
+      return logits;
+    }
+  }
   Step at;
   at.cache = &cache;
   at.start = start;
