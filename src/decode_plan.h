@@ -1,14 +1,13 @@
 #pragma once
-// The decode plan: how a backend runs the one-token decode step of a standard decoder (pre-norm
-// RMS norms, fused q/k/v with optional bias, optional per-head q/k RMS norms before rope,
-// rotate-half rope over whole heads or their first dims (partial rotary) with a table per layer,
-// grouped-query attention over a KvCache
-// with an optional sliding window, scale and score soft-cap, optional RMS norms of the attention's
-// and the FFN's outputs before their residual adds, a SiLU- or GELU-gated FFN, a scaled
-// embedding, tied or separate output head, optional logit soft-cap): Llama, Qwen2, Qwen3,
-// Mistral, Phi-3 (Phi-4-mini's partial rotary too), Gemma 2 and 3. A model hands its weights over
-// once (BackendDevice::decode_plan); the backend may answer with a plan that fuses, prefetches and
-// launches as it sees fit, or with none, and the model then composes the step from its own ops.
+// The decode plan: how a backend runs the one-token decode step of a standard decoder (pre-norm RMS
+// norms, fused q/k/v with optional bias, optional per-head q/k RMS norms before rope, rotate-half
+// rope over whole heads or their first dims (partial rotary) with a table per layer, grouped-query
+// attention over a KvCache with an optional sliding window, scale and score soft-cap, optional RMS
+// norms of the attention's and the FFN's outputs before their residual adds, a SiLU- or GELU-gated
+// FFN, a scaled embedding, tied or separate output head, optional logit soft-cap): Llama, Qwen2,
+// Qwen3, Mistral, Phi-3 (Phi-4-mini's partial rotary too), Gemma 2 and 3. A model hands its weights
+// over once (BackendDevice::decode_plan); the backend may answer with a plan that fuses, prefetches
+// and launches as it sees fit, or with none, and the model then composes the step from its own ops.
 // Models never see what a plan does; plans never see a model's class.
 
 #include <cstddef>

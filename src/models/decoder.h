@@ -206,9 +206,9 @@ class Decoder : public CausalLM {
   /// the pages with the layer's window and soft-cap.
   Tensor forward_paged(const std::vector<PagedSequence>& batch, PagedKvCache& cache) const override;
   bool has_paged_tensors() const override { return true; }
+  Tensor forward_paged_tensors(const PagedBatchTensors& batch, PagedKvCache& cache) const override;
   /// Whether the backend gave a decode plan for these weights (ask_for_plan).
   bool has_decode_plan() const { return plan_ != nullptr; }
-  Tensor forward_paged_tensors(const PagedBatchTensors& batch, PagedKvCache& cache) const override;
 
  protected:
   /// The last norm's output (b, s, d) for ids at positions [at.start, at.start + s), writing
