@@ -96,7 +96,9 @@ void rotate(const float* src, const float* c, const float* s, size_t rot_half, s
 
 class CpuDecodePlan final : public DecodePlan {
  public:
-  explicit CpuDecodePlan(const DecoderWeights& w) : w_(w) {}
+  explicit CpuDecodePlan(const DecoderWeights& w) : w_(w) {
+    for (const DecoderWeights::Layer& l : w_.layers) windowed_ = windowed_ || l.window > 0;
+  }
 
   // The host-side forward only: the device-position step stays composed.
   Tensor step(const Tensor&, const Tensor&, models::KvCache&, Tensor*, size_t) const override {
@@ -107,7 +109,7 @@ class CpuDecodePlan final : public DecodePlan {
     const size_t hk = w_.kv_heads, hd = w_.head_dim;
     // Its attention reads the whole cache: no sliding window.
     if (token.elem_count() != 1 || cache.batch() != 1 || cache.k(0).dtype() != DType::F32 ||
-        !rope_tables_fit(cache.cos()) || windowed()) {
+        !rope_tables_fit(cache.cos()) || windowed_) {
       return Tensor();
     }
     const size_t p = cache.length(), max_len = cache.max_len();
@@ -155,13 +157,6 @@ class CpuDecodePlan final : public DecodePlan {
   }
 
  private:
-  bool windowed() const {
-    for (const DecoderWeights::Layer& l : w_.layers) {
-      if (l.window > 0) return true;
-    }
-    return false;
-  }
-
   // Rope tables of (positions, rotary_dims / 2) in f32 on the CPU.
   bool rope_tables_fit(const Tensor& cos) const {
     return cos.defined() && cos.rank() == 2 && cos.dims()[1] == w_.rotary_dims / 2 &&
@@ -236,6 +231,7 @@ class CpuDecodePlan final : public DecodePlan {
   }
 
   DecoderWeights w_;
+  bool windowed_ = false;  // a layer attends through a sliding window
 };
 
 // Whether the plan takes these weights (see the design note).

@@ -220,9 +220,11 @@ PagedRows<T> rows_of(const T* q, size_t tokens, size_t h, size_t d, const Tensor
 }
 
 // Each token's indices checked against the page table and the pool.
-void check_pages(size_t tokens, const uint32_t* seq, const uint32_t* pos, const uint32_t* table,
-                 size_t n_seqs, size_t width, size_t ps, size_t pages) {
-  for (size_t t = 0; t < tokens; ++t) {
+template <class T>
+void check_pages(const PagedRows<T>& a) {
+  const uint32_t *seq = a.seq, *pos = a.pos, *table = a.table;
+  const size_t n_seqs = a.n_seqs, width = a.width, ps = a.ps, pages = a.pages;
+  for (size_t t = 0; t < a.tokens; ++t) {
     if (seq[t] >= n_seqs || pos[t] / ps >= width) {
       throw IndexOutOfRange(str("paged_attention: token ", t, " of sequence ", seq[t],
                                 " at position ", pos[t], " is outside the page table (", n_seqs,
@@ -240,7 +242,7 @@ void check_pages(size_t tokens, const uint32_t* seq, const uint32_t* pos, const 
 template <class T>
 void attend_pages(const PagedRows<T>& a, T* op) {
   using A = acc_t<T>;
-  check_pages(a.tokens, a.seq, a.pos, a.table, a.n_seqs, a.width, a.ps, a.pages);
+  check_pages(a);
   const size_t tokens = a.tokens, h = a.h, d = a.d, h_kv = a.h_kv, ps = a.ps, width = a.width;
   const size_t group = h / h_kv, window = a.window;
   const uint32_t *table = a.table, *seq = a.seq, *pos = a.pos;
