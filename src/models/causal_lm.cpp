@@ -16,6 +16,19 @@
 
 namespace wick::models {
 
+void check_special_tokens(const CausalLMConfig& c, const std::string& origin) {
+  if (c.bos_token_id && *c.bos_token_id >= c.vocab_size) {
+    throw FormatError(str(origin, ": bos_token_id ", *c.bos_token_id,
+                          " is outside the vocabulary (", c.vocab_size, " tokens)"));
+  }
+  for (uint32_t id : c.eos_token_ids) {
+    if (id >= c.vocab_size) {
+      throw FormatError(str(origin, ": eos_token_id ", id, " is outside the vocabulary (",
+                            c.vocab_size, " tokens)"));
+    }
+  }
+}
+
 Tensor CausalLM::forward_last(const Tensor& ids, KvCache& cache) const {
   Tensor logits = forward(ids, cache);
   size_t s = logits.dims()[1];

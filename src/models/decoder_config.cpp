@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "models/decoder.h"
+#include "models/families.h"
 #include "util.h"
 #include "wick/error.h"
 #include "wick/gguf.h"
@@ -310,16 +311,7 @@ void DecoderConfig::validate(const std::string& origin) const {
   if (final_softcap < 0 || !std::isfinite(final_softcap)) {
     throw FormatError(str(origin, ": final_logit_softcapping ", final_softcap, " is negative"));
   }
-  if (bos_token_id && *bos_token_id >= vocab_size) {
-    throw FormatError(str(origin, ": bos_token_id ", *bos_token_id, " is outside the vocabulary (",
-                          vocab_size, " tokens)"));
-  }
-  for (uint32_t id : eos_token_ids) {
-    if (id >= vocab_size) {
-      throw FormatError(str(origin, ": eos_token_id ", id, " is outside the vocabulary (",
-                            vocab_size, " tokens)"));
-    }
-  }
+  check_special_tokens(*this, origin);
 }
 
 std::optional<std::vector<bool>> sliding_layers(const Json& j, size_t layers,

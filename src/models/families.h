@@ -32,6 +32,10 @@ std::unique_ptr<CausalLM> load_gemma2(const std::string& path, const Device& dev
 /// gemma3.cpp: Gemma 3 text folders (gemma3_text) and gemma3 GGUF files.
 std::unique_ptr<CausalLM> load_gemma3(const std::string& path, const Device& device, DType dtype);
 
+/// Throws FormatError (naming `origin`) when the config's bos or eos token ids are outside its
+/// vocabulary: every family's config check (causal_lm.cpp).
+void check_special_tokens(const CausalLMConfig& c, const std::string& origin);
+
 /// A Llama-family model from a folder's safetensors under `config` (llama_load.cpp).
 Llama load_llama_weights(const std::string& dir, const LlamaConfig& config, const Device& device,
                          DType dtype);

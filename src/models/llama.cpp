@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend.h"
+#include "models/families.h"
 #include "models/json_file.h"
 #include "models/llama_impl.h"
 #include "nn/batch_linear.h"
@@ -197,16 +198,7 @@ void LlamaConfig::validate(const std::string& origin) const {
                             " must be above low_freq_factor ", s.low_freq_factor));
     }
   }
-  if (bos_token_id && *bos_token_id >= vocab_size) {
-    throw FormatError(str(origin, ": bos_token_id ", *bos_token_id, " is outside the vocabulary (",
-                          vocab_size, " tokens)"));
-  }
-  for (uint32_t id : eos_token_ids) {
-    if (id >= vocab_size) {
-      throw FormatError(str(origin, ": eos_token_id ", id, " is outside the vocabulary (",
-                            vocab_size, " tokens)"));
-    }
-  }
+  check_special_tokens(*this, origin);
 }
 
 void LlamaConfig::derive_common() {
