@@ -25,6 +25,10 @@ int64_t bytes_of(const Tensor& t) {
   return static_cast<int64_t>(t.elem_count() * size_in_bytes(t.dtype()));
 }
 
+cuda::CudaDevice& device_of(const Tensor& t) {
+  return cuda::as_cuda(t.impl()->storage->backend()).cuda_device();
+}
+
 // The weight's bytes and format, when the kernel takes it: plain (x's dtype, row-major) or one
 // part of Q4_0 / Q4_1 / Q8_0 blocks; x one contiguous row on the same CUDA device.
 struct WeightView {
@@ -72,10 +76,31 @@ struct Launch {
   cuda::GemvArgs args{};
   WeightView weight;
   std::vector<const Tensor*> reads;
+  std::unique_ptr<cuda::CudaStorage> sum;  // a pending add's sum (GemvArgs::pre_sum)
 };
 
+// A pending add's operands into l's arguments: false when the kernel does not take them.
+bool prepare_add(const Tensor& x, PendingAdd& add, Launch* l) {
+  const Tensor &delta = add.delta, &weight = add.weight;
+  if (delta.device() != x.device() || delta.dtype() != x.dtype() || !delta.is_contiguous() ||
+      delta.elem_count() != x.elem_count() || weight.device() != x.device() ||
+      weight.dtype() != DType::F32 || !weight.is_contiguous() ||
+      weight.elem_count() != x.elem_count() || !(add.eps >= 0)) {
+    return false;
+  }
+  l->sum = std::make_unique<cuda::CudaStorage>(device_of(x), x.elem_count(), x.dtype());
+  cuda::GemvArgs& a = l->args;
+  a.pre_delta = ptr_of(delta);
+  a.pre_weight = static_cast<const float*>(ptr_of(weight));
+  a.pre_sum = l->sum->data();
+  a.pre_eps = add.eps;
+  l->reads.push_back(&delta);
+  l->reads.push_back(&weight);
+  return true;
+}
+
 bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, double eps,
-             const QLinear& w, Launch* l) {
+             const QLinear& w, Launch* l, PendingAdd* add = nullptr) {
   if (!usable(x, w, &l->weight)) return false;
   // A norm weight of x's dtype, or of f32 for f16/bf16 x (Gemma's 1 + w).
   if (norm_weight.defined() &&
@@ -97,16 +122,13 @@ bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, d
   a.eps = eps;
   l->reads = {&x, l->weight.bytes};
   if (norm_weight.defined()) l->reads.push_back(&norm_weight);
-  return true;
-}
-
-cuda::CudaDevice& device_of(const Tensor& t) {
-  return cuda::as_cuda(t.impl()->storage->backend()).cuda_device();
+  return add == nullptr || prepare_add(x, *add, l);
 }
 
 // One enqueue of the kernel under the read locks of l.reads (and any write locks the caller
 // holds); the output `elems` long.
-Tensor run(const char* name, Launch& l, const Tensor& x, size_t elems, const Shape& shape) {
+Tensor run(const char* name, Launch& l, const Tensor& x, size_t elems, const Shape& shape,
+           PendingAdd* add = nullptr) {
   DType dt = x.dtype();
   cuda::CudaDevice& dev = device_of(x);
   auto out = std::make_unique<cuda::CudaStorage>(dev, elems, dt);
@@ -119,6 +141,7 @@ Tensor run(const char* name, Launch& l, const Tensor& x, size_t elems, const Sha
     auto locks = wick::detail::read_locks(wick::detail::Inputs(l.reads.data(), l.reads.size()));
     dev.queue().enqueue(name, dt, [&](cudaStream_t s) { cuda::launch_gemv(dt, l.args, s); });
   }
+  if (add != nullptr) add->sum = wick::detail::from_storage(std::move(l.sum), x.shape());
   return wick::detail::from_storage(std::move(out), shape);
 }
 
@@ -138,9 +161,9 @@ bool fused_linear_preferred(const QLinear& w) {
 }
 
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
-                  Tensor* y, Tensor* argmax) {
+                  Tensor* y, Tensor* argmax, PendingAdd* add) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l) ||
+  if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l, add) ||
       (argmax != nullptr && !cuda::tuning().gemv_argmax)) {
     return false;
   }
@@ -153,7 +176,7 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
   if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
   std::vector<size_t> dims = x.dims();
   dims.back() = static_cast<size_t>(l.weight.n);
-  *y = run("linear_gemv", l, x, static_cast<size_t>(l.weight.n), Shape(dims));
+  *y = run("linear_gemv", l, x, static_cast<size_t>(l.weight.n), Shape(dims), add);
   if (argmax != nullptr) {
     dims.pop_back();
     *argmax = wick::detail::from_storage(std::move(index), Shape(dims));
@@ -164,11 +187,11 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
 bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& wqkv,
                     const Tensor& bias, size_t h, size_t h_kv, const Tensor& cos, const Tensor& sin,
                     const Tensor& k_cache, const Tensor& v_cache, const Tensor& position, Tensor* q,
-                    const Tensor& slot) {
+                    const Tensor& slot, PendingAdd* add) {
   Launch l;
   const bool one_slot = slot.defined() && slot.elem_count() == 1 && slot.dtype() == DType::U32 &&
                         slot.device() == x.device();
-  if (!prepare(cuda::GemvEpilogue::QkvRope, x, norm_weight, eps, wqkv, &l) ||
+  if (!prepare(cuda::GemvEpilogue::QkvRope, x, norm_weight, eps, wqkv, &l, add) ||
       (slot.defined() ? !one_slot : k_cache.dims()[0] != 1) || !k_cache.is_contiguous() ||
       !v_cache.is_contiguous() || k_cache.shape() != v_cache.shape() || !cos.is_contiguous() ||
       !sin.is_contiguous() || cos.rank() != 2 || cos.shape() != sin.shape() ||
@@ -200,7 +223,7 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   if (slot.defined()) l.reads.push_back(&slot);
   std::lock_guard write_k(k_cache.impl()->storage->mutex());
   std::lock_guard write_v(v_cache.impl()->storage->mutex());
-  *q = run("qkv_rope_gemv", l, x, h * d, Shape{1, h, 1, d});
+  *q = run("qkv_rope_gemv", l, x, h * d, Shape{1, h, 1, d}, add);
   return true;
 }
 
@@ -293,12 +316,12 @@ void ask_l2_aside(const Tensor& x, const QLinear& next) {
 }
 
 bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w_gate_up,
-                   GatedActivation activation, Tensor* act, const QLinear* next) {
+                   GatedActivation activation, Tensor* act, const QLinear* next, PendingAdd* add) {
   Launch l;
   const cuda::GemvEpilogue e = activation == GatedActivation::GeluTanh
                                    ? cuda::GemvEpilogue::GeluMul
                                    : cuda::GemvEpilogue::SiluMul;
-  if (!prepare(e, x, norm_weight, eps, w_gate_up, &l) || !cuda::gemv_fits(x.dtype(), l.args)) {
+  if (!prepare(e, x, norm_weight, eps, w_gate_up, &l, add) || !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
   ask_l2_for_next(l, x, next, false,
@@ -306,24 +329,32 @@ bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const
                   l.args);
   size_t n = static_cast<size_t>(l.weight.n) / 2;
   *act = run(activation == GatedActivation::GeluTanh ? "gate_up_gelu_gemv" : "gate_up_silu_gemv", l,
-             x, n, Shape{1, 1, n});
+             x, n, Shape{1, 1, n}, add);
   return true;
 }
 
 bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
                        bool prefetch_rows, const QLinear* next) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::Add, x, Tensor(), 0, w, &l) ||
-      residual.elem_count() != static_cast<size_t>(l.weight.n) || !residual.is_contiguous() ||
-      residual.dtype() != x.dtype() || residual.device() != x.device()) {
+  const bool add = residual.defined();
+  if (!prepare(add ? cuda::GemvEpilogue::Add : cuda::GemvEpilogue::Store, x, Tensor(), 0, w, &l) ||
+      (add &&
+       (residual.elem_count() != static_cast<size_t>(l.weight.n) || !residual.is_contiguous() ||
+        residual.dtype() != x.dtype() || residual.device() != x.device()))) {
     return false;
   }
-  l.args.residual = ptr_of(residual);
+  if (add) l.args.residual = ptr_of(residual);
   l.args.prefetch_rows = prefetch_rows;
   ask_l2_for_next(l, x, next, prefetch_rows,
                   end_bytes_or(cuda::tuning().l2_end_mb, cuda::tuning().l2_end_project_add_bytes),
                   l.args);
   if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
+  if (!add) {
+    std::vector<size_t> dims = x.dims();
+    dims.back() = static_cast<size_t>(l.weight.n);
+    *sum = run("linear_gemv", l, x, dims.back(), Shape(dims));
+    return true;
+  }
   l.reads.push_back(&residual);
   *sum = run("project_add_gemv", l, x, residual.elem_count(), residual.shape());
   return true;

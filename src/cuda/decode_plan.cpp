@@ -34,9 +34,9 @@ class CudaDecodePlan final : public DecodePlan {
     const DecoderWeights& m = w_;
     const size_t len = key_window;
     std::map<size_t, Tensor> masks;  // by window (0: none), made once per step where needed
-    auto attend = [&](size_t li, const Tensor& x, const Tensor& normed) {
+    auto attend = [&](size_t li, Stream& stream) {
       const DecoderWeights::Layer& l = m.layers[li];
-      Tensor q = project_rope(li, x, normed, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
+      Tensor q = project_rope(li, stream, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
                               position, Tensor());
       Tensor keys = cache.k(li).narrow(2, 0, len), values = cache.v(li).narrow(2, 0, len);
       // A plain output projection launches as the attention starts and asks the L2 for its
@@ -78,9 +78,9 @@ class CudaDecodePlan final : public DecodePlan {
       return Tensor();
     }
     const DecoderWeights& m = w_;
-    auto attend = [&](size_t li, const Tensor& x, const Tensor& normed) {
+    auto attend = [&](size_t li, Stream& stream) {
       const DecoderWeights::Layer& l = m.layers[li];
-      Tensor q = project_rope(li, x, normed, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
+      Tensor q = project_rope(li, stream, cache.cos(), cache.sin(), cache.k(li), cache.v(li),
                               b.positions, b.slots);  // (1, h, hd)
       // As in `step`: a plain output projection launches as the attention starts.
       Attended a;
@@ -102,6 +102,29 @@ class CudaDecodePlan final : public DecodePlan {
     bool early = false;  // its kernel lets the output projection launch early
   };
 
+  // The residual stream between the step's kernels: x, and what the kernel that made it leaves
+  // for the next one: x's next norm where a composed add made it, or a post-norm add (Gemma's)
+  // that the next projection makes in its own kernel.
+  struct Stream {
+    Tensor x;
+    Tensor normed;  // x.rms_norm(the next norm), when a composed add made it
+    PendingAdd pending;
+
+    // The pending add, for the next projection to make (null when none is pending).
+    PendingAdd* add() { return pending.delta.defined() ? &pending : nullptr; }
+    // A projection that was given add() made it: x is its sum.
+    void made_by_projection() {
+      if (pending.sum.defined()) x = pending.sum;
+      pending = PendingAdd();
+    }
+    // The pending add as its own kernel, for a projection that cannot make it.
+    void settle() {
+      if (!pending.delta.defined()) return;
+      x = nn::add_rms_normed(x, pending.delta, pending.weight, pending.eps);
+      pending = PendingAdd();
+    }
+  };
+
   // Scores as the decode attention kernel computes them: scaled by 1 / sqrt(head_dim), not
   // soft-capped.
   bool plain_scores(const DecoderWeights::Layer& l) const {
@@ -115,27 +138,33 @@ class CudaDecodePlan final : public DecodePlan {
     return w_.embed_scale == 1 ? x : x.affine(w_.embed_scale, 0);
   }
 
-  // Layer li's q (1, h, 1, hd) from the residual stream x (1, 1, d), or from `normed` (x's ln1
-  // norm) where a composed add made it: the projection, the bias, the per-head norms, rope at
-  // `position` (by the layer's own tables, else the cache's), the keys and values written into
-  // the caches at the position or, with `slot`, into the pools of a paged cache at that slot.
-  Tensor project_rope(size_t li, const Tensor& x, const Tensor& normed, const Tensor& cache_cos,
-                      const Tensor& cache_sin, const Tensor& k_cache, const Tensor& v_cache,
-                      const Tensor& position, const Tensor& slot) const {
+  // Layer li's q (1, h, 1, hd) from the residual stream (1, 1, d), or from its ln1 norm where a
+  // composed add made it: the projection, the bias, the per-head norms, rope at `position` (by
+  // the layer's own tables, else the cache's), the keys and values written into the caches at
+  // the position or, with `slot`, into the pools of a paged cache at that slot.
+  Tensor project_rope(size_t li, Stream& stream, const Tensor& cache_cos, const Tensor& cache_sin,
+                      const Tensor& k_cache, const Tensor& v_cache, const Tensor& position,
+                      const Tensor& slot) const {
     const DecoderWeights& m = w_;
     const DecoderWeights::Layer& l = m.layers[li];
     const Tensor& cos = l.cos.defined() ? l.cos : cache_cos;
     const Tensor& sin = l.sin.defined() ? l.sin : cache_sin;
     const size_t h = m.heads, h_kv = m.kv_heads, hd = m.head_dim;
+    const Tensor& normed = stream.normed;
+    PendingAdd* add = stream.add();
     Tensor q;
     if (!l.q_norm.defined() && !normed.defined() &&
-        fused_qkv_rope(x, l.ln1, m.eps, l.wqkv, l.bqkv, h, h_kv, cos, sin, k_cache, v_cache,
-                       position, &q, slot)) {
+        fused_qkv_rope(stream.x, l.ln1, m.eps, l.wqkv, l.bqkv, h, h_kv, cos, sin, k_cache, v_cache,
+                       position, &q, slot, add)) {
+      stream.made_by_projection();
       return q;
     }
     Tensor qkv, bias = l.bqkv;
-    if (normed.defined() || !fused_linear(x, l.ln1, m.eps, l.wqkv, &qkv)) {
-      Tensor in = normed.defined() ? normed : x.rms_norm(l.ln1, m.eps);
+    if (!normed.defined() && fused_linear(stream.x, l.ln1, m.eps, l.wqkv, &qkv, nullptr, add)) {
+      stream.made_by_projection();
+    } else {
+      stream.settle();
+      Tensor in = normed.defined() ? normed : stream.x.rms_norm(l.ln1, m.eps);
       qkv = nn::detail::project_qkv(in, l.wqkv, l.bqkv, &bias);
     }
     const nn::detail::HeadNorms norms{l.q_norm, l.k_norm, m.eps};
@@ -152,13 +181,15 @@ class CudaDecodePlan final : public DecodePlan {
   // output head: the logits (1, vocab), soft-capped where the model caps them; *next, where
   // given, their argmax where the head's kernel gives it.
   template <class Attend>
-  Tensor layers_and_head(Tensor x, const Attend& attend, Tensor* next) const {
+  Tensor layers_and_head(Tensor embedded, const Attend& attend, Tensor* next) const {
     const DecoderWeights& m = w_;
     const double eps = m.eps;
-    Tensor normed;  // x.rms_norm(the next norm), when a composed add made it
+    Stream s;
+    s.x = std::move(embedded);
+    Tensor& x = s.x;
     auto normed_by = [&](const Tensor& w) {
-      if (!normed.defined()) normed = x.rms_norm(w, eps);
-      return normed;
+      if (!s.normed.defined()) s.normed = x.rms_norm(w, eps);
+      return s.normed;
     };
     // Each residual add: fused into the projection, or composed with the norm that follows (in
     // x's dtype; a norm of another dtype is left to the projection after).
@@ -172,41 +203,52 @@ class CudaDecodePlan final : public DecodePlan {
       } else {
         nn::ResidualNorm r = nn::add_rms_norm(x, w.forward(in), next_norm, eps);
         x = r.residual;
-        normed = r.normed;
+        s.normed = r.normed;
       }
     };
-    // A residual add of the projection's output normalised first (Gemma's post-norms).
-    auto project_norm_add = [&](const Tensor& in, const QLinear& w, const Tensor& post_norm) {
+    // A residual add of the projection's output normalised first (Gemma's post-norms): left for
+    // the next projection's kernel to make where the tuning asks for that, else one kernel.
+    auto project_norm_add = [&](const Tensor& in, const QLinear& w, const Tensor& post_norm,
+                                bool early, const QLinear* after) {
+      s.settle();
       Tensor y;
-      if (!fused_linear(in, Tensor(), 0, w, &y)) y = w.forward(in);
-      x = nn::add_rms_normed(x, y, post_norm, eps);
+      if (!fused_project_add(in, w, Tensor(), &y, early, after)) y = w.forward(in);
+      s.pending = PendingAdd{y, post_norm, eps, Tensor()};
+      if (!tuning().gemv_pre_add) s.settle();
     };
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const DecoderWeights::Layer& l = m.layers[li];
-      Attended att = attend(li, x, normed);
-      normed = Tensor();
+      Attended att = attend(li, s);
+      s.normed = Tensor();
       if (l.post_attn_norm.defined()) {
-        project_norm_add(att.out, l.wo, l.post_attn_norm);
+        project_norm_add(att.out, l.wo, l.post_attn_norm, att.early, &l.wgate_up);
       } else {
         project_add(att.out, l.wo, l.ln2, att.early, &l.wgate_up);
       }
       Tensor act;
-      if (normed.defined() ||
-          !fused_gate_up(x, l.ln2, eps, l.wgate_up, m.activation, &act, &l.wdown)) {
+      PendingAdd* add = s.add();
+      if (!s.normed.defined() &&
+          fused_gate_up(x, l.ln2, eps, l.wgate_up, m.activation, &act, &l.wdown, add)) {
+        s.made_by_projection();
+      } else {
+        s.settle();
         act = gated(l.wgate_up.forward(normed_by(l.ln2)));
       }
-      normed = Tensor();
+      s.normed = Tensor();
       const bool last = li + 1 == m.layers.size();
       if (l.post_ffn_norm.defined()) {
-        project_norm_add(act, l.wdown, l.post_ffn_norm);
+        project_norm_add(act, l.wdown, l.post_ffn_norm, false,
+                         last ? &m.lm_head : &m.layers[li + 1].wqkv);
       } else {
         project_add(act, l.wdown, last ? m.norm : m.layers[li + 1].ln1, false,
                     last ? &m.lm_head : &m.layers[li + 1].wqkv);
       }
     }
     // The output head: the final norm inside the projection, the argmax as it stores the logits.
+    // (Its many blocks would each make a pending add again: that runs as its own kernel.)
+    s.settle();
     Tensor out;
-    if (normed.defined() || !fused_linear_preferred(m.lm_head) ||
+    if (s.normed.defined() || !fused_linear_preferred(m.lm_head) ||
         !((next != nullptr && fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &out, next)) ||
           fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &out))) {
       out = m.lm_head.forward(normed_by(m.norm).squeeze(1));

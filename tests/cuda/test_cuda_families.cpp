@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/tuning_from_env.h"
 #include "test_util.h"
 #include "wick/cuda.h"
 #include "wick/formats.h"

@@ -694,6 +694,10 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
           Tensor ref = res.to_dtype(ref_dt).add(linear(x, wo_ref));
           ASSERT_TRUE(md::fused_project_add(xg, wo, res.to_device(gpu), &sum));
           EXPECT_TRUE(testing::close_to(sum, testing::f64(ref), tol)) << n;
+          // Without a residual: the product alone (Gemma's, whose post-norm comes before the add).
+          Tensor product;
+          ASSERT_TRUE(md::fused_project_add(xg, wo, Tensor(), &product, false, &wo));
+          EXPECT_TRUE(testing::close_to(product, testing::f64(linear(x, wo_ref)), tol)) << n;
         }
       }
     }
@@ -775,6 +779,65 @@ TEST(CudaDecodeGemv, F32NormWeightsAndGeluGateMatchComposition) {
         EXPECT_TRUE(testing::close_to(silu, testing::f64(nn::silu_mul(gu)), tol));
       }
     }
+  }
+}
+
+// Gemma's post-norm residual add made inside the next projection's kernel (cuda::PendingAdd):
+// the stream it stores is x + RMSNorm(delta) * w against the float64 composition, and the
+// projection's input is that stream's own norm, for plain rows in every float dtype; a weight
+// the kernel does not take, or a projection without a norm of its own, declines.
+TEST(CudaDecodeGemv, PendingPostNormAddMatchesComposition) {
+  SKIP_WITHOUT_GPU();
+  Device gpu = Device::cuda(0);
+  const size_t k = 1152, n = 384;
+  const double eps = 1e-6;
+  for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const bool taken = dt != DType::F32;
+    const double tol = 4 * testing::tolerance(dt);
+    Tensor x = testing::random_tensor({1, 1, k}, dt);
+    Tensor delta = testing::random_tensor({1, 1, k}, dt).affine(3, 0);
+    Tensor pw = testing::random_tensor({k}, DType::F32).affine(0.5, 1);
+    Tensor nw = testing::random_tensor({k}, DType::F32).affine(0.5, 1);
+    Tensor want_sum =
+        testing::f64(x).add(testing::rms_norm_ref(testing::f64(delta), testing::f64(pw), eps));
+    auto pending = [&] {
+      return cuda::PendingAdd{delta.to_device(gpu), pw.to_device(gpu), eps, Tensor()};
+    };
+    Tensor w = testing::random_tensor({n, k}, dt).affine(0.1, 0);
+    nn::QLinear wl(w.to_device(gpu));
+    Tensor y;
+    cuda::PendingAdd add = pending();
+    ASSERT_EQ(cuda::fused_linear(x.to_device(gpu), nw.to_device(gpu), eps, wl, &y, nullptr, &add),
+              taken);
+    if (!taken) {
+      EXPECT_FALSE(add.sum.defined());
+      continue;
+    }
+    ASSERT_TRUE(add.sum.defined());
+    EXPECT_TRUE(testing::close_to(add.sum, want_sum, tol));
+    // The dots read the sum the kernel stored: its norm, then the product.
+    Tensor sum = add.sum.to_device(Device::cpu());
+    Tensor want_y = sum.rms_norm(nw, eps).reshape({1, k}).matmul(w.t()).reshape({1, 1, n});
+    EXPECT_TRUE(testing::close_to(y, testing::f64(want_y), tol));
+    // gate/up, SiLU-gated, from the same add.
+    Tensor wgu = testing::random_tensor({2 * n, k}, dt).affine(0.1, 0), act;
+    add = pending();
+    ASSERT_TRUE(cuda::fused_gate_up(x.to_device(gpu), nw.to_device(gpu), eps,
+                                    nn::QLinear(wgu.to_device(gpu)), GatedActivation::SiLU, &act,
+                                    nullptr, &add));
+    EXPECT_TRUE(testing::close_to(add.sum, want_sum, tol));
+    Tensor gu = add.sum.to_device(Device::cpu()).rms_norm(nw, eps).reshape({1, k}).matmul(wgu.t());
+    EXPECT_TRUE(testing::close_to(act, testing::f64(nn::silu_mul(gu.reshape({1, 1, 2 * n}))), tol));
+    // Declined: GGML rows, and a projection without its own norm.
+    nn::QLinear q8(
+        std::vector<QTensor>{testing::random_qtensor(GgmlType::Q8_0, n, k).to_device(gpu)});
+    add = pending();
+    EXPECT_FALSE(
+        cuda::fused_linear(x.to_device(gpu), nw.to_device(gpu), eps, q8, &y, nullptr, &add));
+    EXPECT_FALSE(add.sum.defined());
+    EXPECT_FALSE(cuda::fused_linear(x.to_device(gpu), Tensor(), 0, wl, &y, nullptr, &add));
+    EXPECT_FALSE(add.sum.defined());
   }
 }
 
