@@ -1217,6 +1217,30 @@ TEST(FamilyPaged, QuantizedQwen3TakesThePlanWithTheBatchsBits) {
   expect_plan_with_the_batchs_bits(*quantized_family("qwen3", {}));
 }
 
+// Gemma 3's layout in the CPU plan: the scaled embedding, the post-norms after attention and
+// the FFN, the GELU gate, q/k head norms and the local layers' own rope tables.
+TEST(FamilyPaged, QuantizedGemma3TakesThePlanWithTheBatchsBits) {
+  expect_plan_with_the_batchs_bits(*quantized_family("gemma3_text", {}));
+}
+
+// Gemma 2's: its final logits soft-capped after the plan's head. Scores soft-capped or scaled
+// otherwise than by 1 / sqrt(head_dim) (the test model's own) take no plan: the composed step
+// runs them.
+TEST(FamilyPaged, QuantizedGemma2TakesThePlanWithoutScoreCaps) {
+  auto plain_scores = quantized_family("gemma2", {{"gemma2.attn_logit_softcapping", std::nullopt},
+                                                  {"gemma2.attention.scale", std::nullopt}});
+  // (The file caps the final logits at 3.)
+  wick::models::KvCache cache = plain_scores->make_cache(1, 4);
+  Tensor ids = Tensor::from_vec(std::vector<uint32_t>{3, 1, 4}, {1, 3}, Device::cpu());
+  const std::vector<double> capped_logits = plain_scores->forward(ids, cache).to_vec_f64();
+  for (double v : capped_logits) EXPECT_LE(std::abs(v), 3.0);
+  expect_plan_with_the_batchs_bits(*plain_scores);
+  auto capped = quantized_family("gemma2", {});
+  const auto* decoder = dynamic_cast<const wick::models::decoder::Decoder*>(capped.get());
+  ASSERT_NE(decoder, nullptr);
+  EXPECT_FALSE(decoder->has_decode_plan());
+}
+
 TEST(FamilyPaged, Errors) {
   auto model = wick::models::load_causal_lm(family_data("gemma2"), Device::cpu());
   const Device cpu = Device::cpu();

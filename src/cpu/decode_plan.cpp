@@ -6,9 +6,10 @@
 // composed forward makes some 300 tensors and op calls, all on the calling thread while the
 // other threads wait. The arithmetic is that of the ops the model composes (add_rms_norm,
 // rope_write_at_position, silu_mul, scaled_dot_product_attention, qmatmul). Weights it does not
-// take (plain or several-part projections, post norms, soft-caps, GELU, f16/bf16 models) get no
-// plan; sliding windows (Mistral's) only in the paged step. Qwen3's per-head q/k norms run as
-// rows of Tensor::rms_norm.
+// take (plain or several-part projections, scores soft-capped or scaled otherwise than by
+// 1 / sqrt(head_dim), f16/bf16 models) get no plan; sliding windows (Mistral's, Gemma's) only in
+// the paged step. Qwen3's and Gemma 3's per-head q/k norms and Gemma's post-norms run as rows of
+// Tensor::rms_norm, Gemma's GELU gate and final soft-cap as the ops the model composes.
 
 #include "decode_plan.h"
 
@@ -47,6 +48,12 @@ float* f32_data_mut(const Tensor& t) {
 bool f32_cpu(const Tensor& t, size_t n) {
   return t.defined() && t.dtype() == DType::F32 && t.device().is_cpu() && t.shape() == Shape{n} &&
          t.is_contiguous();
+}
+
+// A rope table (positions, rot_half) in f32 on the CPU.
+bool f32_table(const Tensor& t, size_t rot_half) {
+  return t.defined() && t.rank() == 2 && t.dims()[1] == rot_half && t.dtype() == DType::F32 &&
+         t.device().is_cpu() && t.is_contiguous();
 }
 
 // A projection the plan takes: one part of a type with a tile layout, (n, k) blocks on the CPU.
@@ -108,11 +115,11 @@ class CpuDecodePlan final : public DecodePlan {
   Tensor forward_one(const Tensor& token, models::KvCache& cache) const override {
     const size_t hk = w_.kv_heads, hd = w_.head_dim;
     // Its attention reads the whole cache: no sliding window.
+    const size_t p = cache.length(), max_len = cache.max_len();
     if (token.elem_count() != 1 || cache.batch() != 1 || cache.k(0).dtype() != DType::F32 ||
-        !rope_tables_fit(cache.cos()) || windowed_) {
+        !rope_tables_fit(cache.cos(), p) || windowed_) {
       return Tensor();
     }
-    const size_t p = cache.length(), max_len = cache.max_len();
     // This position's key and value written into the caches; attention over the keys up to it.
     auto write = [&](size_t li, size_t i) {
       const size_t at = (i * max_len + p) * hd;
@@ -139,12 +146,11 @@ class CpuDecodePlan final : public DecodePlan {
   Tensor paged_step(const models::PagedBatchTensors& b,
                     models::PagedKvCache& cache) const override {
     const size_t hk = w_.kv_heads, hd = w_.head_dim, ps = cache.page_size();
-    if (b.ids.elem_count() != 1 || !b.ids.device().is_cpu() || cache.k(0).dtype() != DType::F32 ||
-        !rope_tables_fit(cache.cos())) {
+    if (b.ids.elem_count() != 1 || !b.ids.device().is_cpu() || cache.k(0).dtype() != DType::F32) {
       return Tensor();
     }
     const uint32_t p = b.positions.to_vec1<uint32_t>()[0], slot = b.slots.to_vec1<uint32_t>()[0];
-    if (slot / ps >= cache.pages() || p >= cache.cos().dims()[0]) return Tensor();
+    if (slot / ps >= cache.pages() || !rope_tables_fit(cache.cos(), p)) return Tensor();
     auto write = [&](size_t li, size_t i) {
       const size_t at = (((slot / ps) * hk + i) * ps + slot % ps) * hd;
       return std::pair{f32_data_mut(cache.k(li)) + at, f32_data_mut(cache.v(li)) + at};
@@ -157,10 +163,14 @@ class CpuDecodePlan final : public DecodePlan {
   }
 
  private:
-  // Rope tables of (positions, rotary_dims / 2) in f32 on the CPU.
-  bool rope_tables_fit(const Tensor& cos) const {
-    return cos.defined() && cos.rank() == 2 && cos.dims()[1] == w_.rotary_dims / 2 &&
-           cos.dtype() == DType::F32 && cos.device().is_cpu() && cos.is_contiguous();
+  // The cache's rope tables of (positions, rotary_dims / 2) in f32 on the CPU, and every table
+  // (the cache's, the layers' own) holding position p.
+  bool rope_tables_fit(const Tensor& cos, size_t p) const {
+    if (!f32_table(cos, w_.rotary_dims / 2) || p >= cos.dims()[0]) return false;
+    for (const DecoderWeights::Layer& l : w_.layers) {
+      if (l.cos.defined() && p >= l.cos.dims()[0]) return false;
+    }
+    return true;
   }
 
   // The token (1, 1) at position p through the layers and the head: its logits (1, vocab).
@@ -175,17 +185,31 @@ class CpuDecodePlan final : public DecodePlan {
     const size_t inter = m.layers[0].wgate_up.parts()[0].shape()[0] / 2;
     const size_t vocab = m.lm_head.parts()[0].shape()[0];
     const float eps = static_cast<float>(m.eps);
-    // The embedding and the first norm as the model composes them (once a step).
+    // The embedding (scaled where the model scales it) and the first norm as the model composes
+    // them (once a step).
     Tensor x0 = m.embed.embedding(token).reshape({d});
+    if (m.embed_scale != 1) x0 = x0.affine(m.embed_scale, 0);
     std::vector<float> x = x0.to_vec1<float>();
     std::vector<float> normed = x0.rms_norm(m.layers[0].ln1, m.eps).to_vec1<float>();
-    std::vector<float> qkv(rows), att(h * hd), y(d), gate_up(2 * inter), act(inter),
-        normed_head(hd);
+    std::vector<float> qkv(rows), att(h * hd), y(d), act(inter), normed_head(hd);
     Tensor q = detail::from_storage(device().alloc(h * hd, DType::F32), Shape{h, hd});
-    const float* cos = f32_data(cos_table) + p * rot_half;
-    const float* sin = f32_data(sin_table) + p * rot_half;
+    Tensor gate_up = detail::from_storage(device().alloc(2 * inter, DType::F32), Shape{2 * inter});
+    // Each residual add and the norm after it: add_rms_norm's arithmetic, or, after a post-norm
+    // (Gemma's), x + rms_norm(y) then the next norm, as the model composes them.
+    auto add_and_norm = [&](const Tensor& post_norm, const Tensor& next_norm) {
+      if (post_norm.defined()) {
+        rms_norm_row<float>(y.data(), f32_data(post_norm), eps, d, false, normed.data());
+        for (size_t c = 0; c < d; ++c) x[c] += normed[c];
+        rms_norm_row<float>(x.data(), f32_data(next_norm), eps, d, false, normed.data());
+      } else {
+        add_rms_norm(x.data(), y.data(), f32_data(next_norm), eps, normed.data(), d);
+      }
+    };
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const DecoderWeights::Layer& l = m.layers[li];
+      // The layer's own rope tables (Gemma 3's local layers), else the cache's.
+      const float* cos = f32_data(l.cos.defined() ? l.cos : cos_table) + p * rot_half;
+      const float* sin = f32_data(l.sin.defined() ? l.sin : sin_table) + p * rot_half;
       project(l.wqkv, normed.data(), qkv.data());
       if (l.bqkv.defined()) {
         const float* b = f32_data(l.bqkv);
@@ -215,19 +239,33 @@ class CpuDecodePlan final : public DecodePlan {
       }
       attend(li, q, att.data());
       project(l.wo, att.data(), y.data());
-      add_rms_norm(x.data(), y.data(), f32_data(l.ln2), eps, normed.data(), d);
-      project(l.wgate_up, normed.data(), gate_up.data());
-      for (size_t c = 0; c < inter; ++c) {
-        const float g = gate_up[c];
-        act[c] = g * ops::math::sigmoid(g) * gate_up[inter + c];
-      }
+      add_and_norm(l.post_attn_norm, l.ln2);
+      project(l.wgate_up, normed.data(), f32_data_mut(gate_up));
+      gated(gate_up, act.data());
       project(l.wdown, act.data(), y.data());
-      const Tensor& next = li + 1 == m.layers.size() ? m.norm : m.layers[li + 1].ln1;
-      add_rms_norm(x.data(), y.data(), f32_data(next), eps, normed.data(), d);
+      add_and_norm(l.post_ffn_norm, li + 1 == m.layers.size() ? m.norm : m.layers[li + 1].ln1);
     }
-    StoragePtr logits = device().alloc(vocab, DType::F32);
-    project(m.lm_head, normed.data(), as_cpu(*logits).as<float>());
-    return detail::from_storage(std::move(logits), Shape{1, vocab});
+    StoragePtr storage = device().alloc(vocab, DType::F32);
+    project(m.lm_head, normed.data(), as_cpu(*storage).as<float>());
+    Tensor logits = detail::from_storage(std::move(storage), Shape{1, vocab});
+    if (m.final_softcap > 0) {  // as the model caps them
+      const double cap = m.final_softcap;
+      logits = logits.affine(1 / cap, 0).tanh().affine(cap, 0);
+    }
+    return logits;
+  }
+
+  // act (ff) = act(gate) * up of gate_up (2 ff): SiLU as silu_mul computes it; the tanh GELU
+  // (Gemma's GeGLU) by the ops the model composes, gelu then mul.
+  void gated(const Tensor& gate_up, float* act) const {
+    const size_t ff = gate_up.dims()[0] / 2;
+    const float* gu = f32_data(gate_up);
+    if (w_.activation == GatedActivation::SiLU) {
+      for (size_t c = 0; c < ff; ++c) act[c] = gu[c] * ops::math::sigmoid(gu[c]) * gu[ff + c];
+      return;
+    }
+    Tensor out = gate_up.narrow(0, 0, ff).gelu().mul(gate_up.narrow(0, ff, ff));
+    std::memcpy(act, f32_data(out), ff * sizeof(float));
   }
 
   DecoderWeights w_;
@@ -238,9 +276,8 @@ class CpuDecodePlan final : public DecodePlan {
 bool takes(const DecoderWeights& m) {
   if (m.layers.empty() || m.heads == 0 || m.kv_heads == 0 || m.head_dim % 2 != 0 ||
       m.rotary_dims == 0 || m.rotary_dims % 2 != 0 || m.rotary_dims > m.head_dim ||
-      m.activation != GatedActivation::SiLU || m.final_softcap > 0 || m.embed_scale != 1 ||
-      !m.embed.defined() || m.embed.rank() != 2 || m.embed.dtype() != DType::F32 ||
-      !m.embed.device().is_cpu()) {
+      !std::isfinite(m.embed_scale) || !std::isfinite(m.final_softcap) || !m.embed.defined() ||
+      m.embed.rank() != 2 || m.embed.dtype() != DType::F32 || !m.embed.device().is_cpu()) {
     return false;
   }
   const size_t d = m.embed.dims()[1], hd = m.head_dim;
@@ -253,7 +290,11 @@ bool takes(const DecoderWeights& m) {
     if (!f32_cpu(l.ln1, d) || !f32_cpu(l.ln2, d) || (l.bqkv.defined() && !f32_cpu(l.bqkv, rows)) ||
         l.q_norm.defined() != l.k_norm.defined() ||
         (l.q_norm.defined() && (!f32_cpu(l.q_norm, hd) || !f32_cpu(l.k_norm, hd))) ||
-        l.post_attn_norm.defined() || l.post_ffn_norm.defined() || l.cos.defined() ||
+        (l.post_attn_norm.defined() && !f32_cpu(l.post_attn_norm, d)) ||
+        (l.post_ffn_norm.defined() && !f32_cpu(l.post_ffn_norm, d)) ||
+        (l.cos.defined() &&
+         !(f32_table(l.cos, m.rotary_dims / 2) && f32_table(l.sin, m.rotary_dims / 2) &&
+           l.sin.dims()[0] == l.cos.dims()[0])) ||
         l.softcap > 0 || (l.scale != 0 && l.scale != 1.0 / std::sqrt(static_cast<double>(hd))) ||
         !tiled(l.wqkv, rows, d) || !tiled(l.wo, d, q_out) || !tiled(l.wgate_up, 2 * inter, d) ||
         !tiled(l.wdown, d, inter)) {
