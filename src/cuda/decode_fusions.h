@@ -60,8 +60,7 @@ bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const
                    GatedActivation activation, Tensor* act, const QLinear* next = nullptr,
                    PendingAdd* add = nullptr);
 
-/// residual + linear(x, w), in residual's shape (residual undefined: linear(x, w), in x's shape
-/// but for the last dim). prefetch_rows: the op before lets this one
+/// residual + linear(x, w), in residual's shape. prefetch_rows: the op before lets this one
 /// launch early (attend_to_position's launch_next_early): each block asks the L2 for the rest of
 /// its plain rows before it waits for that op (GemvArgs::prefetch_rows), and for a share of the
 /// first rows of `next` (plain gate/up weights, the projection after this one: GemvArgs::l2_next);

@@ -336,25 +336,17 @@ bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const
 bool fused_project_add(const Tensor& x, const QLinear& w, const Tensor& residual, Tensor* sum,
                        bool prefetch_rows, const QLinear* next) {
   Launch l;
-  const bool add = residual.defined();
-  if (!prepare(add ? cuda::GemvEpilogue::Add : cuda::GemvEpilogue::Store, x, Tensor(), 0, w, &l) ||
-      (add &&
-       (residual.elem_count() != static_cast<size_t>(l.weight.n) || !residual.is_contiguous() ||
-        residual.dtype() != x.dtype() || residual.device() != x.device()))) {
+  if (!prepare(cuda::GemvEpilogue::Add, x, Tensor(), 0, w, &l) ||
+      residual.elem_count() != static_cast<size_t>(l.weight.n) || !residual.is_contiguous() ||
+      residual.dtype() != x.dtype() || residual.device() != x.device()) {
     return false;
   }
-  if (add) l.args.residual = ptr_of(residual);
+  l.args.residual = ptr_of(residual);
   l.args.prefetch_rows = prefetch_rows;
   ask_l2_for_next(l, x, next, prefetch_rows,
                   end_bytes_or(cuda::tuning().l2_end_mb, cuda::tuning().l2_end_project_add_bytes),
                   l.args);
   if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
-  if (!add) {
-    std::vector<size_t> dims = x.dims();
-    dims.back() = static_cast<size_t>(l.weight.n);
-    *sum = run("linear_gemv", l, x, dims.back(), Shape(dims));
-    return true;
-  }
   l.reads.push_back(&residual);
   *sum = run("project_add_gemv", l, x, residual.elem_count(), residual.shape());
   return true;

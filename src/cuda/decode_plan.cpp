@@ -208,11 +208,10 @@ class CudaDecodePlan final : public DecodePlan {
     };
     // A residual add of the projection's output normalised first (Gemma's post-norms): left for
     // the next projection's kernel to make where the tuning asks for that, else one kernel.
-    auto project_norm_add = [&](const Tensor& in, const QLinear& w, const Tensor& post_norm,
-                                bool early, const QLinear* after) {
+    auto project_norm_add = [&](const Tensor& in, const QLinear& w, const Tensor& post_norm) {
       s.settle();
       Tensor y;
-      if (!fused_project_add(in, w, Tensor(), &y, early, after)) y = w.forward(in);
+      if (!fused_linear(in, Tensor(), 0, w, &y)) y = w.forward(in);
       s.pending = PendingAdd{y, post_norm, eps, Tensor()};
       if (!tuning().gemv_pre_add) s.settle();
     };
@@ -221,7 +220,7 @@ class CudaDecodePlan final : public DecodePlan {
       Attended att = attend(li, s);
       s.normed = Tensor();
       if (l.post_attn_norm.defined()) {
-        project_norm_add(att.out, l.wo, l.post_attn_norm, att.early, &l.wgate_up);
+        project_norm_add(att.out, l.wo, l.post_attn_norm);
       } else {
         project_add(att.out, l.wo, l.ln2, att.early, &l.wgate_up);
       }
@@ -237,8 +236,7 @@ class CudaDecodePlan final : public DecodePlan {
       s.normed = Tensor();
       const bool last = li + 1 == m.layers.size();
       if (l.post_ffn_norm.defined()) {
-        project_norm_add(act, l.wdown, l.post_ffn_norm, false,
-                         last ? &m.lm_head : &m.layers[li + 1].wqkv);
+        project_norm_add(act, l.wdown, l.post_ffn_norm);
       } else {
         project_add(act, l.wdown, last ? m.norm : m.layers[li + 1].ln1, false,
                     last ? &m.lm_head : &m.layers[li + 1].wqkv);
