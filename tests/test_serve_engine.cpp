@@ -189,7 +189,7 @@ TEST(PagedAttention, BackendEntryGivesTheOpsBits) {
   std::vector<float> got(t * h * d);
   std::vector<double> unwindowed;
   for (size_t window : {size_t{0}, size_t{3}}) {
-    wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, positions, window,
+    wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, positions, window, 0, 0,
                                    got.data());
     const std::vector<double> want =
         nn::paged_attention(q, k, v, table, seqs, positions, 0, window).to_vec_f64();
@@ -201,16 +201,24 @@ TEST(PagedAttention, BackendEntryGivesTheOpsBits) {
       EXPECT_NE(want, unwindowed);  // the window hides keys of these positions
     }
   }
+  // Scores scaled otherwise and soft-capped (Gemma 2's), with a window.
+  wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, positions, 3, 0.4, 0.5,
+                                 got.data());
+  const std::vector<double> capped =
+      nn::paged_attention(q, k, v, table, seqs, positions, 0.4, 3, 0.5).to_vec_f64();
+  EXPECT_EQ(std::vector<double>(got.begin(), got.end()), capped);
+  EXPECT_NE(capped, unwindowed);
   // Pools of another dtype, indices of another dtype, a position past the sequence's pages.
   EXPECT_THROW(wick::cpu::paged_attention_f32(qv.data(), t, h, k.to_dtype(DType::F16), v, table,
-                                              seqs, positions, 0, got.data()),
+                                              seqs, positions, 0, 0, 0, got.data()),
                wick::Error);
-  EXPECT_THROW(wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table,
-                                              seqs.to_dtype(DType::I64), positions, 0, got.data()),
-               wick::Error);
+  EXPECT_THROW(
+      wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs.to_dtype(DType::I64),
+                                     positions, 0, 0, 0, got.data()),
+      wick::Error);
   const Tensor far = Tensor::from_vec(std::vector<uint32_t>{17, 5, 6, 7, 4 * 5}, {t}, host);
   EXPECT_THROW(
-      wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, far, 0, got.data()),
+      wick::cpu::paged_attention_f32(qv.data(), t, h, k, v, table, seqs, far, 0, 0, 0, got.data()),
       wick::IndexOutOfRange);
 }
 
@@ -1223,22 +1231,21 @@ TEST(FamilyPaged, QuantizedGemma3TakesThePlanWithTheBatchsBits) {
   expect_plan_with_the_batchs_bits(*quantized_family("gemma3_text", {}));
 }
 
-// Gemma 2's: its final logits soft-capped after the plan's head. Scores soft-capped or scaled
-// otherwise than by 1 / sqrt(head_dim) (the test model's own) take no plan: the composed step
-// runs them.
-TEST(FamilyPaged, QuantizedGemma2TakesThePlanWithoutScoreCaps) {
-  auto plain_scores = quantized_family("gemma2", {{"gemma2.attn_logit_softcapping", std::nullopt},
-                                                  {"gemma2.attention.scale", std::nullopt}});
+// Gemma 2's: scores scaled by query_pre_attn_scalar and soft-capped (the paged step's attention
+// takes both; the host step of forward_last composes them, also where no layer has a window),
+// the final logits capped after the plan's head; and without the score cap and scale.
+TEST(FamilyPaged, QuantizedGemma2TakesThePlanWithTheBatchsBits) {
+  auto model = quantized_family("gemma2", {});
   // (The file caps the final logits at 3.)
-  wick::models::KvCache cache = plain_scores->make_cache(1, 4);
+  wick::models::KvCache cache = model->make_cache(1, 4);
   Tensor ids = Tensor::from_vec(std::vector<uint32_t>{3, 1, 4}, {1, 3}, Device::cpu());
-  const std::vector<double> capped_logits = plain_scores->forward(ids, cache).to_vec_f64();
-  for (double v : capped_logits) EXPECT_LE(std::abs(v), 3.0);
-  expect_plan_with_the_batchs_bits(*plain_scores);
-  auto capped = quantized_family("gemma2", {});
-  const auto* decoder = dynamic_cast<const wick::models::decoder::Decoder*>(capped.get());
-  ASSERT_NE(decoder, nullptr);
-  EXPECT_FALSE(decoder->has_decode_plan());
+  for (double v : model->forward(ids, cache).to_vec_f64()) EXPECT_LE(std::abs(v), 3.0);
+  expect_plan_with_the_batchs_bits(*model);
+  expect_plan_with_the_batchs_bits(
+      *quantized_family("gemma2", {{"gemma2.attention.sliding_window", std::nullopt}}));
+  expect_plan_with_the_batchs_bits(*quantized_family(
+      "gemma2",
+      {{"gemma2.attn_logit_softcapping", std::nullopt}, {"gemma2.attention.scale", std::nullopt}}));
 }
 
 TEST(FamilyPaged, Errors) {

@@ -6,10 +6,11 @@
 // composed forward makes some 300 tensors and op calls, all on the calling thread while the
 // other threads wait. The arithmetic is that of the ops the model composes (add_rms_norm,
 // rope_write_at_position, silu_mul, scaled_dot_product_attention, qmatmul). Weights it does not
-// take (plain or several-part projections, scores soft-capped or scaled otherwise than by
-// 1 / sqrt(head_dim), f16/bf16 models) get no plan; sliding windows (Mistral's, Gemma's) only in
-// the paged step. Qwen3's and Gemma 3's per-head q/k norms and Gemma's post-norms run as rows of
-// Tensor::rms_norm, Gemma's GELU gate and final soft-cap as the ops the model composes.
+// take (plain or several-part projections, f16/bf16 models) get no plan; sliding windows
+// (Mistral's, Gemma's) and scores soft-capped or scaled otherwise than by 1 / sqrt(head_dim)
+// (Gemma 2's) only in the paged step. Qwen3's and Gemma 3's per-head q/k norms and Gemma's
+// post-norms run as rows of Tensor::rms_norm, Gemma's GELU gate and final soft-cap as the ops the
+// model composes.
 
 #include "decode_plan.h"
 
@@ -104,7 +105,11 @@ void rotate(const float* src, const float* c, const float* s, size_t rot_half, s
 class CpuDecodePlan final : public DecodePlan {
  public:
   explicit CpuDecodePlan(const DecoderWeights& w) : w_(w) {
-    for (const DecoderWeights::Layer& l : w_.layers) windowed_ = windowed_ || l.window > 0;
+    const double plain_scale = 1 / std::sqrt(static_cast<double>(w_.head_dim));
+    for (const DecoderWeights::Layer& l : w_.layers) {
+      windowed_ = windowed_ || l.window > 0;
+      plain_scores_ = plain_scores_ && l.softcap == 0 && (l.scale == 0 || l.scale == plain_scale);
+    }
   }
 
   // The host-side forward only: the device-position step stays composed.
@@ -114,10 +119,10 @@ class CpuDecodePlan final : public DecodePlan {
 
   Tensor forward_one(const Tensor& token, models::KvCache& cache) const override {
     const size_t hk = w_.kv_heads, hd = w_.head_dim;
-    // Its attention reads the whole cache: no sliding window.
+    // Its attention reads the whole cache (no sliding window) with plain scores.
     const size_t p = cache.length(), max_len = cache.max_len();
     if (token.elem_count() != 1 || cache.batch() != 1 || cache.k(0).dtype() != DType::F32 ||
-        !rope_tables_fit(cache.cos(), p) || windowed_) {
+        !rope_tables_fit(cache.cos(), p) || windowed_ || !plain_scores_) {
       return Tensor();
     }
     // This position's key and value written into the caches; attention over the keys up to it.
@@ -156,8 +161,9 @@ class CpuDecodePlan final : public DecodePlan {
       return std::pair{f32_data_mut(cache.k(li)) + at, f32_data_mut(cache.v(li)) + at};
     };
     auto attend = [&](size_t li, const Tensor& q, float* att) {
+      const DecoderWeights::Layer& l = w_.layers[li];
       paged_attention_f32(f32_data(q), 1, w_.heads, cache.k(li), cache.v(li), b.page_table,
-                          b.token_seq, b.positions, w_.layers[li].window, att);
+                          b.token_seq, b.positions, l.window, l.scale, l.softcap, att);
     };
     return run(b.ids.reshape({1, 1}), p, cache.cos(), cache.sin(), write, attend);
   }
@@ -269,7 +275,8 @@ class CpuDecodePlan final : public DecodePlan {
   }
 
   DecoderWeights w_;
-  bool windowed_ = false;  // a layer attends through a sliding window
+  bool windowed_ = false;     // a layer attends through a sliding window
+  bool plain_scores_ = true;  // every layer scales scores by 1 / sqrt(head_dim), uncapped
 };
 
 // Whether the plan takes these weights (see the design note).
@@ -295,9 +302,8 @@ bool takes(const DecoderWeights& m) {
         (l.cos.defined() &&
          !(f32_table(l.cos, m.rotary_dims / 2) && f32_table(l.sin, m.rotary_dims / 2) &&
            l.sin.dims()[0] == l.cos.dims()[0])) ||
-        l.softcap > 0 || (l.scale != 0 && l.scale != 1.0 / std::sqrt(static_cast<double>(hd))) ||
-        !tiled(l.wqkv, rows, d) || !tiled(l.wo, d, q_out) || !tiled(l.wgate_up, 2 * inter, d) ||
-        !tiled(l.wdown, d, inter)) {
+        !(l.softcap >= 0) || !(l.scale >= 0) || !tiled(l.wqkv, rows, d) || !tiled(l.wo, d, q_out) ||
+        !tiled(l.wgate_up, 2 * inter, d) || !tiled(l.wdown, d, inter)) {
       return false;
     }
   }

@@ -381,7 +381,8 @@ namespace wick::cpu {
 
 void paged_attention_f32(const float* q, size_t tokens, size_t h, const Tensor& k_pages,
                          const Tensor& v_pages, const Tensor& page_table, const Tensor& token_seq,
-                         const Tensor& token_pos, size_t window, float* out) {
+                         const Tensor& token_pos, size_t window, double scale, double softcap,
+                         float* out) {
   for (const Tensor* t : {&k_pages, &v_pages}) {
     if (t->dtype() != DType::F32 || t->rank() != 4 || !t->is_contiguous() ||
         !t->device().is_cpu()) {
@@ -399,7 +400,7 @@ void paged_attention_f32(const float* q, size_t tokens, size_t h, const Tensor& 
   }
   const detail::PagedRows<float> rows =
       detail::rows_of(q, tokens, h, k_pages.dims()[3], k_pages, v_pages, page_table, token_seq,
-                      token_pos, 0, 0, window);
+                      token_pos, scale, softcap, window);
   detail::attend_pages<float>(rows, out);
 }
 
