@@ -1177,8 +1177,8 @@ std::shared_ptr<const CausalLM> quantized_family(
 
 // The plan taken, and a decode token through its paged step gets the bits the family's composed
 // step of a larger batch gives it; over a plain cache, forward_last of one token (the plan's
-// host step where the model has no window) gives forward's logits within 64 f32 roundoffs of
-// their range (another attention kernel: other bits).
+// host step, windows, scales and score caps in its attention) gives forward's logits within 64
+// f32 roundoffs of their range (another attention kernel: other bits).
 void expect_plan_with_the_batchs_bits(const CausalLM& model) {
   const auto* decoder = dynamic_cast<const wick::models::decoder::Decoder*>(&model);
   ASSERT_NE(decoder, nullptr);
@@ -1231,9 +1231,9 @@ TEST(FamilyPaged, QuantizedGemma3TakesThePlanWithTheBatchsBits) {
   expect_plan_with_the_batchs_bits(*quantized_family("gemma3_text", {}));
 }
 
-// Gemma 2's: scores scaled by query_pre_attn_scalar and soft-capped (the paged step's attention
-// takes both; the host step of forward_last composes them, also where no layer has a window),
-// the final logits capped after the plan's head; and without the score cap and scale.
+// Gemma 2's: scores scaled by query_pre_attn_scalar and soft-capped (both steps' attention takes
+// them, with and without the window), the final logits capped after the plan's head; and without
+// the score cap and scale.
 TEST(FamilyPaged, QuantizedGemma2TakesThePlanWithTheBatchsBits) {
   auto model = quantized_family("gemma2", {});
   // (The file caps the final logits at 3.)

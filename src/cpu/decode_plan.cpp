@@ -6,11 +6,10 @@
 // composed forward makes some 300 tensors and op calls, all on the calling thread while the
 // other threads wait. The arithmetic is that of the ops the model composes (add_rms_norm,
 // rope_write_at_position, silu_mul, scaled_dot_product_attention, qmatmul). Weights it does not
-// take (plain or several-part projections, f16/bf16 models) get no plan; sliding windows
-// (Mistral's, Gemma's) and scores soft-capped or scaled otherwise than by 1 / sqrt(head_dim)
-// (Gemma 2's) only in the paged step. Qwen3's and Gemma 3's per-head q/k norms and Gemma's
-// post-norms run as rows of Tensor::rms_norm, Gemma's GELU gate and final soft-cap as the ops the
-// model composes.
+// take (plain or several-part projections, f16/bf16 models) get no plan. Each layer's attention
+// takes its sliding window (Mistral's, Gemma's), scale and score cap (Gemma 2's). Qwen3's and Gemma
+// 3's per-head q/k norms and Gemma's post-norms run as rows of Tensor::rms_norm, Gemma's GELU gate
+// and final soft-cap as the ops the model composes.
 
 #include "decode_plan.h"
 
@@ -104,13 +103,7 @@ void rotate(const float* src, const float* c, const float* s, size_t rot_half, s
 
 class CpuDecodePlan final : public DecodePlan {
  public:
-  explicit CpuDecodePlan(const DecoderWeights& w) : w_(w) {
-    const double plain_scale = 1 / std::sqrt(static_cast<double>(w_.head_dim));
-    for (const DecoderWeights::Layer& l : w_.layers) {
-      windowed_ = windowed_ || l.window > 0;
-      plain_scores_ = plain_scores_ && l.softcap == 0 && (l.scale == 0 || l.scale == plain_scale);
-    }
-  }
+  explicit CpuDecodePlan(const DecoderWeights& w) : w_(w) {}
 
   // The host-side forward only: the device-position step stays composed.
   Tensor step(const Tensor&, const Tensor&, models::KvCache&, Tensor*, size_t) const override {
@@ -119,10 +112,9 @@ class CpuDecodePlan final : public DecodePlan {
 
   Tensor forward_one(const Tensor& token, models::KvCache& cache) const override {
     const size_t hk = w_.kv_heads, hd = w_.head_dim;
-    // Its attention reads the whole cache (no sliding window) with plain scores.
     const size_t p = cache.length(), max_len = cache.max_len();
     if (token.elem_count() != 1 || cache.batch() != 1 || cache.k(0).dtype() != DType::F32 ||
-        !rope_tables_fit(cache.cos(), p) || windowed_ || !plain_scores_) {
+        !rope_tables_fit(cache.cos(), p)) {
       return Tensor();
     }
     // This position's key and value written into the caches; attention over the keys up to it.
@@ -130,9 +122,13 @@ class CpuDecodePlan final : public DecodePlan {
       const size_t at = (i * max_len + p) * hd;
       return std::pair{f32_data_mut(cache.k(li)) + at, f32_data_mut(cache.v(li)) + at};
     };
-    const AttentionParams params{1.0 / std::sqrt(static_cast<double>(hd)), false};
     std::vector<KernelOperand> operands(3);
     auto attend = [&](size_t li, const Tensor& q, float* att) {
+      // The layer's scale (0: 1 / sqrt(hd)), sliding window and score cap.
+      const DecoderWeights::Layer& l = w_.layers[li];
+      const AttentionParams params{
+          l.scale != 0 ? l.scale : 1.0 / std::sqrt(static_cast<double>(hd)), false, l.window,
+          l.softcap};
       const Tensor &kc = cache.k(li), &vc = cache.v(li);
       const Shape keys{1, hk, p + 1, hd};
       operands[0] = {&detail::backend_of(q), Layout::contiguous(Shape{1, w_.heads, 1, hd})};
@@ -275,8 +271,6 @@ class CpuDecodePlan final : public DecodePlan {
   }
 
   DecoderWeights w_;
-  bool windowed_ = false;     // a layer attends through a sliding window
-  bool plain_scores_ = true;  // every layer scales scores by 1 / sqrt(head_dim), uncapped
 };
 
 // Whether the plan takes these weights (see the design note).
