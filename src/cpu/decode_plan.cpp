@@ -13,6 +13,7 @@
 
 #include "decode_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -103,7 +104,11 @@ void rotate(const float* src, const float* c, const float* s, size_t rot_half, s
 
 class CpuDecodePlan final : public DecodePlan {
  public:
-  explicit CpuDecodePlan(const DecoderWeights& w) : w_(w) {}
+  explicit CpuDecodePlan(const DecoderWeights& w) : w_(w) {
+    for (const DecoderWeights::Layer& l : w_.layers) {
+      if (l.cos.defined()) layer_table_rows_ = std::min(layer_table_rows_, l.cos.dims()[0]);
+    }
+  }
 
   // The host-side forward only: the device-position step stays composed.
   Tensor step(const Tensor&, const Tensor&, models::KvCache&, Tensor*, size_t) const override {
@@ -168,11 +173,7 @@ class CpuDecodePlan final : public DecodePlan {
   // The cache's rope tables of (positions, rotary_dims / 2) in f32 on the CPU, and every table
   // (the cache's, the layers' own) holding position p.
   bool rope_tables_fit(const Tensor& cos, size_t p) const {
-    if (!f32_table(cos, w_.rotary_dims / 2) || p >= cos.dims()[0]) return false;
-    for (const DecoderWeights::Layer& l : w_.layers) {
-      if (l.cos.defined() && p >= l.cos.dims()[0]) return false;
-    }
-    return true;
+    return f32_table(cos, w_.rotary_dims / 2) && p < cos.dims()[0] && p < layer_table_rows_;
   }
 
   // The token (1, 1) at position p through the layers and the head: its logits (1, vocab).
@@ -271,6 +272,7 @@ class CpuDecodePlan final : public DecodePlan {
   }
 
   DecoderWeights w_;
+  size_t layer_table_rows_ = SIZE_MAX;  // positions the layers' own rope tables hold (the fewest)
 };
 
 // Whether the plan takes these weights (see the design note).
