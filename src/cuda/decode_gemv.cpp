@@ -30,7 +30,8 @@ cuda::CudaDevice& device_of(const Tensor& t) {
 }
 
 // The weight's bytes and format, when the kernel takes it: plain (x's dtype, row-major) or one
-// part of Q4_0 / Q4_1 / Q8_0 blocks; x one contiguous row on the same CUDA device.
+// part of Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K blocks; x one contiguous row on the same CUDA
+// device.
 struct WeightView {
   const Tensor* bytes = nullptr;  // the tensor to lock and address
   cuda::GemvWeights format = cuda::GemvWeights::Dense;
@@ -60,6 +61,15 @@ bool usable(const Tensor& x, const QLinear& w, WeightView* view) {
         break;
       case GgmlType::Q8_0:
         format = cuda::GemvWeights::Q8_0;
+        break;
+      case GgmlType::Q4_K:
+        format = cuda::GemvWeights::Q4_K;
+        break;
+      case GgmlType::Q5_K:
+        format = cuda::GemvWeights::Q5_K;
+        break;
+      case GgmlType::Q6_K:
+        format = cuda::GemvWeights::Q6_K;
         break;
       default:
         return false;

@@ -30,7 +30,7 @@ inline constexpr int kGemvThreads = 128;
 inline constexpr int64_t kLatencyBoundBytes = int64_t{4} << 20;
 
 /// How W's rows are stored: plain elements of the activations' dtype, or GGML blocks of 32.
-enum class GemvWeights { Dense, Q4_0, Q4_1, Q8_0 };
+enum class GemvWeights { Dense, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K };
 
 struct GemvArgs {
   GemvEpilogue epilogue;

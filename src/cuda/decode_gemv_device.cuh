@@ -11,6 +11,7 @@
 #include "cuda/decode_gemv_launch.h"
 #include "cuda/device_timeline.cuh"
 #include "cuda/kernel_utils.cuh"
+#include "ops/ggml_blocks.h"
 #include "ops/norm_math.h"
 #include "ops/rope_math.h"
 
@@ -205,6 +206,89 @@ struct Q8Rows {
   }
   __device__ static float dot(const Raw& r, const QUnit& x) {
     return dot_q(r.q, x, 0) * (f16_bits(r.d) * x.d);
+  }
+};
+
+// The super-block types (256 values: 16 units of 16, each unit within one sub-block, units 2b and
+// 2b + 1 one block of 32 of x), each unit's integers as bytes, four to a word, scaled in f32. A
+// unit's bytes from its 16-aligned (Q4_K, Q5_K) or 2-aligned (Q6_K) super-block, as 32- or
+// 16-bit loads.
+__device__ __forceinline__ uint32_t u32_at(const uint8_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// Q4_K (144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles, a
+// byte holding value l of sub-blocks 2i (low) and 2i + 1 (high)) and Q5_K (176 bytes: the same
+// header, 32 bytes of fifth bits, bit j of byte l for value l of sub-block j, then the nibbles):
+// value = d sc q - dmin m per sub-block of 32.
+template <bool kFifth>
+struct QKRows {
+  static constexpr int kBlock = kFifth ? 176 : 144, kQs = kFifth ? 48 : 16;
+  static constexpr int V = 16, R = 8;
+  struct Raw {
+    float d, m;  // d sc, dmin m of the unit's sub-block
+    uint32_t q[4];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t unit) {
+    const uint8_t* b = row + (unit >> 4) * kBlock;
+    const unsigned j = static_cast<unsigned>(unit & 15) >> 1, half = unit & 1;
+    unsigned sc, mn;
+    ops::q4_k_scale_min(j, b + 4, sc, mn);
+    Raw r;
+    r.d = f16_bits(u16_at(b)) * static_cast<float>(sc);
+    r.m = f16_bits(u16_at(b + 2)) * static_cast<float>(mn);
+    const uint8_t* qs = b + kQs + 32 * (j >> 1) + 16 * half;
+    const unsigned shift = 4 * (j & 1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.q[i] = (u32_at(qs + 4 * i) >> shift) & 0x0f0f0f0fu;
+      if constexpr (kFifth)
+        r.q[i] |= ((u32_at(b + 16 + 16 * half + 4 * i) >> j) & 0x01010101u) << 4;
+    }
+    return r;
+  }
+  __device__ static int64_t x_start(int64_t unit, int run) {
+    return unit * 16 + run * 8;
+  }
+  __device__ static float dot(const Raw& r, const QUnit& x) {
+    return fmaf(dot_q(r.q, x, 0), r.d * x.d, -r.m * (x.d * x.s));
+  }
+};
+
+// Q6_K (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, f16 d): value
+// = d sc (q - 32) per sub-block of 16, the unit. Its values l (0..15) of quarter g (0..3) of half
+// h: low nibble (g < 2) or high nibble of byte 64 h + 32 (g % 2) + 16 (unit % 2) + l, bits 2g of
+// byte 128 + 32 h + 16 (unit % 2) + l, scale 192 + 8 h + unit % 2 + 2g.
+struct Q6KRows {
+  static constexpr int V = 16, R = 8;
+  struct Raw {
+    float d;  // d sc
+    uint32_t q[4];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t unit) {
+    const uint8_t* b = row + (unit >> 4) * 210;
+    const unsigned quarter = static_cast<unsigned>(unit & 15) >> 1, odd = unit & 1;
+    const unsigned h = quarter >> 2, g = quarter & 3;
+    const uint8_t* ql = b + 64 * h + 32 * (g & 1) + 16 * odd;
+    const uint8_t* qh = b + 128 + 32 * h + 16 * odd;
+    Raw r;
+    r.d = f16_bits(u16_at(b + 208)) *
+          static_cast<float>(static_cast<int8_t>(b[192 + 8 * h + odd + 2 * g]));
+    const unsigned shift = 4 * (g >> 1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = u16_at(ql + 4 * i) | static_cast<uint32_t>(u16_at(ql + 4 * i + 2)) << 16;
+      const uint32_t hi = u16_at(qh + 4 * i) | static_cast<uint32_t>(u16_at(qh + 4 * i + 2)) << 16;
+      const uint32_t q = ((lo >> shift) & 0x0f0f0f0fu) | (((hi >> (2 * g)) & 0x03030303u) << 4);
+      r.q[i] = __vsub4(q, 0x20202020u);  // q - 32 as signed bytes
+    }
+    return r;
+  }
+  __device__ static int64_t x_start(int64_t unit, int run) {
+    return unit * 16 + run * 8;
+  }
+  __device__ static float dot(const Raw& r, const QUnit& x) {
+    return dot_q(r.q, x, 0) * (r.d * x.d);
   }
 };
 

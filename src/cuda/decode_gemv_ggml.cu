@@ -1,4 +1,5 @@
-// The decode projections over GGML rows (Q4_0, Q4_1, Q8_0), a block per group of 2, 4 or 8 rows:
+// The decode projections over GGML rows (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K), a block per group of
+// 2, 4 or 8 rows:
 // gemv_kernel copies its rows whole into shared memory (cp.async, before pdl_wait: they are
 // weights), quantizes each unit of activations once for its rows as the CPU's qmatmul does, and
 // dots the weights' integers with them (dp4a), each half block's sum scaled in f32. The
@@ -34,6 +35,15 @@ void launch_ggml(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
       break;
     case GemvWeights::Q8_0:
       launch_pdl(gemv_kernel<T, Q8Rows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      break;
+    case GemvWeights::Q4_K:
+      launch_pdl(gemv_kernel<T, QKRows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      break;
+    case GemvWeights::Q5_K:
+      launch_pdl(gemv_kernel<T, QKRows<true>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+      break;
+    case GemvWeights::Q6_K:
+      launch_pdl(gemv_kernel<T, Q6KRows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
       break;
   }
 }

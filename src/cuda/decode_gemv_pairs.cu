@@ -301,7 +301,10 @@ void launch_pairs_units(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
 namespace gemv {
 
 bool ggml_pairs_fit(const GemvArgs& a, int64_t row_bytes) {
-  return !a.norm_f32 && pairs_fit(a, row_bytes);  // its norm reads weights of the dtype
+  // Its units are two blocks of 32 (Q4_0, Q4_1, Q8_0); its norm reads weights of the dtype.
+  const bool blocks_of_32 = a.weights == GemvWeights::Q4_0 || a.weights == GemvWeights::Q4_1 ||
+                            a.weights == GemvWeights::Q8_0;
+  return blocks_of_32 && !a.norm_f32 && pairs_fit(a, row_bytes);
 }
 
 void launch_ggml_pairs(DType dtype, const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {

@@ -128,6 +128,12 @@ void launch_ggml_stream(DType dtype, const GemvArgs& a, int64_t row_bytes, cudaS
         return launch_stream_units<T, Q4Rows<false>>(a, row_bytes, s);
       case GemvWeights::Q4_1:
         return launch_stream_units<T, Q4Rows<true>>(a, row_bytes, s);
+      case GemvWeights::Q4_K:
+        return launch_stream_units<T, QKRows<false>>(a, row_bytes, s);
+      case GemvWeights::Q5_K:
+        return launch_stream_units<T, QKRows<true>>(a, row_bytes, s);
+      case GemvWeights::Q6_K:
+        return launch_stream_units<T, Q6KRows>(a, row_bytes, s);
       default:
         return launch_stream_units<T, Q8Rows>(a, row_bytes, s);
     }

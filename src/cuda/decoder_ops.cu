@@ -48,6 +48,9 @@ __global__ void __launch_bounds__(1024)
                         int64_t cols, compute_t<T> eps) {
   using C = compute_t<T>;
   __shared__ C scratch[32];
+  // Launched programmatically: the next kernel loads its weights meanwhile.
+  pdl_wait();
+  pdl_launch_dependents();
   int64_t base = static_cast<int64_t>(blockIdx.x) * cols;
   C sq = 0;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -90,6 +93,9 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const T* qkv = static_cast<const T*>(a.qkv);
   const T* bias = static_cast<const T*>(a.bias);
+  // Launched programmatically: the attention after it starts loading the cache's earlier rows.
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t w = static_cast<int64_t>(global_tid() / 32); w < warps;
        w += static_cast<int64_t>(grid_stride() / 32)) {
     const int64_t head = w % heads, token = w / heads;
@@ -204,11 +210,10 @@ void launch_add_rms_norm(DType dtype, const void* x, const void* delta, const vo
   // About four elements per thread, whole warps, at most 1024.
   unsigned threads = static_cast<unsigned>(std::clamp<size_t>((cols / 4 + 31) / 32 * 32, 32, 1024));
   dispatch_float<DeviceTypes>(dtype, "add_rms_norm", [&]<class T>() {
-    add_rms_norm_kernel<T><<<static_cast<unsigned>(rows), threads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<const T*>(delta), static_cast<const T*>(weight),
-        static_cast<T*>(sum), static_cast<T*>(normed), static_cast<int64_t>(cols),
-        static_cast<compute_t<T>>(eps));
-    WICK_CUDA_CHECK_LAUNCH();
+    launch_pdl(add_rms_norm_kernel<T>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, s,
+               static_cast<const T*>(x), static_cast<const T*>(delta),
+               static_cast<const T*>(weight), static_cast<T*>(sum), static_cast<T*>(normed),
+               static_cast<int64_t>(cols), static_cast<compute_t<T>>(eps));
   });
 }
 
@@ -237,8 +242,7 @@ void launch_rope_write(DType dtype, const RopeWriteArgs& a, cudaStream_t s) {
   uint64_t count = static_cast<uint64_t>(a.b * a.s * (a.h + 2 * a.h_kv)) * 32;
   if (count == 0) return;
   dispatch_float<DeviceTypes>(dtype, "rope_write", [&]<class T>() {
-    rope_write_kernel<T><<<grid_for(count), kBlock, 0, s>>>(a);
-    WICK_CUDA_CHECK_LAUNCH();
+    launch_pdl(rope_write_kernel<T>, dim3(grid_for(count)), dim3(kBlock), 0, s, a);
   });
 }
 

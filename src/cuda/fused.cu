@@ -210,6 +210,9 @@ __global__ void __launch_bounds__(kBlock)
                                const T* __restrict__ res, T* __restrict__ y, uint64_t rows,
                                uint64_t cols, float eps) {
   __shared__ float scratch[kBlock / 32];
+  // Launched programmatically, as row_vec_kernel: the next kernel loads its weights meanwhile.
+  pdl_wait();
+  pdl_launch_dependents();
   for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
     float sq = 0;
@@ -655,10 +658,10 @@ void launch_rms_norm_f32_weight(DType dtype, const void* x, const float* weight,
     throw UnsupportedDType("rms_norm with an f32 weight: x must be f16 or bf16");
   }
   dispatch_float<DeviceTypes>(dtype, "rms_norm", [&]<class T>() {
-    rms_norm_f32_weight_kernel<T><<<grid_for(rows, 1), kBlock, 0, s>>>(
-        static_cast<const T*>(x), weight, static_cast<const T*>(residual), static_cast<T*>(y), rows,
-        cols, static_cast<float>(eps));
-    WICK_CUDA_CHECK_LAUNCH();
+    launch_pdl(rms_norm_f32_weight_kernel<T>, dim3(grid_for(rows, 1)), dim3(kBlock), 0, s,
+               static_cast<const T*>(x), weight, static_cast<const T*>(residual),
+               static_cast<T*>(y), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),
+               static_cast<float>(eps));
   });
 }
 
