@@ -30,8 +30,8 @@ cuda::CudaDevice& device_of(const Tensor& t) {
 }
 
 // The weight's bytes and format, when the kernel takes it: plain (x's dtype, row-major) or one
-// part of Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K blocks; x one contiguous row on the same CUDA
-// device.
+// part of GGML blocks (every quantized type but F16/BF16/F32 parts); x one contiguous row on the
+// same CUDA device.
 struct WeightView {
   const Tensor* bytes = nullptr;  // the tensor to lock and address
   cuda::GemvWeights format = cuda::GemvWeights::Dense;
@@ -59,8 +59,23 @@ bool usable(const Tensor& x, const QLinear& w, WeightView* view) {
       case GgmlType::Q4_1:
         format = cuda::GemvWeights::Q4_1;
         break;
+      case GgmlType::Q5_0:
+        format = cuda::GemvWeights::Q5_0;
+        break;
+      case GgmlType::Q5_1:
+        format = cuda::GemvWeights::Q5_1;
+        break;
       case GgmlType::Q8_0:
         format = cuda::GemvWeights::Q8_0;
+        break;
+      case GgmlType::IQ4_NL:
+        format = cuda::GemvWeights::IQ4_NL;
+        break;
+      case GgmlType::Q2_K:
+        format = cuda::GemvWeights::Q2_K;
+        break;
+      case GgmlType::Q3_K:
+        format = cuda::GemvWeights::Q3_K;
         break;
       case GgmlType::Q4_K:
         format = cuda::GemvWeights::Q4_K;
@@ -70,6 +85,9 @@ bool usable(const Tensor& x, const QLinear& w, WeightView* view) {
         break;
       case GgmlType::Q6_K:
         format = cuda::GemvWeights::Q6_K;
+        break;
+      case GgmlType::IQ4_XS:
+        format = cuda::GemvWeights::IQ4_XS;
         break;
       default:
         return false;

@@ -30,7 +30,21 @@ inline constexpr int kGemvThreads = 128;
 inline constexpr int64_t kLatencyBoundBytes = int64_t{4} << 20;
 
 /// How W's rows are stored: plain elements of the activations' dtype, or GGML blocks of 32.
-enum class GemvWeights { Dense, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K };
+enum class GemvWeights {
+  Dense,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q8_0,
+  IQ4_NL,
+  Q2_K,
+  Q3_K,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+  IQ4_XS
+};
 
 struct GemvArgs {
   GemvEpilogue epilogue;

@@ -216,6 +216,24 @@ struct Q8Rows {
 __device__ __forceinline__ uint32_t u32_at(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
+// Four bytes from a 2-aligned address.
+__device__ __forceinline__ uint32_t u32_at2(const uint8_t* p) {
+  return u16_at(p) | static_cast<uint32_t>(u16_at(p + 2)) << 16;
+}
+// Bits 0..3 of b as bit 4 of bytes 0..3 (the shifted copies of b do not overlap: no carries).
+__device__ __forceinline__ uint32_t spread_to_bit4(uint32_t b) {
+  return ((b * 0x00204081u) & 0x01010101u) << 4;
+}
+// Four nibbles (one a byte) as IQ4_NL's and IQ4_XS's signed levels (ops::iq4_level), four to a
+// word: two byte permutes of the levels 0..7 and 8..15, chosen by each nibble's bit 3.
+__device__ __forceinline__ uint32_t iq4_levels(uint32_t nibbles) {
+  const uint32_t sel = (nibbles & 0x7u) | ((nibbles >> 4) & 0x70u) | ((nibbles >> 8) & 0x700u) |
+                       ((nibbles >> 12) & 0x7000u);
+  const uint32_t lo = __byte_perm(0xbfad9881u, 0xf6eaddcfu, sel);  // -127 -104 -83 -65 -49 ...
+  const uint32_t hi = __byte_perm(0x26190d01u, 0x71594535u, sel);  // 1 13 25 38 53 69 89 113
+  const uint32_t high = ((nibbles >> 3) & 0x01010101u) * 0xffu;
+  return (lo & ~high) | (hi & high);
+}
 
 // Q4_K (144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles, a
 // byte holding value l of sub-blocks 2i (low) and 2i + 1 (high)) and Q5_K (176 bytes: the same
@@ -291,6 +309,178 @@ struct Q6KRows {
     return dot_q(r.q, x, 0) * (r.d * x.d);
   }
 };
+
+// Q2_K (84 bytes: 16 scale bytes, the low nibble scaling d and the high one dmin, 64 bytes of
+// 2-bit values, f16 d, f16 dmin): value = d sc q - dmin m per sub-block of 16, the unit. Sub-block
+// v (0..15) of half n = v / 8: bits 2j (j = v % 8 / 2) of bytes 16 + 32 n + 16 (v % 2) + l.
+struct Q2KRows {
+  static constexpr int V = 16, R = 8;
+  struct Raw {
+    float d, m;  // d sc, dmin m of the unit's sub-block
+    uint32_t q[4];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t unit) {
+    const uint8_t* b = row + (unit >> 4) * 84;
+    const unsigned v = unit & 15, n = v >> 3, j = (v & 7) >> 1;
+    const unsigned sc = b[v];
+    Raw r;
+    r.d = f16_bits(u16_at(b + 80)) * static_cast<float>(sc & 15);
+    r.m = f16_bits(u16_at(b + 82)) * static_cast<float>(sc >> 4);
+    const uint8_t* qs = b + 16 + 32 * n + 16 * (v & 1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.q[i] = (u32_at(qs + 4 * i) >> (2 * j)) & 0x03030303u;
+    return r;
+  }
+  __device__ static int64_t x_start(int64_t unit, int run) {
+    return unit * 16 + run * 8;
+  }
+  __device__ static float dot(const Raw& r, const QUnit& x) {
+    return fmaf(dot_q(r.q, x, 0), r.d * x.d, -r.m * (x.d * x.s));
+  }
+};
+
+// Q3_K (110 bytes: 32 bytes of high bits, 64 of 2-bit values laid out as Q2_K's, 12 of 6-bit
+// scales, f16 d): value = d sc q per sub-block of 16, q = the 2 low bits, less 4 where the high
+// bit (bit 4 n + j of byte 16 (v % 2) + l) is clear. 2-aligned super-blocks: 16-bit loads.
+struct Q3KRows {
+  static constexpr int V = 16, R = 8;
+  struct Raw {
+    float d;  // d sc
+    uint32_t q[4];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t unit) {
+    const uint8_t* b = row + (unit >> 4) * 110;
+    const unsigned v = unit & 15, n = v >> 3, j = (v & 7) >> 1;
+    Raw r;
+    r.d = f16_bits(u16_at(b + 108)) * static_cast<float>(ops::q3_k_scale(b, v));
+    const uint8_t* qs = b + 32 + 32 * n + 16 * (v & 1);
+    const uint8_t* hm = b + 16 * (v & 1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t low = (u32_at2(qs + 4 * i) >> (2 * j)) & 0x03030303u;
+      const uint32_t high = (u32_at2(hm + 4 * i) >> (4 * n + j)) & 0x01010101u;
+      r.q[i] = __vsub4(low | high << 2, 0x04040404u);  // -4..3 as signed bytes
+    }
+    return r;
+  }
+  __device__ static int64_t x_start(int64_t unit, int run) {
+    return unit * 16 + run * 8;
+  }
+  __device__ static float dot(const Raw& r, const QUnit& x) {
+    return dot_q(r.q, x, 0) * (r.d * x.d);
+  }
+};
+
+// IQ4_XS (136 bytes: f16 d, 16-bit high scale bits, 4 bytes of low scale bits, 128 bytes of
+// nibbles, 16 a sub-block of 32: values 0..15 low, 16..31 high): value = d sc level.
+struct IQ4XSRows {
+  static constexpr int V = 16, R = 8;
+  struct Raw {
+    float d;  // d sc
+    uint32_t q[4];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t unit) {
+    const uint8_t* b = row + (unit >> 4) * 136;
+    const unsigned j = static_cast<unsigned>(unit & 15) >> 1, shift = 4 * (unit & 1);
+    Raw r;
+    r.d = f16_bits(u16_at(b)) * static_cast<float>(ops::iq4_xs_scale(b, j));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.q[i] = iq4_levels((u32_at(b + 8 + 16 * j + 4 * i) >> shift) & 0x0f0f0f0fu);
+    }
+    return r;
+  }
+  __device__ static int64_t x_start(int64_t unit, int run) {
+    return unit * 16 + run * 8;
+  }
+  __device__ static float dot(const Raw& r, const QUnit& x) {
+    return dot_q(r.q, x, 0) * (r.d * x.d);
+  }
+};
+
+// The blocks of 32 laid out as Q4_0's nibbles (a unit is half a block, as Q4Rows): Q5_0 (22
+// bytes: f16 d, 32 fifth bits, nibbles; value = d (q - 16)), Q5_1 (24 bytes: f16 d, f16 m, fifth
+// bits, nibbles; value = d q + m) and IQ4_NL (18 bytes: f16 d, nibbles; value = d level).
+enum class Blocks32 { Q5_0, Q5_1, IQ4_NL };
+template <Blocks32 kType>
+struct Blocks32Rows {
+  static constexpr bool kFifth = kType != Blocks32::IQ4_NL, kMin = kType == Blocks32::Q5_1;
+  static constexpr int kBlock = kType == Blocks32::Q5_0 ? 22 : kMin ? 24 : 18;
+  static constexpr int kQs = kBlock - 16;
+  static constexpr int V = 16, R = 8;
+  struct Raw {
+    uint16_t d, m;
+    uint32_t q[4];
+  };
+  __device__ static Raw load(const uint8_t* row, int64_t unit) {
+    const uint8_t* b = row + (unit >> 1) * kBlock;
+    const unsigned h = unit & 1;
+    Raw r;
+    r.d = u16_at(b);
+    r.m = kMin ? u16_at(b + 2) : 0;
+    const uint32_t qh = kFifth ? u32_at2(b + kQs - 4) : 0;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t bytes = u32_at2(b + kQs + 8 * h + 4 * i);
+      uint32_t lo = bytes & 0x0f0f0f0fu, hi = (bytes >> 4) & 0x0f0f0f0fu;
+      if constexpr (kFifth) {
+        lo |= spread_to_bit4((qh >> (8 * h + 4 * i)) & 15);
+        hi |= spread_to_bit4((qh >> (16 + 8 * h + 4 * i)) & 15);
+      }
+      if constexpr (kType == Blocks32::Q5_0) {
+        lo = __vsub4(lo, 0x10101010u);
+        hi = __vsub4(hi, 0x10101010u);
+      } else if constexpr (kType == Blocks32::IQ4_NL) {
+        lo = iq4_levels(lo);
+        hi = iq4_levels(hi);
+      }
+      r.q[i] = lo;
+      r.q[2 + i] = hi;
+    }
+    return r;
+  }
+  __device__ static int64_t x_start(int64_t unit, int run) {
+    return Q4Rows<false>::x_start(unit, run);
+  }
+  __device__ static float dot(const Raw& r, const QUnit& x) {
+    float v = dot_q(r.q, x, 0) * (f16_bits(r.d) * x.d);
+    if constexpr (kMin) v = fmaf(f16_bits(r.m), x.d * x.s, v);
+    return v;
+  }
+};
+
+// f.template operator()<F>() with F the rows type of a GGML format (not Dense).
+template <class Fn>
+__host__ void by_ggml_rows(GemvWeights weights, Fn&& f) {
+  switch (weights) {
+    case GemvWeights::Q4_0:
+      return f.template operator()<Q4Rows<false>>();
+    case GemvWeights::Q4_1:
+      return f.template operator()<Q4Rows<true>>();
+    case GemvWeights::Q5_0:
+      return f.template operator()<Blocks32Rows<Blocks32::Q5_0>>();
+    case GemvWeights::Q5_1:
+      return f.template operator()<Blocks32Rows<Blocks32::Q5_1>>();
+    case GemvWeights::IQ4_NL:
+      return f.template operator()<Blocks32Rows<Blocks32::IQ4_NL>>();
+    case GemvWeights::Q4_K:
+      return f.template operator()<QKRows<false>>();
+    case GemvWeights::Q5_K:
+      return f.template operator()<QKRows<true>>();
+    case GemvWeights::Q6_K:
+      return f.template operator()<Q6KRows>();
+    case GemvWeights::Q2_K:
+      return f.template operator()<Q2KRows>();
+    case GemvWeights::Q3_K:
+      return f.template operator()<Q3KRows>();
+    case GemvWeights::IQ4_XS:
+      return f.template operator()<IQ4XSRows>();
+    case GemvWeights::Q8_0:
+      return f.template operator()<Q8Rows>();
+    case GemvWeights::Dense:  // plain rows: decode_gemv_plain.cu
+      return;
+  }
+}
 
 // 16 bytes of T as floats.
 template <class T>

@@ -1,5 +1,5 @@
-// The decode projections over GGML rows (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K), a block per group of
-// 2, 4 or 8 rows:
+// The decode projections over GGML rows (every type of decode_gemv_device.cuh's by_ggml_rows), a
+// block per group of 2, 4 or 8 rows:
 // gemv_kernel copies its rows whole into shared memory (cp.async, before pdl_wait: they are
 // weights), quantizes each unit of activations once for its rows as the CPU's qmatmul does, and
 // dots the weights' integers with them (dp4a), each half block's sum scaled in f32. The
@@ -24,28 +24,9 @@ void launch_ggml(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((a.n / 2 + R / 2 - 1) / (R / 2)));
   const int copy = staged_copy_bytes(a.w, row_bytes);
   const size_t smem = static_cast<size_t>(R * staged_stride(row_bytes));
-  switch (a.weights) {
-    case GemvWeights::Dense:  // decode_gemv_plain.cu
-      break;
-    case GemvWeights::Q4_0:
-      launch_pdl(gemv_kernel<T, Q4Rows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
-      break;
-    case GemvWeights::Q4_1:
-      launch_pdl(gemv_kernel<T, Q4Rows<true>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
-      break;
-    case GemvWeights::Q8_0:
-      launch_pdl(gemv_kernel<T, Q8Rows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
-      break;
-    case GemvWeights::Q4_K:
-      launch_pdl(gemv_kernel<T, QKRows<false>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
-      break;
-    case GemvWeights::Q5_K:
-      launch_pdl(gemv_kernel<T, QKRows<true>, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
-      break;
-    case GemvWeights::Q6_K:
-      launch_pdl(gemv_kernel<T, Q6KRows, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
-      break;
-  }
+  by_ggml_rows(a.weights, [&]<class F>() {
+    launch_pdl(gemv_kernel<T, F, R>, grid, kGemvThreads, smem, s, a, row_bytes, copy);
+  });
 }
 
 }  // namespace

@@ -34,14 +34,26 @@ inline int64_t row_bytes_of(DType dtype, GemvWeights weights, int64_t k) {
       return k % 32 == 0 ? k / 32 * 18 : 0;
     case GemvWeights::Q4_1:
       return k % 32 == 0 ? k / 32 * 20 : 0;
+    case GemvWeights::Q5_0:
+      return k % 32 == 0 ? k / 32 * 22 : 0;
+    case GemvWeights::Q5_1:
+      return k % 32 == 0 ? k / 32 * 24 : 0;
     case GemvWeights::Q8_0:
       return k % 32 == 0 ? k / 32 * 34 : 0;
+    case GemvWeights::IQ4_NL:
+      return k % 32 == 0 ? k / 32 * 18 : 0;
+    case GemvWeights::Q2_K:
+      return k % 256 == 0 ? k / 256 * 84 : 0;
+    case GemvWeights::Q3_K:
+      return k % 256 == 0 ? k / 256 * 110 : 0;
     case GemvWeights::Q4_K:
       return k % 256 == 0 ? k / 256 * 144 : 0;
     case GemvWeights::Q5_K:
       return k % 256 == 0 ? k / 256 * 176 : 0;
     case GemvWeights::Q6_K:
       return k % 256 == 0 ? k / 256 * 210 : 0;
+    case GemvWeights::IQ4_XS:
+      return k % 256 == 0 ? k / 256 * 136 : 0;
   }
   return 0;
 }

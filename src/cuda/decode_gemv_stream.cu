@@ -123,20 +123,7 @@ bool ggml_stream_fits(const GemvArgs& a) {
 
 void launch_ggml_stream(DType dtype, const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   by_dtype(dtype, [&]<class T>() {
-    switch (a.weights) {
-      case GemvWeights::Q4_0:
-        return launch_stream_units<T, Q4Rows<false>>(a, row_bytes, s);
-      case GemvWeights::Q4_1:
-        return launch_stream_units<T, Q4Rows<true>>(a, row_bytes, s);
-      case GemvWeights::Q4_K:
-        return launch_stream_units<T, QKRows<false>>(a, row_bytes, s);
-      case GemvWeights::Q5_K:
-        return launch_stream_units<T, QKRows<true>>(a, row_bytes, s);
-      case GemvWeights::Q6_K:
-        return launch_stream_units<T, Q6KRows>(a, row_bytes, s);
-      default:
-        return launch_stream_units<T, Q8Rows>(a, row_bytes, s);
-    }
+    by_ggml_rows(a.weights, [&]<class F>() { launch_stream_units<T, F>(a, row_bytes, s); });
   });
 }
 

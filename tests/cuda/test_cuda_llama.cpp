@@ -581,9 +581,8 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
   SKIP_WITHOUT_GPU();
   Device gpu = Device::cuda(0);
   namespace md = cuda;
-  std::vector<std::optional<GgmlType>> formats = {std::nullopt,   GgmlType::Q4_0, GgmlType::Q4_1,
-                                                  GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
-                                                  GgmlType::Q6_K};
+  std::vector<std::optional<GgmlType>> formats = {std::nullopt};
+  for (GgmlType t : testing::qmatmul_block_types()) formats.push_back(t);
   for (const auto& format : formats) {
     for (DType dt : {DType::F32, DType::BF16}) {
       SCOPED_TRACE((format ? ggml_type_name(*format) : std::string("dense")) + " " +
@@ -627,14 +626,11 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
         size_t max_len = 9, p = 5;
         double eps = 1e-5;
         Tensor x = testing::random_tensor({1, 1, k}, dt), xg = x.to_device(gpu);
-        // Super-blocks of 256 values (no row of 192): the kernel copies rows 4 bytes at a time
-        // at least, so Q6_K's 210-byte super-blocks come in pairs, and an odd count is left to
-        // the composition.
-        const bool super_blocks =
-            format &&
-            (*format == GgmlType::Q4_K || *format == GgmlType::Q5_K || *format == GgmlType::Q6_K);
-        if (super_blocks && k % 256 != 0) continue;
-        if (super_blocks && *format == GgmlType::Q6_K && k / 256 % 2 != 0) {
+        // Rows of whole blocks (super-blocks of 256: no row of 192). The kernel copies rows 4
+        // bytes at a time at least: rows of 2 bytes more (Q3_K's and Q6_K's odd super-block
+        // counts) are left to the composition.
+        if (format && k % ggml_block_size(*format) != 0) continue;
+        if (format && ggml_bytes(*format, k) % 4 != 0) {
           Tensor unused, y;
           EXPECT_FALSE(md::fused_linear(xg, Tensor(), eps, weight(64, k, &unused), &y));
           continue;
