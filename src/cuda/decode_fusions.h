@@ -1,8 +1,8 @@
 #pragma once
 // The decode step's projections for a single token fused with what comes before and after each
 // one, on CUDA (src/cuda/decode_gemv.*): one kernel instead of a norm, a matmul and an
-// element-wise kernel. The weight is plain (the activations' dtype) or one part of Q4_0, Q4_1,
-// Q8_0, Q4_K, Q5_K or Q6_K blocks. Where a projection takes `norm_weight` (defined), its input is
+// element-wise kernel. The weight is plain (the activations' dtype) or one part of GGML blocks
+// (every block type qmatmul takes). Where a projection takes `norm_weight` (defined), its input is
 // x.rms_norm(norm_weight, eps), computed inside: a weight of x's dtype, or of f32 for f16/bf16 x
 // (in f32, rounded once, as Tensor::rms_norm takes it). Each returns false, doing nothing, when it
 // does not apply (not CUDA, more than one row, unaligned or unsupported operands,

@@ -1,8 +1,8 @@
 #pragma once
 // The decode step's projections for one token (one row), each fused with what follows it
-// (decode_gemv.cu): W (n, k) row-major, in the activations' dtype or as GGML Q4_0 / Q4_1 / Q8_0
-// blocks, times x (k) -- or times RMSNorm(x) * norm_weight when norm_weight is given -- f32
-// accumulation, the product rounded to the dtype as a separate matmul would leave it, then
+// (decode_gemv.cu): W (n, k) row-major, in the activations' dtype or as GGML blocks (Q4_0 ...
+// IQ4_XS: GemvWeights), times x (k) -- or times RMSNorm(x) * norm_weight when norm_weight is given
+// -- f32 accumulation, the product rounded to the dtype as a separate matmul would leave it, then
 //   Store:   the product -> out;
 //   QkvRope: + bias, rope of the q and k heads at *position, q out, k and v into the caches
 //            (or into the pools of a paged cache);

@@ -1,6 +1,6 @@
 #pragma once
 // Device pieces of the decode projections (decode_gemv*.cu): the weight formats (plain rows,
-// GGML Q4_0 / Q4_1 / Q8_0 rows and their integer dots against quantized activations), the
+// GGML rows of every block type and their integer dots against quantized activations), the
 // input (x, or its RMSNorm as transformers computes it in the dtype), the block's dot of its rows
 // and the epilogues (store, qkv + rope + cache write, SiLU product, residual add), with the L2
 // requests the step's kernels make. Each includer expands WICK_TIMELINE_TU first.

@@ -707,13 +707,13 @@ TEST(CudaDecodeGemv, FusedProjectionsMatchComposition) {
       }
     }
   }
-  // Nor for the CPU, nor for a type the kernel does not read.
+  // Nor for the CPU, nor for rows the kernel cannot copy (one Q3_K super-block: 110 bytes).
   Tensor x = testing::random_tensor({1, 1, 256}, DType::F32), act;
   EXPECT_FALSE(md::fused_gate_up(x, Tensor(), 0, testing::random_tensor({64, 256}, DType::F32),
                                  GatedActivation::SiLU, &act));
-  nn::QLinear q2_k(
-      std::vector<QTensor>{testing::random_qtensor(GgmlType::Q2_K, 64, 256).to_device(gpu)});
-  EXPECT_FALSE(md::fused_gate_up(x.to_device(gpu), Tensor(), 0, q2_k, GatedActivation::SiLU, &act));
+  nn::QLinear q3_k(
+      std::vector<QTensor>{testing::random_qtensor(GgmlType::Q3_K, 64, 256).to_device(gpu)});
+  EXPECT_FALSE(md::fused_gate_up(x.to_device(gpu), Tensor(), 0, q3_k, GatedActivation::SiLU, &act));
 }
 
 // Gemma's pieces of the fused projections: an f32 norm weight of bf16 / f16 activations (the norm
