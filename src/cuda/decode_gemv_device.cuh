@@ -235,18 +235,30 @@ __device__ __forceinline__ uint32_t iq4_levels(uint32_t nibbles) {
   return (lo & ~high) | (hi & high);
 }
 
+// What the super-block types' rows share: unit u is values 16 u .. 16 u + 15, its integers as
+// bytes (signed where the type offsets them), d its scale times the super-block's d and, with
+// kMins, m its min times dmin.
+template <bool kMins>
+struct SuperBlockUnits {
+  static constexpr int V = 16, R = 8;
+  struct Raw {
+    float d, m;  // m: kMins only
+    uint32_t q[4];
+  };
+  __device__ static int64_t x_start(int64_t unit, int run) { return unit * 16 + run * 8; }
+  __device__ static float dot(const Raw& r, const QUnit& x) {
+    if constexpr (kMins) return fmaf(dot_q(r.q, x, 0), r.d * x.d, -r.m * (x.d * x.s));
+    return dot_q(r.q, x, 0) * (r.d * x.d);
+  }
+};
+
 // Q4_K (144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles, a
 // byte holding value l of sub-blocks 2i (low) and 2i + 1 (high)) and Q5_K (176 bytes: the same
 // header, 32 bytes of fifth bits, bit j of byte l for value l of sub-block j, then the nibbles):
 // value = d sc q - dmin m per sub-block of 32.
 template <bool kFifth>
-struct QKRows {
+struct QKRows : SuperBlockUnits<true> {
   static constexpr int kBlock = kFifth ? 176 : 144, kQs = kFifth ? 48 : 16;
-  static constexpr int V = 16, R = 8;
-  struct Raw {
-    float d, m;  // d sc, dmin m of the unit's sub-block
-    uint32_t q[4];
-  };
   __device__ static Raw load(const uint8_t* row, int64_t unit) {
     const uint8_t* b = row + (unit >> 4) * kBlock;
     const unsigned j = static_cast<unsigned>(unit & 15) >> 1, half = unit & 1;
@@ -265,24 +277,13 @@ struct QKRows {
     }
     return r;
   }
-  __device__ static int64_t x_start(int64_t unit, int run) {
-    return unit * 16 + run * 8;
-  }
-  __device__ static float dot(const Raw& r, const QUnit& x) {
-    return fmaf(dot_q(r.q, x, 0), r.d * x.d, -r.m * (x.d * x.s));
-  }
 };
 
 // Q6_K (210 bytes: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, f16 d): value
 // = d sc (q - 32) per sub-block of 16, the unit. Its values l (0..15) of quarter g (0..3) of half
 // h: low nibble (g < 2) or high nibble of byte 64 h + 32 (g % 2) + 16 (unit % 2) + l, bits 2g of
 // byte 128 + 32 h + 16 (unit % 2) + l, scale 192 + 8 h + unit % 2 + 2g.
-struct Q6KRows {
-  static constexpr int V = 16, R = 8;
-  struct Raw {
-    float d;  // d sc
-    uint32_t q[4];
-  };
+struct Q6KRows : SuperBlockUnits<false> {
   __device__ static Raw load(const uint8_t* row, int64_t unit) {
     const uint8_t* b = row + (unit >> 4) * 210;
     const unsigned quarter = static_cast<unsigned>(unit & 15) >> 1, odd = unit & 1;
@@ -295,30 +296,19 @@ struct Q6KRows {
     const unsigned shift = 4 * (g >> 1);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = u16_at(ql + 4 * i) | static_cast<uint32_t>(u16_at(ql + 4 * i + 2)) << 16;
-      const uint32_t hi = u16_at(qh + 4 * i) | static_cast<uint32_t>(u16_at(qh + 4 * i + 2)) << 16;
-      const uint32_t q = ((lo >> shift) & 0x0f0f0f0fu) | (((hi >> (2 * g)) & 0x03030303u) << 4);
+      const uint32_t lo = (u32_at2(ql + 4 * i) >> shift) & 0x0f0f0f0fu;
+      const uint32_t hi = (u32_at2(qh + 4 * i) >> (2 * g)) & 0x03030303u;
+      const uint32_t q = lo | hi << 4;
       r.q[i] = __vsub4(q, 0x20202020u);  // q - 32 as signed bytes
     }
     return r;
-  }
-  __device__ static int64_t x_start(int64_t unit, int run) {
-    return unit * 16 + run * 8;
-  }
-  __device__ static float dot(const Raw& r, const QUnit& x) {
-    return dot_q(r.q, x, 0) * (r.d * x.d);
   }
 };
 
 // Q2_K (84 bytes: 16 scale bytes, the low nibble scaling d and the high one dmin, 64 bytes of
 // 2-bit values, f16 d, f16 dmin): value = d sc q - dmin m per sub-block of 16, the unit. Sub-block
 // v (0..15) of half n = v / 8: bits 2j (j = v % 8 / 2) of bytes 16 + 32 n + 16 (v % 2) + l.
-struct Q2KRows {
-  static constexpr int V = 16, R = 8;
-  struct Raw {
-    float d, m;  // d sc, dmin m of the unit's sub-block
-    uint32_t q[4];
-  };
+struct Q2KRows : SuperBlockUnits<true> {
   __device__ static Raw load(const uint8_t* row, int64_t unit) {
     const uint8_t* b = row + (unit >> 4) * 84;
     const unsigned v = unit & 15, n = v >> 3, j = (v & 7) >> 1;
@@ -331,23 +321,12 @@ struct Q2KRows {
     for (int i = 0; i < 4; ++i) r.q[i] = (u32_at(qs + 4 * i) >> (2 * j)) & 0x03030303u;
     return r;
   }
-  __device__ static int64_t x_start(int64_t unit, int run) {
-    return unit * 16 + run * 8;
-  }
-  __device__ static float dot(const Raw& r, const QUnit& x) {
-    return fmaf(dot_q(r.q, x, 0), r.d * x.d, -r.m * (x.d * x.s));
-  }
 };
 
 // Q3_K (110 bytes: 32 bytes of high bits, 64 of 2-bit values laid out as Q2_K's, 12 of 6-bit
 // scales, f16 d): value = d sc q per sub-block of 16, q = the 2 low bits, less 4 where the high
 // bit (bit 4 n + j of byte 16 (v % 2) + l) is clear. 2-aligned super-blocks: 16-bit loads.
-struct Q3KRows {
-  static constexpr int V = 16, R = 8;
-  struct Raw {
-    float d;  // d sc
-    uint32_t q[4];
-  };
+struct Q3KRows : SuperBlockUnits<false> {
   __device__ static Raw load(const uint8_t* row, int64_t unit) {
     const uint8_t* b = row + (unit >> 4) * 110;
     const unsigned v = unit & 15, n = v >> 3, j = (v & 7) >> 1;
@@ -363,22 +342,11 @@ struct Q3KRows {
     }
     return r;
   }
-  __device__ static int64_t x_start(int64_t unit, int run) {
-    return unit * 16 + run * 8;
-  }
-  __device__ static float dot(const Raw& r, const QUnit& x) {
-    return dot_q(r.q, x, 0) * (r.d * x.d);
-  }
 };
 
 // IQ4_XS (136 bytes: f16 d, 16-bit high scale bits, 4 bytes of low scale bits, 128 bytes of
 // nibbles, 16 a sub-block of 32: values 0..15 low, 16..31 high): value = d sc level.
-struct IQ4XSRows {
-  static constexpr int V = 16, R = 8;
-  struct Raw {
-    float d;  // d sc
-    uint32_t q[4];
-  };
+struct IQ4XSRows : SuperBlockUnits<false> {
   __device__ static Raw load(const uint8_t* row, int64_t unit) {
     const uint8_t* b = row + (unit >> 4) * 136;
     const unsigned j = static_cast<unsigned>(unit & 15) >> 1, shift = 4 * (unit & 1);
@@ -389,12 +357,6 @@ struct IQ4XSRows {
       r.q[i] = iq4_levels((u32_at(b + 8 + 16 * j + 4 * i) >> shift) & 0x0f0f0f0fu);
     }
     return r;
-  }
-  __device__ static int64_t x_start(int64_t unit, int run) {
-    return unit * 16 + run * 8;
-  }
-  __device__ static float dot(const Raw& r, const QUnit& x) {
-    return dot_q(r.q, x, 0) * (r.d * x.d);
   }
 };
 
