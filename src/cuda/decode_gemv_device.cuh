@@ -209,14 +209,11 @@ struct Q8Rows {
   }
 };
 
-// The super-block types (256 values: 16 units of 16, each unit within one sub-block, units 2b and
-// 2b + 1 one block of 32 of x), each unit's integers as bytes, four to a word, scaled in f32. A
-// unit's bytes from its 16-aligned (Q4_K, Q5_K) or 2-aligned (Q6_K) super-block, as 32- or
-// 16-bit loads.
+// Four bytes of a row's shared-memory copy, at a 4-aligned address (blocks of 84, 136, 144, 176
+// bytes) or a 2-aligned one (22, 24, 110, 210).
 __device__ __forceinline__ uint32_t u32_at(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
-// Four bytes from a 2-aligned address.
 __device__ __forceinline__ uint32_t u32_at2(const uint8_t* p) {
   return u16_at(p) | static_cast<uint32_t>(u16_at(p + 2)) << 16;
 }
@@ -235,7 +232,8 @@ __device__ __forceinline__ uint32_t iq4_levels(uint32_t nibbles) {
   return (lo & ~high) | (hi & high);
 }
 
-// What the super-block types' rows share: unit u is values 16 u .. 16 u + 15, its integers as
+// What the super-block types' rows share (256 values, 16 units of 16, each within one sub-block;
+// units 2b and 2b + 1 are x's block of 32 b): unit u is values 16 u .. 16 u + 15, its integers as
 // bytes (signed where the type offsets them), d its scale times the super-block's d and, with
 // kMins, m its min times dmin.
 template <bool kMins>
