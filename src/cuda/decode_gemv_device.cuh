@@ -360,7 +360,9 @@ struct IQ4XSRows : SuperBlockUnits<false> {
 
 // The blocks of 32 laid out as Q4_0's nibbles (a unit is half a block, as Q4Rows): Q5_0 (22
 // bytes: f16 d, 32 fifth bits, nibbles; value = d (q - 16)), Q5_1 (24 bytes: f16 d, f16 m, fifth
-// bits, nibbles; value = d q + m) and IQ4_NL (18 bytes: f16 d, nibbles; value = d level).
+// bits, nibbles; value = d q + m) and IQ4_NL (18 bytes: f16 d, nibbles; value = d level), their
+// integers made whole at load. (Q4Rows, which splits its nibbles in dot, is the measured path of
+// Q4_0 and Q4_1: docs/perf/gemv.md.)
 enum class Blocks32 { Q5_0, Q5_1, IQ4_NL };
 template <Blocks32 kType>
 struct Blocks32Rows {
