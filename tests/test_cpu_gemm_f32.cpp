@@ -1,9 +1,9 @@
-// wick's own f32 GEMM (src/cpu/gemm_f32.h) on the CPUs that have it (AVX-512), called directly and
-// through matmul: every output element must be the f32 chain of fused multiply-adds over k in
-// order (computed here with std::fma, one element at a time: the same bits whatever the shape, the
-// tile, the split or the thread count), within the f32 matmul bound of a float64 reference, for
-// ragged shapes, k across several k blocks, transposed and strided operands. Elsewhere (AVX2, or
-// WICK_CPU_ISA=avx2) there is no kernel, and the matmul checks here run OpenBLAS's products.
+// wick's own f32 GEMM (src/cpu/gemm_f32.h) of the CPU kernels' instruction set (AVX-512, or AVX2
+// on other CPUs and under WICK_CPU_ISA=avx2), called directly and through matmul: every output
+// element must be the f32 chain of fused multiply-adds over k in order (computed here with
+// std::fma, one element at a time: the same bits whatever the shape, the tile, the split or the
+// thread count), within the f32 matmul bound of a float64 reference, for ragged shapes, k across
+// several k blocks, transposed and strided operands.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -114,14 +114,15 @@ void check_shapes(const std::vector<size_t>& ms, const std::vector<size_t>& ns,
     GTEST_SKIP() << "no wick f32 GEMM with the CPU kernels " << wick::cpu_isa() << " (OpenBLAS)"; \
   }
 
-// Edges in m and n (micro-tiles of 14 rows and 32 columns), k below, at and across the k blocks
-// of 256.
+// Edges in m and n (micro-tiles of 14 x 32 with AVX-512, 6 x 16 with AVX2), k below, at and
+// across the k blocks of 256.
 TEST(GemmF32, RaggedShapesAreFmaChainsInKOrder) {
   REQUIRE_KERNEL();
-  check_shapes({1, 7, 13, 14, 15, 33}, {1, 7, 16, 17, 33, 100}, {1, 13, 256, 257}, 0);
+  check_shapes({1, 5, 6, 7, 13, 14, 15, 33}, {1, 7, 8, 9, 16, 17, 33, 100}, {1, 13, 256, 257}, 0);
 }
 
-// Several row items and blocks of columns (kNc = 1024) with strided operands and output.
+// Several row items and blocks of columns (kNc = 1024 with AVX-512, 256 with AVX2) with strided
+// operands and output.
 TEST(GemmF32, LargerShapesWithStridesAreFmaChains) {
   REQUIRE_KERNEL();
   check_shapes({200}, {1030}, {270}, 3);
@@ -168,13 +169,17 @@ TEST(GemmF32, ChildrenOf1And3Threads) {
   }
 }
 
+// Every x86-64 build has a kernel for each instruction set of the CPU kernels; cpu_gemm() names it
+// where it is the f32 products' default path (AVX-512); with AVX2 it serves batch invariance, and
+// the f32 products are OpenBLAS's.
 TEST(GemmF32, NamedByCpuGemm) {
   const std::string gemm = wick::cpu_gemm();
-  if (wick::cpu_isa() == "avx512") {
-    ASSERT_NE(kernel().run, nullptr);
-    EXPECT_NE(gemm.find("f32 wick avx512"), std::string::npos) << gemm;
+  ASSERT_NE(kernel().run, nullptr) << gemm;
+  EXPECT_NE(std::string(kernel().name).find("wick " + wick::cpu_isa()), std::string::npos);
+  EXPECT_EQ(kernel().default_path, wick::cpu_isa() == "avx512");
+  if (kernel().default_path) {
+    EXPECT_NE(gemm.find(std::string("f32 ") + kernel().name), std::string::npos) << gemm;
   } else {
-    EXPECT_EQ(kernel().run, nullptr);
     EXPECT_EQ(gemm.find("wick"), std::string::npos) << gemm;
   }
 }

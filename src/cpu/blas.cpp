@@ -141,8 +141,9 @@ void select_core() {
                  openblas_get_corename(), blas_core_isa(openblas_get_corename()).c_str(),
                  how.c_str());
     const GemmF32& f32 = gemm_f32();
-    std::fprintf(stderr, "wick: CPU f32 GEMM: %s\n",
-                 f32.run != nullptr ? f32.name : "OpenBLAS (the kernels above)");
+    std::fprintf(stderr, "wick: CPU f32 GEMM: %s; under batch invariance %s\n",
+                 f32.default_path ? f32.name : "OpenBLAS (the kernels above)",
+                 f32.run != nullptr ? f32.name : "OpenBLAS, in calls of whole tiles");
   }
 }
 
@@ -194,7 +195,7 @@ std::string cpu_gemm() {
   const std::string core = cpu::blas_core();
   const std::string blas = str(openblas_get_config(), " [", cpu::blas_core_isa(core), "]");
   const cpu::GemmF32& f32 = cpu::gemm_f32();
-  if (f32.run == nullptr) return blas;
+  if (!f32.default_path) return blas;
   return str("f32 ", f32.name, ", f64 ", blas);
 }
 

@@ -2,10 +2,10 @@
 // BLAS can (transposes, padded rows, collapsible or broadcast batches), one packed copy when it
 // cannot. f16/bf16 are widened to f32, multiplied in f32 and rounded once at the end. On AVX-512
 // CPUs the f32 products take wick's own GEMM (cpu/gemm_f32.h) but for the shapes OpenBLAS runs
-// faster (see product). OpenBLAS runs single-threaded; large products are split across wick's
-// thread pool in parts from the product's size (never the thread count), batches handed out
-// whole. WICK_BATCH_INVARIANT=1 takes wick's GEMM for every f32 shape where the CPU has it, else
-// invariant_product, whose calls compute a row the same way for every row count.
+// faster (see product). OpenBLAS runs single-threaded; large products are
+// split across wick's thread pool in parts from the product's size (never the thread count),
+// batches handed out whole. WICK_BATCH_INVARIANT=1 takes wick's GEMM for every f32 shape where the
+// CPU has it, else invariant_product, whose calls compute a row the same way for every row count.
 
 #include <cblas.h>
 
@@ -379,8 +379,13 @@ constexpr size_t kInvariantRows = 256;
 constexpr double kSmallKernelMax = 1e6;
 // Above this many padding rows a call is left to plain loops instead.
 constexpr size_t kMaxPadRows = 64;
-// Products of fewer columns stay with OpenBLAS outside batch invariance (gemm_f32.h's tiles are
-// 32 columns wide).
+// The batch-invariant path's BLAS calls have a multiple of this many rows: OpenBLAS computes the
+// rows at the edge of a call, past its kernel's last full tile (2 to 16 rows, by the CPU's
+// kernels), with other kernels and other sums (its Zen and Haswell dgemm do), so a row's bits
+// would depend on the row count.
+constexpr size_t kInvariantRowTile = 16;
+// Products of fewer columns stay with OpenBLAS outside batch invariance (gemm_f32.h's AVX-512
+// tiles are 32 columns wide).
 constexpr size_t kGemmF32MinCols = 32;
 // Products with a transposed b (x @ W^T, W a linear layer's weight) of fewer rows stay with
 // OpenBLAS outside batch invariance: wick's GEMM transposes all of b as it packs it, which a few
@@ -398,14 +403,15 @@ size_t part_span(size_t d) {
 
 // One part of the batch-invariant product: (rows x k) * (k x w) into c (leading dimension ldc),
 // computed the same way for a row whatever `rows` is: an sgemm/dgemm call of enough rows to stay
-// above the small-matrix kernels (the rows padded with zero rows when there are fewer), never a
-// gemv; products too thin for that (w * k small) in plain loops, each element a sum in k order.
+// above the small-matrix kernels, and of a multiple of kInvariantRowTile rows, so that every row
+// lands in a full tile of the BLAS kernel (the rows padded with zero rows), never a gemv;
+// products too thin for that (w * k small) in plain loops, each element a sum in k order.
 template <class C>
 void invariant_part(size_t rows, size_t w, size_t k, const C* a, MatrixView av, const C* b,
                     MatrixView bv, C* c, size_t ldc) {
-  const size_t need =
+  const size_t min_rows =
       static_cast<size_t>(kSmallKernelMax / (static_cast<double>(w) * static_cast<double>(k))) + 1;
-  if (need > kMaxPadRows) {
+  if (min_rows > kMaxPadRows) {
     for (size_t i = 0; i < rows; ++i) {
       for (size_t j = 0; j < w; ++j) {
         C acc = 0;
@@ -419,22 +425,24 @@ void invariant_part(size_t rows, size_t w, size_t k, const C* a, MatrixView av, 
     }
     return;
   }
-  if (rows >= need) {
+  const size_t call_rows =
+      (std::max(rows, min_rows) + kInvariantRowTile - 1) / kInvariantRowTile * kInvariantRowTile;
+  if (rows == call_rows) {
     blas_product<C>(rows, w, k, a, av, b, bv, c, ldc, false);
     return;
   }
-  // Padded to `need` rows in a's own orientation.
-  Scratch<C> pa(need * k), pc(need * w);
+  // Padded to `call_rows` rows in a's own orientation.
+  Scratch<C> pa(call_rows * k), pc(call_rows * w);
   C* pad = pa.get();
-  std::fill(pad, pad + need * k, C(0));
+  std::fill(pad, pad + call_rows * k, C(0));
   for (size_t i = 0; i < rows; ++i) {
     for (size_t t = 0; t < k; ++t) {
       C v = av.trans ? a[t * av.ld + i] : a[i * av.ld + t];
-      (av.trans ? pad[t * need + i] : pad[i * k + t]) = v;
+      (av.trans ? pad[t * call_rows + i] : pad[i * k + t]) = v;
     }
   }
-  MatrixView pv{av.trans, av.trans ? need : k};
-  blas_product<C>(need, w, k, pad, pv, b, bv, pc.get(), w, false);
+  MatrixView pv{av.trans, av.trans ? call_rows : k};
+  blas_product<C>(call_rows, w, k, pad, pv, b, bv, pc.get(), w, false);
   for (size_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, pc.get() + i * w, w * sizeof(C));
 }
 
@@ -467,17 +475,18 @@ void product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const C* b
              C* c) {
   const bool invariant = settings::batch_invariant();
   if constexpr (std::is_same_v<C, float>) {
-    // wick's own GEMM, where the CPU has one: every shape under batch invariance (its rows never
-    // depend on m); else all but the matrix-vector products (OpenBLAS's gemv is faster), those of
-    // fewer than kGemmF32MinCols columns (most of its 32-column tiles would be padding), those of
-    // few rows against a transposed b (kGemmF32MinRowsTransposedB) and those
+    // wick's own GEMM: every shape under batch invariance (its rows never depend on m); else,
+    // where it is the default path (AVX-512), all but the matrix-vector products (OpenBLAS's gemv
+    // is faster), those of fewer than kGemmF32MinCols columns (most of its 32-column tiles would
+    // be padding), those of few rows against a transposed b (kGemmF32MinRowsTransposedB) and those
     // OpenBLAS's small-matrix kernels take (no packing: faster below kSmallKernelMax).
     const GemmF32& gemm = gemm_f32();
     const bool small =
         static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kSmallKernelMax;
     const bool few_rows = bv.trans && m < kGemmF32MinRowsTransposedB;
     if (gemm.run != nullptr &&
-        ((m > 1 && n >= kGemmF32MinCols && !small && !few_rows) || invariant)) {
+        ((gemm.default_path && m > 1 && n >= kGemmF32MinCols && !small && !few_rows) ||
+         invariant)) {
       gemm.run(m, n, k, {a, av.ld, av.trans}, {b, bv.ld, bv.trans}, c, n);
       return;
     }
