@@ -1,16 +1,17 @@
 // wick's f32 GEMM (cpu/gemm_f32.h), BLIS-style, for AVX-512 and for AVX2 with FMA: one algorithm,
 // its vector operations and tile sizes given per instruction set by `Simd` below. For each block
 // of kNc columns and kKc k values, b is packed once into micro-panels of kNr columns (kc rows of
-// two vectors; the block stays in L2), the packing shared out across the thread pool; then each
-// work item (a run of about kMc rows of a, and a range of the block's micro-panels) packs its rows
-// into micro-panels of kMr rows and runs the register-blocked micro-kernel on each of them (which
-// stays in L1) against each b micro-panel in turn: kMr x kNr accumulators in 2 * kMr vector
-// registers, one broadcast of an a value and two FMAs per row and k value. A product of one row
-// tile, or of a small b shared by several threads, reads a row-major b in place instead of packing
-// it; the last row tile of a product runs a micro-kernel of its own row count. The first k block
-// starts its accumulators at 0, later ones at c's current value, so an output element is one
-// chain of FMAs in k order whatever the blocking: column edges are padded with zeros in the packed
-// operands and written under masks, never computed another way.
+// two vectors), the packing shared out across the thread pool; then each work item (a run of
+// about kMc rows of a, and a range of the block's micro-panels) packs its rows into micro-panels
+// of kMr rows and runs the register-blocked micro-kernel on every pair of its a and b
+// micro-panels, in the order that keeps one of them in L1 while the others stream past it from
+// L2 (kBPanelsInner): kMr x kNr accumulators in 2 * kMr vector registers, one broadcast of an a
+// value and two FMAs per row and k value. A product of one row tile, or of a small b shared by
+// several threads, reads a row-major b in place instead of packing it; the last row tile of a
+// product runs a micro-kernel of its own row count. The first k block starts its accumulators at
+// 0, later ones at c's current value, so an output element is one chain of FMAs in k order
+// whatever the blocking: column edges are padded with zeros in the packed operands and written
+// under masks, never computed another way.
 
 #include <algorithm>
 #include <array>
