@@ -369,12 +369,15 @@ void blas_product(size_t m, size_t n, size_t k, const C* a, MatrixView av, const
 
 // Below this many multiply-adds, waking the workers costs more than the product.
 constexpr size_t kParallelMinFlops = size_t{1} << 18;
-// A large product is split into at most kMaxParts parts of at least kMinSpan rows (or columns).
+// A large product is split into at most kMaxParts parts of at least kMinSpan rows (or columns);
+// one of at most 2 * kMinSpan into two parts of at least kMinHalfSpan, so that two threads share
+// it.
 constexpr size_t kMaxParts = 32;
 constexpr size_t kMinSpan = 256;
+constexpr size_t kMinHalfSpan = 128;
 // The batch-invariant path: rows of one part, and OpenBLAS's small-matrix kernels (its AVX-512
 // builds), which take calls of at most kSmallKernelMax multiply-adds and compute a row
-// differently by the call's row count (its other kernels do not).
+// differently by the call's row count.
 constexpr size_t kInvariantRows = 256;
 constexpr double kSmallKernelMax = 1e6;
 // Above this many padding rows a call is left to plain loops instead.
@@ -397,8 +400,9 @@ constexpr size_t kGemmF32MinRowsTransposedB = 64;
 // each part's BLAS call (whose kernel OpenBLAS may choose by its shape) is the same whatever
 // the pool's size, and so are the bits.
 size_t part_span(size_t d) {
-  size_t span = ((d + kMaxParts - 1) / kMaxParts + 15) / 16 * 16;
-  return std::max(kMinSpan, span);
+  const size_t span = std::max(kMinSpan, ((d + kMaxParts - 1) / kMaxParts + 15) / 16 * 16);
+  const size_t half = (d / 2 + 15) / 16 * 16;
+  return std::max(kMinHalfSpan, std::min(span, half));
 }
 
 // One part of the batch-invariant product: (rows x k) * (k x w) into c (leading dimension ldc),
