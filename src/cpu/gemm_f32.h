@@ -25,8 +25,8 @@ struct GemmF32 {
   void (*run)(size_t m, size_t n, size_t k, const GemmF32Operand& a, const GemmF32Operand& b,
               float* c, size_t ldc);
   // Whether matmul's f32 products take it outside batch invariance too: the AVX-512 kernel, which
-  // runs ahead of OpenBLAS's; the AVX2 one runs behind OpenBLAS's Haswell/Zen kernels (by 10-15%
-  // on a Zen 3, docs/perf/cpu.md) and serves batch invariance only, where OpenBLAS cannot.
+  // runs ahead of OpenBLAS's; the AVX2 one runs behind OpenBLAS's Zen kernels (by 5-20% on a
+  // Zen 3, docs/perf/cpu.md) and serves batch invariance only, where OpenBLAS cannot.
   bool default_path;
 };
 

@@ -2,10 +2,11 @@
 // BLAS can (transposes, padded rows, collapsible or broadcast batches), one packed copy when it
 // cannot. f16/bf16 are widened to f32, multiplied in f32 and rounded once at the end. On AVX-512
 // CPUs the f32 products take wick's own GEMM (cpu/gemm_f32.h) but for the shapes OpenBLAS runs
-// faster (see product). OpenBLAS runs single-threaded; large products are
-// split across wick's thread pool in parts from the product's size (never the thread count),
-// batches handed out whole. WICK_BATCH_INVARIANT=1 takes wick's GEMM for every f32 shape where the
-// CPU has it, else invariant_product, whose calls compute a row the same way for every row count.
+// faster (see product). OpenBLAS runs single-threaded; large products are split across wick's
+// thread pool in parts from the product's size (never the thread count), batches handed out
+// whole. WICK_BATCH_INVARIANT=1 takes wick's GEMM (AVX-512 or AVX2) for every f32 shape, else
+// invariant_product (f64; CPUs without AVX2), whose calls compute a row the same way for every
+// row count.
 
 #include <cblas.h>
 
@@ -383,9 +384,9 @@ constexpr double kSmallKernelMax = 1e6;
 // Above this many padding rows a call is left to plain loops instead.
 constexpr size_t kMaxPadRows = 64;
 // The batch-invariant path's BLAS calls have a multiple of this many rows: OpenBLAS computes the
-// rows at the edge of a call, past its kernel's last full tile (2 to 16 rows, by the CPU's
-// kernels), with other kernels and other sums (its Zen and Haswell dgemm do), so a row's bits
-// would depend on the row count.
+// rows past its kernel's last full tile of rows with other kernels and other sums (its Zen dgemm
+// and sgemm do, up to thousands of ulps apart), so a row's bits would depend on the row count.
+// The kernels' row tiles of the CPUs our CI runs on divide 16 (the BatchInvariance tests).
 constexpr size_t kInvariantRowTile = 16;
 // Products of fewer columns stay with OpenBLAS outside batch invariance (gemm_f32.h's AVX-512
 // tiles are 32 columns wide).
