@@ -3,6 +3,9 @@
 // step's serial parts between its parallel ops: a few microseconds keep the workers spinning, a
 // millisecond lets them sleep), and the inline path of a job too small to split. Wall time per
 // call; run under `chrt -f 10` on a shared machine, or the figures include waiting for a core.
+// BM_pool_compute_ceiling is the other yardstick: arithmetic alone (no memory traffic) split over
+// the pool, whose rate at 2 threads over 1 is the most that any compute-bound path (a decode
+// step) can gain from the second thread on this machine (a VM's vCPUs may share cores).
 //
 //   bench_pool [--benchmark_filter=...]   (WICK_NUM_THREADS: the pool's threads)
 
@@ -11,8 +14,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 
 #include "cpu/parallel.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -63,7 +70,70 @@ void BM_pool_inline(benchmark::State& state) {
   }
 }
 
+// Eight independent chains of multiply-adds in registers, `steps` steps each: scalar 64-bit
+// integers, or AVX2's u8 x s8 pair sums (the instruction of qmatmul's decode tiles on AVX2).
+uint64_t scalar_chains(size_t steps) {
+  uint64_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (size_t i = 0; i < steps; ++i) {
+    for (uint64_t& v : x) v = v * 6364136223846793005ULL + 1442695040888963407ULL;
+  }
+  uint64_t sum = 0;
+  for (uint64_t v : x) sum += v;
+  return sum;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t avx2_chains(size_t steps) {
+  __m256i x[8];
+  for (int i = 0; i < 8; ++i) x[i] = _mm256_set1_epi8(static_cast<char>(i + 1));
+  const __m256i w = _mm256_set1_epi8(3);
+  for (size_t s = 0; s < steps; ++s) {
+    for (__m256i& v : x) v = _mm256_maddubs_epi16(v, w);
+  }
+  uint64_t sum = 0;
+  for (const __m256i& v : x) sum += static_cast<uint64_t>(_mm256_extract_epi64(v, 0));
+  return sum;
+}
+#endif
+
+// 64 chunks of chains (about a millisecond a job on one thread) split over the pool. Arg: 0
+// scalar, 1 AVX2.
+void BM_pool_compute_ceiling(benchmark::State& state) {
+  constexpr size_t kChunks = 64, kSteps = 4096;
+  const bool simd = state.range(0) == 1;
+#if defined(__x86_64__)
+  if (simd && !__builtin_cpu_supports("avx2")) {
+    state.SkipWithError("no AVX2 on this CPU");
+    return;
+  }
+#else
+  if (simd) {
+    state.SkipWithError("AVX2 only");
+    return;
+  }
+#endif
+  job();
+  for (auto _ : state) {
+    parallel_for(kChunks, 1, [simd](size_t begin, size_t end) {
+      uint64_t sum = 0;
+      for (size_t c = begin; c < end; ++c) {
+#if defined(__x86_64__)
+        sum += simd ? avx2_chains(kSteps) : scalar_chains(kSteps);
+#else
+        sum += scalar_chains(kSteps);
+#endif
+      }
+      sink.fetch_add(static_cast<size_t>(sum & 1), std::memory_order_relaxed);
+    });
+  }
+  state.SetLabel(simd ? "avx2 maddubs" : "scalar mul-add");
+  state.counters["threads"] = static_cast<double>(num_threads());
+  state.counters["Gchain-steps/s"] = benchmark::Counter(
+      kChunks * kSteps * 8 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 BENCHMARK(BM_pool_back_to_back)->UseRealTime();
+BENCHMARK(BM_pool_compute_ceiling)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 // A fixed count of iterations: the minimum time counts the jobs only, not the gaps.
 BENCHMARK(BM_pool_after_gap_us)->Arg(2)->Arg(20)->Iterations(20000)->UseManualTime();
 BENCHMARK(BM_pool_after_gap_us)->Arg(1000)->Iterations(500)->UseManualTime();
