@@ -473,6 +473,7 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits
   const float top = wide ? kQ16Max : kQ8Max;
   qs.resize(m * k);
   lo.resize(wide ? m * k : 0);
+  q16.resize(wide ? m * k : 0);
   d.resize(m * nb);
   ds.resize(m * nb);
   s.resize(m * nb);
@@ -520,6 +521,11 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits
       }
       pack_store(hi, qs.data() + i * 32);
       pack_store(low, lo.data() + i * 32);
+      // packs interleave 128-bit lanes: the 64-bit quarters put back in order.
+      for (int j = 0; j < 4; j += 2) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16.data() + i * 32 + 8 * j),
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(q[j], q[j + 1]), 0xd8));
+      }
     } else {
       pack_store(q, qs.data() + i * 32);
     }
@@ -544,6 +550,7 @@ void Q8Rows::quantize(const float* x, size_t rows, size_t cols, bool wide_digits
         auto hi = static_cast<int32_t>(std::lrintf(static_cast<float>(q) * (1.0f / 255)));
         qs[j] = static_cast<int8_t>(hi);
         lo[j] = static_cast<int8_t>(q - 255 * hi);
+        q16[j] = static_cast<int16_t>(q);
       } else {
         qs[j] = static_cast<int8_t>(q);
       }

@@ -102,6 +102,7 @@ struct Q8Rows {
   size_t m = 0, k = 0;
   bool wide = false;
   std::vector<int8_t> qs, lo;  // lo: wide only
+  std::vector<int16_t> q16;    // wide only: the values themselves, 255 qs + lo
   std::vector<float> d, ds;
   std::vector<int32_t> s, s16;
   void quantize(const float* x, size_t m, size_t k, bool wide);
