@@ -182,6 +182,7 @@ void tile_kernel(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, flo
     for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
       const uint8_t* p = tile + b * kBytes;
+      if (h == 1) prefetch_next_tile(p + nb * kBytes, kBytes);
       __m256 dw = load_f16x8(p + 16 * h);
       if constexpr (T == GgmlType::Q8_0) {
         const uint8_t* q = p + 32 + 32 * h;
@@ -242,6 +243,7 @@ void tile_kernel_q5(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, 
     for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
       const uint8_t* p = tile + b * kBytes;
+      if (h == 1) prefetch_next_tile(p + nb * kBytes, kBytes);
       __m256 dw = load_f16x8(p + 16 * h);
       __m256 mw = _mm256_setzero_ps();
       if constexpr (kMin) mw = load_f16x8(p + 32 + 16 * h);

@@ -251,6 +251,7 @@ void tile_kernel_q45k(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0
     for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
     for (size_t sb = 0; sb < nb / 8; ++sb) {
       const uint8_t* p = tile + sb * kSuper;
+      if (h == 1) prefetch_next_tile(p + nb / 8 * kSuper, kSuper);
       __m256 d = load_f16x8(p + 16 * h), dmin = load_f16x8(p + 32 + 16 * h);
       for (size_t j = 0; j < 8; ++j) {
         const uint8_t* blk = p + kQ4KTileHeader + j * kBlock;
@@ -325,12 +326,14 @@ inline __m256i q2k_group(const uint8_t* blk, int h, int g) {
 template <GgmlType T, int NX, bool Wide>
 void tile_kernel_q16(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x0, float (*out)[16]) {
   constexpr bool kTwo = T == GgmlType::Q2_K;
+  constexpr size_t kSuper = kTwo ? kQ2KTileSuper : kQ6KTileSuper;
   const size_t k = x.k;
   for (int h = 0; h < 2; ++h) {
     __m256 acc[NX];
     for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
     for (size_t sb = 0; sb < nb / 8; ++sb) {
-      const uint8_t* p = tile + sb * (kTwo ? kQ2KTileSuper : kQ6KTileSuper);
+      const uint8_t* p = tile + sb * kSuper;
+      if (h == 1) prefetch_next_tile(p + nb / 8 * kSuper, kSuper);
       __m256 d = load_f16x8(p + 16 * h);
       __m256 dmin = _mm256_setzero_ps();
       if constexpr (kTwo) dmin = load_f16x8(p + 32 + 16 * h);
@@ -393,6 +396,7 @@ void tile_kernel_iq4xs(const uint8_t* tile, size_t nb, const Q8Rows& x, size_t x
     for (int i = 0; i < NX; ++i) acc[i] = _mm256_setzero_ps();
     for (size_t sb = 0; sb < nb / 8; ++sb) {
       const uint8_t* p = tile + sb * kIQ4XSTileSuper;
+      if (h == 1) prefetch_next_tile(p + nb / 8 * kIQ4XSTileSuper, kIQ4XSTileSuper);
       __m256 d = load_f16x8(p + 16 * h);
       for (size_t j = 0; j < 8; ++j) {
         const uint8_t* blk = p + kIQ4XSTileHeader + j * kIQ4XSTileBlock;

@@ -177,6 +177,16 @@ inline __m256 load_f16x8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// The AVX2 kernels pass over a tile twice, 8 rows each time, and the second pass reads only lines
+// the first one brought in: during it each kernel asks for the next tile's lines of the part it
+// is at (`bytes` at `next`; tiles are contiguous, and a prefetch past the last one is harmless),
+// so that memory stays busy through both passes.
+inline void prefetch_next_tile(const uint8_t* next, size_t bytes) {
+  for (size_t at = 0; at < bytes; at += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(next + at), _MM_HINT_T0);
+  }
+}
+
 #endif
 
 // Tiles [t0, t1) of w against every activation row, kMaxX rows at a time:
