@@ -94,10 +94,10 @@ const QPacked& q_packed(detail::QCache& cache, GgmlType type, const uint8_t* src
 /// Activations quantized per block of 32 values, either to 8 bits (as ggml's Q8_0: value
 /// qs * d, d = max|x| / 127) or, `wide`, to 16 bits written as two base-255 digits that each fit
 /// the 8-bit kernels: value (255 qs + lo) * d with qs, lo in [-127, 127] and d = max|x| / 32512.
-/// The wide form costs two integer dots per block instead of one; its rounding is 256 times
-/// smaller (docs/NUMERICS.md). Row i's block b is at i nb + b; s holds each block's integer
-/// sum (of 255 qs + lo when wide), s16 that of its first 16 values (Q6_K's sub-blocks) and
-/// ds = d * s.
+/// The wide form costs two integer dots per block instead of one (AVX2's Q8_0 kernel takes q16,
+/// the values whole, in one); its rounding is 256 times smaller (docs/NUMERICS.md). Row i's
+/// block b is at i nb + b; s holds each block's integer sum (of 255 qs + lo when wide), s16 that
+/// of its first 16 values (Q6_K's sub-blocks) and ds = d * s.
 struct Q8Rows {
   size_t m = 0, k = 0;
   bool wide = false;
