@@ -352,7 +352,7 @@ class Job {
  public:
   Job(size_t m, size_t n, size_t k, const GemmF32Operand& a, const GemmF32Operand& b, float* c,
       size_t ldc, size_t threads)
-      : m_(m), n_(n), k_(k), a_(a), b_(b), c_(c), ldc_(ldc) {
+      : m_(m), k_(k), a_(a), b_(b), c_(c), ldc_(ldc) {
     row_tiles_ = (m + kMr - 1) / kMr;
     // One row tile uses each b micro-panel once: b's own rows are read in place of a copy. So
     // are a small b's when threads share the product (kDirectBMaxElements).
@@ -514,7 +514,7 @@ class Job {
     computed(s).fetch_add(1, std::memory_order_release);
   }
 
-  const size_t m_, n_, k_;
+  const size_t m_, k_;
   const GemmF32Operand a_, b_;
   float* const c_;
   const size_t ldc_;
