@@ -5,9 +5,10 @@
 // summed into each i32 lane, no intermediate saturation). One 512-bit dot (two 256-bit ones)
 // multiplies four values of 16 weight rows by the same four activations, broadcast from memory;
 // each block's integer sum is then scaled in f32. 16-bit activations (two base-255 digits of 8
-// bits) take one such dot per digit. 5-bit weights are put together from their nibbles and fifth
-// bits once per tile-block (shared by the activation rows), IQ4_NL's levels from their 4-bit
-// indices by a byte shuffle.
+// bits) take one such dot per digit (AVX2's Q8_0: one madd_epi16 dot of the values whole). The
+// AVX2 kernels pass over a tile twice (8 rows each) and prefetch the next tile during the second
+// pass. 5-bit weights are put together from their nibbles and fifth bits once per tile-block
+// (shared by the activation rows), IQ4_NL's levels from their 4-bit indices by a byte shuffle.
 
 #include <immintrin.h>
 
