@@ -94,6 +94,16 @@ __attribute__((target("avx2"))) uint64_t avx2_chains(size_t steps) {
   for (const __m256i& v : x) sum += static_cast<uint64_t>(_mm256_extract_epi64(v, 0));
   return sum;
 }
+bool have_avx2() {
+  return __builtin_cpu_supports("avx2");
+}
+#else
+uint64_t avx2_chains(size_t) {
+  return 0;
+}  // never called: have_avx2() is false
+bool have_avx2() {
+  return false;
+}
 #endif
 
 // 64 chunks of chains (about a millisecond a job on one thread) split over the pool. Arg: 0
@@ -101,28 +111,16 @@ __attribute__((target("avx2"))) uint64_t avx2_chains(size_t steps) {
 void BM_pool_compute_ceiling(benchmark::State& state) {
   constexpr size_t kChunks = 64, kSteps = 4096;
   const bool simd = state.range(0) == 1;
-#if defined(__x86_64__)
-  if (simd && !__builtin_cpu_supports("avx2")) {
+  if (simd && !have_avx2()) {
     state.SkipWithError("no AVX2 on this CPU");
     return;
   }
-#else
-  if (simd) {
-    state.SkipWithError("AVX2 only");
-    return;
-  }
-#endif
   job();
   for (auto _ : state) {
     parallel_for(kChunks, 1, [simd](size_t begin, size_t end) {
       uint64_t sum = 0;
-      for (size_t c = begin; c < end; ++c) {
-#if defined(__x86_64__)
+      for (size_t c = begin; c < end; ++c)
         sum += simd ? avx2_chains(kSteps) : scalar_chains(kSteps);
-#else
-        sum += scalar_chains(kSteps);
-#endif
-      }
       sink.fetch_add(static_cast<size_t>(sum & 1), std::memory_order_relaxed);
     });
   }

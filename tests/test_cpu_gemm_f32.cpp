@@ -121,8 +121,7 @@ TEST(GemmF32, RaggedShapesAreFmaChainsInKOrder) {
   check_shapes({1, 5, 6, 7, 13, 14, 15, 33}, {1, 7, 8, 9, 16, 17, 33, 100}, {1, 13, 256, 257}, 0);
 }
 
-// Several row items and blocks of columns (kNc = 1024 with AVX-512, 256 with AVX2) with strided
-// operands and output.
+// Several row items and blocks of columns (kNc = 1024) with strided operands and output.
 TEST(GemmF32, LargerShapesWithStridesAreFmaChains) {
   REQUIRE_KERNEL();
   check_shapes({200}, {1030}, {270}, 3);
