@@ -28,6 +28,7 @@ import time
 
 try:
     import torch
+    import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 except ImportError as e:
     print("family_torch: needs torch and transformers:", e, file=sys.stderr)
@@ -181,6 +182,32 @@ def wick_figures(bench, folder, device, dtype, prompt_len, n, repeats):
     return figures.get("decode step as a CUDA graph", figures.get("op by op")), out
 
 
+def peer_figures(folder, engine, a):
+    """transformers' prefill and decode tok/s for the model in `folder`, measured in a child
+    process: a peer that crashes (torch.compile has segfaulted on some torch and transformers
+    versions) is reported and leaves the other engines and shapes measured. None when it
+    failed."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--peer-child", folder, "--engines", engine,
+           "--device", a.device, "--dtype", a.dtype, "--prompt-len", str(a.prompt_len),
+           "--new", str(a.new), "--repeats", str(a.repeats)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(r"^PEER ([\d.]+) ([\d.]+)$", run.stdout, re.M)
+    if run.returncode != 0 or not m:
+        how = f"signal {-run.returncode}" if run.returncode < 0 else f"exit {run.returncode}"
+        tail = "\n".join(run.stderr.strip().splitlines()[-5:])
+        print(f"  transformers {engine:18s} failed ({how}):\n{tail}", flush=True)
+        return None
+    return float(m.group(1)), float(m.group(2))
+
+
+def peer_child(a):
+    """The child of peer_figures: loads the saved model and prints "PEER prefill decode"."""
+    model = AutoModelForCausalLM.from_pretrained(a.peer_child, dtype=DTYPES[a.dtype]).eval()
+    tp, td = torch_figures(model, a.engines, a.prompt_len, a.new, a.repeats, a.device,
+                           DTYPES[a.dtype])
+    print(f"PEER {tp:.3f} {td:.3f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", default="build/bench/bench_generate")
@@ -195,7 +222,10 @@ def main():
                          "generate_static (transformers' generate with a static cache, which "
                          "compiles its decode step on a GPU), static (no compile), eager")
     ap.add_argument("--keep", help="write the model folders here and keep them")
+    ap.add_argument("--peer-child", metavar="FOLDER", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.peer_child:
+        return peer_child(a)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("family_torch: no CUDA GPU (use --device cpu to check the script)")
     if not os.path.exists(a.bench):
@@ -216,31 +246,38 @@ def main():
                                        a.repeats)
             print(f"  wick (bench_generate)           prefill {wp:10.1f} tok/s  decode "
                   f"{wd:8.1f} tok/s", flush=True)
+            del model
             peer = {}
             for engine in engines:
-                tp, td = torch_figures(model, engine, a.prompt_len, a.new, a.repeats, a.device,
-                                       DTYPES[a.dtype])
-                peer[engine] = (tp, td)
-                print(f"  transformers {engine:18s} prefill {tp:10.1f} tok/s  decode "
-                      f"{td:8.1f} tok/s", flush=True)
+                figures = peer_figures(folder, engine, a)
+                if figures is None:
+                    continue
+                peer[engine] = figures
+                print(f"  transformers {engine:18s} prefill {figures[0]:10.1f} tok/s  decode "
+                      f"{figures[1]:8.1f} tok/s", flush=True)
             rows.append((shape, wd, peer))
-            del model
-            if a.device.startswith("cuda"):
-                torch.cuda.empty_cache()
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
     device = torch.cuda.get_device_name() if a.device.startswith("cuda") else "CPU"
     print(f"\n{device}, {a.dtype}, prompt {a.prompt_len}, {a.new} new tokens, best of "
-          f"{a.repeats}; torch {torch.__version__}")
+          f"{a.repeats}; torch {torch.__version__}, transformers {transformers.__version__}")
     print(f"{'shape':>12} {'wick tok/s':>11} " +
           " ".join(f"{e + ' tok/s':>22} {'wick/' + e:>22}" for e in engines))
+    failed = False
     for shape, wd, peer in rows:
         print(f"{shape:>12} {wd:11.1f} " +
-              " ".join(f"{peer[e][1]:22.1f} {wd / peer[e][1]:21.2f}x" for e in engines))
-        e = engines[0]
-        print(f"RESULT family_torch_{shape.replace('-', '_').replace('.', '_')}_decode_tps wick "
-              f"{wd:.1f} torch_{e} {peer[e][1]:.1f} ratio {wd / peer[e][1]:.2f}")
+              " ".join(f"{peer[e][1]:22.1f} {wd / peer[e][1]:21.2f}x" if e in peer else
+                       f"{'failed':>22} {'-':>22}" for e in engines))
+        # The RESULT line compares with the first engine that ran, and names it.
+        ran = [e for e in engines if e in peer]
+        failed |= len(ran) < len(engines)
+        if ran:
+            e = ran[0]
+            print(f"RESULT family_torch_{shape.replace('-', '_').replace('.', '_')}_decode_tps "
+                  f"wick {wd:.1f} torch_{e} {peer[e][1]:.1f} ratio {wd / peer[e][1]:.2f}")
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
