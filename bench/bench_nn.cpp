@@ -155,6 +155,37 @@ void BM_attention_causal_composed(benchmark::State& state) {
   attention_bench(state, false, true);
 }
 
+// One decode step's attention over a model's layers: a query row per head, (1, heads, 1, 64),
+// against each layer's own k/v cache of (1, kv_heads, keys, 64), so that the caches stream from
+// memory as they do in a decode step (layers x caches larger than the L3). Args: keys, heads,
+// kv_heads (SmolLM2-135M: 9 heads over 3 k/v heads, 30 layers).
+void BM_attention_decode(benchmark::State& state) {
+  const size_t keys = state.range(0), heads = state.range(1), kv_heads = state.range(2);
+  constexpr size_t kLayers = 30;
+  Tensor q = input({1, heads, 1, kDim}, 1);
+  std::vector<Tensor> k, v;
+  for (size_t i = 0; i < kLayers; ++i) {
+    k.push_back(input({1, kv_heads, keys, kDim}, 2 + 2 * i));
+    v.push_back(input({1, kv_heads, keys, kDim}, 3 + 2 * i));
+  }
+  for (auto _ : state) {
+    for (size_t i = 0; i < kLayers; ++i) {
+      Tensor y = wick::nn::scaled_dot_product_attention(q, k[i], v[i], {true, 0, std::nullopt});
+      benchmark::DoNotOptimize(y);
+    }
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(2.0 * kLayers * kv_heads * keys * kDim * sizeof(float) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_attention_decode)
+    ->Args({256, 9, 3})
+    ->Args({1024, 9, 3})
+    ->Args({1024, 16, 8})
+    ->Args({1024, 4, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_layer_norm_fused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_layer_norm_composed)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_rms_norm_fused)->UseRealTime()->Unit(benchmark::kMicrosecond);

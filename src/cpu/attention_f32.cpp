@@ -668,15 +668,18 @@ ItemBuffers& item_buffers(size_t d) {
 
 void attention_f32(const AttentionParams& params, const std::vector<KernelOperand>& operands,
                    float* out) {
-  // Decoding (each k/v head's rows fit one few-rows item): on several threads an item is one
-  // row, so that the group's rows spread over the threads. A row's result does not depend on
-  // the rows it shares an item with.
+  // Decoding (each k/v head's rows fit one few-rows item): an item reads its k/v head's whole
+  // cache, so a group's rows stay together unless there are fewer groups than threads; then each
+  // group is cut into as many pieces as it takes for every thread to get one. A row's result does
+  // not depend on the rows it shares an item with.
   const size_t threads = num_threads();
   const auto& q_dims = operands[0].layout.dims();
+  const size_t groups = q_dims[0] * operands[1].layout.dims()[1];
   const size_t group_rows = q_dims[1] / operands[1].layout.dims()[1] * q_dims[2];
   const bool split_rows =
-      threads > 1 && group_rows > 1 && group_rows <= kLanes && !settings::batch_invariant();
-  const size_t item_rows = split_rows ? 1 : kItemRows;
+      threads > groups && group_rows > 1 && group_rows <= kLanes && !settings::batch_invariant();
+  const size_t pieces = (threads + groups - 1) / groups;
+  const size_t item_rows = split_rows ? (group_rows + pieces - 1) / pieces : kItemRows;
   const Problem<float> pb(operands, item_rows);
   // Scores in log2 units: exp(x - m) = 2^(x log2(e) - m log2(e)).
   const float scale = static_cast<float>(params.scale * kLog2e);
