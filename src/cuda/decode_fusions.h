@@ -17,17 +17,6 @@ namespace wick::cuda {
 
 using nn::QLinear;
 
-/// A residual add of a post-norm (Gemma's) left for the projection after it to make in its
-/// kernel: that projection's x is the residual stream before the add, and its input
-/// nn::add_rms_normed(x, delta, weight, eps), which its kernel also stores as `sum` (the stream
-/// after the add). Plain weights with a norm of their own; weight f32.
-struct PendingAdd {
-  Tensor delta;   // x's shape and dtype
-  Tensor weight;  // (k) f32
-  double eps = 0;
-  Tensor sum;  // set by the projection that made the add
-};
-
 /// Whether the fused projections may be used (WICK_DECODE_GEMV unset or not "0").
 bool decode_gemv_enabled();
 
@@ -38,9 +27,8 @@ bool fused_linear_preferred(const QLinear& w);
 /// linear(norm(x), w) for x (..., k) holding one row: (..., n). With `argmax`, also y's argmax over
 /// its last dim, as y.argmax(-1) gives it (plain weights only, unless WICK_GEMV_ARGMAX=0: false
 /// otherwise).
-/// With `add`, x is the stream before that add, which the kernel makes first (PendingAdd).
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
-                  Tensor* y, Tensor* argmax = nullptr, PendingAdd* add = nullptr);
+                  Tensor* y, Tensor* argmax = nullptr);
 
 /// q (1, h, 1, d) from norm(x) (x (1, 1, k)) times wqkv (n, k)^T plus bias, rope at the position,
 /// keys and values into the caches: rms_norm + linear + rope_write_at_position in one kernel.
@@ -49,7 +37,7 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
 bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& wqkv,
                     const Tensor& bias, size_t h, size_t h_kv, const Tensor& cos, const Tensor& sin,
                     const Tensor& k_cache, const Tensor& v_cache, const Tensor& position, Tensor* q,
-                    const Tensor& slot = Tensor(), PendingAdd* add = nullptr);
+                    const Tensor& slot = Tensor());
 
 /// act(gate) * up of linear(norm(x), w_gate_up) (gate rows, then up rows; act SiLU, or the
 /// tanh-approximated GELU): (1, 1, n / 2), as silu_mul, or gelu then mul, leave it. `next`: the
@@ -57,8 +45,7 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
 /// (GemvArgs::l2_next): every block as it starts where this one is latency-bound, else its last
 /// blocks as they finish.
 bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w_gate_up,
-                   GatedActivation activation, Tensor* act, const QLinear* next = nullptr,
-                   PendingAdd* add = nullptr);
+                   GatedActivation activation, Tensor* act, const QLinear* next = nullptr);
 
 /// residual + linear(x, w), in residual's shape. prefetch_rows: the op before lets this one
 /// launch early (attend_to_position's launch_next_early): each block asks the L2 for the rest of

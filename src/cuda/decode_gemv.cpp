@@ -104,31 +104,10 @@ struct Launch {
   cuda::GemvArgs args{};
   WeightView weight;
   std::vector<const Tensor*> reads;
-  std::unique_ptr<cuda::CudaStorage> sum;  // a pending add's sum (GemvArgs::pre_sum)
 };
 
-// A pending add's operands into l's arguments: false when the kernel does not take them.
-bool prepare_add(const Tensor& x, PendingAdd& add, Launch* l) {
-  const Tensor &delta = add.delta, &weight = add.weight;
-  if (delta.device() != x.device() || delta.dtype() != x.dtype() || !delta.is_contiguous() ||
-      delta.elem_count() != x.elem_count() || weight.device() != x.device() ||
-      weight.dtype() != DType::F32 || !weight.is_contiguous() ||
-      weight.elem_count() != x.elem_count() || !(add.eps >= 0)) {
-    return false;
-  }
-  l->sum = std::make_unique<cuda::CudaStorage>(device_of(x), x.elem_count(), x.dtype());
-  cuda::GemvArgs& a = l->args;
-  a.pre_delta = ptr_of(delta);
-  a.pre_weight = static_cast<const float*>(ptr_of(weight));
-  a.pre_sum = l->sum->data();
-  a.pre_eps = add.eps;
-  l->reads.push_back(&delta);
-  l->reads.push_back(&weight);
-  return true;
-}
-
 bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, double eps,
-             const QLinear& w, Launch* l, PendingAdd* add = nullptr) {
+             const QLinear& w, Launch* l) {
   if (!usable(x, w, &l->weight)) return false;
   // A norm weight of x's dtype, or of f32 for f16/bf16 x (Gemma's 1 + w).
   if (norm_weight.defined() &&
@@ -150,13 +129,12 @@ bool prepare(cuda::GemvEpilogue e, const Tensor& x, const Tensor& norm_weight, d
   a.eps = eps;
   l->reads = {&x, l->weight.bytes};
   if (norm_weight.defined()) l->reads.push_back(&norm_weight);
-  return add == nullptr || prepare_add(x, *add, l);
+  return true;
 }
 
 // One enqueue of the kernel under the read locks of l.reads (and any write locks the caller
 // holds); the output `elems` long.
-Tensor run(const char* name, Launch& l, const Tensor& x, size_t elems, const Shape& shape,
-           PendingAdd* add = nullptr) {
+Tensor run(const char* name, Launch& l, const Tensor& x, size_t elems, const Shape& shape) {
   DType dt = x.dtype();
   cuda::CudaDevice& dev = device_of(x);
   auto out = std::make_unique<cuda::CudaStorage>(dev, elems, dt);
@@ -169,7 +147,6 @@ Tensor run(const char* name, Launch& l, const Tensor& x, size_t elems, const Sha
     auto locks = wick::detail::read_locks(wick::detail::Inputs(l.reads.data(), l.reads.size()));
     dev.queue().enqueue(name, dt, [&](cudaStream_t s) { cuda::launch_gemv(dt, l.args, s); });
   }
-  if (add != nullptr) add->sum = wick::detail::from_storage(std::move(l.sum), x.shape());
   return wick::detail::from_storage(std::move(out), shape);
 }
 
@@ -189,9 +166,9 @@ bool fused_linear_preferred(const QLinear& w) {
 }
 
 bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w,
-                  Tensor* y, Tensor* argmax, PendingAdd* add) {
+                  Tensor* y, Tensor* argmax) {
   Launch l;
-  if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l, add) ||
+  if (!prepare(cuda::GemvEpilogue::Store, x, norm_weight, eps, w, &l) ||
       (argmax != nullptr && !cuda::tuning().gemv_argmax)) {
     return false;
   }
@@ -204,7 +181,7 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
   if (!cuda::gemv_fits(x.dtype(), l.args)) return false;
   std::vector<size_t> dims = x.dims();
   dims.back() = static_cast<size_t>(l.weight.n);
-  *y = run("linear_gemv", l, x, static_cast<size_t>(l.weight.n), Shape(dims), add);
+  *y = run("linear_gemv", l, x, static_cast<size_t>(l.weight.n), Shape(dims));
   if (argmax != nullptr) {
     dims.pop_back();
     *argmax = wick::detail::from_storage(std::move(index), Shape(dims));
@@ -215,11 +192,11 @@ bool fused_linear(const Tensor& x, const Tensor& norm_weight, double eps, const 
 bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& wqkv,
                     const Tensor& bias, size_t h, size_t h_kv, const Tensor& cos, const Tensor& sin,
                     const Tensor& k_cache, const Tensor& v_cache, const Tensor& position, Tensor* q,
-                    const Tensor& slot, PendingAdd* add) {
+                    const Tensor& slot) {
   Launch l;
   const bool one_slot = slot.defined() && slot.elem_count() == 1 && slot.dtype() == DType::U32 &&
                         slot.device() == x.device();
-  if (!prepare(cuda::GemvEpilogue::QkvRope, x, norm_weight, eps, wqkv, &l, add) ||
+  if (!prepare(cuda::GemvEpilogue::QkvRope, x, norm_weight, eps, wqkv, &l) ||
       (slot.defined() ? !one_slot : k_cache.dims()[0] != 1) || !k_cache.is_contiguous() ||
       !v_cache.is_contiguous() || k_cache.shape() != v_cache.shape() || !cos.is_contiguous() ||
       !sin.is_contiguous() || cos.rank() != 2 || cos.shape() != sin.shape() ||
@@ -251,7 +228,7 @@ bool fused_qkv_rope(const Tensor& x, const Tensor& norm_weight, double eps, cons
   if (slot.defined()) l.reads.push_back(&slot);
   std::lock_guard write_k(k_cache.impl()->storage->mutex());
   std::lock_guard write_v(v_cache.impl()->storage->mutex());
-  *q = run("qkv_rope_gemv", l, x, h * d, Shape{1, h, 1, d}, add);
+  *q = run("qkv_rope_gemv", l, x, h * d, Shape{1, h, 1, d});
   return true;
 }
 
@@ -344,12 +321,12 @@ void ask_l2_aside(const Tensor& x, const QLinear& next) {
 }
 
 bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const QLinear& w_gate_up,
-                   GatedActivation activation, Tensor* act, const QLinear* next, PendingAdd* add) {
+                   GatedActivation activation, Tensor* act, const QLinear* next) {
   Launch l;
   const cuda::GemvEpilogue e = activation == GatedActivation::GeluTanh
                                    ? cuda::GemvEpilogue::GeluMul
                                    : cuda::GemvEpilogue::SiluMul;
-  if (!prepare(e, x, norm_weight, eps, w_gate_up, &l, add) || !cuda::gemv_fits(x.dtype(), l.args)) {
+  if (!prepare(e, x, norm_weight, eps, w_gate_up, &l) || !cuda::gemv_fits(x.dtype(), l.args)) {
     return false;
   }
   ask_l2_for_next(l, x, next, false,
@@ -357,7 +334,7 @@ bool fused_gate_up(const Tensor& x, const Tensor& norm_weight, double eps, const
                   l.args);
   size_t n = static_cast<size_t>(l.weight.n) / 2;
   *act = run(activation == GatedActivation::GeluTanh ? "gate_up_gelu_gemv" : "gate_up_silu_gemv", l,
-             x, n, Shape{1, 1, n}, add);
+             x, n, Shape{1, 1, n});
   return true;
 }
 

@@ -69,15 +69,6 @@ bool gemv_fits(DType dtype, const GemvArgs& a) {
              2 * staged_stride(row_bytes) > kMaxStagedBytes) {
     return false;
   }
-  // A post-norm add before the projection: plain f16/bf16 rows (whose kernel has shared memory to
-  // spare for the copy of x), into a norm.
-  if (a.pre_delta != nullptr &&
-      (dtype == DType::F32 || a.weights != GemvWeights::Dense || a.norm_weight == nullptr ||
-       a.pre_weight == nullptr || a.pre_sum == nullptr ||
-       a.k * static_cast<int64_t>(size_in_bytes(dtype)) > kMaxStagedBytes ||
-       !aligned(a.pre_delta, 16) || !aligned(a.pre_weight, 16) || !aligned(a.pre_sum, 16))) {
-    return false;
-  }
   if (a.argmax != nullptr &&
       (a.epilogue != GemvEpilogue::Store || a.weights != GemvWeights::Dense || a.n > INT32_MAX)) {
     return false;

@@ -79,15 +79,6 @@ struct GemvArgs {
   // Store with plain weights: also the index of the largest stored product (the first of equals;
   // the first NaN), as argmax gives it; null when not wanted.
   uint32_t* argmax = nullptr;
-  // Plain weights: a residual add of a post-norm (Gemma's) before the projection, where pre_delta
-  // is set: x is the residual stream, and the input (before norm_weight's norm) is
-  // x + round(pre_weight * (pre_delta * rstd(pre_delta))) rounded, as nn::add_rms_normed(x,
-  // pre_delta, pre_weight, pre_eps) leaves it; block 0 stores it to pre_sum. Each block keeps it
-  // in shared memory (k elements) for its dots.
-  const void* pre_delta = nullptr;    // (k)
-  const float* pre_weight = nullptr;  // (k)
-  void* pre_sum = nullptr;            // (k)
-  double pre_eps = 0;
   // Plain weights: each block asks the L2 for the rest of its rows before pdl_wait, where the
   // kernel before lets this one launch early (AttentionArgs::launch_next_early).
   bool prefetch_rows = false;

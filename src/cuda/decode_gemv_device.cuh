@@ -105,48 +105,23 @@ __device__ __forceinline__ void block_totals(float (&s)[R]) {
 // computes it in the dtype, nw * round(x * rstd) rounded, rstd found by the block first (every
 // block reads all of x anyway; this replaces a separate norm kernel, or a serial tail in the
 // kernel that made x). Finding rstd from the values the products use instead (no second read
-// of x) held both in registers at once and cost more in occupancy than it saved. With a post-norm
-// add before the projection (GemvArgs::pre_delta), x is made first: the residual plus the
-// normalised delta, into the block's shared memory, where the dots read it.
+// of x) held both in registers at once and cost more in occupancy than it saved.
 template <class T>
 struct Input {
   const T* x;
   const T* nw;        // null: x as it is (unless nw32)
   const float* nw32;  // an f32 weight of f16/bf16 x: round(nw32 * (x * rstd)), one rounding
   float rstd = 1;
-  // The post-norm add: x (the residual) + round(pre_w * (delta * rstd(delta))), into `made`.
-  const T* delta = nullptr;
-  const float* pre_w = nullptr;
-  T* pre_sum = nullptr;  // where block 0 stores the sum
-  T* made = nullptr;     // shared memory, k elements
-  float pre_eps = 0;
 
   __device__ bool normed() const { return nw != nullptr || nw32 != nullptr; }
 
-  // N activations of x from element i (16-byte aligned) as floats: from global memory, or from
-  // the block's shared copy once make_x has made it.
-  template <int N>
-  __device__ void load_x(int64_t i, float* out) const {
-    if (made == nullptr) return load_run<T, N>(x + i, out);
-    constexpr int PER = 16 / sizeof(T);
-#pragma unroll
-    for (int j = 0; j < N / PER; ++j) {
-      unpack16<T>(reinterpret_cast<const uint4*>(made + i)[j], out + j * PER);
-    }
-  }
-
-  // rstd, and first x where the add makes it (every thread of the block of N calls this).
   template <int N = kGemvThreads>
   __device__ void find_rstd(int64_t k, double eps) {
     constexpr int PER = 16 / sizeof(T);
-    // (f16/bf16 only: in the f32 kernels its registers would spill those of the rows in flight)
-    if constexpr (sizeof(T) == 2) {
-      if (delta != nullptr) make_x<N>(k);
-    }
     float sq = 0;
     for (int64_t c = threadIdx.x; c < k / PER; c += N) {
       float v[PER];
-      load_x<PER>(c * PER, v);
+      load_run<T, PER>(x + c * PER, v);
 #pragma unroll
       for (int e = 0; e < PER; ++e) sq += v[e] * v[e];
     }
@@ -154,58 +129,14 @@ struct Input {
     block_totals<1, N>(t);
     rstd = ops::norm_rstd(t[0], static_cast<float>(k), static_cast<float>(eps));
   }
-
-  // x + the normalised delta into `made` (and pre_sum by block 0), rounded as
-  // nn::add_rms_normed's kernel rounds it.
-  template <int N>
-  __device__ void make_x(int64_t k) {
-    constexpr int PER = 16 / sizeof(T);
-    T* shared = made;
-    made = nullptr;  // x from global memory until the copy is made
-    float sq = 0;
-    for (int64_t c = threadIdx.x; c < k / PER; c += N) {
-      float v[PER];
-      load_run<T, PER>(delta + c * PER, v);
-#pragma unroll
-      for (int e = 0; e < PER; ++e) sq += v[e] * v[e];
-    }
-    float t[1] = {sq};
-    block_totals<1, N>(t);
-    const float delta_rstd = ops::norm_rstd(t[0], static_cast<float>(k), pre_eps);
-    // Four elements at a time: the block's first weights are in flight in registers meanwhile.
-    for (int64_t c = threadIdx.x; c < k / 4; c += N) {
-      Vec<T, 4> res = reinterpret_cast<const Vec<T, 4>*>(x)[c];
-      Vec<T, 4> d = reinterpret_cast<const Vec<T, 4>*>(delta)[c];
-      const float4 w = reinterpret_cast<const float4*>(pre_w)[c];
-      const float ws[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float normed = round_to<T>(ws[e] * (to_compute(d.v[e]) * delta_rstd));
-        res.v[e] = convert<T>(__fadd_rn(to_compute(res.v[e]), normed));
-      }
-      reinterpret_cast<Vec<T, 4>*>(shared)[c] = res;
-      if (blockIdx.x == 0) reinterpret_cast<Vec<T, 4>*>(pre_sum)[c] = res;
-    }
-    __syncthreads();  // the copy is whole, and block_totals' scratch free for the next sum
-    made = shared;
-  }
 };
 
-// GemvArgs' input: x and its norm weight of the dtype, or of f32 (GemvArgs::norm_f32), and the
-// post-norm add before it, whose copy of x goes to `shared` (k elements).
+// GemvArgs' input: x and its norm weight of the dtype, or of f32 (GemvArgs::norm_f32).
 template <class T>
-__device__ __forceinline__ Input<T> input_of(const GemvArgs& a, T* shared = nullptr) {
+__device__ __forceinline__ Input<T> input_of(const GemvArgs& a) {
   const void* nw = a.norm_weight;
-  Input<T> in{static_cast<const T*>(a.x), a.norm_f32 ? nullptr : static_cast<const T*>(nw),
-              a.norm_f32 ? static_cast<const float*>(nw) : nullptr};
-  if (sizeof(T) == 2 && a.pre_delta != nullptr && shared != nullptr) {
-    in.delta = static_cast<const T*>(a.pre_delta);
-    in.pre_w = a.pre_weight;
-    in.pre_sum = static_cast<T*>(a.pre_sum);
-    in.made = shared;
-    in.pre_eps = static_cast<float>(a.pre_eps);
-  }
-  return in;
+  return Input<T>{static_cast<const T*>(a.x), a.norm_f32 ? nullptr : static_cast<const T*>(nw),
+                  a.norm_f32 ? static_cast<const float*>(nw) : nullptr};
 }
 
 // The activations of the U units from `base` N apart (zeros past the end), normalised when the
@@ -225,7 +156,7 @@ __device__ __forceinline__ void load_inputs(const Input<T>& in, int64_t base, in
         for (int e = 0; e < RUN; ++e) out[e] = 0;
         continue;
       }
-      in.template load_x<RUN>(F::x_start(c, run), out);
+      load_run<T, RUN>(in.x + F::x_start(c, run), out);
       if (in.nw != nullptr) {
         float w[RUN];
         load_run<T, RUN>(in.nw + F::x_start(c, run), w);
@@ -291,7 +222,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], Input<T>&
     float xv[1][V];
     if (first && nw_first) {
       float w[V];
-      in.template load_x<V>(base * V, xv[0]);
+      load_run<T, V>(in.x + base * V, xv[0]);
       unpack16<T>(nw_bits, w);
 #pragma unroll
       for (int e = 0; e < V; ++e) xv[0][e] = rms_normed<T>(xv[0][e], w[e], in.rstd);

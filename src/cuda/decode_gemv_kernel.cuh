@@ -59,9 +59,7 @@ __global__ void __launch_bounds__(N, (kGemvMinBlocks<T, F, R, N>))
   const uint8_t* row_ptr[R];
   group_rows<R>(a, p0, rows);
   row_starts<R>(a, row_bytes, rows, row_ptr);
-  // Plain rows' dynamic shared memory holds the copy of x a post-norm add makes.
-  extern __shared__ __align__(16) uint8_t gemv_rows[];
-  Input<T> in = input_of<T>(a, kDense ? reinterpret_cast<T*>(gemv_rows) : nullptr);
+  Input<T> in = input_of<T>(a);
   float acc[R];
   if constexpr (kDense) {
     dot_rows<T, F, R, kPrefetchRows, N>(row_ptr, in, a.k, a.eps, acc);

@@ -56,19 +56,13 @@ int dense_threads(const GemvArgs& a, int64_t row_bytes) {
   return blocks <= 32 * sms ? 64 : kGemvThreads;
 }
 
-// Shared memory a block takes for the copy of x a post-norm add makes (GemvArgs::pre_delta).
-template <class T>
-size_t pre_add_smem(const GemvArgs& a) {
-  return a.pre_delta != nullptr ? static_cast<size_t>(a.k) * sizeof(T) : 0;
-}
-
 template <class T, int N>
 void launch_dense(const GemvArgs& a, int64_t row_bytes, dim3 grid, int carveout, cudaStream_t s) {
   auto kernel = gemv_kernel<T, DenseRows<T>, 4, false, N>;
   if constexpr (N == kGemvThreads) {  // the blocks of the one-wave projections that ask for it
     if (a.prefetch_rows) kernel = gemv_kernel<T, DenseRows<T>, 4, true, N>;
   }
-  launch_pdl_carveout(carveout, kernel, grid, N, pre_add_smem<T>(a), s, a, row_bytes, 0);
+  launch_pdl_carveout(carveout, kernel, grid, N, 0, s, a, row_bytes, 0);
 }
 
 template <class T, int R>
@@ -87,8 +81,8 @@ void launch_plain(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
         return launch_dense<T, kGemvThreads>(a, row_bytes, grid, carveout, s);
     }
   }
-  launch_pdl_carveout(carveout, gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads,
-                      pre_add_smem<T>(a), s, a, row_bytes, 0);
+  launch_pdl_carveout(carveout, gemv_kernel<T, DenseRows<T>, R>, grid, kGemvThreads, 0, s, a,
+                      row_bytes, 0);
 }
 
 }  // namespace

@@ -102,27 +102,11 @@ class CudaDecodePlan final : public DecodePlan {
     bool early = false;  // its kernel lets the output projection launch early
   };
 
-  // The residual stream between the step's kernels: x, and what the kernel that made it leaves
-  // for the next one: x's next norm where a composed add made it, or a post-norm add (Gemma's)
-  // that the next projection makes in its own kernel.
+  // The residual stream between the step's kernels: x, and x's next norm where a composed add
+  // made it.
   struct Stream {
     Tensor x;
     Tensor normed;  // x.rms_norm(the next norm), when a composed add made it
-    PendingAdd pending;
-
-    // The pending add, for the next projection to make (null when none is pending).
-    PendingAdd* add() { return pending.delta.defined() ? &pending : nullptr; }
-    // A projection that was given add() made it: x is its sum.
-    void made_by_projection() {
-      if (pending.sum.defined()) x = pending.sum;
-      pending = PendingAdd();
-    }
-    // The pending add as its own kernel, for a projection that cannot make it.
-    void settle() {
-      if (!pending.delta.defined()) return;
-      x = nn::add_rms_normed(x, pending.delta, pending.weight, pending.eps);
-      pending = PendingAdd();
-    }
   };
 
   // Scores as the decode attention kernel computes them: scaled by 1 / sqrt(head_dim), not
@@ -151,19 +135,14 @@ class CudaDecodePlan final : public DecodePlan {
     const Tensor& sin = l.sin.defined() ? l.sin : cache_sin;
     const size_t h = m.heads, h_kv = m.kv_heads, hd = m.head_dim;
     const Tensor& normed = stream.normed;
-    PendingAdd* add = stream.add();
     Tensor q;
     if (!l.q_norm.defined() && !normed.defined() &&
         fused_qkv_rope(stream.x, l.ln1, m.eps, l.wqkv, l.bqkv, h, h_kv, cos, sin, k_cache, v_cache,
-                       position, &q, slot, add)) {
-      stream.made_by_projection();
+                       position, &q, slot)) {
       return q;
     }
     Tensor qkv, bias = l.bqkv;
-    if (!normed.defined() && fused_linear(stream.x, l.ln1, m.eps, l.wqkv, &qkv, nullptr, add)) {
-      stream.made_by_projection();
-    } else {
-      stream.settle();
+    if (normed.defined() || !fused_linear(stream.x, l.ln1, m.eps, l.wqkv, &qkv)) {
       Tensor in = normed.defined() ? normed : stream.x.rms_norm(l.ln1, m.eps);
       qkv = nn::detail::project_qkv(in, l.wqkv, l.bqkv, &bias);
     }
@@ -206,14 +185,12 @@ class CudaDecodePlan final : public DecodePlan {
         s.normed = r.normed;
       }
     };
-    // A residual add of the projection's output normalised first (Gemma's post-norms): left for
-    // the next projection's kernel to make where the tuning asks for that, else one kernel.
+    // A residual add of the projection's output normalised first (Gemma's post-norms): one
+    // kernel after the projection.
     auto project_norm_add = [&](const Tensor& in, const QLinear& w, const Tensor& post_norm) {
-      s.settle();
       Tensor y;
       if (!fused_linear(in, Tensor(), 0, w, &y)) y = w.forward(in);
-      s.pending = PendingAdd{y, post_norm, eps, Tensor()};
-      if (!tuning().gemv_pre_add) s.settle();
+      x = nn::add_rms_normed(x, y, post_norm, eps);
     };
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const DecoderWeights::Layer& l = m.layers[li];
@@ -225,12 +202,8 @@ class CudaDecodePlan final : public DecodePlan {
         project_add(att.out, l.wo, l.ln2, att.early, &l.wgate_up);
       }
       Tensor act;
-      PendingAdd* add = s.add();
-      if (!s.normed.defined() &&
-          fused_gate_up(x, l.ln2, eps, l.wgate_up, m.activation, &act, &l.wdown, add)) {
-        s.made_by_projection();
-      } else {
-        s.settle();
+      if (s.normed.defined() ||
+          !fused_gate_up(x, l.ln2, eps, l.wgate_up, m.activation, &act, &l.wdown)) {
         act = gated(l.wgate_up.forward(normed_by(l.ln2)));
       }
       s.normed = Tensor();
@@ -243,8 +216,6 @@ class CudaDecodePlan final : public DecodePlan {
       }
     }
     // The output head: the final norm inside the projection, the argmax as it stores the logits.
-    // (Its many blocks would each make a pending add again: that runs as its own kernel.)
-    s.settle();
     Tensor out;
     if (s.normed.defined() || !fused_linear_preferred(m.lm_head) ||
         !((next != nullptr && fused_linear(x.squeeze(1), m.norm, eps, m.lm_head, &out, next)) ||

@@ -22,7 +22,6 @@ Tuning make_tuning() {
   t.qkv_prefetch = pick(o.qkv_prefetch, t.qkv_prefetch);
   t.gemv_stream = pick(o.gemv_stream, t.gemv_stream);
   t.gemv_pairs = pick(o.gemv_pairs, t.gemv_pairs);
-  t.gemv_pre_add = pick(o.gemv_pre_add, t.gemv_pre_add);
   if (o.row_warps > 0) t.row_warps = o.row_warps;
   t.graph_steps = o.graph_steps;
   t.gemv_rows = o.gemv_rows;

@@ -25,7 +25,6 @@ struct ArchTuning {
   bool qkv_prefetch;             // the qkv projection's blocks ask the L2 for their rows early
   bool gemv_stream;              // GGML rows of large projections streamed through fewer blocks
   bool gemv_pairs;               // GGML rows with k % 2048 == 0 in warp-owned pairs
-  bool gemv_pre_add;             // a post-norm add made by the next projection's kernel
   int64_t l2_next_bytes;         // the output projection's ask for gate/up (at most)
   int64_t l2_tail_bytes;         // a latency-bound projection's ask as it starts
   int64_t l2_end_gate_up_bytes;  // gate/up's last blocks' ask for down
@@ -36,7 +35,7 @@ struct ArchTuning {
 };
 
 inline constexpr ArchTuning kArchTunings[] = {
-    {90, true, true, true, true, true, true, true, true, false, int64_t{4} << 20, int64_t{1} << 20,
+    {90, true, true, true, true, true, true, true, true, int64_t{4} << 20, int64_t{1} << 20,
      int64_t{4} << 20, int64_t{8} << 20, int64_t{12} << 20, 2},
 };
 
@@ -54,7 +53,7 @@ constexpr const ArchTuning& arch_tuning(int cc) {
 /// leave the table's choice or the kernel's own.
 struct TuningOverrides {
   int pdl = -1, pdl_step_ends = -1, paged_early = -1, decode_gemv = -1, gemv_argmax = -1,
-      qkv_prefetch = -1, gemv_stream = -1, gemv_pairs = -1, gemv_pre_add = -1;  // 0 or 1
+      qkv_prefetch = -1, gemv_stream = -1, gemv_pairs = -1;  // 0 or 1
   int flash_wgmma = -1;   // 0: prefill attention by mma.sync where wgmma applies (set_flash_wgmma)
   int graph_steps = 0;    // 1..8 greedy decode steps a captured graph runs
   int gemv_rows = 0;      // 2, 4 or 8 output rows a block of the decode GEMV

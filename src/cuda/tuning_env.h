@@ -38,7 +38,6 @@ inline void apply_tuning_env() {
   flag("WICK_QKV_PREFETCH", o.qkv_prefetch);
   flag("WICK_GEMV_STREAM", o.gemv_stream);
   flag("WICK_GEMV_PAIRS", o.gemv_pairs);
-  flag("WICK_GEMV_PRE_ADD", o.gemv_pre_add);
   flag("WICK_FLASH_WGMMA", o.flash_wgmma);
   if (const char* v = env("WICK_GRAPH_STEPS")) {
     o.graph_steps = static_cast<int>(parse_integer("WICK_GRAPH_STEPS", v, 1, 8, 0));
