@@ -179,7 +179,43 @@ void BM_attention_decode(benchmark::State& state) {
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The same over paged caches (the serving engine's one-token step): one sequence's pages of 16
+// rows, its positions in order.
+void BM_paged_attention_decode(benchmark::State& state) {
+  const size_t keys = state.range(0), heads = state.range(1), kv_heads = state.range(2);
+  constexpr size_t kLayers = 30, kPage = 16;
+  const size_t pages = (keys + kPage - 1) / kPage;
+  Tensor q = input({1, heads, kDim}, 1);
+  std::vector<Tensor> k, v;
+  for (size_t i = 0; i < kLayers; ++i) {
+    k.push_back(input({pages, kv_heads, kPage, kDim}, 2 + 2 * i));
+    v.push_back(input({pages, kv_heads, kPage, kDim}, 3 + 2 * i));
+  }
+  std::vector<uint32_t> table(pages);
+  for (size_t p = 0; p < pages; ++p) table[p] = static_cast<uint32_t>(p);
+  Tensor page_table = Tensor::from_vec(table, {1, pages}, wick::Device::cpu());
+  Tensor seq = Tensor::from_vec(std::vector<uint32_t>{0}, {1}, wick::Device::cpu());
+  Tensor pos = Tensor::from_vec(std::vector<uint32_t>{static_cast<uint32_t>(keys - 1)}, {1},
+                                wick::Device::cpu());
+  for (auto _ : state) {
+    for (size_t i = 0; i < kLayers; ++i) {
+      Tensor y = wick::nn::paged_attention(q, k[i], v[i], page_table, seq, pos);
+      benchmark::DoNotOptimize(y);
+    }
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(2.0 * kLayers * kv_heads * keys * kDim * sizeof(float) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
 BENCHMARK(BM_attention_decode)
+    ->Args({256, 9, 3})
+    ->Args({1024, 9, 3})
+    ->Args({1024, 16, 8})
+    ->Args({1024, 4, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_paged_attention_decode)
     ->Args({256, 9, 3})
     ->Args({1024, 9, 3})
     ->Args({1024, 16, 8})
