@@ -155,10 +155,17 @@ void BM_attention_causal_composed(benchmark::State& state) {
   attention_bench(state, false, true);
 }
 
+// The k/v caches' bytes read a second (GB/s).
+void cache_read_rate(benchmark::State& state, size_t layers, size_t kv_heads, size_t keys) {
+  state.counters["GB/s"] =
+      benchmark::Counter(2.0 * layers * kv_heads * keys * kDim * sizeof(float) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // One decode step's attention over a model's layers: a query row per head, (1, heads, 1, 64),
 // against each layer's own k/v cache of (1, kv_heads, keys, 64), so that the caches stream from
 // memory as they do in a decode step (layers x caches larger than the L3). Args: keys, heads,
-// kv_heads (SmolLM2-135M: 9 heads over 3 k/v heads, 30 layers).
+// kv_heads (decode_shapes).
 void BM_attention_decode(benchmark::State& state) {
   const size_t keys = state.range(0), heads = state.range(1), kv_heads = state.range(2);
   constexpr size_t kLayers = 30;
@@ -174,9 +181,7 @@ void BM_attention_decode(benchmark::State& state) {
       benchmark::DoNotOptimize(y);
     }
   }
-  state.counters["GB/s"] =
-      benchmark::Counter(2.0 * kLayers * kv_heads * keys * kDim * sizeof(float) * 1e-9,
-                         benchmark::Counter::kIsIterationInvariantRate);
+  cache_read_rate(state, kLayers, kv_heads, keys);
 }
 
 // The same over paged caches (the serving engine's one-token step): one sequence's pages of 16
@@ -203,25 +208,16 @@ void BM_paged_attention_decode(benchmark::State& state) {
       benchmark::DoNotOptimize(y);
     }
   }
-  state.counters["GB/s"] =
-      benchmark::Counter(2.0 * kLayers * kv_heads * keys * kDim * sizeof(float) * 1e-9,
-                         benchmark::Counter::kIsIterationInvariantRate);
+  cache_read_rate(state, kLayers, kv_heads, keys);
 }
 
-BENCHMARK(BM_attention_decode)
-    ->Args({256, 9, 3})
-    ->Args({1024, 9, 3})
-    ->Args({1024, 16, 8})
-    ->Args({1024, 4, 1})
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_paged_attention_decode)
-    ->Args({256, 9, 3})
-    ->Args({1024, 9, 3})
-    ->Args({1024, 16, 8})
-    ->Args({1024, 4, 1})
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+// keys, heads, k/v heads: SmolLM2-135M at two lengths, Qwen3-0.6B's and Gemma-3-1B's heads.
+void decode_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({256, 9, 3})->Args({1024, 9, 3})->Args({1024, 16, 8})->Args({1024, 4, 1});
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_attention_decode)->Apply(decode_shapes);
+BENCHMARK(BM_paged_attention_decode)->Apply(decode_shapes);
 BENCHMARK(BM_layer_norm_fused)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_layer_norm_composed)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_rms_norm_fused)->UseRealTime()->Unit(benchmark::kMicrosecond);
