@@ -676,9 +676,9 @@ void attention_f32(const AttentionParams& params, const std::vector<KernelOperan
   const auto& q_dims = operands[0].layout.dims();
   const size_t groups = q_dims[0] * operands[1].layout.dims()[1];
   const size_t group_rows = q_dims[1] / operands[1].layout.dims()[1] * q_dims[2];
-  const bool split_rows =
-      threads > groups && group_rows > 1 && group_rows <= kLanes && !settings::batch_invariant();
-  const size_t pieces = (threads + groups - 1) / groups;
+  const bool split_rows = groups > 0 && threads > groups && group_rows > 1 &&
+                          group_rows <= kLanes && !settings::batch_invariant();
+  const size_t pieces = split_rows ? (threads + groups - 1) / groups : 1;
   const size_t item_rows = split_rows ? (group_rows + pieces - 1) / pieces : kItemRows;
   const Problem<float> pb(operands, item_rows);
   // Scores in log2 units: exp(x - m) = 2^(x log2(e) - m log2(e)).
