@@ -338,7 +338,8 @@ inline std::vector<Result> thread_suite(uint64_t seed = 52, const Device& device
       }
     });
   }
-  // Attention: prefill (causal), decode against a long cache, grouped heads, a mask.
+  // Attention: prefill (causal), decode against a long cache, grouped heads (two k/v heads and
+  // one), a mask.
   for (DType dt : {DType::F32, DType::BF16}) {
     std::string s = dtype_name(dt);
     section("attention " + s, [&] {
@@ -348,6 +349,11 @@ inline std::vector<Result> thread_suite(uint64_t seed = 52, const Device& device
       Tensor q1 = in.uniform({1, 8, 1, 64}, dt), k1 = in.uniform({1, 2, 3000, 64}, dt),
              v1 = in.uniform({1, 2, 3000, 64}, dt);
       add("attention/decode " + s, nn::scaled_dot_product_attention(q1, k1, v1, {true, 0, {}}));
+      // One k/v head (Gemma-3-1B's grouping): its query rows split across the threads.
+      Tensor q2 = in.uniform({1, 4, 1, 64}, dt), k2 = in.uniform({1, 1, 700, 64}, dt),
+             v2 = in.uniform({1, 1, 700, 64}, dt);
+      add("attention/decode one k/v head " + s,
+          nn::scaled_dot_product_attention(q2, k2, v2, {true, 0, {}}));
       Tensor mask = in.uniform({2, 1, 37, 37}, dt, -3, 0);
       add("attention/mask " + s, nn::scaled_dot_product_attention(q, k, v, {false, 0.1, mask}));
     });
