@@ -585,13 +585,24 @@ void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t 
   if (packed == nullptr || acts == QActivations::F32) {
     return qmatmul_rows(type, w_raw, n, k, x, m, y);
   }
-  thread_local Q8Rows xq;
-  xq.quantize(x, m, k, acts == QActivations::Int16);
+  const bool wide = acts == QActivations::Int16;
   const QKernels& kern = q_kernels();
-  // A tile is 16 rows: at least ~64k multiply-adds a chunk. One row (decoding): one share a
-  // thread, so that no chunk boundary leaves a thread idle at the end.
-  size_t grain = std::max<size_t>(1, 65536 / (kQTileRows * k * m + 1));
-  if (m == 1) grain = std::max(grain, packed->tiles / num_threads());
+  if (m == 1) {
+    // One row (decoding): one share a thread, so that no chunk boundary leaves a thread idle at
+    // the end; each thread quantizes the row itself (the same bits) rather than wait for the
+    // caller to.
+    const size_t grain = std::max<size_t>(1, packed->tiles / num_threads());
+    parallel_for(packed->tiles, grain, [&](size_t lo, size_t hi) {
+      thread_local Q8Rows own;
+      own.quantize(x, 1, k, wide);
+      kern.gemm_tiles(*packed, own, y, lo, hi);
+    });
+    return;
+  }
+  thread_local Q8Rows xq;
+  xq.quantize(x, m, k, wide);
+  // A tile is 16 rows: at least ~64k multiply-adds a chunk.
+  const size_t grain = std::max<size_t>(1, 65536 / (kQTileRows * k * m + 1));
   const Q8Rows& xr = xq;
   parallel_for(packed->tiles, grain,
                [&](size_t lo, size_t hi) { kern.gemm_tiles(*packed, xr, y, lo, hi); });
