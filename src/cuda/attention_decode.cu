@@ -262,19 +262,20 @@ __global__ void __launch_bounds__(dec_warps(D) * 32) attn_decode_kernel(DecodeAr
   auto store_q = [&](int i, uint32_t word) {
     *reinterpret_cast<uint32_t*>(&q_tile[i / (D / 2)][(i % (D / 2)) * 2]) = word;
   };
-  // Where the kernel waits first, q goes into registers before any tile is asked for, so that it
-  // does not queue behind them. With rows read before pdl_wait, q is loaded after the last key's
-  // tile, as a plain loop.
+  // q goes into registers, all of a thread's words asked for at once (one round trip): where the
+  // kernel waits first, before any tile is asked for, so that it does not queue behind them; with
+  // rows read before pdl_wait, after the last key's tile.
   constexpr int Q_WORDS = kDecRows * (D / 2);
   constexpr int Q_PER_THREAD = (Q_WORDS + kDecWarps * 32 - 1) / (kDecWarps * 32);
   uint32_t q_words[Q_PER_THREAD];
-  if (!rows_before) {
+  auto load_q = [&] {
 #pragma unroll
     for (int j = 0; j < Q_PER_THREAD; ++j) {
-      const int i = threadIdx.x + j * blockDim.x;
+      const int i = threadIdx.x + j * kDecWarps * 32;
       q_words[j] = i < Q_WORDS ? q_word(i) : 0u;
     }
-  }
+  };
+  if (!rows_before) load_q();
   start_tiles(0, early_stages);
   if (p.launch_next_early) pdl_launch_dependents();
   if (rows_before) {  // q and the last key's row come from the kernel before
@@ -282,16 +283,13 @@ __global__ void __launch_bounds__(dec_warps(D) * 32) attn_decode_kernel(DecodeAr
     WICK_TL_WAITED();
   }
   start_tiles(early_stages, kDecStages - 1);
+  if (rows_before) load_q();
 
-  // The query rows into shared memory, then their B fragments, kept in registers.
-  if (rows_before) {
-    for (int i = threadIdx.x; i < Q_WORDS; i += blockDim.x) store_q(i, q_word(i));
-  } else {
+    // The query rows into shared memory, then their B fragments, kept in registers.
 #pragma unroll
-    for (int j = 0; j < Q_PER_THREAD; ++j) {
-      const int i = threadIdx.x + j * blockDim.x;
-      if (i < Q_WORDS) store_q(i, q_words[j]);
-    }
+  for (int j = 0; j < Q_PER_THREAD; ++j) {
+    const int i = threadIdx.x + j * kDecWarps * 32;
+    if (i < Q_WORDS) store_q(i, q_words[j]);
   }
   __syncthreads();
   // Q^T is the B operand of S^T = K Q^T (8 heads, 16 dims a k-step); the keys are the A's rows.

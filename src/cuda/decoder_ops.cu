@@ -84,7 +84,9 @@ constexpr int kRopePairsPerLane = 4;
 
 // A warp per (token, head of q|k|v): lane j holds the pairs i = j, j + 32, ... < d/2 of the head
 // (elements i and i + d/2; with partial rotary ops::rope_pair's), normalised over the head where a
-// norm weight is given, then rotated.
+// norm weight is given, then rotated. What does not come from the kernel before -- the position,
+// its rows of cos and sin, the norm weights -- is loaded before pdl_wait, so that the kernel waits
+// on one round trip (qkv's) after it.
 template <class T>
 __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
   using C = compute_t<T>;
@@ -93,9 +95,6 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const T* qkv = static_cast<const T*>(a.qkv);
   const T* bias = static_cast<const T*>(a.bias);
-  // Launched programmatically: the attention after it starts loading the cache's earlier rows.
-  pdl_wait();
-  pdl_launch_dependents();
   for (int64_t w = static_cast<int64_t>(global_tid() / 32); w < warps;
        w += static_cast<int64_t>(grid_stride() / 32)) {
     const int64_t head = w % heads, token = w / heads;
@@ -104,7 +103,6 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
     if (a.slots == nullptr) {
       const int64_t si = token % a.s, bi = token / a.s;
       pos = static_cast<int64_t>(*a.position) + si;
-      if (pos >= a.max_len) continue;  // the same for the whole warp
       page = bi;
       row = pos;
       q_row = static_cast<T*>(a.q) + ((bi * a.h + head) * a.s + si) * a.d;
@@ -114,6 +112,35 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
       row = static_cast<int64_t>(a.slots[token]) % a.max_len;
       q_row = static_cast<T*>(a.q) + (token * a.h + head) * a.d;
     }
+    const bool skip = a.slots == nullptr && pos >= a.max_len;  // the same for the whole warp
+    const void* norm = head < a.h ? a.q_norm : head < a.h + a.h_kv ? a.k_norm : nullptr;
+    const bool rotates = head < a.h + a.h_kv;
+    // Norm weights (lo, hi) and cos, sin of this lane's pairs.
+    C nw[kRopePairsPerLane][2], cs[kRopePairsPerLane][2];
+#pragma unroll
+    for (int j = 0; j < kRopePairsPerLane; ++j) {
+      const int64_t i = lane + 32 * j;
+      nw[j][0] = nw[j][1] = cs[j][0] = cs[j][1] = 0;
+      if (i >= half || skip) continue;
+      const ops::RopePair e = ops::rope_pair(i, half, a.rot_half);
+      if (norm != nullptr) {
+        if (a.norms_f32) {
+          nw[j][0] = static_cast<const float*>(norm)[e.lo];
+          nw[j][1] = static_cast<const float*>(norm)[e.hi];
+        } else {
+          nw[j][0] = to_compute(static_cast<const T*>(norm)[e.lo]);
+          nw[j][1] = to_compute(static_cast<const T*>(norm)[e.hi]);
+        }
+      }
+      if (rotates && e.rotates) {
+        cs[j][0] = to_compute(static_cast<const T*>(a.cos)[pos * a.rot_half + i]);
+        cs[j][1] = to_compute(static_cast<const T*>(a.sin)[pos * a.rot_half + i]);
+      }
+    }
+    // Launched programmatically: the attention after it starts loading the cache's earlier rows.
+    pdl_wait();
+    pdl_launch_dependents();
+    if (skip) continue;
     const int64_t in = token * heads * a.d + head * a.d;
     C x1[kRopePairsPerLane], x2[kRopePairsPerLane];
     C sq = 0;
@@ -133,27 +160,22 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
       }
       sq += x1[j] * x1[j] + x2[j] * x2[j];
     }
-    const void* norm = head < a.h ? a.q_norm : head < a.h + a.h_kv ? a.k_norm : nullptr;
     if (norm != nullptr) {
       const C rstd = ops::norm_rstd(row_math::warp_sum(sq), C(a.d), C(a.eps));
       // Weights of the dtype: rms_norm in it (x * rstd rounded first, as LlamaRMSNorm). f32
       // weights (Gemma's 1 + w): the norm in f32, rounded to the dtype once.
-      auto normed = [&](C x, int64_t i) -> C {
+      auto normed = [&](C x, C w) -> C {
         if (a.norms_f32) {
-          const float w = static_cast<const float*>(norm)[i];
-          return round_as<T>(row_math::norm_value<float, true>(static_cast<float>(x), 0.0f,
-                                                               static_cast<float>(rstd), w));
+          return round_as<T>(row_math::norm_value<float, true>(
+              static_cast<float>(x), 0.0f, static_cast<float>(rstd), static_cast<float>(w)));
         }
-        const C w = to_compute(static_cast<const T*>(norm)[i]);
         return round_as<T>(row_math::norm_value<T, true>(x, C(0), rstd, w));
       };
 #pragma unroll
       for (int j = 0; j < kRopePairsPerLane; ++j) {
-        const int64_t i = lane + 32 * j;
-        if (i >= half) continue;
-        const ops::RopePair e = ops::rope_pair(i, half, a.rot_half);
-        x1[j] = normed(x1[j], e.lo);
-        x2[j] = normed(x2[j], e.hi);
+        if (lane + 32 * j >= half) continue;
+        x1[j] = normed(x1[j], nw[j][0]);
+        x2[j] = normed(x2[j], nw[j][1]);
       }
     }
     T* dst;
@@ -171,12 +193,10 @@ __global__ void __launch_bounds__(kBlock) rope_write_kernel(RopeWriteArgs a) {
       if (i >= half) continue;
       const ops::RopePair e = ops::rope_pair(i, half, a.rot_half);
       C y1 = x1[j], y2 = x2[j];
-      if (head < a.h + a.h_kv && e.rotates) {
-        C c = to_compute(static_cast<const T*>(a.cos)[pos * a.rot_half + i]);
-        C s = to_compute(static_cast<const T*>(a.sin)[pos * a.rot_half + i]);
+      if (rotates && e.rotates) {
         auto round = [](C v) { return round_as<T>(v); };
-        y1 = ops::rope_lo(x1[j], x2[j], c, s, round);
-        y2 = ops::rope_hi(x1[j], x2[j], c, s, round);
+        y1 = ops::rope_lo(x1[j], x2[j], cs[j][0], cs[j][1], round);
+        y2 = ops::rope_hi(x1[j], x2[j], cs[j][0], cs[j][1], round);
       }
       dst[e.lo] = convert<T>(y1);
       dst[e.hi] = convert<T>(y2);

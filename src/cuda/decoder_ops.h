@@ -29,6 +29,9 @@ void launch_silu_mul(DType dtype, const void* gate_up, void* out, size_t rows, s
 ///     max_len, d) written at row p (rows past max_len are skipped).
 ///   slots set (a paged step, b = 1): p = position[i]; q (s, h, d); caches are pools (pages, h_kv,
 ///     max_len, d) of pages max_len rows long, token i's row at slot slots[i].
+/// The kernel reads position and slots before it waits for the kernel before it (a programmatic
+/// launch): they must come from an upload or an earlier kernel, never from the kernel right
+/// before (the decode steps upload them, or the step before advances them).
 struct RopeWriteArgs {
   const void* qkv;
   const void* bias;

@@ -229,6 +229,52 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+/// The same for rows of one 16-byte vector a thread (up to kBlock vectors, 16-byte aligned): the
+/// weight is loaded before pdl_wait (it is a weight), x and the residual together after it, so that
+/// the kernel waits on one round trip; the same bits as the kernel above but for the sum's order.
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    rms_norm_f32_weight_vec_kernel(const T* __restrict__ x, const float* __restrict__ w,
+                                   const T* __restrict__ res, T* __restrict__ y, uint64_t rows,
+                                   unsigned cols, float eps) {
+  constexpr int N = 16 / sizeof(T);
+  __shared__ float scratch[kBlock / 32];
+  const unsigned vi = threadIdx.x, c0 = vi * N;
+  const bool mine = c0 < cols;
+  float wv[N];
+  if (mine) {
+    const float4 w0 = reinterpret_cast<const float4*>(w + c0)[0];
+    const float4 w1 = reinterpret_cast<const float4*>(w + c0)[1];
+    const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+    for (int e = 0; e < N; ++e) wv[e] = ws[e];
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    Vec<T, N> xv{}, rv{};
+    if (mine) {
+      xv = reinterpret_cast<const Vec<T, N>*>(x + row * cols)[vi];
+      if (res != nullptr) rv = reinterpret_cast<const Vec<T, N>*>(res + row * cols)[vi];
+    }
+    float v[N], sq = 0;
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      v[e] = to_compute(xv.v[e]);
+      sq += v[e] * v[e];
+    }
+    const float rstd = ops::norm_rstd(block_sum(sq, scratch), static_cast<float>(cols), eps);
+    if (!mine) continue;
+    Vec<T, N> o;
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      o.v[e] = convert<T>(norm_value<float, true>(v[e], 0.0f, rstd, wv[e]));
+      if (res != nullptr) o.v[e] = plus_residual(o.v[e], rv.v[e]);
+    }
+    reinterpret_cast<Vec<T, N>*>(y + row * cols)[vi] = o;
+  }
+}
+
 // ---- Vector row kernels: a block per row, VPT 16-byte vectors per thread in registers ----
 // Every load of the row (and of the weights) is issued before the first reduction, each element
 // is read once and written once, and the statistics need one block reduction: per-thread
@@ -658,6 +704,16 @@ void launch_rms_norm_f32_weight(DType dtype, const void* x, const float* weight,
     throw UnsupportedDType("rms_norm with an f32 weight: x must be f16 or bf16");
   }
   dispatch_float<DeviceTypes>(dtype, "rms_norm", [&]<class T>() {
+    constexpr size_t N = 16 / sizeof(T);
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (cols % N == 0 && cols <= kBlock * N && aligned(x) && aligned(weight) && aligned(y) &&
+        (residual == nullptr || aligned(residual))) {
+      launch_pdl(rms_norm_f32_weight_vec_kernel<T>, dim3(grid_for(rows, 1)), dim3(kBlock), 0, s,
+                 static_cast<const T*>(x), weight, static_cast<const T*>(residual),
+                 static_cast<T*>(y), static_cast<uint64_t>(rows), static_cast<unsigned>(cols),
+                 static_cast<float>(eps));
+      return;
+    }
     launch_pdl(rms_norm_f32_weight_kernel<T>, dim3(grid_for(rows, 1)), dim3(kBlock), 0, s,
                static_cast<const T*>(x), weight, static_cast<const T*>(residual),
                static_cast<T*>(y), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),
