@@ -91,11 +91,15 @@ struct DecodeArgs {
   bool indices_ready;  // PagedAttentionArgs::indices_ready: table, seq and pos read before pdl_wait
 };
 
-// The split count of `tiles` key tiles at head dim d: one split per two tiles a warp, at most
-// `most` (and at most one a tile): a function of the key count alone.
+// Key tiles up to which one block takes them all: the last block's merge of the splits costs
+// more than a few more tiles a warp (docs/perf/decode-attention.md).
+constexpr int64_t kDecOneSplitTiles = 16;
+
+// The split count of `tiles` key tiles at head dim d: one up to kDecOneSplitTiles, else one split
+// per two tiles a warp, at most `most` (and at most one a tile): a function of the key count alone.
 __host__ __device__ constexpr int decode_splits(int64_t tiles, int64_t most, int d) {
   const int64_t per_split = 2 * dec_warps(d);
-  const int64_t want = (tiles + per_split - 1) / per_split;
+  const int64_t want = tiles <= kDecOneSplitTiles ? 1 : (tiles + per_split - 1) / per_split;
   const int64_t cap = most < tiles ? most : tiles;
   return static_cast<int>(want < 1 ? 1 : want > cap ? (cap < 1 ? 1 : cap) : want);
 }
