@@ -287,9 +287,11 @@ __global__ void __launch_bounds__(dec_warps(D) * 32) attn_decode_kernel(DecodeAr
     WICK_TL_WAITED();
   }
   start_tiles(early_stages, kDecStages - 1);
-  if (rows_before) load_q();
+  if (rows_before) {
+    load_q();
+  }
 
-    // The query rows into shared memory, then their B fragments, kept in registers.
+  // The query rows into shared memory, then their B fragments, kept in registers.
 #pragma unroll
   for (int j = 0; j < Q_PER_THREAD; ++j) {
     const int i = threadIdx.x + j * kDecWarps * 32;
