@@ -229,19 +229,21 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-/// The same for rows of one 16-byte vector a thread (up to kBlock vectors, 16-byte aligned): the
-/// weight is loaded before pdl_wait (it is a weight), x and the residual together after it, so that
-/// the kernel waits on one round trip; the same bits as the kernel above but for the sum's order.
+/// The same for f16/bf16 rows of one 16-byte vector (8 elements) a thread, up to kBlock vectors,
+/// 16-byte aligned: the weight is loaded before pdl_wait (it is a weight), x and the residual
+/// together after it, so that the kernel waits on one round trip; the same bits as the kernel above
+/// but for the sum's order.
 template <class T>
 __global__ void __launch_bounds__(kBlock)
     rms_norm_f32_weight_vec_kernel(const T* __restrict__ x, const float* __restrict__ w,
                                    const T* __restrict__ res, T* __restrict__ y, uint64_t rows,
                                    unsigned cols, float eps) {
-  constexpr int N = 16 / sizeof(T);
+  static_assert(sizeof(T) == 2, "a vector of 8 elements, two float4 of weights");
+  constexpr int N = 8;
   __shared__ float scratch[kBlock / 32];
   const unsigned vi = threadIdx.x, c0 = vi * N;
   const bool mine = c0 < cols;
-  float wv[N];
+  float wv[N] = {};
   if (mine) {
     const float4 w0 = reinterpret_cast<const float4*>(w + c0)[0];
     const float4 w1 = reinterpret_cast<const float4*>(w + c0)[1];
@@ -704,15 +706,16 @@ void launch_rms_norm_f32_weight(DType dtype, const void* x, const float* weight,
     throw UnsupportedDType("rms_norm with an f32 weight: x must be f16 or bf16");
   }
   dispatch_float<DeviceTypes>(dtype, "rms_norm", [&]<class T>() {
-    constexpr size_t N = 16 / sizeof(T);
-    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (cols % N == 0 && cols <= kBlock * N && aligned(x) && aligned(weight) && aligned(y) &&
-        (residual == nullptr || aligned(residual))) {
-      launch_pdl(rms_norm_f32_weight_vec_kernel<T>, dim3(grid_for(rows, 1)), dim3(kBlock), 0, s,
-                 static_cast<const T*>(x), weight, static_cast<const T*>(residual),
-                 static_cast<T*>(y), static_cast<uint64_t>(rows), static_cast<unsigned>(cols),
-                 static_cast<float>(eps));
-      return;
+    if constexpr (sizeof(T) == 2) {
+      auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+      if (cols % 8 == 0 && cols <= kBlock * 8 && aligned(x) && aligned(weight) && aligned(y) &&
+          (residual == nullptr || aligned(residual))) {
+        launch_pdl(rms_norm_f32_weight_vec_kernel<T>, dim3(grid_for(rows, 1)), dim3(kBlock), 0, s,
+                   static_cast<const T*>(x), weight, static_cast<const T*>(residual),
+                   static_cast<T*>(y), static_cast<uint64_t>(rows), static_cast<unsigned>(cols),
+                   static_cast<float>(eps));
+        return;
+      }
     }
     launch_pdl(rms_norm_f32_weight_kernel<T>, dim3(grid_for(rows, 1)), dim3(kBlock), 0, s,
                static_cast<const T*>(x), weight, static_cast<const T*>(residual),
