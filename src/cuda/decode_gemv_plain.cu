@@ -45,9 +45,7 @@ __global__ void __launch_bounds__(kArgmaxSlots)
 // Threads a block of 4 plain rows. Projections of up to 16 MB (Llama-1B's qkv and o) run as one
 // wave of 128-thread blocks; larger ones fill the multiprocessors' registers in as few waves as
 // they can: one of 256-thread blocks (Llama-1B's down), else two of 64 (gate/up), else 128 (the
-// output head). TuningOverrides::gemv_threads forces 32, 64, 128 or 256 (32: a warp a block, so
-// that up to 32 blocks of 4 rows a multiprocessor hold a projection like Gemma-3-1B's gate/up,
-// 3,456 blocks, in one wave; not yet measured against the two waves of 64).
+// output head). TuningOverrides::gemv_threads forces 64, 128 or 256.
 constexpr int64_t kOneWaveBytes = int64_t{16} << 20;
 
 int dense_threads(const GemvArgs& a, int64_t row_bytes) {
@@ -75,8 +73,6 @@ void launch_plain(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   const int carveout = a.n * row_bytes <= kLatencyBoundBytes ? kCarveoutMaxShared : -1;
   if constexpr (R == 4) {  // the blocks' rows that plain weights take unless forced
     switch (dense_threads(a, row_bytes)) {
-      case 32:
-        return launch_dense<T, 32>(a, row_bytes, grid, carveout, s);
       case 64:
         return launch_dense<T, 64>(a, row_bytes, grid, carveout, s);
       case 256:

@@ -57,7 +57,7 @@ struct TuningOverrides {
   int flash_wgmma = -1;   // 0: prefill attention by mma.sync where wgmma applies (set_flash_wgmma)
   int graph_steps = 0;    // 1..8 greedy decode steps a captured graph runs
   int gemv_rows = 0;      // 2, 4 or 8 output rows a block of the decode GEMV
-  int gemv_threads = 0;   // 32, 64, 128 or 256 threads a block of 4 plain rows
+  int gemv_threads = 0;   // 64, 128 or 256 threads a block of 4 plain rows
   int l2_next_mb = -1;    // the output projection's ask for gate/up
   int l2_tail_mb = -1;    // every projection's ask as it starts (replaces the end asks)
   int l2_end_mb = -1;     // down's and o's last blocks' ask
