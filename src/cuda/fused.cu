@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kBlock)
   __shared__ float scratch[kBlock / 32];
   const unsigned vi = threadIdx.x, c0 = vi * N;
   const bool mine = c0 < cols;
-  float wv[N] = {};
+  float wv[N];
   if (mine) {
     const float4 w0 = reinterpret_cast<const float4*>(w + c0)[0];
     const float4 w1 = reinterpret_cast<const float4*>(w + c0)[1];
