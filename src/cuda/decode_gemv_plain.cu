@@ -44,16 +44,23 @@ __global__ void __launch_bounds__(kArgmaxSlots)
 
 // Threads a block of 4 plain rows. Projections of up to 16 MB (Llama-1B's qkv and o) run as one
 // wave of 128-thread blocks; larger ones fill the multiprocessors' registers in as few waves as
-// they can: one of 256-thread blocks (Llama-1B's down), else two of 64 (gate/up), else 128 (the
-// output head). TuningOverrides::gemv_threads forces 64, 128 or 256.
+// they can: one of 256-thread blocks (Llama-1B's down), one of 32-thread blocks (one warp, 32 a
+// multiprocessor) where each thread then takes at most kWarpBlockUnits 16-byte units of a row
+// (Gemma-3-1B's gate/up, 144 units a row: 3,456 blocks), else two of 64 (Llama-1B's gate/up:
+// 256 units a row would be 8 a thread of a warp), else 128 (the output head).
+// TuningOverrides::gemv_threads forces 32, 64, 128 or 256; gemv_wave_threads the choice among
+// 32, 64 and 128 for the projections of up to 32 blocks a multiprocessor.
 constexpr int64_t kOneWaveBytes = int64_t{16} << 20;
+constexpr int64_t kWarpBlockUnits = 5;
 
 int dense_threads(const GemvArgs& a, int64_t row_bytes) {
   if (tuning().gemv_threads > 0) return tuning().gemv_threads;
   if (a.n * row_bytes <= kOneWaveBytes) return kGemvThreads;
-  const int64_t blocks = a.n / 4, sms = sm_count();
-  if (blocks <= 4 * sms && row_bytes / 16 >= 256) return 256;
-  return blocks <= 32 * sms ? 64 : kGemvThreads;
+  const int64_t blocks = a.n / 4, sms = sm_count(), units = row_bytes / 16;
+  if (blocks <= 4 * sms && units >= 256) return 256;
+  if (blocks > 32 * sms) return kGemvThreads;
+  if (tuning().gemv_wave_threads > 0) return tuning().gemv_wave_threads;
+  return blocks > 16 * sms && units <= 32 * kWarpBlockUnits ? 32 : 64;
 }
 
 template <class T, int N>
@@ -73,6 +80,8 @@ void launch_plain(const GemvArgs& a, int64_t row_bytes, cudaStream_t s) {
   const int carveout = a.n * row_bytes <= kLatencyBoundBytes ? kCarveoutMaxShared : -1;
   if constexpr (R == 4) {  // the blocks' rows that plain weights take unless forced
     switch (dense_threads(a, row_bytes)) {
+      case 32:
+        return launch_dense<T, 32>(a, row_bytes, grid, carveout, s);
       case 64:
         return launch_dense<T, 64>(a, row_bytes, grid, carveout, s);
       case 256:

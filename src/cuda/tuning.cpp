@@ -26,6 +26,7 @@ Tuning make_tuning() {
   t.graph_steps = o.graph_steps;
   t.gemv_rows = o.gemv_rows;
   t.gemv_threads = o.gemv_threads;
+  t.gemv_wave_threads = o.gemv_wave_threads;
   t.l2_next_mb = o.l2_next_mb;
   t.l2_tail_mb = o.l2_tail_mb;
   t.l2_end_mb = o.l2_end_mb;

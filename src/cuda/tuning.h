@@ -54,15 +54,16 @@ constexpr const ArchTuning& arch_tuning(int cc) {
 struct TuningOverrides {
   int pdl = -1, pdl_step_ends = -1, paged_early = -1, decode_gemv = -1, gemv_argmax = -1,
       qkv_prefetch = -1, gemv_stream = -1, gemv_pairs = -1;  // 0 or 1
-  int flash_wgmma = -1;   // 0: prefill attention by mma.sync where wgmma applies (set_flash_wgmma)
-  int graph_steps = 0;    // 1..8 greedy decode steps a captured graph runs
-  int gemv_rows = 0;      // 2, 4 or 8 output rows a block of the decode GEMV
-  int gemv_threads = 0;   // 64, 128 or 256 threads a block of 4 plain rows
-  int l2_next_mb = -1;    // the output projection's ask for gate/up
-  int l2_tail_mb = -1;    // every projection's ask as it starts (replaces the end asks)
-  int l2_end_mb = -1;     // down's and o's last blocks' ask
-  int l2_end_gu_mb = -1;  // gate/up's last blocks' ask
-  int l2_aside_mb = -1;   // the side branch's ask (0: none)
+  int flash_wgmma = -1;  // 0: prefill attention by mma.sync where wgmma applies (set_flash_wgmma)
+  int graph_steps = 0;   // 1..8 greedy decode steps a captured graph runs
+  int gemv_rows = 0;     // 2, 4 or 8 output rows a block of the decode GEMV
+  int gemv_threads = 0;  // 32, 64, 128 or 256 threads a block of 4 plain rows
+  int gemv_wave_threads = 0;       // 32, 64 or 128: see dense_threads (decode_gemv_plain.cu)
+  int l2_next_mb = -1;             // the output projection's ask for gate/up
+  int l2_tail_mb = -1;             // every projection's ask as it starts (replaces the end asks)
+  int l2_end_mb = -1;              // down's and o's last blocks' ask
+  int l2_end_gu_mb = -1;           // gate/up's last blocks' ask
+  int l2_aside_mb = -1;            // the side branch's ask (0: none)
   int row_vectors_per_thread = 0;  // 2, 4 or 8
   RowKernel row_kernel = RowKernel::Auto;
   int row_warps = 0;      // 1, 2 or 4
@@ -75,8 +76,8 @@ TuningOverrides& tuning_overrides();
 /// The effective tuning: the table of the GPU in use, overrides applied (and the knobs without a
 /// table entry, copied from the overrides). Read once, at the first call.
 struct Tuning : ArchTuning {
-  int graph_steps, gemv_rows, gemv_threads, l2_next_mb, l2_tail_mb, l2_end_mb, l2_end_gu_mb,
-      l2_aside_mb, row_vectors_per_thread, decode_splits;
+  int graph_steps, gemv_rows, gemv_threads, gemv_wave_threads, l2_next_mb, l2_tail_mb, l2_end_mb,
+      l2_end_gu_mb, l2_aside_mb, row_vectors_per_thread, decode_splits;
   RowKernel row_kernel;
 };
 const Tuning& tuning();

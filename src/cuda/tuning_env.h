@@ -43,7 +43,8 @@ inline void apply_tuning_env() {
     o.graph_steps = static_cast<int>(parse_integer("WICK_GRAPH_STEPS", v, 1, 8, 0));
   }
   count("WICK_GEMV_ROWS", o.gemv_rows, {"2", "4", "8"});
-  count("WICK_GEMV_THREADS", o.gemv_threads, {"64", "128", "256"});
+  count("WICK_GEMV_THREADS", o.gemv_threads, {"32", "64", "128", "256"});
+  count("WICK_GEMV_WAVE_THREADS", o.gemv_wave_threads, {"32", "64", "128"});
   count("WICK_ROW_VPT", o.row_vectors_per_thread, {"2", "4", "8"});
   count("WICK_ROW_WARPS", o.row_warps, {"1", "2", "4"});
   mb("WICK_L2_NEXT_MB", o.l2_next_mb);
