@@ -292,16 +292,31 @@ __attribute__((always_inline)) inline vf few_scores_group(const float* q, const 
   return sum_lanes(acc);
 }
 
+// Asks for the d floats of each of the rows [first, end) of a cache (rows `stride` floats apart).
+// A decode step's caches come from memory (the weights streamed through the caches since the
+// last step), and the hardware prefetchers start late on each tile: each tile's pass asks for
+// the same rows of the next tile, so that memory keeps busy while this one computes.
+inline void prefetch_rows(const float* rows, size_t stride, size_t first, size_t end, size_t d) {
+  for (size_t j = first; j < end; ++j) {
+    const char* row = reinterpret_cast<const char*>(rows + j * stride);
+    for (size_t b = 0; b < d * sizeof(float); b += 64) __builtin_prefetch(row + b);
+  }
+}
+
 // sc[r][j] = q[r] . k[j] for rows r < nq (q rows dq floats apart) and the tile's nk keys (rows ks
-// floats apart); lanes past nk hold values of no meaning (the caller masks them).
+// floats apart); lanes past nk hold values of no meaning (the caller masks them). The rows'
+// passes ask for the next tile's first next_nk keys (prefetch_rows), a share of each group each.
 __attribute__((noinline)) void few_scores(const float* q, size_t dq, const float* k, size_t ks,
-                                          size_t nk, size_t d, size_t nq, vf* sc) {
+                                          size_t nk, size_t d, size_t nq, vf* sc, size_t next_nk) {
   const size_t d_vecs = d / kLanes;
   for (size_t r = 0; r < nq; ++r) {
     const float* qr = q + r * dq;
     for (size_t kv = 0; kv * kLanes < nk; ++kv) {
       const float* kg = k + kv * kLanes * ks;
       const size_t n = std::min(kLanes, nk - kv * kLanes);
+      // This group's rows of the next tile, shared out over the rows' passes.
+      const size_t g0 = kv * kLanes + r * kLanes / nq, g1 = kv * kLanes + (r + 1) * kLanes / nq;
+      prefetch_rows(k + kKeyTile * ks, ks, std::min(next_nk, g0), std::min(next_nk, g1), d);
       vf s = few_scores_group(qr, kg, ks, n, d_vecs);
       // Columns past the last whole vector.
       for (size_t t = d_vecs * kLanes; t < d; ++t) {
@@ -313,16 +328,21 @@ __attribute__((noinline)) void few_scores(const float* q, size_t dq, const float
 }
 
 // o[i][tv0 + c] = o[..] * corr[i] + sum_j p[i][j] v[j][(tv0 + c) vector] for i < R, c < C
-// (o rows dv vectors apart, p rows kKeyTile floats apart).
+// (o rows dv vectors apart, p rows kKeyTile floats apart); asks for the same vectors of the next
+// tile's first next_nk keys as it goes (prefetch_rows says why).
 template <size_t R, size_t C>
 __attribute__((always_inline)) inline void few_pv_block(const float* v, size_t vs, const float* p,
                                                         size_t nk, size_t tv0, const float* corr,
-                                                        vf* o, size_t dv) {
+                                                        vf* o, size_t dv, size_t next_nk) {
   vf acc[R][C];
   for (size_t i = 0; i < R; ++i) {
     for (size_t c = 0; c < C; ++c) acc[i][c] = o[i * dv + tv0 + c] * corr[i];
   }
   for (size_t j = 0; j < nk; ++j) {
+    if (j < next_nk) {
+      const char* next = reinterpret_cast<const char*>(v + (j + kKeyTile) * vs + tv0 * kLanes);
+      for (size_t b = 0; b < C * sizeof(vf); b += 64) __builtin_prefetch(next + b);
+    }
     vf vj[C];
     for (size_t c = 0; c < C; ++c) vj[c] = load_unaligned(v + j * vs + (tv0 + c) * kLanes);
     for (size_t i = 0; i < R; ++i) {
@@ -337,11 +357,11 @@ __attribute__((always_inline)) inline void few_pv_block(const float* v, size_t v
 
 template <size_t R>
 inline void few_pv_rows(const float* v, size_t vs, const float* p, size_t nk, size_t d,
-                        const float* corr, vf* o, size_t dv) {
+                        const float* corr, vf* o, size_t dv, size_t next_nk) {
   const size_t d_vecs = d / kLanes;
   size_t tv = 0;
-  for (; tv + 4 <= d_vecs; tv += 4) few_pv_block<R, 4>(v, vs, p, nk, tv, corr, o, dv);
-  for (; tv < d_vecs; ++tv) few_pv_block<R, 1>(v, vs, p, nk, tv, corr, o, dv);
+  for (; tv + 4 <= d_vecs; tv += 4) few_pv_block<R, 4>(v, vs, p, nk, tv, corr, o, dv, next_nk);
+  for (; tv < d_vecs; ++tv) few_pv_block<R, 1>(v, vs, p, nk, tv, corr, o, dv, next_nk);
   // Columns past the last whole vector (V's rows end there).
   for (size_t i = 0; i < R; ++i) {
     float* oi = reinterpret_cast<float*>(o + i * dv);
@@ -354,26 +374,32 @@ inline void few_pv_rows(const float* v, size_t vs, const float* p, size_t nk, si
 }
 
 __attribute__((noinline)) void few_pv(const float* v, size_t vs, const vf* sc, size_t nk, size_t d,
-                                      size_t nq, const float* corr, vf* o, size_t dv) {
+                                      size_t nq, const float* corr, vf* o, size_t dv,
+                                      size_t next_nk) {
   const float* p = reinterpret_cast<const float*>(sc);
   size_t r = 0;
   for (; r + kFewRows <= nq; r += kFewRows) {
-    few_pv_rows<kFewRows>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
+    few_pv_rows<kFewRows>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv,
+                          r == 0 ? next_nk : 0);
   }
   // The rows left in one block, so that V is read once for them too.
   if constexpr (kFewRows > 3) {
     if (nq - r == 3) {
-      few_pv_rows<3>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
+      few_pv_rows<3>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv,
+                     r == 0 ? next_nk : 0);
       return;
     }
   }
   if constexpr (kFewRows > 2) {
     if (nq - r == 2) {
-      few_pv_rows<2>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
+      few_pv_rows<2>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv,
+                     r == 0 ? next_nk : 0);
       return;
     }
   }
-  for (; r < nq; ++r) few_pv_rows<1>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv);
+  for (; r < nq; ++r) {
+    few_pv_rows<1>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv, r == 0 ? next_nk : 0);
+  }
 }
 
 inline float hmax(vf x) {
@@ -419,7 +445,8 @@ void few_rows_item(const Problem<float>& pb, float scale, float cap, size_t bi, 
   const float* vbase = pb.vp + bi * pb.vv.strides[0] + hk * pb.vv.strides[1];
   for (size_t k0 = key_begin; k0 < key_end; k0 += kKeyTile) {
     const size_t nk = std::min(kKeyTile, key_end - k0);
-    few_scores(q, dq, kbase + k0 * ks, ks, nk, d, nq, sc);
+    const size_t next_nk = std::min(kKeyTile, key_end - std::min(key_end, k0 + kKeyTile));
+    few_scores(q, dq, kbase + k0 * ks, ks, nk, d, nq, sc, next_nk);
     for (size_t r = 0; r < nq; ++r) {
       vf* srow = sc + r * kKeyVecs;
       float* sf = reinterpret_cast<float*>(srow);
@@ -453,7 +480,7 @@ void few_rows_item(const Problem<float>& pb, float scale, float cap, size_t bi, 
       l[r] = l[r] * corr[r] + hsum(sum);
       m[r] = m_new;
     }
-    few_pv(vbase + k0 * vs, vs, sc, nk, d, nq, corr, o, dv);
+    few_pv(vbase + k0 * vs, vs, sc, nk, d, nq, corr, o, dv, next_nk);
   }
   for (size_t r = 0; r < nq; ++r) {
     const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;

@@ -12,6 +12,12 @@
 // AVX512-BF16 and lives in namespace wick::cpu::avx512bf16 (scripts/check-isa.sh); it only runs
 // once bf16_gemm_kernel() has found its instructions usable.
 
+// The exact GELU's float compares (in vec_erff) only vectorise when GCC may assume they raise no
+// visible FP exceptions, as in dense.cpp; nothing in wick reads the FP flags.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
