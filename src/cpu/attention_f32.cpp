@@ -28,6 +28,7 @@
 
 // clang-format off
 #include "cpu/isa_begin.h"  // last: the code below is compiled for this file's instruction set
+#include "cpu/lane_transpose.h"
 // clang-format on
 
 namespace wick::cpu {
@@ -134,32 +135,6 @@ inline vf load_unaligned(const float* p) {
 
 inline void store_unaligned(float* p, vf v) {
   __builtin_memcpy(p, &v, sizeof(v));
-}
-
-// One transpose round at distance H: lane i of the first result takes lane i of a, or lane
-// i - H of b where i has bit H; the second takes lane i + H of a, or lane i of b. Indices as a
-// pack for clang's __builtin_shufflevector (GCC 12 has it too, older GCC only __builtin_shuffle).
-template <size_t H, size_t... I>
-inline void shuffle_round(vf& a, vf& b, std::index_sequence<I...>) {
-#if defined(__clang__)
-  vf first = __builtin_shufflevector(a, b, ((I & H) ? I - H + kLanes : I)...);
-  vf second = __builtin_shufflevector(a, b, ((I & H) ? I + kLanes : I + H)...);
-#else
-  vf first = __builtin_shuffle(a, b, vi{static_cast<int32_t>((I & H) ? I - H + kLanes : I)...});
-  vf second = __builtin_shuffle(a, b, vi{static_cast<int32_t>((I & H) ? I + kLanes : I + H)...});
-#endif
-  a = first;
-  b = second;
-}
-
-// x[i][j] -> x[j][i] for a kLanes x kLanes block: log2(kLanes) rounds of two-vector shuffles.
-template <size_t H = kLanes / 2>
-inline void transpose(vf* x) {
-  for (size_t i = 0; i < kLanes; ++i) {
-    if (i & H) continue;
-    shuffle_round<H>(x[i], x[i + H], std::make_index_sequence<kLanes>());
-  }
-  if constexpr (H > 1) transpose<H / 2>(x);
 }
 
 // st[j][rv0 + b] = sum_t k[j][t] qt[t][rv0 + b] for j < J, b < RB: J keys (rows `ks` floats

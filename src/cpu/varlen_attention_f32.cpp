@@ -2,10 +2,11 @@
 // (src/CMakeLists.txt; src/cpu/isa.cpp picks the build): one work item per (sequence, head), each
 // over the sequence's own tokens only, so a sequence's result does not depend on the others in the
 // batch, on their lengths or on the thread count. An item copies its keys transposed (d rows of the
-// sequence's length, padded to two vectors) and its values (s rows of d), then takes the queries
-// kQueries at a time: scores for two vectors of keys at once (each key vector loaded once for all
-// queries), the softmax in f32 with the vectorised exp, and p v summed over the keys in order,
-// two vectors of columns of the kQueries queries at a time.
+// sequence's length, padded to two vectors; blocks of a vector's lanes square transposed in
+// registers, as a vector load of scalar stores just made would wait for them to retire), reads
+// its values in place, and takes the queries kQueries at a time: scores for two vectors of keys at
+// once (each key vector loaded once for all queries), the softmax in f32 with the vectorised exp,
+// and p v summed over the keys in order, two vectors of columns of the kQueries queries at a time.
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +19,7 @@
 
 // clang-format off
 #include "cpu/isa_begin.h"  // last: the code below is compiled for this file's instruction set
+#include "cpu/lane_transpose.h"
 // clang-format on
 
 namespace wick::cpu {
@@ -61,16 +63,22 @@ struct Item {
   float* out;
 };
 
-void run_item(const Item& it, float* kt, float* v, float* scores, float* acc) {
+void run_item(const Item& it, float* kt, float* scores, float* acc) {
   const size_t d = it.d, s = it.s, sp = (s + kKeys - 1) / kKeys * kKeys;
-  for (size_t j = 0; j < s; ++j) {
-    const float* row = it.qkv + (it.first + j) * it.stride + it.col;
-    for (size_t c = 0; c < d; ++c) {
-      kt[c * sp + j] = row[it.h + c];
-      v[j * d + c] = row[2 * it.h + c];
+  auto key = [&](size_t j) { return it.qkv + (it.first + j) * it.stride + it.col + it.h; };
+  auto value = [&](size_t j) { return key(j) + it.h; };
+  const size_t d_blocks = d / kLanes * kLanes;
+  for (size_t j0 = 0; j0 < sp; j0 += kLanes) {
+    for (size_t c0 = 0; c0 < d_blocks; c0 += kLanes) {
+      vf x[kLanes];
+      for (size_t i = 0; i < kLanes; ++i) x[i] = j0 + i < s ? loadv(key(j0 + i) + c0) : vf{};
+      transpose(x);
+      for (size_t i = 0; i < kLanes; ++i) storev(kt + (c0 + i) * sp + j0, x[i]);
+    }
+    for (size_t c = d_blocks; c < d; ++c) {
+      for (size_t i = 0; i < kLanes; ++i) kt[c * sp + j0 + i] = j0 + i < s ? key(j0 + i)[c] : 0.0f;
     }
   }
-  for (size_t c = 0; c < d; ++c) std::fill(kt + c * sp + s, kt + (c + 1) * sp, 0.0f);
 
   for (size_t i0 = 0; i0 < s; i0 += kQueries) {
     const size_t nq = std::min(kQueries, s - i0);
@@ -124,7 +132,7 @@ void run_item(const Item& it, float* kt, float* v, float* scores, float* acc) {
     for (; c0 + 2 * kLanes <= d; c0 += 2 * kLanes) {
       vf a[kQueries][2] = {};
       for (size_t j = 0; j < s; ++j) {
-        const vf v0 = loadv(v + j * d + c0), v1 = loadv(v + j * d + c0 + kLanes);
+        const vf v0 = loadv(value(j) + c0), v1 = loadv(value(j) + c0 + kLanes);
         for (size_t r = 0; r < kQueries; ++r) {
           a[r][0] += p[r][j] * v0;
           a[r][1] += p[r][j] * v1;
@@ -140,7 +148,7 @@ void run_item(const Item& it, float* kt, float* v, float* scores, float* acc) {
       std::fill(acc, acc + (d - c0), 0.0f);
       for (size_t j = 0; j < s; ++j) {
         const float pj = p[r][j];
-        const float* vr = v + j * d + c0;
+        const float* vr = value(j) + c0;
         for (size_t c = 0; c < d - c0; ++c) acc[c] += pj * vr[c];
       }
       float* o = it.out + (it.first + i0 + r) * it.h + it.col + c0;
@@ -158,12 +166,12 @@ void varlen_attention_f32(const float* qkv, const uint32_t* offsets, size_t n, s
   for (size_t i = 0; i < n; ++i) longest = std::max<size_t>(longest, offsets[i + 1] - offsets[i]);
   const size_t sp = (longest + kKeys - 1) / kKeys * kKeys;
   parallel_for(n * heads, 1, [&](size_t begin, size_t end) {
-    std::vector<float> kt(d * sp), v(longest * d), scores(kQueries * sp), acc(d);
+    std::vector<float> kt(d * sp), scores(kQueries * sp), acc(d);
     for (size_t item = begin; item < end; ++item) {
       const size_t i = item / heads, head = item % heads;
       run_item(
           Item{qkv, 3 * h, h, d, offsets[i], offsets[i + 1] - offsets[i], head * d, scale, out},
-          kt.data(), v.data(), scores.data(), acc.data());
+          kt.data(), scores.data(), acc.data());
     }
   });
 }
