@@ -5,7 +5,8 @@
 // call; run under `chrt -f 10` on a shared machine, or the figures include waiting for a core.
 // BM_pool_compute_ceiling is the other yardstick: arithmetic alone (no memory traffic) split over
 // the pool, whose rate at 2 threads over 1 is the most that any compute-bound path (a decode
-// step) can gain from the second thread on this machine (a VM's vCPUs may share cores).
+// step) can gain from the second thread on this machine (a VM's vCPUs may share cores);
+// BM_pool_read_ceiling the same for a path bound by reading memory.
 //
 //   bench_pool [--benchmark_filter=...]   (WICK_NUM_THREADS: the pool's threads)
 
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cpu/parallel.h"
 #if defined(__x86_64__)
@@ -130,7 +132,32 @@ void BM_pool_compute_ceiling(benchmark::State& state) {
       kChunks * kSteps * 8 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// A plain read of 256 MiB (far past any L3), 64 chunks split over the pool: the rate at which
+// this machine's cores read memory at all, the ceiling of a decode step that streams its weights
+// (the bytes it reads a token times tokens/s).
+void BM_pool_read_ceiling(benchmark::State& state) {
+  constexpr size_t kBytes = size_t{256} << 20, kChunks = 64;
+  std::vector<uint64_t> buffer(kBytes / sizeof(uint64_t), 1);
+  const uint64_t* data = buffer.data();
+  const size_t per_chunk = buffer.size() / kChunks;
+  job();
+  for (auto _ : state) {
+    parallel_for(kChunks, 1, [&](size_t begin, size_t end) {
+      uint64_t sum[4] = {};
+      for (size_t i = begin * per_chunk; i < end * per_chunk; i += 4) {
+        for (size_t l = 0; l < 4; ++l) sum[l] += data[i + l];
+      }
+      sink.fetch_add(static_cast<size_t>((sum[0] + sum[1] + sum[2] + sum[3]) & 1),
+                     std::memory_order_relaxed);
+    });
+  }
+  state.counters["threads"] = static_cast<double>(num_threads());
+  state.counters["GB/s"] =
+      benchmark::Counter(kBytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 BENCHMARK(BM_pool_back_to_back)->UseRealTime();
+BENCHMARK(BM_pool_read_ceiling)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_pool_compute_ceiling)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 // A fixed count of iterations: the minimum time counts the jobs only, not the gaps.
 BENCHMARK(BM_pool_after_gap_us)->Arg(2)->Arg(20)->Iterations(20000)->UseManualTime();
