@@ -269,8 +269,8 @@ __attribute__((always_inline)) inline vf few_scores_group(const float* q, const 
 
 // Asks for the d floats of each of the rows [first, end) of a cache (rows `stride` floats apart).
 // A decode step's caches come from memory (the weights streamed through the caches since the
-// last step), and the hardware prefetchers start late on each tile: each tile's pass asks for
-// the same rows of the next tile, so that memory keeps busy while this one computes.
+// last step), and each tile's first pass stalled on them: each tile's passes ask for the same
+// rows of the next tile, so that memory keeps busy while this one computes (docs/perf/cpu.md).
 inline void prefetch_rows(const float* rows, size_t stride, size_t first, size_t end, size_t d) {
   for (size_t j = first; j < end; ++j) {
     const char* row = reinterpret_cast<const char*>(rows + j * stride);
