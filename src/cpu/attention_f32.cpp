@@ -671,33 +671,49 @@ ItemBuffers& item_buffers(size_t d) {
 void attention_f32(const AttentionParams& params, const std::vector<KernelOperand>& operands,
                    float* out) {
   // Decoding (each k/v head's rows fit one few-rows item): an item reads its k/v head's whole
-  // cache, so a group's rows stay together unless there are fewer groups than threads; then each
-  // group is cut into as many pieces as it takes for every thread to get one. A row's result does
-  // not depend on the rows it shares an item with.
+  // cache, so a group's rows stay together unless the groups cannot be shared out evenly: with
+  // fewer groups than threads each group is cut into as many pieces as it takes for every thread
+  // to get one; with more, the groups % threads left over after whole rounds are cut the same way
+  // (SmolLM2's 3 groups on 2 threads: 3 + 2 rows against 3 + 1, not 6 against 3). Whole groups
+  // are claimed first, then the pieces, largest first. A row's result does not depend on the rows
+  // it shares an item with.
   const size_t threads = num_threads();
   const auto& q_dims = operands[0].layout.dims();
   const size_t groups = q_dims[0] * operands[1].layout.dims()[1];
   const size_t group_rows = q_dims[1] / operands[1].layout.dims()[1] * q_dims[2];
-  const bool split_rows = groups > 0 && threads > groups && group_rows > 1 &&
-                          group_rows <= kLanes && !settings::batch_invariant();
-  const size_t pieces = split_rows ? (threads + groups - 1) / groups : 1;
-  const size_t item_rows = split_rows ? (group_rows + pieces - 1) / pieces : kItemRows;
-  const Problem<float> pb(operands, item_rows);
+  const bool decode = groups > 0 && threads > 1 && group_rows > 1 && group_rows <= kLanes &&
+                      !settings::batch_invariant();
+  const size_t whole = !decode ? 0 : groups < threads ? 0 : groups - groups % threads;
+  const size_t cut = decode ? groups - whole : 0;  // the groups cut into pieces
+  const size_t pieces = cut > 0 ? std::min(group_rows, (threads + cut - 1) / cut) : 1;
+  const size_t piece_rows = (group_rows + pieces - 1) / pieces;
+  const Problem<float> pb(operands, kItemRows);
   // Scores in log2 units: exp(x - m) = 2^(x log2(e) - m log2(e)).
   const float scale = static_cast<float>(params.scale * kLog2e);
   const float cap = static_cast<float>(params.softcap * kLog2e);
   const size_t heads = pb.nb * pb.nh_kv;
+  const size_t items = decode ? whole + cut * pieces : pb.items;
   std::atomic<size_t> next{0};
-  parallel_for(std::min(threads, pb.items), 1, [&](size_t, size_t) {
+  parallel_for(std::min(threads, items), 1, [&](size_t, size_t) {
     ItemBuffers& buf = item_buffers(pb.d);
     for (;;) {
-      size_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= pb.items) break;
-      // The last query tiles first: causal, they see the most keys, so the threads end together.
-      size_t qt = pb.q_tiles - 1 - i / heads, bk = i % heads;
-      size_t r0 = qt * item_rows;
-      run_item(pb, params, scale, cap, bk / pb.nh_kv, bk % pb.nh_kv, r0,
-               std::min(item_rows, pb.group_rows - r0), buf, out);
+      const size_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= items) break;
+      size_t bk, r0, nq;
+      if (!decode) {
+        // The last query tiles first: causal, they see the most keys, so the threads end together.
+        bk = i % heads;
+        r0 = (pb.q_tiles - 1 - i / heads) * kItemRows;
+        nq = std::min(kItemRows, pb.group_rows - r0);
+      } else if (i < whole) {
+        bk = i, r0 = 0, nq = group_rows;
+      } else {
+        bk = whole + (i - whole) % cut;
+        r0 = (i - whole) / cut * piece_rows;
+        if (r0 >= group_rows) continue;
+        nq = std::min(piece_rows, group_rows - r0);
+      }
+      run_item(pb, params, scale, cap, bk / pb.nh_kv, bk % pb.nh_kv, r0, nq, buf, out);
     }
   });
 }
