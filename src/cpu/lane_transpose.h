@@ -1,7 +1,9 @@
 #pragma once
 // Transposes of square blocks of float vectors in registers, for the files compiled once per
 // instruction set: include it after cpu/isa_begin.h, so that it is compiled for that set (its
-// templates live in wick::cpu::WICK_ISA_NS, as the including file's code does).
+// templates live in wick::cpu::WICK_ISA_NS, as the including file's code does). The including
+// file includes the standard headers below before isa_begin.h, so that they keep the baseline
+// instruction set (isa_begin.h says why) and these #includes do nothing.
 
 #include <cstddef>
 #include <cstdint>
