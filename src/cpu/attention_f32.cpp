@@ -354,27 +354,25 @@ __attribute__((noinline)) void few_pv(const float* v, size_t vs, const vf* sc, s
                                       size_t next_nk) {
   const float* p = reinterpret_cast<const float*>(sc);
   size_t r = 0;
-  for (; r + kFewRows <= nq; r += kFewRows) {
-    few_pv_rows<kFewRows>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv,
-                          r == 0 ? next_nk : 0);
+  // Only the first block asks for the next tile's values.
+  for (; r + kFewRows <= nq; r += kFewRows, next_nk = 0) {
+    few_pv_rows<kFewRows>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv, next_nk);
   }
   // The rows left in one block, so that V is read once for them too.
   if constexpr (kFewRows > 3) {
     if (nq - r == 3) {
-      few_pv_rows<3>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv,
-                     r == 0 ? next_nk : 0);
+      few_pv_rows<3>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv, next_nk);
       return;
     }
   }
   if constexpr (kFewRows > 2) {
     if (nq - r == 2) {
-      few_pv_rows<2>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv,
-                     r == 0 ? next_nk : 0);
+      few_pv_rows<2>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv, next_nk);
       return;
     }
   }
-  for (; r < nq; ++r) {
-    few_pv_rows<1>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv, r == 0 ? next_nk : 0);
+  for (; r < nq; ++r, next_nk = 0) {
+    few_pv_rows<1>(v, vs, p + r * kKeyTile, nk, d, corr + r, o + r * dv, dv, next_nk);
   }
 }
 
@@ -684,10 +682,11 @@ void attention_f32(const AttentionParams& params, const std::vector<KernelOperan
   const size_t group_rows = q_dims[1] / operands[1].layout.dims()[1] * q_dims[2];
   const bool decode = groups > 0 && threads > 1 && group_rows > 1 && group_rows <= kLanes &&
                       !settings::batch_invariant();
-  const size_t whole = !decode ? 0 : groups < threads ? 0 : groups - groups % threads;
+  const size_t whole = decode && groups >= threads ? groups - groups % threads : 0;
   const size_t cut = decode ? groups - whole : 0;  // the groups cut into pieces
-  const size_t pieces = cut > 0 ? std::min(group_rows, (threads + cut - 1) / cut) : 1;
-  const size_t piece_rows = (group_rows + pieces - 1) / pieces;
+  const size_t asked = cut > 0 ? std::min(group_rows, (threads + cut - 1) / cut) : 1;
+  const size_t piece_rows = (group_rows + asked - 1) / asked;
+  const size_t pieces = (group_rows + piece_rows - 1) / piece_rows;  // none of them empty
   const Problem<float> pb(operands, kItemRows);
   // Scores in log2 units: exp(x - m) = 2^(x log2(e) - m log2(e)).
   const float scale = static_cast<float>(params.scale * kLog2e);
@@ -711,7 +710,6 @@ void attention_f32(const AttentionParams& params, const std::vector<KernelOperan
       } else {
         bk = whole + (i - whole) % cut;
         r0 = (i - whole) / cut * piece_rows;
-        if (r0 >= group_rows) continue;
         nq = std::min(piece_rows, group_rows - r0);
       }
       run_item(pb, params, scale, cap, bk / pb.nh_kv, bk % pb.nh_kv, r0, nq, buf, out);
