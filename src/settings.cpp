@@ -1,13 +1,19 @@
 #include "settings.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <initializer_list>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "util.h"
 #include "wick/cpu.h"
@@ -29,6 +35,56 @@ const char* env(const char* name) {
 size_t hardware_threads() {
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : hw;
+}
+
+// The CPUs in the calling thread's affinity mask (taskset, a cpuset cgroup); 0 when unknown.
+size_t affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
+  return static_cast<size_t>(CPU_COUNT(&set));
+}
+
+// Whitespace-separated words of a small file; empty when it cannot be read.
+std::vector<std::string> words_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+// A quota of `quota` microseconds per `period` as CPUs, rounded up (1.5 CPUs: 2); 0 for none.
+size_t quota_cpus(const std::string& quota, const std::string& period) {
+  char* end = nullptr;
+  const double q = std::strtod(quota.c_str(), &end);
+  if (end == quota.c_str() || *end != '\0' || !(q > 0)) return 0;  // "max", "-1": no quota
+  const double p = std::strtod(period.c_str(), &end);
+  if (end == period.c_str() || *end != '\0' || !(p > 0)) return 0;
+  return static_cast<size_t>(std::ceil(q / p));
+}
+
+// The quota of one cgroup directory: v2's cpu.max ("QUOTA PERIOD"), else v1's cpu.cfs_quota_us
+// and cpu.cfs_period_us; 0 for none.
+size_t cgroup_dir_cpus(const std::string& dir) {
+  const auto max = words_of(dir + "/cpu.max");
+  if (max.size() == 2) return quota_cpus(max[0], max[1]);
+  const auto quota = words_of(dir + "/cpu.cfs_quota_us");
+  const auto period = words_of(dir + "/cpu.cfs_period_us");
+  if (quota.size() == 1 && period.size() == 1) return quota_cpus(quota[0], period[0]);
+  return 0;
+}
+
+// The smallest quota of the cgroup `mount` + `path` and of every cgroup above it up to `mount`
+// (a container's own hierarchy may hold only its top); 0 for none.
+size_t cgroup_path_cpus(const std::string& mount, std::string path) {
+  size_t least = 0;
+  for (;;) {
+    const size_t cpus = cgroup_dir_cpus(mount + path);
+    if (cpus > 0) least = least == 0 ? cpus : std::min(least, cpus);
+    const size_t slash = path.rfind('/');
+    if (path == "/" || slash == std::string::npos) return least;
+    path.resize(slash);
+  }
 }
 
 double parse_positive(const char* name, const char* value, double unset) {
@@ -104,19 +160,52 @@ std::string parse_choice(const char* name, const char* value,
   reject(name, value, "one of " + list);
 }
 
+size_t cgroup_cpu_limit(const std::string& root, const std::string& self_cgroup) {
+  size_t least = 0;
+  std::istringstream lines(self_cgroup);
+  for (std::string line; std::getline(lines, line);) {
+    // "ID:CONTROLLERS:PATH": v2's single line has ID 0 and no controllers; v1 has one line per
+    // hierarchy, mounted under root/CONTROLLERS (e.g. "cpu,cpuacct").
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    std::string mount;
+    if (controllers.empty()) {
+      mount = root;
+    } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {
+      mount = root + "/" + controllers;
+    } else {
+      continue;
+    }
+    const size_t cpus = cgroup_path_cpus(mount, path);
+    if (cpus > 0) least = least == 0 ? cpus : std::min(least, cpus);
+  }
+  return least;
+}
+
 }  // namespace detail
+
+size_t available_cpus() {
+  size_t n = hardware_threads();
+  if (const size_t affinity = affinity_cpus(); affinity > 0) n = std::min(n, affinity);
+  std::ifstream self("/proc/self/cgroup");
+  std::ostringstream text;
+  text << self.rdbuf();
+  if (const size_t quota = detail::cgroup_cpu_limit("/sys/fs/cgroup", text.str()); quota > 0) {
+    n = std::min(n, quota);
+  }
+  return std::max<size_t>(n, 1);
+}
 
 size_t num_threads() {
   static const size_t n = [] {
     const long hw = static_cast<long>(hardware_threads());
-    return static_cast<size_t>(
-        detail::parse_integer("WICK_NUM_THREADS", env("WICK_NUM_THREADS"), 1, hw, hw));
+    return static_cast<size_t>(detail::parse_integer("WICK_NUM_THREADS", env("WICK_NUM_THREADS"), 1,
+                                                     hw, static_cast<long>(available_cpus())));
   }();
   return n;
-}
-
-bool num_threads_set() {
-  return env("WICK_NUM_THREADS") != nullptr;
 }
 
 size_t cpu_cache_mb() {

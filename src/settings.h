@@ -11,10 +11,14 @@
 
 namespace wick::settings {
 
-/// WICK_NUM_THREADS: CPU threads, 1 to the CPU's hardware threads (default: all of them).
+/// The CPUs this process may run on: the hardware threads, fewer where its CPU affinity (taskset,
+/// a cpuset) or a cgroup CPU quota (docker --cpus, a Kubernetes CPU limit, rounded up) allows
+/// fewer. Read at each call.
+size_t available_cpus();
+/// WICK_NUM_THREADS: CPU threads, 1 to the CPU's hardware threads (default: available_cpus(),
+/// since more threads than CPUs would leave the pool's spinning workers waiting for threads that
+/// are not running).
 size_t num_threads();
-/// Whether WICK_NUM_THREADS is set (OpenBLAS keeps its own default otherwise).
-bool num_threads_set();
 /// WICK_CPU_CACHE_MB: MiB of freed CPU buffers kept for reuse, 0 to 1048576 (default 256).
 size_t cpu_cache_mb();
 /// WICK_CPU_ISA: "avx2", "avx512", or "" when unset (the best the CPU has).
@@ -51,6 +55,11 @@ long parse_integer(const char* name, const char* value, long lo, long hi, long u
 bool parse_flag(const char* name, const char* value, bool unset);
 std::string parse_choice(const char* name, const char* value,
                          std::initializer_list<const char*> accepted, const char* unset);
+/// The CPUs a cgroup CPU quota allows, or 0 where none applies: the smallest quota of the
+/// process's cgroups (`self_cgroup`: the text of /proc/self/cgroup) and of the cgroups above
+/// them, read under `root` (/sys/fs/cgroup): v2's cpu.max, v1's cpu.cfs_quota_us and
+/// cpu.cfs_period_us in the hierarchy whose controllers include cpu.
+size_t cgroup_cpu_limit(const std::string& root, const std::string& self_cgroup);
 }  // namespace detail
 
 }  // namespace wick::settings

@@ -4,11 +4,16 @@
 // the variable set before the first op that reads it.
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
+#include "cpu/parallel.h"
 #include "settings.h"
 #include "wick/cuda.h"
 #include "wick/quantized.h"
@@ -16,6 +21,7 @@
 
 namespace {
 
+using wick::settings::detail::cgroup_cpu_limit;
 using wick::settings::detail::parse_choice;
 using wick::settings::detail::parse_flag;
 using wick::settings::detail::parse_integer;
@@ -71,6 +77,90 @@ TEST(Settings, Choices) {
             "WICK_CPU_ISA=AVX2: expected one of avx2, avx512");
 }
 
+// A cgroup file system of the test's own under a temporary folder.
+struct FakeCgroups {
+  std::filesystem::path root = std::filesystem::temp_directory_path() /
+                               ("wick-cgroup-" + std::to_string(::getpid()) + "-" +
+                                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  FakeCgroups() { std::filesystem::remove_all(root); }
+  ~FakeCgroups() { std::filesystem::remove_all(root); }
+  void write(const std::string& file, const std::string& text) const {
+    const auto path = root / file;
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path) << text << "\n";
+  }
+  size_t limit(const std::string& self_cgroup) const {
+    return cgroup_cpu_limit(root.string(), self_cgroup);
+  }
+};
+
+TEST(Settings, CgroupV2Quota) {
+  FakeCgroups fs;
+  EXPECT_EQ(fs.limit("0::/\n"), 0u);  // no cpu.max at all
+  fs.write("cpu.max", "max 100000");
+  EXPECT_EQ(fs.limit("0::/\n"), 0u);
+  fs.write("cpu.max", "200000 100000");
+  EXPECT_EQ(fs.limit("0::/\n"), 2u);
+  fs.write("cpu.max", "150000 100000");  // 1.5 CPUs: rounded up
+  EXPECT_EQ(fs.limit("0::/\n"), 2u);
+  fs.write("cpu.max", "50000 100000");
+  EXPECT_EQ(fs.limit("0::/\n"), 1u);
+  // The process's own cgroup and those above it: the smallest quota wins, an unlimited level
+  // between them changes nothing.
+  fs.write("cpu.max", "800000 100000");
+  fs.write("a/cpu.max", "max 100000");
+  fs.write("a/b/cpu.max", "300000 100000");
+  EXPECT_EQ(fs.limit("0::/a/b\n"), 3u);
+  fs.write("a/cpu.max", "250000 100000");
+  EXPECT_EQ(fs.limit("0::/a/b\n"), 3u);
+  fs.write("a/cpu.max", "120000 100000");
+  EXPECT_EQ(fs.limit("0::/a/b\n"), 2u);
+  // A path that does not exist in this mount (a container without its own cgroup namespace):
+  // the levels that do exist count.
+  EXPECT_EQ(fs.limit("0::/docker/0123abcd\n"), 8u);
+  // Garbage is no quota, never a crash.
+  fs.write("cpu.max", "lots 100000");
+  EXPECT_EQ(fs.limit("0::/\n"), 0u);
+  fs.write("cpu.max", "100000 0");
+  EXPECT_EQ(fs.limit("0::/\n"), 0u);
+  EXPECT_EQ(fs.limit("garbage\n0:\n::\n"), 0u);
+}
+
+TEST(Settings, CgroupV1Quota) {
+  FakeCgroups fs;
+  const std::string self = "4:memory:/job\n3:cpu,cpuacct:/job\n2:cpuset:/job\n";
+  fs.write("cpu,cpuacct/cpu.cfs_quota_us", "-1");
+  fs.write("cpu,cpuacct/cpu.cfs_period_us", "100000");
+  EXPECT_EQ(fs.limit(self), 0u);
+  fs.write("cpu,cpuacct/job/cpu.cfs_quota_us", "350000");
+  fs.write("cpu,cpuacct/job/cpu.cfs_period_us", "100000");
+  EXPECT_EQ(fs.limit(self), 4u);
+  // Only the hierarchy with the cpu controller counts (not cpuacct or cpuset alone).
+  fs.write("cpuset/job/cpu.cfs_quota_us", "100000");
+  fs.write("cpuset/job/cpu.cfs_period_us", "100000");
+  EXPECT_EQ(fs.limit(self), 4u);
+  EXPECT_EQ(fs.limit("3:cpuacct:/job\n"), 0u);
+}
+
+// The CPUs of the affinity mask bound the count; the hardware count bounds it too.
+TEST(Settings, AvailableCpusFollowTheAffinity) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  const size_t before = wick::settings::available_cpus();
+  EXPECT_GE(before, 1u);
+  EXPECT_LE(before, std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_LE(before, static_cast<size_t>(CPU_COUNT(&saved)));
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  EXPECT_EQ(wick::settings::available_cpus(), 1u);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_EQ(wick::settings::available_cpus(), before);
+}
+
 // In a fresh process: `name`=`value`, then `op` must throw wick::Error whose message starts with
 // "name=value: expected".
 template <class Op>
@@ -95,6 +185,38 @@ auto sum_op() {
     auto x = wick::Tensor::from_vec<float>({1, 2, 3, 4}, {2, 2}, wick::Device::cpu());
     (void)x.sum({1}).to_vec1<float>();
   };
+}
+
+// The CPU thread pool starts with as many threads as the process has CPUs (one here, through its
+// affinity), unless WICK_NUM_THREADS asks for another count.
+TEST(SettingsDeathTest, ThreadPoolStartsWithTheAvailableCpus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto pin_to_one_cpu = [] {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) std::exit(3);
+    int first = 0;
+    while (!CPU_ISSET(first, &set)) ++first;
+    CPU_ZERO(&set);
+    CPU_SET(first, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) std::exit(3);
+  };
+  EXPECT_EXIT(
+      {
+        unsetenv("WICK_NUM_THREADS");
+        pin_to_one_cpu();
+        sum_op()();
+        std::exit(wick::settings::num_threads() == 1 && wick::cpu::num_threads() == 1 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one hardware thread";
+  EXPECT_EXIT(
+      {
+        setenv("WICK_NUM_THREADS", "2", 1);
+        pin_to_one_cpu();
+        sum_op()();
+        std::exit(wick::settings::num_threads() == 2 && wick::cpu::num_threads() == 2 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(SettingsDeathTest, NumThreadsRejected) {

@@ -13,8 +13,9 @@ namespace wick {
 std::string cpu_isa();
 
 /// Sets the CPU backend's worker threads (its thread pool and OpenBLAS) to `n` in place of
-/// WICK_NUM_THREADS or the hardware count. Takes effect only before the first CPU op: later, a
-/// count other than the one running throws Error, as does `n` outside [1, 1024].
+/// WICK_NUM_THREADS or the CPUs the process may run on (its affinity and cgroup CPU quota). Takes
+/// effect only before the first CPU op: later, a count other than the one running throws Error, as
+/// does `n` outside [1, 1024].
 void set_cpu_threads(size_t n);
 
 /// Batch invariance (docs/NUMERICS.md, "Determinism") for the whole process, in place of
