@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bert_test_util.h"
+#include "wick/cpu.h"
 #include "wick/formats.h"
 #include "wick/gguf.h"
 #include "wick/safetensors.h"
@@ -682,6 +683,14 @@ TEST_F(Cli, InfoListsAFolderAndItsTensors) {
   EXPECT_EQ(parsed["parameters"], params);
   EXPECT_EQ(parsed["tensor_count"], file.names().size());
   EXPECT_FALSE(parsed.contains("tensors"));
+  // The kernels and threads this machine would run the model with.
+  EXPECT_EQ(parsed["cpu"]["isa"], wick::cpu_isa());
+  EXPECT_EQ(parsed["cpu"]["quantized_gemm"], wick::cpu_qmatmul_isa());
+  Result three = info(q(llama_dir()) + " --json --no-tensors --threads 3");
+  ASSERT_EQ(three.rc, 0) << three.err;
+  EXPECT_EQ(json::parse(three.out)["cpu"]["threads"], 3);
+  EXPECT_NE(info(q(llama_dir()) + " --no-tensors --threads 3").out.find("; threads 3\n"),
+            std::string::npos);
 }
 
 TEST_F(Cli, InfoListsGgufTypesAndMetadata) {

@@ -97,11 +97,31 @@ TEST(CpuGemmIsa, KernelsUseTheBestInstructionSetOfTheCpu) {
   EXPECT_EQ(core_isa(core), best) << "CPU GEMM: " << gemm << "; this CPU offers " << best;
   EXPECT_EQ(wick::cpu_gemm_isa(), best) << gemm;
   EXPECT_NE(gemm.find("[" + best + "]"), std::string::npos) << gemm;
+  // wick's own CPU kernels (the f32 GEMM, attention, element-wise ops) run the best set the
+  // build has for this CPU, unless WICK_CPU_ISA forces one.
+  if (env("WICK_CPU_ISA").empty()) {
+#if defined(WICK_TEST_AVX512_KERNELS)
+    const std::string kernels = best == "avx512" ? "avx512" : "avx2";
+#else
+    const std::string kernels = "avx2";
+#endif
+    EXPECT_EQ(wick::cpu_isa(), kernels) << "this CPU offers " << best;
+  }
   // On an AVX-512 CPU the f32 products take wick's own AVX-512 GEMM, unless the CPU kernels are
   // forced down to AVX2 (or the build has no AVX-512 kernels: its cpu_isa() is "avx2" then too).
   if (best == "avx512" && wick::cpu_isa() == "avx512") {
     EXPECT_NE(gemm.find("f32 wick avx512"), std::string::npos) << gemm;
   }
+}
+
+// The quantized matmuls' integer kernels: AVX512-VNNI's VPDPBUSD wherever the CPU has it and
+// wick's kernels run AVX-512, else AVX2's VPMADDUBSW.
+TEST(CpuGemmIsa, QuantizedKernelsUseVnniWhereTheCpuHasIt) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool vnni = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11)) != 0;
+  const bool want_vnni = vnni && wick::cpu_isa() == "avx512";
+  EXPECT_EQ(wick::cpu_qmatmul_isa(), want_vnni ? "avx512-vnni" : "avx2")
+      << "CPU kernels " << wick::cpu_isa() << ", AVX512-VNNI " << vnni;
 }
 
 // f32 products through the kernels chosen, against a float64 reference: sizes that take

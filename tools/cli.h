@@ -51,8 +51,9 @@ struct CommonOptions {
 
 inline void add_common_options(CLI::App& app, const std::string& name, CommonOptions& common) {
   app.set_version_flag("--version", name + " " + WICK_VERSION_STRING);
-  app.add_option("--threads", common.threads,
-                 "CPU worker threads (default: WICK_NUM_THREADS, else the hardware count)")
+  app.add_option(
+         "--threads", common.threads,
+         "CPU worker threads (default: WICK_NUM_THREADS, else the CPUs this process may run on)")
       ->check(CLI::Range(size_t{1}, size_t{1024}));
 }
 

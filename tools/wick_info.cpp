@@ -203,7 +203,8 @@ std::string to_text(const json& info, bool tensors) {
     const auto& cpu = info["cpu"];
     out << "cpu kernels: " << cpu["isa"].get<std::string>() << ", f32 GEMM "
         << cpu["gemm"].get<std::string>() << ", bf16 GEMM " << cpu["bf16_gemm"].get<std::string>()
-        << "\n";
+        << ", quantized GEMM " << cpu["quantized_gemm"].get<std::string>() << "; threads "
+        << cpu["threads"].get<size_t>() << "\n";
   }
   if (info.contains("config")) print_section(out, "config", info["config"]);
   if (info.contains("tokenizer")) print_section(out, "tokenizer", info["tokenizer"]);
@@ -257,7 +258,9 @@ int main(int argc, char** argv) {
     const std::string bf16_gemm = wick::cpu_bf16_gemm();
     info["cpu"] = {{"isa", wick::cpu_isa()},
                    {"gemm", wick::cpu_gemm()},
-                   {"bf16_gemm", bf16_gemm.empty() ? "none" : bf16_gemm}};
+                   {"bf16_gemm", bf16_gemm.empty() ? "none" : bf16_gemm},
+                   {"quantized_gemm", wick::cpu_qmatmul_isa()},
+                   {"threads", wick::cpu_threads()}};
     std::string text = as_json ? info.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"
                                : to_text(info, !no_tensors);
     tools::write_stdout(text.data(), text.size());

@@ -18,6 +18,12 @@ std::string cpu_isa();
 /// does `n` outside [1, 1024].
 void set_cpu_threads(size_t n);
 
+/// The CPU backend's worker threads: set_cpu_threads' count, else WICK_NUM_THREADS, else the CPUs
+/// the process may run on (the hardware threads, fewer under a CPU affinity such as taskset's or a
+/// cgroup CPU quota such as docker --cpus', rounded up). Does not start the thread pool. Throws
+/// Error when WICK_NUM_THREADS is invalid.
+size_t cpu_threads();
+
 /// Batch invariance (docs/NUMERICS.md, "Determinism") for the whole process, in place of
 /// WICK_BATCH_INVARIANT: on, f32/f64/f16/bf16 matmuls (CPU and CUDA), CUDA's quantized matmuls
 /// and the CPU's f32 attention give a row the same bits whatever the other rows of its batch
@@ -49,5 +55,10 @@ std::string cpu_gemm_isa();
 /// "avx512-bf16" when the CPU has AVX512-BF16 (VDPBF16PS) and the kernels run AVX-512; ""
 /// otherwise, where these products are composed from f32 ops (bf16-rounded inputs, sgemm).
 std::string cpu_bf16_gemm();
+
+/// The kernels of the CPU's quantized matmuls (GGUF weights kept quantized, wick::QMatmul):
+/// "avx512-vnni" (VPDPBUSD) when the CPU kernels run AVX-512 and the CPU has AVX512-VNNI, else
+/// "avx2". Throws cpu_isa()'s Error when WICK_CPU_ISA is invalid.
+std::string cpu_qmatmul_isa();
 
 }  // namespace wick

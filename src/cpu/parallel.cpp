@@ -290,6 +290,12 @@ void parallel_for_raw(size_t n, size_t grain, RangeFn fn, void* ctx) {
 
 namespace wick {
 
+size_t cpu_threads() {
+  if (cpu::pool_started.load()) return cpu::num_threads();
+  const size_t forced = cpu::forced_threads.load();
+  return forced > 0 ? forced : settings::num_threads();
+}
+
 void set_cpu_threads(size_t n) {
   if (n == 0 || n > 1024) throw Error(str("set_cpu_threads: n must be in [1, 1024], got ", n));
   if (!cpu::pool_started.load()) cpu::forced_threads = n;

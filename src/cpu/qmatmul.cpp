@@ -610,6 +610,14 @@ void qmatmul(GgmlType type, const uint8_t* w_raw, const QPacked* packed, size_t 
 
 }  // namespace wick::cpu
 
+namespace wick {
+
+std::string cpu_qmatmul_isa() {
+  return &cpu::q_kernels() == &cpu::kQAvx2Kernels ? "avx2" : "avx512-vnni";
+}
+
+}  // namespace wick
+
 namespace wick::fused {
 
 std::optional<TensorList> QMatmulOp::cpu(const TensorList& in) const {
