@@ -10,9 +10,9 @@
 
 #include "formats/json_util.h"
 #include "json_file.h"
-#include "settings.h"
 #include "util.h"
 #include "wick/bert.h"
+#include "wick/cpu.h"
 #include "wick/error.h"
 #include "wick/tokenizer.h"
 
@@ -205,7 +205,7 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts,
   // Tokenizing 10,000 sentences takes about as long as a GPU needs to embed them: spread it
   // over the cores (the tokenizer may be used from several threads).
   std::vector<std::vector<uint32_t>> ids(n);
-  size_t workers = std::min<size_t>(settings::num_threads(), (n + 255) / 256);
+  size_t workers = std::min<size_t>(cpu_threads(), (n + 255) / 256);
   std::vector<std::exception_ptr> errors(workers);
   std::vector<std::thread> threads;
   for (size_t w = 0; w < workers; ++w) {
