@@ -67,8 +67,14 @@ for stage in ${STAGES:-sgemm smollm2 embed}; do
   case $stage in
     sgemm)
       ((l < 150)) && { echo "skipped: too little time"; continue; }
-      $PIN timeout "$l" python3 bench/sgemm_peer.py --wick-mm "$BUILD/tools/wick-mm" \
-        --rounds "${SGEMM_ROUNDS:-1}" 2>&1 | tee "$OUT/sgemm.txt" | tail -12 || FAILED=1 ;;
+      # One thread pinned to one CPU (a peer cannot borrow the second), two threads to both.
+      for t in 1 2; do
+        pin=$PIN
+        ((t == 1)) && pin="taskset -c $A"
+        $pin timeout "$(left)" python3 bench/sgemm_peer.py --wick-mm "$BUILD/tools/wick-mm" \
+          --threads $t --rounds "${SGEMM_ROUNDS:-1}" 2>&1 | tee "$OUT/sgemm-$t.txt" | tail -7 ||
+          FAILED=1
+      done ;;
     smollm2)
       ((l < 120)) && { echo "skipped: too little time"; continue; }
       [[ -f /tmp/smollm2-q4_1.gguf ]] || python3 scripts/make_random_gguf.py --shape smollm2 \
