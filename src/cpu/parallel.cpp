@@ -251,10 +251,15 @@ class ThreadPool {
 std::atomic<size_t> forced_threads{0};
 std::atomic<bool> pool_started{false};
 
+// The count the pool starts with: set_cpu_threads', else settings::num_threads().
+size_t requested_threads() {
+  const size_t forced = forced_threads.load();
+  return forced > 0 ? forced : settings::num_threads();
+}
+
 size_t pool_threads() {
   pool_started = true;
-  size_t forced = forced_threads.load();
-  return forced > 0 ? forced : settings::num_threads();
+  return requested_threads();
 }
 
 ThreadPool& pool() {
@@ -291,9 +296,7 @@ void parallel_for_raw(size_t n, size_t grain, RangeFn fn, void* ctx) {
 namespace wick {
 
 size_t cpu_threads() {
-  if (cpu::pool_started.load()) return cpu::num_threads();
-  const size_t forced = cpu::forced_threads.load();
-  return forced > 0 ? forced : settings::num_threads();
+  return cpu::pool_started.load() ? cpu::num_threads() : cpu::requested_threads();
 }
 
 void set_cpu_threads(size_t n) {
